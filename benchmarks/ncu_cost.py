@@ -1,0 +1,101 @@
+"""What profiling costs under each ncu setting, for one fixed set of runs.
+
+Times the given shapes once, then runs the profiling worker on the same successful runs
+under ncu once per configuration (replay mode and metric list) and reports the wall time,
+the rows ncu wrote (kernels, or ranges in range replay) and rows per second. Run on a GPU:
+
+    python benchmarks/ncu_cost.py --gpu h100 --grid quick --shapes 10 \
+        --config kernel:full --config range:counters --config kernel:launch+gpu__time_duration.sum
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from seer import ncu
+from seer.cli import main as seer_main
+from seer.collect.orchestrate import CollectOptions, Collector, _child_env, worker_command
+from seer.grids import resolve_grids
+from seer.metrics import METRIC_SETS, METRICS
+
+
+def metric_list(spec: str) -> list[str]:
+    """A metric set name, ncu metric names, or 'set+metric+...'."""
+    names: list[str] = []
+    for part in spec.split("+"):
+        if part in METRIC_SETS:
+            names += [m.ncu_name for m in METRICS if m.tier in METRIC_SETS[part]]
+        elif part == "sass":
+            names += [m.ncu_name for m in METRICS if "sass" in m.ncu_name]
+        elif part == "rangeable":  # counters that range replay supports (no SASS patching)
+            names += [m.ncu_name for m in METRICS if m.tier != "launch" and "sass" not in m.ncu_name]
+        elif part == "nosass":
+            names += [m.ncu_name for m in METRICS if m.tier in ("launch", "core") and "sass" not in m.ncu_name]
+        else:
+            names.append(part)
+    return list(dict.fromkeys(names))
+
+
+def run(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--gpu", required=True)
+    p.add_argument("--grid", default="quick")
+    p.add_argument("--shapes", type=int, default=10)
+    p.add_argument("--config", action="append", required=True, help="replay_mode:metrics")
+    p.add_argument("--report", type=Path)
+    p.add_argument("--config-timeout", type=float, default=None,
+                   help="give up on a configuration after this many seconds (it is then reported as slow)")
+    args = p.parse_args(argv)
+    base = Path(tempfile.mkdtemp(prefix="seer-ncu-cost-"))
+    if seer_main(["collect", "--gpu", args.gpu, "--grid", args.grid, "--limit-shapes", str(args.shapes),
+                  "--no-parse", "--data-dir", str(base), "--profile-shapes", "0"]):
+        return 1
+    shapes = resolve_grids(args.grid)[: args.shapes]
+    options = CollectOptions(gpu=args.gpu, shapes=shapes, maths=["fma", "default"],
+                             algos=[a for a in __import__("seer.algorithms").algorithms.algorithm_names("cudnn")],
+                             dataset_dir=next(base.iterdir()))
+    plan = Collector(options).profile_items()
+    plan_file = base / "plan.jsonl"
+    plan_file.write_text("".join(json.dumps(w.to_record()) + "\n" for w in plan))
+    runs = sum(len(w.items) for w in plan)
+    ncu_path = ncu.find_ncu()
+    results = []
+    for i, config in enumerate(args.config):
+        replay, spec = config.split(":", 1)
+        csv = base / f"cfg{i}.csv"
+        app = [*worker_command(), "profile", "--plan", str(plan_file), "--results", str(base / f"ev{i}.jsonl"),
+               "--workspace-cap", str(8 * 2**30)]
+        command = ncu.ncu_command(ncu_path, csv, app, replay_mode=replay, metrics=metric_list(spec))
+        started = time.monotonic()
+        try:
+            proc = subprocess.run(command, env=_child_env(), capture_output=True, text=True,
+                                  timeout=args.config_timeout)
+        except subprocess.TimeoutExpired:
+            results.append({"config": config, "runs": runs, "seconds": f"> {args.config_timeout}"})
+            print(json.dumps(results[-1]), flush=True)
+            continue
+        seconds = time.monotonic() - started
+        try:
+            rows = len(ncu.read_ncu_csv(csv)) if csv.exists() else 0
+        except Exception as exc:  # a configuration ncu refuses is a result too
+            rows = 0
+            proc.stdout += f"\n==ERROR== {exc}"
+        errors = [l for l in (proc.stdout + (csv.read_text() if csv.exists() else "")).splitlines()
+                  if l.startswith("==ERROR==") or l.startswith("==WARNING==")][:3]
+        results.append({"config": config, "runs": runs, "rows": rows, "seconds": round(seconds, 1),
+                        "rows_per_second": round(rows / seconds, 2), "exit": proc.returncode,
+                        "messages": errors})
+        print(json.dumps(results[-1]), flush=True)
+    if args.report:
+        args.report.write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run())

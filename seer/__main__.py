@@ -1,0 +1,5 @@
+import sys
+
+from seer.cli import main
+
+sys.exit(main())

@@ -1,0 +1,168 @@
+"""The algorithm registry and the kernel-name rules: the only place that names algorithms.
+
+An :class:`Algorithm` is one way of computing a forward convolution: a cuDNN
+``cudnnConvolutionFwdAlgo_t`` today, seer's own CuPy kernels later (``source="cupy"``).
+:data:`KERNEL_RULES` is the one table that maps a GPU kernel's (demangled) name to its
+role inside an algorithm and to the variant (tile size, data type) that the name encodes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """One forward-convolution algorithm.
+
+    Parameters
+    ----------
+    name : str
+        Registry key; for cuDNN the enum name without ``CUDNN_CONVOLUTION_FWD_ALGO_``.
+    source : {"cudnn", "cupy"}
+        Who implements it.
+    enum : int or None
+        The library's own id (cudnnConvolutionFwdAlgo_t value) where there is one.
+    short : str
+        A short tag for Excel sheet names (31-character limit).
+    seer_index : int or None
+        The algorithm's number in SEER's data format, which differs from cuDNN's enum.
+    """
+
+    name: str
+    source: str
+    enum: int | None
+    short: str
+    seer_index: int | None
+    description: str
+
+
+ALGORITHMS: tuple[Algorithm, ...] = (
+    Algorithm("IMPLICIT_GEMM", "cudnn", 0, "IG", 0,
+              "implicit GEMM, no precomputed indices, no workspace"),
+    Algorithm("IMPLICIT_PRECOMP_GEMM", "cudnn", 1, "IPG", 1,
+              "implicit GEMM with precomputed indices (tensor cores under default math)"),
+    Algorithm("GEMM", "cudnn", 2, "GEMM", 2, "explicit im2col followed by a GEMM"),
+    Algorithm("DIRECT", "cudnn", 3, "DIR", 3, "direct convolution"),
+    Algorithm("FFT", "cudnn", 4, "FFT", 6, "FFT of whole images, pointwise product, inverse FFT"),
+    Algorithm("FFT_TILING", "cudnn", 5, "FFTT", 7, "FFT on 32x32 tiles, in chunks"),
+    Algorithm("WINOGRAD", "cudnn", 6, "WINO", 4, "fused Winograd transform"),
+    Algorithm("WINOGRAD_NONFUSED", "cudnn", 7, "WINON", 5,
+              "Winograd with separate transform and batched-GEMM kernels"),
+)
+
+_BY_NAME = {a.name: a for a in ALGORITHMS}
+
+
+def get_algorithm(name: str) -> Algorithm:
+    """Look an algorithm up by name (case-insensitive); ``KeyError`` lists the known ones."""
+    try:
+        return _BY_NAME[name.upper()]
+    except KeyError:
+        raise KeyError(f"unknown algorithm {name!r}; known: {', '.join(_BY_NAME)}") from None
+
+
+def algorithm_names(source: str | None = None) -> list[str]:
+    """Names of the registered algorithms, in registry order, optionally of one source."""
+    return [a.name for a in ALGORITHMS if source is None or a.source == source]
+
+
+def cudnn_algorithm_by_enum(enum: int) -> Algorithm:
+    for a in ALGORITHMS:
+        if a.source == "cudnn" and a.enum == enum:
+            return a
+    raise KeyError(f"no cuDNN forward algorithm with enum {enum}")
+
+
+# -- kernel names -> role and variant ---------------------------------------------------
+@dataclass(frozen=True)
+class KernelRule:
+    """How to read one family of kernel names.
+
+    ``role`` is ``"compute"`` for the kernel that does the convolution's arithmetic (the
+    main kernel is the longest-running compute kernel of a run) and ``"transform"`` for
+    layout changes, FFTs, Winograd transforms, im2col and the like. ``variant`` is a
+    ``str.format`` template over the pattern's named groups; it names the tile size and
+    data type that the kernel name encodes.
+    """
+
+    family: str
+    pattern: str
+    role: str
+    variant: str
+
+    @property
+    def regex(self) -> re.Pattern[str]:
+        return _compile(self.pattern)
+
+
+@lru_cache(maxsize=None)
+def _compile(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+#: First match wins, so specific patterns come before general ones.
+KERNEL_RULES: tuple[KernelRule, ...] = (
+    # cuDNN's own implicit GEMM: template arguments carry the tile.
+    KernelRule("implicit_sgemm",
+               r"implicit_convolve_sgemm<[^,]+,\s*[^,]+,\s*(?P<a>\d+),\s*(?P<b>\d+),\s*(?P<c>\d+),"
+               r"\s*(?P<d>\d+),\s*(?P<e>\d+),\s*(?P<f>\d+)",
+               "compute", "sgemm_{a}x{b}x{c}_{d}{e}{f}"),
+    KernelRule("implicit_sgemm", r"implicit_convolve_sgemm", "compute", "sgemm"),
+    KernelRule("explicit_sgemm", r"explicit_convolve_sgemm<[^,]+,\s*[^,]+,\s*(?P<m>\d+),\s*(?P<n>\d+)",
+               "compute", "sgemm_{m}x{n}"),
+    KernelRule("explicit_sgemm", r"explicit_convolve_sgemm", "compute", "sgemm"),
+    # XMMA (sm80/sm90 generated) implicit-GEMM fprop kernels: data type and CTA tile.
+    KernelRule("xmma_fprop",
+               r"xmma_fprop_implicit_gemm_(?P<indexed>indexed_)?(?P<dtype>[a-z0-9]+?)_\w*?"
+               r"tilesize(?P<tile>\d+x\d+x\d+)",
+               "compute", "xmma_{indexed}{dtype}_{tile}"),
+    KernelRule("xmma_gemm",
+               r"xmma_gemm_(?P<dtype>[a-z0-9]+)\w*?tilesize(?P<tile>\d+x\d+x\d+)",
+               "compute", "xmma_gemm_{dtype}_{tile}"),
+    KernelRule("cutlass_tensorop",
+               r"cutlass_\d+_tensorop_(?P<op>[a-z0-9]+gemm)_(?P<tile>\d+x\d+)_(?P<k>\d+)x(?P<stages>\d+)",
+               "compute", "cutlass_{op}_{tile}_{k}x{stages}"),
+    KernelRule("cutlass_simt",
+               r"cutlass_\d+_simt_(?P<op>[a-z0-9]+gemm)_(?P<tile>\d+x\d+)_(?P<k>\d+)x(?P<stages>\d+)",
+               "compute", "cutlass_{op}_{tile}_{k}x{stages}"),
+    KernelRule("conv2d_grouped_direct", r"conv2d_grouped_direct_kernel", "compute", "grouped_direct"),
+    KernelRule("gemv", r"gemv", "compute", "gemv"),
+    KernelRule("sgemm", r"(?P<arch>sm\d+)_?\w*sgemm\w*?(?P<tile>\d+x\d+)", "compute", "{arch}_sgemm_{tile}"),
+    KernelRule("pointwise_mult", r"pointwise_mult_and_sum_complex", "compute", "pointwise_complex"),
+    KernelRule("winograd_fused", r"winograd(?:4x4|_)?\w*fprop|winograd\w*_fwd_kernel", "compute", "winograd_fused"),
+    KernelRule("gemm", r"gemm", "compute", "gemm"),
+    # Transform and helper kernels.
+    KernelRule("fft", r"fft\d?d_(?P<dir>r2c|c2r|c2c)_(?P<size>\d+(?:x\d+)?)", "transform", "fft_{dir}_{size}"),
+    KernelRule("fft", r"fft", "transform", "fft"),
+    KernelRule("winograd_transform", r"winograd\w*?(?P<what>Data|Filter|Output)(?P<tile>\d+x\d+)",
+               "transform", "winograd_{tile}"),
+    KernelRule("winograd_transform", r"[Ww]inograd", "transform", "winograd"),
+    KernelRule("layout", r"nchwToNhwc|nhwcToNchw|[Tt]ranspose|[Ll]ayout", "transform", "layout"),
+    KernelRule("im2col", r"im2col", "transform", "im2col"),
+    KernelRule("flip_filter", r"flip_filter", "transform", "flip_filter"),
+    KernelRule("helper", r"", "transform", "other"),
+)
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    family: str
+    role: str
+    variant: str
+
+
+def classify_kernel(kernel_name: str) -> KernelInfo:
+    """Family, role and variant of one kernel, from its (demangled) name."""
+    for rule in KERNEL_RULES:
+        m = rule.regex.search(kernel_name)
+        if m:
+            groups = {k: v or "" for k, v in m.groupdict().items()}
+            try:
+                variant = rule.variant.format(**groups)
+            except KeyError:
+                variant = rule.family
+            return KernelInfo(rule.family, rule.role, variant)
+    raise AssertionError("the last rule matches every name")

@@ -1,0 +1,246 @@
+"""The ``seer`` command: argument parsing and wiring only.
+
+Each subcommand parses its options, calls one library function and prints the outcome.
+Problems the user can fix (:class:`seer.errors.SeerError`) become one sentence on stderr
+and an exit code: 2 for bad input, 1 for an unusable environment, 130 for Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from rich.console import Console
+
+import seer
+from seer.errors import EXIT_INTERRUPTED, InputError, SeerError
+
+err_console = Console(stderr=True, highlight=False)
+out_console = Console(highlight=False)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def _profile_shapes(text: str) -> int | None:
+    if text.lower() == "all":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be 'all' or a number of shapes, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+# -- collect ------------------------------------------------------------------------------
+def _add_collect(sub) -> None:
+    p = sub.add_parser("collect", help="time (and profile) every algorithm over a grid of shapes on this GPU",
+                       description="Measure every cuDNN forward algorithm over a grid of shapes. "
+                                   "Resumable: a rerun skips what is recorded under DATA_DIR/GPU/raw.")
+    p.add_argument("--gpu", required=True, help="GPU spec name (see `seer gpus`); names data/<gpu>/")
+    p.add_argument("--grid", default="seer,networks",
+                   help="comma-separated: seer, networks, test-set-ii, quick, or shape files in "
+                        "SEER's format (default: seer,networks)")
+    p.add_argument("--math", default="fma,default", help="math modes: fma, default or both (default: both)")
+    p.add_argument("--algo", default="all", help="comma-separated algorithm names (default: all cuDNN algorithms)")
+    p.add_argument("--shard", default="1/1", help="i/n: collect only shard i of n of the grid (default 1/1)")
+    p.add_argument("--profile-shapes", type=_profile_shapes, default=None, metavar="N|all",
+                   help="profile under ncu every successful run of N shapes chosen evenly over the "
+                        "grid; 0 for timing only (default: all)")
+    p.add_argument("--data-dir", type=Path, default=Path("data"), help="datasets root (default: data)")
+    p.add_argument("--limit-shapes", type=_positive_int, help="only the first N shapes of the grid")
+    p.add_argument("--workspace-cap-gib", type=float, default=8.0,
+                   help="algorithms needing more workspace are recorded as workspace_too_large (default 8)")
+    p.add_argument("--budget-ms", type=float, default=10.0,
+                   help="target GPU time of one item's timed repetitions (default 10)")
+    p.add_argument("--min-reps", type=_positive_int, default=5)
+    p.add_argument("--max-reps", type=_positive_int, default=100)
+    p.add_argument("--item-timeout", type=float, default=300.0,
+                   help="seconds without a result before a worker is declared hung (default 300)")
+    p.add_argument("--profile-chunk", type=_positive_int, default=150,
+                   help="runs per ncu process (default 150)")
+    p.add_argument("--ncu", help="path of the ncu executable (default: from PATH)")
+    p.add_argument("--ncu-metrics", choices=("core", "full"), default="core",
+                   help="metric groups: what the models use (core, default) or also pipe "
+                        "utilisations and throughput breakdowns (full; slower); see seer/metrics.py")
+    p.add_argument("--ncu-replay", choices=("kernel", "application"), default="kernel",
+                   help="ncu replay mode (default kernel)")
+    p.add_argument("--ncu-cache-control", choices=("all", "none"), default="all",
+                   help="flush caches before each replay pass (all, default) or not (none)")
+    p.add_argument("--retry", default="", help="statuses to measure again, e.g. error,oom")
+    p.add_argument("--seed", type=int, default=0, help="seeds inputs and sampled checks (default 0)")
+    p.add_argument("--keep-ncu-csv", action="store_true", help="keep ncu's raw CSV files in raw/")
+    p.add_argument("--stop-after", type=float, metavar="MINUTES",
+                   help="finish the current shape and stop cleanly after this many minutes "
+                        "(for time-limited jobs; rerun to resume)")
+    p.add_argument("--no-parse", action="store_true", help="do not rebuild the tidy tables afterwards")
+    p.set_defaults(func=_cmd_collect)
+
+
+def _cmd_collect(args) -> int:
+    from seer.algorithms import algorithm_names, get_algorithm
+    from seer.collect.orchestrate import CollectOptions, Collector
+    from seer.collect.plan import parse_math, parse_shard
+    from seer.gpus import get_gpu_spec
+    from seer.grids import resolve_grids
+
+    spec = get_gpu_spec(args.gpu)  # an unknown GPU fails before anything else happens
+    maths = parse_math(args.math)
+    if args.algo.lower() == "all":
+        algos = algorithm_names("cudnn")
+    else:
+        try:
+            algos = [get_algorithm(a.strip()).name for a in args.algo.split(",") if a.strip()]
+        except KeyError as exc:
+            raise InputError(exc.args[0], field="algo") from None
+    shard_index, shard_count = parse_shard(args.shard)
+    shapes = resolve_grids(args.grid)
+    if args.limit_shapes:
+        shapes = shapes[: args.limit_shapes]
+    retry = tuple(s.strip() for s in args.retry.split(",") if s.strip())
+    options = CollectOptions(
+        gpu=spec.name, shapes=shapes, maths=maths, algos=algos,
+        dataset_dir=args.data_dir / spec.name, shard_index=shard_index, shard_count=shard_count,
+        profile_shapes=args.profile_shapes, workspace_cap_bytes=int(args.workspace_cap_gib * 2**30),
+        budget_ms=args.budget_ms, min_reps=args.min_reps, max_reps=args.max_reps,
+        item_timeout_s=args.item_timeout, ncu=args.ncu, profile_chunk_items=args.profile_chunk,
+        ncu_metric_set=args.ncu_metrics, ncu_replay=args.ncu_replay,
+        ncu_cache_control=args.ncu_cache_control,
+        retry=retry, seed=args.seed, keep_ncu_csv=args.keep_ncu_csv,
+        stop_after_s=None if args.stop_after is None else args.stop_after * 60, argv=list(args.argv),
+    )
+    err_console.log(f"{len(shapes)} shapes from grid {args.grid}; this shard has "
+                    f"{len(shapes[shard_index - 1::shard_count])}; math {','.join(maths)}; "
+                    f"{len(algos)} algorithms")
+    try:
+        session = Collector(options, err_console).run()
+    except KeyboardInterrupt:
+        err_console.print(f"Interrupted. Everything finished is saved in {options.dataset_dir / 'raw'}; "
+                          "run the same command to resume.")
+        return EXIT_INTERRUPTED
+    counts = session["counts"]
+    err_console.log(f"recorded {counts['timing_rows']} timings in {session['timing_seconds']} s, "
+                    f"{counts['profiled_runs']} profiled runs ({counts['kernels']} kernels) in "
+                    f"{session['profiling_seconds']} s")
+    if not args.no_parse:
+        return _parse(args.data_dir, spec.name)
+    return 0
+
+
+# -- parse --------------------------------------------------------------------------------
+def _add_parse(sub) -> None:
+    p = sub.add_parser("parse", help="rebuild the tidy tables, Excel files and provenance from raw records")
+    p.add_argument("--gpu", required=True)
+    p.add_argument("--data-dir", type=Path, default=Path("data"))
+    p.add_argument("--pack", action="store_true",
+                   help="merge raw records into one compressed file per kind (only when no collection runs)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the train/Test-set-I split (default 0)")
+    p.set_defaults(func=lambda args: _parse(args.data_dir, args.gpu, args.pack, args.seed))
+
+
+def _parse(data_dir: Path, gpu: str, pack: bool = False, seed: int = 0) -> int:
+    from seer.dataset import build_dataset
+    from seer.gpus import get_gpu_spec
+
+    name = get_gpu_spec(gpu).name
+    dataset_dir = data_dir / name
+    if not (dataset_dir / "raw").exists():
+        raise InputError(f"no raw records; run `seer collect --gpu {name}` first", path=dataset_dir / "raw")
+    files = build_dataset(dataset_dir, name, seed=seed, pack=pack)
+    err_console.log(f"wrote {files.measurements} ({files.rows} runs), {files.kernels}, "
+                    f"{files.train_xlsx.name}, {files.test_xlsx.name}, {files.provenance.name}"
+                    + (f", {files.test_set_ii.name}" if files.test_set_ii else ""))
+    return 0
+
+
+# -- small utilities ----------------------------------------------------------------------
+def _add_grid(sub) -> None:
+    p = sub.add_parser("grid", help="print or write a grid of shapes in SEER's format")
+    p.add_argument("name", help="seer, networks, test-set-ii, quick, or a shape file to check")
+    p.add_argument("--out", type=Path, help="write here instead of printing")
+    p.set_defaults(func=_cmd_grid)
+
+
+def _cmd_grid(args) -> int:
+    from seer.grids import format_shapes, resolve_grids
+
+    shapes = [gs.shape for gs in resolve_grids(args.name)]
+    text = format_shapes(shapes)
+    if args.out:
+        args.out.write_text(text)
+        err_console.log(f"wrote {len(shapes)} shapes to {args.out}")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _add_gpus(sub) -> None:
+    p = sub.add_parser("gpus", help="list the GPU specs seer knows")
+    p.set_defaults(func=_cmd_gpus)
+
+
+def _cmd_gpus(args) -> int:
+    from rich.table import Table
+
+    from seer.gpus import load_gpu_specs
+
+    table = Table("name", "GPU", "cc", "SMs", "memory GiB", "GB/s", "fp32 TFLOP/s")
+    for spec in load_gpu_specs().values():
+        table.add_row(spec.name, spec.display_name, spec.compute_capability, str(spec.sm_count),
+                      f"{spec.memory_bytes / 2**30:.0f}", f"{spec.memory_bandwidth_gbs:.0f}",
+                      f"{spec.peak_fp32_tflops:.1f}")
+    out_console.print(table)
+    return 0
+
+
+# -- entry point --------------------------------------------------------------------------
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="seer", description="Predict how fast each GPU convolution algorithm runs on a layer.")
+    parser.add_argument("--version", action="version", version=f"seer {seer.__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_collect(sub)
+    _add_parse(sub)
+    _add_grid(sub)
+    _add_gpus(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``seer`` command; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # A batch system's SIGTERM (time limit, scancel) stops a collection like Ctrl-C does:
+    # finished work is already saved, and the worker child is shut down with it.
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.argv = argv
+    try:
+        return int(args.func(args) or 0)
+    except SeerError as exc:
+        err_console.print(f"seer: error: {exc}", markup=False)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        err_console.print("Interrupted.")
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

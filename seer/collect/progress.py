@@ -1,0 +1,72 @@
+"""Progress display for long collections: a rich bar on a terminal, log lines elsewhere.
+
+On a terminal the bar shows items done, rate and time left. Where output goes to a file
+(batch jobs, remote runs) a bar would print nothing until the end, so a line is logged
+every ``log_every_s`` seconds instead.
+"""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                           TimeElapsedColumn, TimeRemainingColumn)
+
+
+class CollectionProgress:
+    """Context manager: ``advance(n)`` after each finished item; ``note(text)`` for extras."""
+
+    def __init__(self, description: str, total: int, console: Console | None = None,
+                 log_every_s: float = 30.0, unit: str = "items") -> None:
+        self.console = console or Console(stderr=True)
+        self.description = description
+        self.total = total
+        self.unit = unit
+        self.done = 0
+        self.extra = ""
+        self.log_every_s = log_every_s
+        self._started = self._last_log = time.monotonic()
+        self._progress: Progress | None = None
+        self._task = None
+
+    def __enter__(self) -> "CollectionProgress":
+        if self.console.is_terminal:
+            self._progress = Progress(
+                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("left"),
+                TimeRemainingColumn(), TextColumn("{task.fields[extra]}"), console=self.console)
+            self._progress.start()
+            self._task = self._progress.add_task(self.description, total=self.total, rate="", extra="")
+        else:
+            self.console.log(f"{self.description}: {self.total} {self.unit} to do")
+        return self
+
+    @property
+    def rate(self) -> float:
+        elapsed = time.monotonic() - self._started
+        return self.done / elapsed if elapsed > 0 else 0.0
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+        if self._progress is not None:
+            self._progress.update(self._task, advance=n, rate=f"{self.rate:.1f} {self.unit}/s",
+                                  extra=self.extra)
+        elif time.monotonic() - self._last_log >= self.log_every_s:
+            self._log_line()
+
+    def note(self, text: str) -> None:
+        self.extra = text
+        if self._progress is not None:
+            self._progress.update(self._task, extra=text)
+
+    def _log_line(self) -> None:
+        self._last_log = time.monotonic()
+        left = (self.total - self.done) / self.rate if self.rate > 0 else float("nan")
+        self.console.log(f"{self.description}: {self.done}/{self.total} {self.unit}, "
+                         f"{self.rate:.1f}/s, ~{left / 60:.1f} min left {self.extra}")
+
+    def __exit__(self, *exc) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+        self._log_line()

@@ -1,0 +1,206 @@
+"""Append-only storage of collection results: nothing finished is ever lost.
+
+Each kind of record (``timing``, ``profiles``, ``kernels``) goes to JSON-lines files under
+``data/<gpu>/raw/``: one file per writer (``<kind>-<tag>.jsonl``, the tag naming host and
+shard, so parallel shards never share a file), one finished record per line, flushed and
+fsync'ed before the next is started. Readers tolerate a torn last line (a crash mid-write)
+and keep the last record of each key, so a retried run supersedes the failed one.
+``pack`` merges a kind's files into one sorted, compressed ``<kind>.jsonl.gz`` for
+committing; run it only when no collection is writing.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import socket
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import pandas as pd
+
+from seer.errors import InputError
+
+KINDS = ("timing", "profiles", "kernels")
+SESSIONS_FILE = "sessions.jsonl"
+
+
+def default_tag(shard_index: int = 1, shard_count: int = 1) -> str:
+    host = re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname()) or "host"
+    return f"{host}-{shard_index}of{shard_count}"
+
+
+def _open_text(path: Path):
+    return gzip.open(path, "rt") if path.suffix == ".gz" else open(path)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """Records of one JSON-lines file (plain or gzip); a torn last line is dropped."""
+    with _open_text(path) as handle:
+        lines = handle.read().splitlines()
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            if number == len(lines):  # torn write of a crashed writer: the record never finished
+                break
+            raise InputError(f"corrupt record ({exc.msg})", path=path, line=number) from None
+    return records
+
+
+class RunStore:
+    """The raw results of one dataset directory (``data/<gpu>``).
+
+    Parameters
+    ----------
+    dataset_dir : Path
+        ``data/<gpu>``; records live in its ``raw/`` subfolder.
+    tag : str
+        Names this writer's files; defaults to host and shard 1 of 1.
+    """
+
+    def __init__(self, dataset_dir: str | Path, tag: str | None = None) -> None:
+        self.dataset_dir = Path(dataset_dir)
+        self.raw_dir = self.dataset_dir / "raw"
+        self.tag = tag or default_tag()
+        self._handles: dict[str, object] = {}
+
+    # -- writing -----------------------------------------------------------------------
+    def _handle(self, kind: str):
+        if kind not in self._handles:
+            self.raw_dir.mkdir(parents=True, exist_ok=True)
+            path = self.raw_dir / f"{kind}-{self.tag}.jsonl"
+            self._handles[kind] = open(path, "a", buffering=1)
+        return self._handles[kind]
+
+    def append(self, kind: str, records: Iterable[dict]) -> int:
+        """Append finished records durably; returns how many were written."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown record kind {kind!r}")
+        handle = self._handle(kind)
+        count = 0
+        for record in records:
+            handle.write(json.dumps(record, separators=(",", ":"), default=_json_default) + "\n")
+            count += 1
+        if count:
+            handle.flush()
+            os.fsync(handle.fileno())
+        return count
+
+    def log_session(self, record: dict) -> None:
+        """Append one line about a collection session (what ran, where, when)."""
+        self.raw_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.raw_dir / SESSIONS_FILE, "a") as handle:
+            handle.write(json.dumps(record, default=_json_default) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def close(self) -> None:
+        for handle in self._handles.values():
+            handle.close()
+        self._handles.clear()
+
+    def __enter__(self) -> "RunStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- reading -----------------------------------------------------------------------
+    def files(self, kind: str) -> list[Path]:
+        if not self.raw_dir.exists():
+            return []
+        packed = sorted(self.raw_dir.glob(f"{kind}.jsonl.gz"))
+        loose = [*self.raw_dir.glob(f"{kind}-*.jsonl"), *self.raw_dir.glob(f"{kind}-*.jsonl.gz")]
+        # Packed first, then loose files oldest first, so that later records come later.
+        return packed + sorted(loose, key=lambda p: (p.stat().st_mtime, p.name))
+
+    def records(self, kind: str) -> list[dict]:
+        """Every record of a kind, oldest first (by ``collected_at`` where all have one)."""
+        out: list[dict] = []
+        for path in self.files(kind):
+            out.extend(read_jsonl(path))
+        if out and all("collected_at" in r for r in out):
+            out.sort(key=lambda r: r["collected_at"] or "")  # stable: ties keep file order
+        return out
+
+    def read(self, kind: str, key: Sequence[str] | None = None) -> pd.DataFrame:
+        """All records of a kind as a frame; with ``key``, the last record of each key."""
+        frame = pd.DataFrame.from_records(self.records(kind))
+        if key is not None and not frame.empty:
+            frame = frame.drop_duplicates(subset=list(key), keep="last").reset_index(drop=True)
+        return frame
+
+    def sessions(self) -> list[dict]:
+        path = self.raw_dir / SESSIONS_FILE
+        return read_jsonl(path) if path.exists() else []
+
+    def done_keys(self, kind: str, key: Sequence[str], skip_status: Iterable[str] | None = None,
+                  status_column: str = "status") -> set[tuple]:
+        """Keys already recorded (optionally only those whose status is not to be retried)."""
+        frame = self.read(kind, key)
+        if frame.empty:
+            return set()
+        if skip_status is not None:
+            frame = frame[~frame[status_column].isin(list(skip_status))]
+        return set(frame[list(key)].itertuples(index=False, name=None))
+
+    # -- packing -----------------------------------------------------------------------
+    def pack(self, kind: str, key: Sequence[str], sort_by: Sequence[str] | None = None) -> Path | None:
+        """Merge a kind's files into one sorted ``<kind>.jsonl.gz`` and delete the loose ones.
+
+        Only for a store no collection is writing to. Later records of a key win, as in
+        :meth:`read`; with ``sort_by`` the file is ordered, so that commits diff small.
+        """
+        self.close()
+        files = self.files(kind)
+        if not files:
+            return None
+        records = self.records(kind)
+        seen: dict[tuple, dict] = {}
+        for record in records:
+            seen[tuple(record.get(k) for k in key)] = record
+        merged = list(seen.values())
+        order = list(sort_by or key)
+        merged.sort(key=lambda r: tuple("" if r.get(k) is None else str(r.get(k)) for k in order))
+        target = self.raw_dir / f"{kind}.jsonl.gz"
+        tmp = target.with_suffix(".tmp")
+        # mtime=0: identical content gives identical bytes, so git sees no change.
+        with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as handle:
+            for record in merged:
+                handle.write((json.dumps(record, separators=(",", ":"), default=_json_default) + "\n").encode())
+        os.replace(tmp, target)
+        for path in files:
+            if path != target:
+                path.unlink()
+        return target
+
+
+def _json_default(value):
+    # numpy scalars and paths reach the store from collectors; store them as plain JSON.
+    if hasattr(value, "item"):
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"cannot store {type(value).__name__} in a record")
+
+
+#: Group name of profile and kernel records written before metrics were collected in
+#: groups: each such record holds every core group's metrics at once.
+ALL_GROUPS = "all"
+
+
+def profile_records(store: RunStore) -> pd.DataFrame:
+    """Latest profile record per (run, metric group); older records count for all groups."""
+    frame = store.read("profiles")
+    if frame.empty:
+        return frame
+    if "group" not in frame.columns:
+        frame["group"] = ALL_GROUPS
+    frame["group"] = frame["group"].fillna(ALL_GROUPS)
+    return frame.drop_duplicates(subset=["shape_id", "math", "algo", "group"], keep="last").reset_index(drop=True)

@@ -1,0 +1,67 @@
+"""Exceptions that the command line turns into one clear sentence and an exit code.
+
+Library code raises these; only :mod:`seer.cli` prints them. Anything else that escapes
+is a bug in seer and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+#: Exit codes: 2 for bad input (like argparse's usage errors), 1 for an environment that
+#: cannot do the job (no GPU, no ncu, no cuDNN, unknown GPU name).
+EXIT_INPUT = 2
+EXIT_ENVIRONMENT = 1
+EXIT_INTERRUPTED = 130
+
+
+class SeerError(Exception):
+    """Base class: a problem the user can fix, reported without a traceback."""
+
+    exit_code = EXIT_ENVIRONMENT
+
+
+class InputError(SeerError):
+    """A malformed input file or value, located by file, line and field.
+
+    Parameters
+    ----------
+    message : str
+        What is wrong and, where possible, what was expected.
+    path : str or Path, optional
+        The file that holds the mistake.
+    line : int, optional
+        1-based line number in ``path``.
+    field : str, optional
+        Name of the offending field (e.g. ``out_width``).
+    """
+
+    exit_code = EXIT_INPUT
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | Path | None = None,
+        line: int | None = None,
+        field: str | None = None,
+    ) -> None:
+        self.message = message
+        self.path = None if path is None else str(path)
+        self.line = line
+        self.field = field
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = ""
+        if self.path is not None:
+            where = self.path if self.line is None else f"{self.path}:{self.line}"
+            where += ": "
+        field = f"{self.field}: " if self.field else ""
+        return f"{where}{field}{self.message}"
+
+
+class EnvironmentProblem(SeerError):
+    """The machine cannot do the job: no GPU, no ncu, no cuDNN, wrong GPU."""
+
+    exit_code = EXIT_ENVIRONMENT

@@ -1,0 +1,1 @@
+"""GPU-side code (cuDNN binding, reference check, worker). Imported only on GPU hosts."""

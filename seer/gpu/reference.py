@@ -1,0 +1,124 @@
+"""Device tensors for one shape and an independent float64 check of any algorithm's output.
+
+The check does not trust cuDNN: a small CuPy kernel computes a seeded sample of output
+elements directly, in float64, and the algorithm's output is compared with it by
+relative L2 error. Inputs are random normal (never zeros, which hide unwritten outputs
+and run faster than real data), and the output is poisoned with NaN before each run so
+that an element the algorithm never wrote cannot pass.
+"""
+
+from __future__ import annotations
+
+import cupy as cp
+import numpy as np
+
+from seer.shapes import ConvShape
+
+#: Relative L2 error allowed per math mode. The bounds reject wrong results (unwritten or
+#: misplaced outputs give errors near 1), not less accurate algorithms: on the H100, FP32
+#: direct and GEMM-like algorithms measured ~1e-6, FFT ~4e-7, Winograd's 9x9 tiles up to
+#: 6.4e-4, and TF32 tensor cores ~3e-4. Each run's measured error is kept in rel_error.
+TOLERANCE = {"fma": 5e-3, "default": 1e-2}
+SAMPLES = 4096
+
+_REFERENCE_SOURCE = r"""
+extern "C" __global__ void conv_reference_sampled(
+    const float* x, const float* w, const long long* index, double* out, const int n_samples,
+    const int C, const int H, const int D, const int K, const int R, const int T,
+    const int P, const int Dout, const int stride, const int pad, const int pad_d, const int stride_d)
+{
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n_samples) return;
+    long long i = index[t];                       // flat index into y[N][K][Dout][P][P]
+    const int q = i % P; i /= P;
+    const int p = i % P; i /= P;
+    const int od = i % Dout; i /= Dout;
+    const int k = i % K;
+    const long long n = i / K;
+    double acc = 0.0;
+    for (int c = 0; c < C; ++c) {
+        for (int tt = 0; tt < T; ++tt) {
+            const int id = od * stride_d - pad_d + tt;
+            if (id < 0 || id >= D) continue;
+            for (int r = 0; r < R; ++r) {
+                const int ih = p * stride - pad + r;
+                if (ih < 0 || ih >= H) continue;
+                for (int s = 0; s < R; ++s) {
+                    const int iw = q * stride - pad + s;
+                    if (iw < 0 || iw >= H) continue;
+                    const double xv = x[(((n * C + c) * D + id) * (long long)H + ih) * H + iw];
+                    const double wv = w[(((k * (long long)C + c) * T + tt) * R + r) * R + s];
+                    acc += xv * wv;
+                }
+            }
+        }
+    }
+    out[t] = acc;
+}
+"""
+_kernel = None
+
+
+def _reference_kernel():
+    global _kernel
+    if _kernel is None:
+        _kernel = cp.RawKernel(_REFERENCE_SOURCE, "conv_reference_sampled")
+    return _kernel
+
+
+class ShapeTensors:
+    """Input, filter, output and the float64 reference sample of one shape, on the GPU.
+
+    Parameters
+    ----------
+    shape : ConvShape
+    seed : int
+        Seeds the inputs and the sampled output positions.
+    """
+
+    def __init__(self, shape: ConvShape, seed: int) -> None:
+        self.shape = shape
+        rng = cp.random.default_rng(seed)
+        depth = (shape.in_depth,) if shape.is_3d else ()
+        kdepth = (shape.kernel_depth,) if shape.is_3d else ()
+        odepth = (shape.out_depth,) if shape.is_3d else ()
+        self.x_dims = (shape.batch, shape.in_ch, *depth, shape.in_width, shape.in_width)
+        self.w_dims = (shape.out_ch, shape.in_ch, *kdepth, shape.kernel_width, shape.kernel_width)
+        self.y_dims = (shape.batch, shape.out_ch, *odepth, shape.out_width, shape.out_width)
+        spatial = 3 if shape.is_3d else 2
+        self.padding = (shape.padding,) * spatial
+        self.stride = (shape.stride,) * spatial
+        self.x = rng.standard_normal(self.x_dims, dtype=cp.float32)
+        self.w = rng.standard_normal(self.w_dims, dtype=cp.float32)
+        self.y = cp.empty(self.y_dims, dtype=cp.float32)
+        n_out = self.y.size
+        n = min(SAMPLES, n_out)
+        # CuPy's Generator has no sampling without replacement; NumPy's is O(n) in the sample.
+        picks = np.random.default_rng(seed).choice(n_out, size=n, replace=False)
+        self.sample_index = cp.asarray(np.sort(picks), dtype=cp.int64)
+        self.reference = cp.empty(n, dtype=cp.float64)
+        threads = 128
+        _reference_kernel()(
+            ((n + threads - 1) // threads,), (threads,),
+            (self.x, self.w, self.sample_index, self.reference, cp.int32(n),
+             cp.int32(shape.in_ch), cp.int32(shape.in_width), cp.int32(shape.in_depth),
+             cp.int32(shape.out_ch), cp.int32(shape.kernel_width), cp.int32(shape.kernel_depth),
+             cp.int32(shape.out_width), cp.int32(shape.out_depth), cp.int32(shape.stride),
+             cp.int32(shape.padding), cp.int32(shape.padding if shape.is_3d else 0),
+             cp.int32(shape.stride if shape.is_3d else 1)),
+        )
+        self.reference_norm = float(cp.linalg.norm(self.reference))
+
+    def poison_output(self) -> None:
+        self.y.fill(cp.nan)
+
+    def relative_error(self) -> float:
+        """Relative L2 error of the sampled outputs; inf if any output is not finite."""
+        if not bool(cp.isfinite(self.y).all()):
+            return float("inf")
+        got = self.y.ravel()[self.sample_index].astype(cp.float64)
+        return float(cp.linalg.norm(got - self.reference)) / max(self.reference_norm, 1e-30)
+
+    @property
+    def nbytes(self) -> int:
+        return self.x.nbytes + self.w.nbytes + self.y.nbytes

@@ -1,0 +1,340 @@
+"""The GPU side of a collection: runs in a child process, under ncu when profiling.
+
+``seer collect`` starts this program (through ``collectors/cudnn_worker.py``) with a plan
+file of shapes and their pending (math, algorithm) items, and reads what it appends to a
+results file: a ``start`` event before each item and a ``row`` (timing) or ``profiled``
+event after it. If the child dies (segfault, sticky CUDA error, driver reset) the
+orchestrator knows which item killed it from the last ``start``, records that item's
+failure and starts a fresh child for the rest. A CUDA runtime error inside an item ends
+the child on purpose: the context may be unusable afterwards.
+
+Subcommands: ``probe`` (device, driver, CUDA, cuDNN facts as JSON), ``time``, ``profile``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from seer.algorithms import cudnn_algorithm_by_enum, get_algorithm
+from seer.collect.plan import ShapeWork
+from seer.ncu import range_name
+
+EXIT_CUDA_ERROR = 3
+
+
+def _emitter(path: str) -> Callable[[dict], None]:
+    handle = open(path, "a", buffering=1)
+
+    def emit(record: dict) -> None:
+        handle.write(json.dumps(record, separators=(",", ":")) + "\n")
+        handle.flush()
+
+    return emit
+
+
+def _read_plan(path: str) -> list[ShapeWork]:
+    with open(path) as handle:
+        return [ShapeWork.from_record(json.loads(line)) for line in handle if line.strip()]
+
+
+# -- probe --------------------------------------------------------------------------------
+def probe() -> dict:
+    """Facts about this machine's GPU stack, for the orchestrator and provenance."""
+    import cupy as cp
+
+    from seer.gpu import cudnn
+
+    info: dict = {"python": platform.python_version(), "cupy_version": cp.__version__,
+                  "hostname": platform.node()}
+    count = cp.cuda.runtime.getDeviceCount()
+    info["device_count"] = count
+    props = cp.cuda.runtime.getDeviceProperties(0)
+    info["device_name"] = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    info["sm_count"] = int(props["multiProcessorCount"])
+    info["memory_bytes"] = int(props["totalGlobalMem"])
+    info["compute_capability"] = f"{props['major']}.{props['minor']}"
+    info["l2_cache_bytes"] = int(props["l2CacheSize"])
+    info["cuda_runtime_version"] = _cuda_version(cp.cuda.runtime.runtimeGetVersion())
+    info["cuda_driver_api_version"] = _cuda_version(cp.cuda.runtime.driverGetVersion())
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        info["driver_version"] = _text(pynvml.nvmlSystemGetDriverVersion())
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        info["nvml_device_name"] = _text(pynvml.nvmlDeviceGetName(h))
+        info["max_sm_clock_mhz"] = int(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM))
+        info["max_memory_clock_mhz"] = int(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_MEM))
+        info["power_limit_w"] = pynvml.nvmlDeviceGetPowerManagementLimit(h) / 1000
+        pynvml.nvmlShutdown()
+    except Exception as exc:  # NVML is optional: provenance says why it is missing
+        info["driver_version"] = None
+        info["nvml_error"] = f"{type(exc).__name__}: {exc}"
+    info["cudnn_version"] = cudnn.version()
+    info["cudnn_library"] = cudnn.library_path()
+    return info
+
+
+def _cuda_version(v: int) -> str:
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+# -- shared per-item machinery ------------------------------------------------------------
+def _shape_seed(shape_id: str, seed: int) -> int:
+    return (int(shape_id, 16) ^ seed) & 0x7FFFFFFF
+
+
+def _heuristic_ranks(problem) -> tuple[dict[str, int], str | None]:
+    """1-based rank of each algorithm in cuDNN's heuristic list (successful entries only)."""
+    from seer.gpu.cudnn import CudnnError
+
+    try:
+        choices = problem.heuristic()
+    except CudnnError as exc:
+        return {}, str(exc)
+    ranks: dict[str, int] = {}
+    for choice in choices:
+        if choice.status != 0:
+            continue
+        try:
+            name = cudnn_algorithm_by_enum(choice.algo).name
+        except KeyError:
+            continue
+        ranks.setdefault(name, len(ranks) + 1)
+    return ranks, None
+
+
+class _ItemFailed(Exception):
+    def __init__(self, status: str, detail: str) -> None:
+        self.status, self.detail = status, detail
+        super().__init__(detail)
+
+
+def _prepare(problem, tensors, algo: str, workspace_cap: int):
+    """Workspace for one algorithm, or _ItemFailed with the status to record."""
+    import cupy as cp
+
+    from seer.gpu.cudnn import CudnnError, CudnnNotSupported
+
+    enum = get_algorithm(algo).enum
+    try:
+        workspace_bytes = problem.workspace_size(enum)
+    except CudnnNotSupported as exc:
+        raise _ItemFailed("not_supported", str(exc)) from None
+    except CudnnError as exc:
+        raise _ItemFailed("error", str(exc)) from None
+    if workspace_bytes > workspace_cap:
+        raise _ItemFailed("workspace_too_large",
+                          f"needs {workspace_bytes} bytes of workspace, cap is {workspace_cap}")
+    try:
+        workspace = cp.empty(workspace_bytes, dtype=cp.uint8) if workspace_bytes else None
+    except cp.cuda.memory.OutOfMemoryError as exc:
+        raise _ItemFailed("oom", f"workspace of {workspace_bytes} bytes: {exc}") from None
+    ptr = workspace.data.ptr if workspace is not None else 0
+
+    def forward() -> None:
+        problem.forward(enum, tensors.x.data.ptr, tensors.w.data.ptr, tensors.y.data.ptr,
+                        ptr, workspace_bytes)
+
+    return forward, workspace, workspace_bytes
+
+
+def _run_checked(forward, tensors) -> float:
+    """One forward call on a poisoned output; the relative error against float64."""
+    import cupy as cp
+
+    from seer.gpu.cudnn import CudnnError, CudnnNotSupported
+
+    tensors.poison_output()
+    try:
+        forward()
+        cp.cuda.Device().synchronize()
+    except CudnnNotSupported as exc:
+        raise _ItemFailed("not_supported", f"at run time: {exc}") from None
+    except CudnnError as exc:
+        raise _ItemFailed("error", str(exc)) from None
+    except cp.cuda.memory.OutOfMemoryError as exc:
+        raise _ItemFailed("oom", str(exc)) from None
+    return tensors.relative_error()
+
+
+def _for_each_item(plan: list[ShapeWork], emit, seed: int, per_item,
+                   stop_file: str | None = None) -> None:
+    """Allocate each shape once, build descriptors per math mode, call per_item per algo.
+
+    ``per_item(problem, tensors, work, math, algo, heuristic_rank)`` returns the record to
+    emit. Failures of a whole shape (its tensors do not fit) are emitted for every item.
+    When ``stop_file`` appears, the worker stops after the current shape and exits
+    normally, so that ncu still writes the results of everything profiled so far.
+    """
+    import cupy as cp
+
+    from seer.gpu import cudnn
+    from seer.gpu.reference import ShapeTensors
+
+    pool = cp.get_default_memory_pool()
+    handle = cudnn.Handle(stream=cp.cuda.get_current_stream().ptr)
+    for work in plan:
+        if stop_file and os.path.exists(stop_file):
+            break
+        try:
+            tensors = ShapeTensors(work.shape, _shape_seed(work.shape_id, seed))
+        except cp.cuda.memory.OutOfMemoryError as exc:
+            for math_mode, algo in work.items:
+                emit({"event": "row", "row": _base_row(work, math_mode, algo) | {
+                    "status": "oom", "status_detail": f"input/filter/output tensors: {exc}"}})
+            pool.free_all_blocks()
+            continue
+        by_math: dict[str, list[str]] = {}
+        for math_mode, algo in work.items:
+            by_math.setdefault(math_mode, []).append(algo)
+        for math_mode, algos in by_math.items():
+            with cudnn.ConvolutionProblem(handle, tensors.x_dims, tensors.w_dims, tensors.padding,
+                                          tensors.stride, math_mode) as problem:
+                ranks, rank_error = _heuristic_ranks(problem)
+                for algo in algos:
+                    emit({"event": "start", "shape_id": work.shape_id, "math": math_mode, "algo": algo})
+                    record = per_item(problem, tensors, work, math_mode, algo, ranks.get(algo))
+                    if rank_error and record.get("row"):
+                        record["row"]["heuristic_error"] = rank_error
+                    emit(record)
+        del tensors
+        pool.free_all_blocks()
+    handle.close()
+
+
+def _base_row(work: ShapeWork, math_mode: str, algo: str) -> dict:
+    return {"shape_id": work.shape_id, "math": math_mode, "algo": algo, "grid": work.grid,
+            **work.shape.as_dict()}
+
+
+# -- timing -------------------------------------------------------------------------------
+def time_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, seed: int,
+              budget_ms: float, min_reps: int, max_reps: int, stop_file: str | None = None) -> None:
+    """Time every item: check the result, warm up, then the median of N CUDA-event timings.
+
+    N adapts to the algorithm's speed: about ``budget_ms`` of repetitions, at least
+    ``min_reps`` and at most ``max_reps``; repeated calls reuse the same buffers (a warm
+    L2, as in a framework's benchmark mode).
+    """
+    import cupy as cp
+    import numpy as np
+    from cupyx.profiler import benchmark
+
+    from seer.gpu.reference import TOLERANCE
+
+    def per_item(problem, tensors, work, math_mode, algo, rank):
+        row = _base_row(work, math_mode, algo) | {"heuristic_rank": rank}
+        try:
+            forward, workspace, workspace_bytes = _prepare(problem, tensors, algo, workspace_cap)
+            row["workspace_bytes"] = workspace_bytes
+            started = time.perf_counter()
+            error = _run_checked(forward, tensors)
+            first_ms = (time.perf_counter() - started) * 1e3
+            row["rel_error"] = error if math.isfinite(error) else None
+            status = "ok" if error <= TOLERANCE[math_mode] else "wrong_result"
+            if status == "wrong_result":
+                row["status_detail"] = (f"relative error {error:.3g} > tolerance {TOLERANCE[math_mode]:g}"
+                                        if math.isfinite(error) else "output has NaN/inf (unwritten or overflow)")
+            # A second, warm call estimates the time for choosing the repetition count.
+            estimate = benchmark(forward, n_repeat=1, n_warmup=1).gpu_times[0][0] * 1e3
+            reps = int(min(max_reps, max(min_reps, budget_ms // max(estimate, 1e-3))))
+            warmup = 1 if estimate > 1.0 else 3
+            times_ms = benchmark(forward, n_repeat=reps, n_warmup=warmup).gpu_times[0] * 1e3
+            q25, median, q75 = np.percentile(times_ms, [25, 50, 75])
+            row |= {"status": status, "time_ms": float(median), "time_ms_iqr": float(q75 - q25),
+                    "time_ms_min": float(times_ms.min()), "n_reps": reps, "first_call_ms": first_ms}
+            del workspace
+        except _ItemFailed as exc:
+            row |= {"status": exc.status, "status_detail": exc.detail}
+        except cp.cuda.runtime.CUDARuntimeError as exc:
+            # The context may be unusable: record the item, then let a fresh worker go on.
+            emit({"event": "row", "row": row | {"status": "error", "status_detail": f"CUDA error: {exc}"}})
+            sys.exit(EXIT_CUDA_ERROR)
+        return {"event": "row", "row": row}
+
+    _for_each_item(plan, emit, seed, per_item, stop_file)
+
+
+# -- profiling ----------------------------------------------------------------------------
+def profile_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, seed: int,
+                 stop_file: str | None = None) -> None:
+    """Run each item once inside its NVTX range, after one warm-up call outside it."""
+    import cupy as cp
+    from cupy.cuda import nvtx
+
+    def per_item(problem, tensors, work, math_mode, algo, rank):
+        record = {"event": "profiled", "shape_id": work.shape_id, "math": math_mode, "algo": algo}
+        try:
+            forward, workspace, _ = _prepare(problem, tensors, algo, workspace_cap)
+            _run_checked(forward, tensors)  # warm-up: lazy module loading stays out of the profile
+            nvtx.RangePush(range_name(work.shape_id, math_mode, algo))
+            try:
+                forward()
+                cp.cuda.Device().synchronize()
+            finally:
+                nvtx.RangePop()
+            del workspace
+            record["status"] = "ok"
+        except _ItemFailed as exc:
+            record |= {"status": "error", "status_detail": f"{exc.status}: {exc.detail}"}
+        except cp.cuda.runtime.CUDARuntimeError as exc:
+            emit(record | {"status": "error", "status_detail": f"CUDA error: {exc}"})
+            sys.exit(EXIT_CUDA_ERROR)
+        return record
+
+    _for_each_item(plan, emit, seed, per_item, stop_file)
+
+
+# -- entry point --------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="cudnn_worker", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("probe")
+    p.add_argument("--out", required=True)
+    for name in ("time", "profile"):
+        p = sub.add_parser(name)
+        p.add_argument("--plan", required=True)
+        p.add_argument("--results", required=True)
+        p.add_argument("--workspace-cap", type=int, required=True)
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--stop-file", help="stop cleanly after the current shape once this file exists")
+        if name == "time":
+            p.add_argument("--budget-ms", type=float, default=10.0)
+            p.add_argument("--min-reps", type=int, default=5)
+            p.add_argument("--max-reps", type=int, default=100)
+    args = parser.parse_args(argv)
+    if args.command == "probe":
+        try:
+            info = probe()
+        except Exception as exc:  # reported to the orchestrator, which says it in one sentence
+            info = {"error": f"{type(exc).__name__}: {exc}"}
+        Path(args.out).write_text(json.dumps(info))
+        return 0 if "error" not in info else 1
+    emit = _emitter(args.results)
+    plan = _read_plan(args.plan)
+    if args.command == "time":
+        time_plan(plan, emit, workspace_cap=args.workspace_cap, seed=args.seed,
+                  budget_ms=args.budget_ms, min_reps=args.min_reps, max_reps=args.max_reps,
+                  stop_file=args.stop_file)
+    else:
+        profile_plan(plan, emit, workspace_cap=args.workspace_cap, seed=args.seed,
+                     stop_file=args.stop_file)
+    emit({"event": "done"})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

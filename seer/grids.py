@@ -1,0 +1,238 @@
+"""Grids of layer shapes to measure, and SEER's shape-file format (Test-set-II).
+
+Named grids:
+
+``seer``
+    SEER's generated ranges (batch, channels, width, kernel 1/3/5/7, stride, padding),
+    sampled reproducibly: the full cartesian product is filtered to shapes that are
+    possible and bounded in work and memory, then a seeded sample is drawn per
+    (kernel, stride) stratum so every kernel size and stride is well covered.
+``networks``
+    The convolution layers of ResNet-50/152, VGG-16, DenseNet-121, AlexNet and GoogLeNet
+    at several batch sizes (the training networks).
+``test-set-ii``
+    Layers of other networks (see :data:`seer.networks.TEST_SET_II_NETWORKS`) that are not
+    in the two grids above: the held-out Test-set-II.
+``quick``
+    Twenty small shapes for tests and smoke runs.
+
+Any other grid name is read as a file in SEER's format: the first line is the number of
+shapes N, then N lines of ``batch in_ch in_width out_ch out_width kernel_width stride
+padding``. Blank lines and ``#`` comments are allowed. Every mistake is reported with file,
+line and field.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from seer.errors import InputError
+from seer.shapes import SEER_FIELDS, ConvShape, ShapeError, conv_out_width
+
+
+@dataclass(frozen=True)
+class GridShape:
+    """A shape and the grid it came from (the grid decides the dataset split)."""
+
+    shape: ConvShape
+    grid: str
+
+
+# -- SEER's ranges ------------------------------------------------------------------------
+SEER_BATCHES = (1, 8, 16, 32, 64, 128)
+SEER_CHANNELS = (3, 16, 32, 64, 128, 256, 512, 1024)
+SEER_WIDTHS = (7, 10, 14, 16, 28, 32, 40, 56, 64, 80, 112, 128, 160, 224)
+SEER_KERNELS = (1, 3, 5, 7)
+#: SEER sampled strides 1-4 alike; real networks (and FFT/Winograd, which need stride 1)
+#: are mostly stride 1, so the sample gives stride 1 half of the shapes.
+SEER_STRIDE_WEIGHTS = {1: 0.5, 2: 0.3, 3: 0.1, 4: 0.1}
+#: Bounds that keep one measurement short and the tensors well inside GPU memory. SEER
+#: filtered its grid by run time (1 ms to 1 s on a Titan Xp); seer bounds the analytic
+#: work instead, which needs no GPU to evaluate.
+SEER_MAX_FLOPS = 5e10
+SEER_MAX_TENSOR_BYTES = 2 * 2**30
+SEER_DEFAULT_SIZE = 1200
+NETWORK_BATCHES = (1, 8, 32)
+
+
+def _seer_candidates() -> list[ConvShape]:
+    out = []
+    for batch, in_ch, width, out_ch, kernel, stride in itertools.product(
+        SEER_BATCHES, SEER_CHANNELS, SEER_WIDTHS, SEER_CHANNELS, SEER_KERNELS, SEER_STRIDE_WEIGHTS
+    ):
+        for padding in sorted({0, kernel // 2}):
+            if kernel > width + 2 * padding:
+                continue
+            shape = ConvShape(batch, in_ch, width, out_ch,
+                              conv_out_width(width, kernel, stride, padding), kernel, stride, padding)
+            if shape.flops <= SEER_MAX_FLOPS and shape.tensor_bytes <= SEER_MAX_TENSOR_BYTES:
+                out.append(shape)
+    return out
+
+
+def seer_grid(size: int = SEER_DEFAULT_SIZE, seed: int = 0) -> list[ConvShape]:
+    """A reproducible sample of ``size`` shapes from SEER's ranges (see module docstring)."""
+    candidates = _seer_candidates()
+    rng = np.random.default_rng(seed)
+    strata: dict[tuple[int, int], list[ConvShape]] = {}
+    for shape in candidates:
+        strata.setdefault((shape.kernel_width, shape.stride), []).append(shape)
+    chosen: list[ConvShape] = []
+    for (kernel, stride), members in sorted(strata.items()):
+        share = SEER_STRIDE_WEIGHTS[stride] / len(SEER_KERNELS)
+        take = min(len(members), int(round(size * share)))
+        picks = rng.choice(len(members), size=take, replace=False)
+        chosen.extend(members[i] for i in sorted(picks))
+    return chosen
+
+
+def quick_grid() -> list[ConvShape]:
+    """Twenty small shapes: every kernel size, strides 1 and 2, both paddings."""
+    shapes = []
+    for i, (kernel, stride, padding_same) in enumerate(
+        itertools.product(SEER_KERNELS, (1, 2), (False, True))
+    ):
+        batch = (1, 4, 8, 16)[i % 4]
+        in_ch, out_ch = ((16, 32), (32, 64), (64, 64), (128, 64))[i % 4]
+        width = (14, 28, 32, 56)[(i // 2) % 4]
+        padding = kernel // 2 if padding_same else 0
+        shapes.append(ConvShape.from_layer(batch, in_ch, width, out_ch, kernel, stride, padding))
+    # A few real-network layers, so the quick grid includes TF32-friendly channel counts.
+    shapes.append(ConvShape.from_layer(8, 64, 56, 64, 3, 1, 1))
+    shapes.append(ConvShape.from_layer(8, 256, 14, 256, 3, 1, 1))
+    shapes.append(ConvShape.from_layer(1, 3, 224, 64, 7, 2, 3))
+    shapes.append(ConvShape.from_layer(32, 512, 7, 2048, 1, 1, 0))
+    return shapes
+
+
+def networks_grid(batches: Sequence[int] = NETWORK_BATCHES,
+                  names: Sequence[str] | None = None) -> list[ConvShape]:
+    """Unique conv-layer shapes of networks (default: the training networks) at these batches."""
+    from seer import networks
+
+    names = networks.TRAINING_NETWORKS if names is None else names
+    layers = [layer for batch in batches for name in names
+              for layer in networks.network_layers(name, batch)]
+    return networks.unique_shapes(layers)
+
+
+def test_set_ii_grid(batches: Sequence[int] = NETWORK_BATCHES) -> list[ConvShape]:
+    """Unique layer shapes of the Test-set-II networks that no training grid contains."""
+    from seer.networks import TEST_SET_II_NETWORKS
+
+    training = set(seer_grid()) | set(networks_grid(batches))
+    return [s for s in networks_grid(batches, TEST_SET_II_NETWORKS) if s not in training]
+
+
+NAMED_GRIDS = {
+    "seer": seer_grid,
+    "networks": networks_grid,
+    "test-set-ii": test_set_ii_grid,
+    "quick": quick_grid,
+}
+
+
+def resolve_grids(spec: str | Sequence[str]) -> list[GridShape]:
+    """Shapes of one or more grids (comma-separated names or shape files), deduplicated.
+
+    A shape in several grids is kept once, with the first grid's name.
+    """
+    names = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else list(spec)
+    seen: dict[ConvShape, str] = {}
+    for name in names:
+        if not name:
+            continue
+        if name.lower() in NAMED_GRIDS:
+            label, shapes = name.lower(), NAMED_GRIDS[name.lower()]()
+        else:
+            path = Path(name)
+            if not path.exists():
+                raise InputError(
+                    f"no such grid or file; named grids are {', '.join(NAMED_GRIDS)}", path=name)
+            label, shapes = f"file:{path.stem}", read_shapes_file(path)
+        for shape in shapes:
+            seen.setdefault(shape, label)
+    return [GridShape(shape, grid) for shape, grid in seen.items()]
+
+
+# -- SEER's shape-file format -------------------------------------------------------------
+def _content_lines(text: str) -> Iterable[tuple[int, list[str]]]:
+    for number, line in enumerate(text.splitlines(), start=1):
+        content = line.split("#", 1)[0].strip()
+        if content:
+            yield number, content.split()
+
+
+def parse_shapes(text: str, path: str | Path = "<input>") -> list[ConvShape]:
+    """Parse SEER's format; raise InputError naming file, line and field on any mistake."""
+    lines = list(_content_lines(text))
+    if not lines:
+        raise InputError("empty file: the first line must be the number of shapes", path=path, line=1)
+    count_line, count_fields = lines[0]
+    if len(count_fields) != 1:
+        raise InputError(f"the first line must hold only the number of shapes, got {' '.join(count_fields)!r}",
+                         path=path, line=count_line, field="count")
+    try:
+        count = int(count_fields[0])
+    except ValueError:
+        raise InputError(f"the number of shapes must be an integer, got {count_fields[0]!r}",
+                         path=path, line=count_line, field="count") from None
+    if count < 0:
+        raise InputError(f"the number of shapes must be >= 0, got {count}", path=path,
+                         line=count_line, field="count")
+    body = lines[1:]
+    if len(body) != count:
+        # Point at the first surplus shape, or at the count that promised more.
+        line = body[count][0] if len(body) > count else count_line
+        raise InputError(f"the first line says {count} shapes, but the file has {len(body)}",
+                         path=path, line=line, field="count")
+    shapes = []
+    for number, fields in body:
+        if len(fields) < len(SEER_FIELDS):
+            missing = SEER_FIELDS[len(fields)]
+            raise InputError(f"missing field (expected {len(SEER_FIELDS)}: {' '.join(SEER_FIELDS)})",
+                             path=path, line=number, field=missing)
+        if len(fields) > len(SEER_FIELDS):
+            raise InputError(f"extra field {fields[len(SEER_FIELDS)]!r} after padding (expected "
+                             f"{len(SEER_FIELDS)}: {' '.join(SEER_FIELDS)})",
+                             path=path, line=number, field="padding")
+        values = {}
+        for name, text_value in zip(SEER_FIELDS, fields):
+            try:
+                values[name] = int(text_value)
+            except ValueError:
+                raise InputError(f"must be an integer, got {text_value!r}", path=path, line=number,
+                                 field=name) from None
+        try:
+            shapes.append(ConvShape(**values))
+        except ShapeError as exc:
+            raise InputError(exc.message, path=path, line=number, field=exc.field) from None
+    return shapes
+
+
+def read_shapes_file(path: str | Path) -> list[ConvShape]:
+    """Read a shape file in SEER's Test-set-II format (see :func:`parse_shapes`)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise InputError("no such file", path=path) from None
+    except UnicodeDecodeError:
+        raise InputError("not a text file", path=path) from None
+    except IsADirectoryError:
+        raise InputError("is a directory, not a shape file", path=path) from None
+    return parse_shapes(text, path)
+
+
+def format_shapes(shapes: Sequence[ConvShape]) -> str:
+    return "\n".join([str(len(shapes))] + [s.to_seer_line() for s in shapes]) + "\n"
+
+
+def write_shapes_file(path: str | Path, shapes: Sequence[ConvShape]) -> None:
+    """Write shapes in SEER's format (count line, then one shape per line)."""
+    Path(path).write_text(format_shapes(shapes))

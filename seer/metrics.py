@@ -1,0 +1,116 @@
+"""The one table of Nsight Compute metrics that seer collects, and how runs roll them up.
+
+Each :class:`Metric` names the tidy column it becomes, the ncu metric it comes from,
+its unit, and the rule that combines the kernels of one algorithm run (an algorithm may
+launch many kernels): ``sum`` (time, traffic, instruction counts), ``main`` (taken from
+the main kernel: launch configuration, occupancy, waves) or ``time_weighted`` (a
+utilisation averaged over the kernels by their durations). Only :mod:`seer.ncu` and
+:mod:`seer.dataset` read this table; nothing else names an ncu metric.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Metric:
+    column: str
+    ncu_name: str
+    unit: str
+    rollup: str  # "sum" | "main" | "time_weighted"
+    description: str
+    group: str  # the profiling group (one ncu run) that collects it; see PROFILE_GROUPS
+
+
+#: Each group is collected by its own ncu run over a chunk of runs. On the H100 with ncu
+#: 2025.3.1 every group below took one replay pass, while asking for all metrics at once
+#: took several passes per kernel (each pass replays the kernel): 2.8 kernels/s against
+#: 18-35 kernels/s per single-pass group (benchmarks/ncu_cost.py). SASS-instruction counts
+#: are gathered by instrumentation, which ncu cannot combine with hardware counters in one pass.
+PROFILE_GROUPS = ("launch_sass", "memory", "cache", "time_occupancy", "tensor", "pipes", "throughput")
+#: Groups only default-math runs need: CUDNN_FMA_MATH restricts cuDNN to FMA kernels, so
+#: fma runs execute no tensor-core operations.
+DEFAULT_MATH_ONLY_GROUPS = frozenset({"tensor"})
+#: What ``--ncu-metrics`` may ask for.
+METRIC_SETS = {"core": PROFILE_GROUPS[:5], "full": PROFILE_GROUPS}
+
+METRICS: tuple[Metric, ...] = (
+    # Launch statistics cost no replay; SASS thread-instruction counts come from one
+    # instrumented pass.
+    Metric("grid_blocks", "launch__grid_size", "blocks", "main", "thread blocks launched", "launch_sass"),
+    Metric("block_threads", "launch__block_size", "threads", "main", "threads per block", "launch_sass"),
+    Metric("registers", "launch__registers_per_thread", "registers", "main", "registers per thread",
+           "launch_sass"),
+    Metric("shared_mem_static_bytes", "launch__shared_mem_per_block_static", "bytes", "main",
+           "static shared memory per block", "launch_sass"),
+    Metric("shared_mem_dynamic_bytes", "launch__shared_mem_per_block_dynamic", "bytes", "main",
+           "dynamic shared memory per block", "launch_sass"),
+    Metric("shared_mem_config_bytes", "launch__shared_mem_config_size", "bytes", "main",
+           "shared memory carveout the driver configured for the launch", "launch_sass"),
+    Metric("occupancy_limit_blocks", "launch__occupancy_limit_blocks", "blocks", "main",
+           "resident blocks per SM allowed by the block-count limit", "launch_sass"),
+    Metric("occupancy_limit_registers", "launch__occupancy_limit_registers", "blocks", "main",
+           "resident blocks per SM allowed by registers", "launch_sass"),
+    Metric("occupancy_limit_shared_mem", "launch__occupancy_limit_shared_mem", "blocks", "main",
+           "resident blocks per SM allowed by shared memory", "launch_sass"),
+    Metric("occupancy_limit_warps", "launch__occupancy_limit_warps", "blocks", "main",
+           "resident blocks per SM allowed by warps", "launch_sass"),
+    Metric("waves", "launch__waves_per_multiprocessor", "waves", "main",
+           "grid blocks / (resident blocks per SM x SMs)", "launch_sass"),
+    Metric("inst_ffma", "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum", "thread-inst", "sum",
+           "fp32 fused multiply-adds (thread level)", "launch_sass"),
+    Metric("inst_fadd", "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum", "thread-inst", "sum",
+           "fp32 adds", "launch_sass"),
+    Metric("inst_fmul", "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum", "thread-inst", "sum",
+           "fp32 multiplies", "launch_sass"),
+    Metric("inst_hfma", "smsp__sass_thread_inst_executed_op_hfma_pred_on.sum", "thread-inst", "sum",
+           "fp16 fused multiply-adds", "launch_sass"),
+    # Memory hierarchy traffic.
+    Metric("dram_read_bytes", "dram__bytes_read.sum", "bytes", "sum", "DRAM bytes read", "memory"),
+    Metric("dram_write_bytes", "dram__bytes_write.sum", "bytes", "sum", "DRAM bytes written", "memory"),
+    Metric("l2_bytes", "lts__t_bytes.sum", "bytes", "sum", "bytes through the L2 slices", "memory"),
+    Metric("l1_bytes", "l1tex__t_bytes.sum", "bytes", "sum", "bytes through L1/TEX", "cache"),
+    Metric("inst_tensor", "sm__inst_executed_pipe_tensor.sum", "warp-inst", "sum",
+           "warp instructions issued to the tensor pipe", "cache"),
+    Metric("sm_clock_hz", "sm__cycles_elapsed.avg.per_second", "Hz", "time_weighted",
+           "SM clock while the kernel ran", "cache"),
+    # Time and occupancy.
+    Metric("duration_ns", "gpu__time_duration.sum", "ns", "sum", "kernel duration under ncu",
+           "time_occupancy"),
+    Metric("achieved_occupancy_pct", "sm__warps_active.avg.pct_of_peak_sustained_active", "%",
+           "main", "achieved occupancy", "time_occupancy"),
+    # Tensor-core work (default math only).
+    Metric("tensor_ops_tf32", "sm__ops_path_tensor_src_tf32_dst_fp32.sum", "flops", "sum",
+           "FLOPs on the tensor path with TF32 sources (a multiply-add counts two)", "tensor"),
+    # Extras for analysis (--ncu-metrics full).
+    Metric("fma_pipe_util_pct", "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active", "%",
+           "time_weighted", "FMA pipe busy, % of active cycles (SEER's fp32 FU utilisation)", "pipes"),
+    Metric("tensor_pipe_util_pct", "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
+           "%", "time_weighted", "tensor pipe busy, % of active cycles", "pipes"),
+    Metric("sm_util_pct", "sm__throughput.avg.pct_of_peak_sustained_elapsed", "%", "time_weighted",
+           "SM throughput, % of peak", "throughput"),
+    Metric("dram_util_pct", "dram__throughput.avg.pct_of_peak_sustained_elapsed", "%", "time_weighted",
+           "DRAM throughput, % of peak", "throughput"),
+)
+
+METRIC_BY_COLUMN = {m.column: m for m in METRICS}
+METRIC_BY_NCU_NAME = {m.ncu_name: m for m in METRICS}
+
+
+def ncu_metric_names(group: str | None = None) -> list[str]:
+    """ncu metric names of one profiling group, or of all groups."""
+    return [m.ncu_name for m in METRICS if group is None or m.group == group]
+
+
+def columns_with_rollup(rollup: str) -> list[str]:
+    return [m.column for m in METRICS if m.rollup == rollup]
+
+
+def thread_flops(inst_ffma, inst_fadd, inst_fmul, inst_hfma):
+    """FLOPs counted from SASS thread instructions: an FMA is two, add and multiply one.
+
+    Tensor-core FLOPs are not included: warp-level tensor instruction counts do not say
+    how many multiply-adds each instruction did (that depends on the MMA shape).
+    """
+    return 2 * inst_ffma + inst_fadd + inst_fmul + 2 * inst_hfma

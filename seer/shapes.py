@@ -1,0 +1,205 @@
+"""Convolution layer shapes: the first stage of seer's data flow.
+
+A :class:`ConvShape` is one forward convolution in SEER's terms: square images and
+square filters, ``batch in_ch in_width out_ch out_width kernel_width stride padding``.
+Depth fields are present (all 1 for 2D) so that 3D convolutions need no schema change.
+Everything here is pure Python: analytic FLOPs and tensor bytes, the output-width rule,
+and a stable ``shape_id`` used to key, join and split measurements.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Mapping
+
+#: The eight integers of SEER's shape format, in file order.
+SEER_FIELDS: tuple[str, ...] = (
+    "batch",
+    "in_ch",
+    "in_width",
+    "out_ch",
+    "out_width",
+    "kernel_width",
+    "stride",
+    "padding",
+)
+#: All shape columns of seer's tidy tables (SEER's eight, then the 3D extension).
+SHAPE_COLUMNS: tuple[str, ...] = SEER_FIELDS + ("in_depth", "kernel_depth", "out_depth")
+
+FP32_BYTES = 4
+
+
+class ShapeError(ValueError):
+    """An impossible shape; ``field`` names the offending field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {message}")
+
+
+def conv_out_width(in_width: int, kernel_width: int, stride: int, padding: int) -> int:
+    """Output width of a convolution (dilation 1), as cuDNN and every framework compute it."""
+    return (in_width + 2 * padding - kernel_width) // stride + 1
+
+
+@dataclass(frozen=True, order=True)
+class ConvShape:
+    """One forward convolution: NCHW input, KCRS filter, square images and filters.
+
+    Parameters
+    ----------
+    batch, in_ch, in_width, out_ch, out_width, kernel_width, stride, padding : int
+        SEER's eight fields. ``out_width`` must equal
+        ``(in_width + 2*padding - kernel_width) // stride + 1``.
+    in_depth, kernel_depth : int, default=1
+        Depth of a 3D input and filter; both 1 for 2D. A 3D convolution uses the same
+        stride and padding along depth as along width.
+
+    Raises
+    ------
+    ShapeError
+        If a size is not a positive integer, padding is negative, the filter does not fit
+        the padded input, or ``out_width`` does not follow from the other fields.
+    """
+
+    batch: int
+    in_ch: int
+    in_width: int
+    out_ch: int
+    out_width: int
+    kernel_width: int
+    stride: int
+    padding: int
+    in_depth: int = 1
+    kernel_depth: int = 1
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ShapeError(f.name, f"must be an integer, got {value!r}")
+            if f.name == "padding":
+                if value < 0:
+                    raise ShapeError(f.name, f"must be >= 0, got {value}")
+            elif value <= 0:
+                raise ShapeError(f.name, f"must be a positive integer, got {value}")
+        if self.kernel_width > self.in_width + 2 * self.padding:
+            raise ShapeError(
+                "kernel_width",
+                f"{self.kernel_width} is wider than the padded input "
+                f"({self.in_width} + 2*{self.padding})",
+            )
+        expected = conv_out_width(self.in_width, self.kernel_width, self.stride, self.padding)
+        if self.out_width != expected:
+            raise ShapeError(
+                "out_width",
+                f"is {self.out_width}, but in_width={self.in_width}, kernel_width="
+                f"{self.kernel_width}, stride={self.stride}, padding={self.padding} "
+                f"give {expected}",
+            )
+        if self.is_3d and self.kernel_depth > self.in_depth + 2 * self.padding:
+            raise ShapeError("kernel_depth", "is deeper than the padded input")
+
+    # -- construction ------------------------------------------------------------------
+    @classmethod
+    def from_layer(
+        cls,
+        batch: int,
+        in_ch: int,
+        in_width: int,
+        out_ch: int,
+        kernel_width: int,
+        stride: int = 1,
+        padding: int = 0,
+        *,
+        in_depth: int = 1,
+        kernel_depth: int = 1,
+    ) -> "ConvShape":
+        """Build a shape from a layer definition, deriving ``out_width``."""
+        out_width = conv_out_width(in_width, kernel_width, stride, padding)
+        return cls(batch, in_ch, in_width, out_ch, out_width, kernel_width, stride, padding,
+                   in_depth, kernel_depth)
+
+    @classmethod
+    def from_mapping(cls, row: Mapping[str, Any]) -> "ConvShape":
+        """Build a shape from a dict or a table row holding (at least) SEER's eight fields."""
+        values = {name: int(row[name]) for name in SEER_FIELDS}
+        for name in ("in_depth", "kernel_depth"):
+            if name in row and row[name] is not None:
+                values[name] = int(row[name])
+        return cls(**values)
+
+    # -- derived sizes -----------------------------------------------------------------
+    @property
+    def is_3d(self) -> bool:
+        return self.in_depth > 1 or self.kernel_depth > 1
+
+    @property
+    def out_depth(self) -> int:
+        if not self.is_3d:
+            return 1
+        return conv_out_width(self.in_depth, self.kernel_depth, self.stride, self.padding)
+
+    @property
+    def macs(self) -> int:
+        """Multiply-accumulates of the direct algorithm: N*K*C*R*S*P*Q (times depths)."""
+        return (
+            self.batch * self.out_ch * self.in_ch
+            * self.kernel_width**2 * self.kernel_depth
+            * self.out_width**2 * self.out_depth
+        )
+
+    @property
+    def flops(self) -> int:
+        """Analytic FLOPs of the direct algorithm, a multiply-add counted as two."""
+        return 2 * self.macs
+
+    @property
+    def input_elements(self) -> int:
+        return self.batch * self.in_ch * self.in_width**2 * self.in_depth
+
+    @property
+    def filter_elements(self) -> int:
+        return self.out_ch * self.in_ch * self.kernel_width**2 * self.kernel_depth
+
+    @property
+    def output_elements(self) -> int:
+        return self.batch * self.out_ch * self.out_width**2 * self.out_depth
+
+    @property
+    def tensor_bytes(self) -> int:
+        """Bytes of input, filter and output in fp32: the least DRAM traffic possible."""
+        return FP32_BYTES * (self.input_elements + self.filter_elements + self.output_elements)
+
+    # -- identity and formats ----------------------------------------------------------
+    @property
+    def key(self) -> tuple[int, ...]:
+        return tuple(getattr(self, name) for name in SHAPE_COLUMNS)
+
+    @property
+    def shape_id(self) -> str:
+        """Stable 12-hex-digit id of the shape (same on every machine and run)."""
+        text = "-".join(str(v) for v in self.key)
+        return hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
+
+    def as_dict(self) -> dict[str, int]:
+        """All shape columns, ``out_depth`` included."""
+        d = asdict(self)
+        d["out_depth"] = self.out_depth
+        return {name: d[name] for name in SHAPE_COLUMNS}
+
+    def to_seer_line(self) -> str:
+        """The shape as one line of SEER's Test-set-II format."""
+        return " ".join(str(getattr(self, name)) for name in SEER_FIELDS)
+
+    def __str__(self) -> str:
+        text = (
+            f"N{self.batch} C{self.in_ch} {self.in_width}px -> K{self.out_ch} "
+            f"{self.out_width}px, {self.kernel_width}x{self.kernel_width}/s{self.stride}"
+            f"/p{self.padding}"
+        )
+        if self.is_3d:
+            text += f", depth {self.in_depth}->{self.out_depth} k{self.kernel_depth}"
+        return text

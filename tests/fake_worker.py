@@ -1,0 +1,54 @@
+"""A stand-in for the GPU worker, speaking its file protocol, for CPU tests of the orchestrator.
+
+It times nothing: rows carry status "ok" and a made-up time, and are only ever written to
+temporary directories by tests. FAKE_CRASH (``shape_id:math:algo``) makes it die by SIGSEGV
+on that item, FAKE_HANG makes it hang there, FAKE_FAIL_AT_START makes it exit at once.
+"""
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+
+parser = argparse.ArgumentParser()
+parser.add_argument("command")
+parser.add_argument("--plan")
+parser.add_argument("--results")
+parser.add_argument("--out")
+parser.add_argument("--stop-file")
+args, _ = parser.parse_known_args()
+
+if os.environ.get("FAKE_FAIL_AT_START"):
+    print("ImportError: pretend the GPU stack is broken", file=sys.stderr)
+    sys.exit(1)
+
+out = open(args.results, "a", buffering=1)
+
+
+def emit(record):
+    out.write(json.dumps(record) + "\n")
+    out.flush()
+
+
+for line in open(args.plan):
+    work = json.loads(line)
+    if args.stop_file and os.path.exists(args.stop_file):
+        break
+    for math, algo in work["items"]:
+        key = f"{work['shape_id']}:{math}:{algo}"
+        emit({"event": "start", "shape_id": work["shape_id"], "math": math, "algo": algo})
+        if key == os.environ.get("FAKE_CRASH"):
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if key == os.environ.get("FAKE_HANG"):
+            time.sleep(3600)
+        time.sleep(float(os.environ.get("FAKE_ITEM_SECONDS", "0")))
+        if args.command == "profile":
+            emit({"event": "profiled", "shape_id": work["shape_id"], "math": math, "algo": algo,
+                  "status": "ok"})
+            continue
+        row = {"shape_id": work["shape_id"], "math": math, "algo": algo, "grid": work["grid"],
+               **work["shape"], "status": "ok", "time_ms": 1.0 + len(algo) / 10}
+        emit({"event": "row", "row": row})
+emit({"event": "done"})

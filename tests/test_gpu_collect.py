@@ -1,0 +1,87 @@
+"""End-to-end collection on a real GPU (skipped without one): binding, check, timing, ncu."""
+
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from seer.cli import main
+from seer.shapes import ConvShape
+
+pytestmark = pytest.mark.gpu
+
+
+def test_cudnn_binding_heuristic_workspace_and_forward_match_float64():
+    import cupy as cp
+
+    from seer.gpu import cudnn
+    from seer.gpu.reference import ShapeTensors
+
+    shape = ConvShape.from_layer(2, 16, 20, 24, 3, 1, 1)
+    tensors = ShapeTensors(shape, seed=1)
+    # An independent full reference: float64 via an im2col product on the GPU.
+    x = tensors.x.astype(cp.float64)
+    xp = cp.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    cols = cp.stack([xp[:, :, r:r + 20, s:s + 20] for r in range(3) for s in range(3)], axis=2)
+    full = cp.einsum("ncjhw,kcj->nkhw", cols, tensors.w.astype(cp.float64).reshape(24, 16, 9))
+    assert cp.allclose(full.ravel()[tensors.sample_index], tensors.reference, rtol=1e-9, atol=1e-9)
+
+    with cudnn.Handle() as handle, cudnn.ConvolutionProblem(
+            handle, tensors.x_dims, tensors.w_dims, tensors.padding, tensors.stride, "fma") as problem:
+        assert problem.y_dims == tensors.y_dims
+        ranked = problem.heuristic()
+        assert {c.algo for c in ranked} <= set(range(8)) and ranked
+        with pytest.raises(cudnn.CudnnNotSupported):
+            problem.workspace_size(3)  # DIRECT is not implemented for this case
+        ws = problem.workspace_size(0)
+        tensors.poison_output()
+        problem.forward(0, tensors.x.data.ptr, tensors.w.data.ptr, tensors.y.data.ptr, 0, ws)
+        cp.cuda.Device().synchronize()
+        assert tensors.relative_error() < 1e-5
+        assert float(cp.abs(tensors.y.astype(cp.float64) - full).max()) < 1e-3
+        tensors.poison_output()
+        assert tensors.relative_error() == float("inf")  # an unwritten output never passes
+
+
+def test_quick_grid_collection_end_to_end(tmp_path):
+    profile = shutil.which("ncu") is not None
+    code = main(["collect", "--gpu", _local_gpu(), "--grid", "quick", "--data-dir", str(tmp_path),
+                 "--limit-shapes", "6", "--profile-shapes", "all" if profile else "0"])
+    assert code == 0
+    gpu_dir = next(tmp_path.iterdir())
+    table = pd.read_csv(gpu_dir / "measurements.csv.gz")
+    assert len(table) == 6 * 2 * 8
+    assert set(table["status"]) <= {"ok", "not_supported", "workspace_too_large"}
+    ok = table[table["status"] == "ok"]
+    assert set(ok["algo"]) >= {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM"}
+    assert (ok["time_ms"] > 0).all() and (ok["rel_error"] < 1e-2).all()
+    assert ok["heuristic_rank"].notna().any()
+    if profile:
+        profiled = ok[ok["profile_status"] == "ok"]
+        assert len(profiled) == len(ok)
+        assert (profiled["n_kernels"] >= 1).all() and profiled["main_kernel"].notna().all()
+        fma_ig = profiled[(profiled["algo"] == "IMPLICIT_GEMM") & (profiled["math"] == "fma")]
+        # Direct-style FMA kernels execute at least the analytic multiply-adds.
+        assert (fma_ig["flops_ratio"] > 0.9).all()
+        assert (profiled["blocks_per_sm"] >= 1).all() and (profiled["waves"] > 0).all()
+    provenance = json.loads((gpu_dir / "provenance.json").read_text())
+    assert provenance["software"]["cudnn_version"]
+    # A rerun has nothing left to do.
+    assert main(["collect", "--gpu", _local_gpu(), "--grid", "quick", "--data-dir", str(tmp_path),
+                 "--limit-shapes", "6", "--profile-shapes", "0", "--no-parse"]) == 0
+    assert len(pd.read_csv(gpu_dir / "measurements.csv.gz")) == len(table)
+
+
+def _local_gpu() -> str:
+    import cupy as cp
+
+    from seer.gpus import match_device
+
+    props = cp.cuda.runtime.getDeviceProperties(0)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+    spec = match_device(name, props["multiProcessorCount"])
+    if spec is None:
+        pytest.skip(f"no GPU spec for {name}")
+    return spec.name

@@ -1,0 +1,184 @@
+"""The orchestrator's bookkeeping, with a protocol-compatible stand-in for the GPU worker.
+
+Real GPU collection is tested in test_gpu_collect.py (marked gpu); here the child process
+is tests/fake_worker.py so that crash recovery, hangs, resume and time limits can be forced.
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from seer.collect import orchestrate
+from seer.collect.orchestrate import CollectOptions, Collector, check_device
+from seer.collect.plan import RUN_KEY
+from seer.collect.store import RunStore
+from seer.dataset import kernels_table, profile_status_table
+from seer.errors import EnvironmentProblem
+from seer.gpus import get_gpu_spec
+from seer.grids import GridShape
+from seer.shapes import ConvShape
+
+FAKE = [sys.executable, str(Path(__file__).with_name("fake_worker.py"))]
+H100_PROBE = {"device_name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "memory_bytes": 85520809984,
+              "cuda_runtime_version": "13.0", "cudnn_version": "9.19.0", "driver_version": "580.159.04"}
+ALGOS = ["IMPLICIT_GEMM", "GEMM", "FFT"]
+
+
+@pytest.fixture
+def fake_worker(monkeypatch):
+    monkeypatch.setattr(orchestrate, "worker_command", lambda: FAKE)
+    monkeypatch.setattr(orchestrate, "probe_device", lambda workdir: dict(H100_PROBE))
+
+
+def _shapes(n=3):
+    return [GridShape(ConvShape.from_layer(1, 8 * (i + 1), 16, 8, 3, 1, 1), "quick") for i in range(n)]
+
+
+def _options(tmp_path, **kw):
+    base = dict(gpu="h100", shapes=_shapes(), maths=["fma", "default"], algos=ALGOS,
+                dataset_dir=tmp_path / "h100", profile_shapes=0, item_timeout_s=5.0)
+    base.update(kw)
+    return CollectOptions(**base)
+
+
+def test_collects_every_item_and_resumes_without_repeating(tmp_path, fake_worker):
+    session = Collector(_options(tmp_path)).run()
+    assert session["counts"]["timing_rows"] == 3 * 2 * 3
+    frame = RunStore(tmp_path / "h100").read("timing", RUN_KEY)
+    assert len(frame) == 18 and set(frame["status"]) == {"ok"}
+    assert set(frame["gpu"]) == {"h100"} and set(frame["cudnn_version"]) == {"9.19.0"}
+    again = Collector(_options(tmp_path)).run()
+    assert again["counts"]["timing_rows"] == 0
+    assert len(RunStore(tmp_path / "h100").sessions()) == 2
+
+
+def test_a_crashing_item_is_recorded_and_the_rest_continues(tmp_path, fake_worker, monkeypatch):
+    victim = _shapes()[1].shape.shape_id
+    monkeypatch.setenv("FAKE_CRASH", f"{victim}:fma:GEMM")
+    session = Collector(_options(tmp_path)).run()
+    frame = RunStore(tmp_path / "h100").read("timing", RUN_KEY).set_index(list(RUN_KEY))
+    assert len(frame) == 18
+    crashed = frame.loc[(victim, "fma", "GEMM")]
+    assert crashed["status"] == "error" and "SIGSEGV" in crashed["status_detail"]
+    assert (frame.drop(index=(victim, "fma", "GEMM"))["status"] == "ok").all()
+    assert session["counts"]["worker_restarts"] == 1
+
+
+def test_a_hanging_item_times_out(tmp_path, fake_worker, monkeypatch):
+    victim = _shapes()[0].shape.shape_id
+    monkeypatch.setenv("FAKE_HANG", f"{victim}:default:FFT")
+    Collector(_options(tmp_path, item_timeout_s=1.0)).run()
+    frame = RunStore(tmp_path / "h100").read("timing", RUN_KEY).set_index(list(RUN_KEY))
+    assert len(frame) == 18
+    assert "timeout" in frame.loc[(victim, "default", "FFT"), "status_detail"]
+
+
+def test_retry_measures_failed_items_again(tmp_path, fake_worker, monkeypatch):
+    victim = _shapes()[2].shape.shape_id
+    monkeypatch.setenv("FAKE_CRASH", f"{victim}:fma:FFT")
+    Collector(_options(tmp_path)).run()
+    monkeypatch.delenv("FAKE_CRASH")
+    session = Collector(_options(tmp_path, retry=("error",))).run()
+    assert session["counts"]["timing_rows"] == 1
+    frame = RunStore(tmp_path / "h100").read("timing", RUN_KEY)
+    assert set(frame["status"]) == {"ok"}
+
+
+def test_time_limit_stops_cleanly_and_a_rerun_finishes(tmp_path, fake_worker, monkeypatch):
+    monkeypatch.setenv("FAKE_ITEM_SECONDS", "0.3")
+    first = Collector(_options(tmp_path, stop_after_s=0.5)).run()
+    assert first["stopped_at_time_limit"]
+    done = first["counts"]["timing_rows"]
+    assert 0 < done < 18
+    monkeypatch.setenv("FAKE_ITEM_SECONDS", "0")
+    second = Collector(_options(tmp_path)).run()
+    assert done + second["counts"]["timing_rows"] == 18
+
+
+def test_a_worker_that_cannot_start_is_one_clear_error(tmp_path, fake_worker, monkeypatch):
+    monkeypatch.setenv("FAKE_FAIL_AT_START", "1")
+    with pytest.raises(EnvironmentProblem, match="before timing anything"):
+        Collector(_options(tmp_path)).run()
+
+
+def test_tensors_too_large_for_the_gpu_are_skipped_with_a_reason(tmp_path, fake_worker):
+    huge = GridShape(ConvShape.from_layer(4096, 1024, 224, 1024, 3, 1, 1), "seer")
+    Collector(_options(tmp_path, shapes=[huge, *_shapes(1)])).run()
+    frame = RunStore(tmp_path / "h100").read("timing", RUN_KEY)
+    skipped = frame[frame["shape_id"] == huge.shape.shape_id]
+    assert len(skipped) == 6 and set(skipped["status"]) == {"too_large"}
+    assert skipped["status_detail"].str.contains("bytes").all()
+
+
+def test_wrong_gpu_is_refused_in_one_sentence():
+    with pytest.raises(EnvironmentProblem) as info:
+        check_device(get_gpu_spec("v100"), H100_PROBE)
+    message = str(info.value)
+    assert "v100" in message and "H100" in message and "--gpu h100" in message
+    check_device(get_gpu_spec("h100"), H100_PROBE)  # the right one passes
+
+
+# -- profiling, with a stand-in ncu that replays rows of a real H100 capture ------------------
+CAPTURE = Path(__file__).with_name("data") / "ncu-raw-quick-h100.csv.gz"
+CAPTURED_SHAPES = ("0051ed247c1d", "1481ad061071")
+
+
+@pytest.fixture
+def fake_ncu(fake_worker, monkeypatch):
+    monkeypatch.setenv("FAKE_NCU_CAPTURE", str(CAPTURE))
+    return str(Path(__file__).with_name("fake_ncu.py"))
+
+
+def _captured_shapes():
+    from seer.grids import quick_grid
+
+    by_id = {s.shape_id: s for s in quick_grid()}
+    return [GridShape(by_id[sid], "quick") for sid in CAPTURED_SHAPES]
+
+
+def _profile_options(tmp_path, ncu, **kw):
+    return _options(tmp_path, shapes=_captured_shapes(), profile_shapes=None, ncu=ncu,
+                    algos=["IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "FFT", "FFT_TILING"], **kw)
+
+
+def test_profiling_merges_every_metric_group_per_kernel(tmp_path, fake_ncu):
+    session = Collector(_profile_options(tmp_path, fake_ncu)).run()
+    store = RunStore(tmp_path / "h100")
+    statuses = profile_status_table(store)
+    assert len(statuses) == 2 * 2 * 5 and set(statuses["profile_status"]) == {"ok"}
+    kernels = kernels_table(store)
+    assert len(kernels) == 2 * (13 + 8 + 3 + 4 + 5 + 3)
+    assert session["counts"]["profiled_runs"] == 20
+    # Every group's columns arrived, from its own ncu run (the tensor group: default math only).
+    for column in ("grid_blocks", "inst_ffma", "dram_read_bytes", "l1_bytes", "duration_ns",
+                   "achieved_occupancy_pct"):
+        assert kernels[column].notna().all(), column
+    assert kernels.loc[kernels["math"] == "default", "tensor_ops_tf32"].notna().all()
+    assert kernels.loc[kernels["math"] == "fma", "tensor_ops_tf32"].isna().all()
+    assert set(session["ncu_groups"]) == {"launch_sass", "memory", "cache", "time_occupancy", "tensor"}
+    # Resuming profiles nothing twice.
+    assert Collector(_profile_options(tmp_path, fake_ncu)).run()["counts"]["kernels"] == 0
+
+
+def test_groups_that_saw_different_kernels_are_refused(tmp_path, fake_ncu, monkeypatch):
+    monkeypatch.setenv("FAKE_NCU_DROP", "dram__bytes_read.sum")
+    Collector(_profile_options(tmp_path, fake_ncu)).run()
+    statuses = profile_status_table(RunStore(tmp_path / "h100"))
+    bad = statuses[statuses["profile_status"] == "inconsistent"]
+    assert len(bad) == 1 and bad.iloc[0]["algo"] == "FFT_TILING"
+    kernels = kernels_table(RunStore(tmp_path / "h100"))
+    assert not kernels.merge(bad[list(RUN_KEY)], on=list(RUN_KEY)).shape[0]
+
+
+def test_a_time_limit_keeps_finished_groups_and_resumes_the_rest(tmp_path, fake_ncu, monkeypatch):
+    monkeypatch.setenv("FAKE_ITEM_SECONDS", "0.05")
+    first = Collector(_profile_options(tmp_path, fake_ncu, stop_after_s=2.0)).run()
+    assert first["stopped_at_time_limit"]
+    partial = profile_status_table(RunStore(tmp_path / "h100"))
+    assert "partial" in set(partial["profile_status"]) or len(partial) < 20
+    monkeypatch.setenv("FAKE_ITEM_SECONDS", "0")
+    Collector(_profile_options(tmp_path, fake_ncu)).run()
+    statuses = profile_status_table(RunStore(tmp_path / "h100"))
+    assert len(statuses) == 20 and set(statuses["profile_status"]) == {"ok"}
+    assert len(kernels_table(RunStore(tmp_path / "h100"))) == 2 * (13 + 8 + 3 + 4 + 5 + 3)
