@@ -5,7 +5,7 @@ under ncu once per configuration (replay mode and metric list) and reports the w
 the rows ncu wrote (kernels, or ranges in range replay) and rows per second. Run on a GPU:
 
     python benchmarks/ncu_cost.py --gpu h100 --grid quick --shapes 10 \
-        --config kernel:full --config range:counters --config kernel:launch+gpu__time_duration.sum
+        --config kernel:all --config kernel:memory --config kernel:launch+gpu__time_duration.sum
 """
 
 from __future__ import annotations
@@ -19,24 +19,23 @@ import time
 from pathlib import Path
 
 from seer import ncu
+from seer.algorithms import algorithm_names
 from seer.cli import main as seer_main
 from seer.collect.orchestrate import CollectOptions, Collector, _child_env, worker_command
 from seer.grids import resolve_grids
-from seer.metrics import METRIC_SETS, METRICS
+from seer.metrics import PROFILE_GROUPS, ncu_metric_names
 
 
 def metric_list(spec: str) -> list[str]:
-    """A metric set name, ncu metric names, or 'set+metric+...'."""
+    """Metrics for 'a+b+...': each part a profiling group, 'all', 'launch' or an ncu metric name."""
     names: list[str] = []
     for part in spec.split("+"):
-        if part in METRIC_SETS:
-            names += [m.ncu_name for m in METRICS if m.tier in METRIC_SETS[part]]
-        elif part == "sass":
-            names += [m.ncu_name for m in METRICS if "sass" in m.ncu_name]
-        elif part == "rangeable":  # counters that range replay supports (no SASS patching)
-            names += [m.ncu_name for m in METRICS if m.tier != "launch" and "sass" not in m.ncu_name]
-        elif part == "nosass":
-            names += [m.ncu_name for m in METRICS if m.tier in ("launch", "core") and "sass" not in m.ncu_name]
+        if part in PROFILE_GROUPS:
+            names += ncu_metric_names(part)
+        elif part == "all":
+            names += ncu_metric_names()
+        elif part == "launch":
+            names += [n for n in ncu_metric_names() if n.startswith("launch__")]
         else:
             names.append(part)
     return list(dict.fromkeys(names))
@@ -58,7 +57,7 @@ def run(argv: list[str] | None = None) -> int:
         return 1
     shapes = resolve_grids(args.grid)[: args.shapes]
     options = CollectOptions(gpu=args.gpu, shapes=shapes, maths=["fma", "default"],
-                             algos=[a for a in __import__("seer.algorithms").algorithms.algorithm_names("cudnn")],
+                             algos=algorithm_names("cudnn"),
                              dataset_dir=next(base.iterdir()))
     plan = Collector(options).profile_items()
     plan_file = base / "plan.jsonl"

@@ -103,48 +103,61 @@ def _compile(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern)
 
 
-#: First match wins, so specific patterns come before general ones.
+#: First match wins, so specific patterns come before general ones. Written against the
+#: kernel names cuDNN 9.19 and cuBLAS launched on the H100 (tests/test_algorithms.py).
 KERNEL_RULES: tuple[KernelRule, ...] = (
-    # cuDNN's own implicit GEMM: template arguments carry the tile.
+    # cuDNN's own implicit and explicit GEMM: the template arguments carry the tiling.
     KernelRule("implicit_sgemm",
                r"implicit_convolve_sgemm<[^,]+,\s*[^,]+,\s*(?P<a>\d+),\s*(?P<b>\d+),\s*(?P<c>\d+),"
                r"\s*(?P<d>\d+),\s*(?P<e>\d+),\s*(?P<f>\d+)",
                "compute", "sgemm_{a}x{b}x{c}_{d}{e}{f}"),
     KernelRule("implicit_sgemm", r"implicit_convolve_sgemm", "compute", "sgemm"),
-    KernelRule("explicit_sgemm", r"explicit_convolve_sgemm<[^,]+,\s*[^,]+,\s*(?P<m>\d+),\s*(?P<n>\d+)",
-               "compute", "sgemm_{m}x{n}"),
-    KernelRule("explicit_sgemm", r"explicit_convolve_sgemm", "compute", "sgemm"),
-    # XMMA (sm80/sm90 generated) implicit-GEMM fprop kernels: data type and CTA tile.
+    KernelRule("explicit_sgemm",
+               r"explicit_convolve_sgemm<[^,]+,\s*[^,]+,\s*(?P<a>\d+),\s*(?P<b>\d+),\s*(?P<c>\d+)",
+               "compute", "explicit_{a}x{b}x{c}"),
+    # XMMA implicit-GEMM fprop kernels (sm80: HMMA or FFMA; sm90: warpgroup GMMA): the
+    # architecture, indexing scheme, math types and CTA tile are in the name.
     KernelRule("xmma_fprop",
-               r"xmma_fprop_implicit_gemm_(?P<indexed>indexed_)?(?P<dtype>[a-z0-9]+?)_\w*?"
-               r"tilesize(?P<tile>\d+x\d+x\d+)",
-               "compute", "xmma_{indexed}{dtype}_{tile}"),
+               r"(?P<arch>sm\d+)_xmma_fprop_implicit_gemm_(?P<idx>indexed_wo_smem_|indexed_)?"
+               r"[a-z0-9]+_(?P<math>[a-z0-9]+)_\w*?tilesize(?P<tile>\d+x\d+x\d+)",
+               "compute", "{arch}_fprop_{idx}{math}_{tile}"),
     KernelRule("xmma_gemm",
-               r"xmma_gemm_(?P<dtype>[a-z0-9]+)\w*?tilesize(?P<tile>\d+x\d+x\d+)",
-               "compute", "xmma_gemm_{dtype}_{tile}"),
+               r"(?P<arch>sm\d+)_xmma_gemm_(?P<io>[a-z0-9]+)_(?P<math>[a-z0-9]+)_\w*?tilesize(?P<tile>\d+x\d+x\d+)",
+               "compute", "{arch}_gemm_{io}_{math}_{tile}"),
     KernelRule("cutlass_tensorop",
-               r"cutlass_\d+_tensorop_(?P<op>[a-z0-9]+gemm)_(?P<tile>\d+x\d+)_(?P<k>\d+)x(?P<stages>\d+)",
+               r"cutlass_(?:\d+_)?tensorop_(?P<op>[a-z0-9]+?(?:gemm|fprop))(?:_optimized)?(?:_(?P<dtype>tf32|f16|bf16))?"
+               r"_(?P<tile>\d+x\d+)_(?P<k>\d+)x(?P<stages>\d+)",
                "compute", "cutlass_{op}_{tile}_{k}x{stages}"),
     KernelRule("cutlass_simt",
-               r"cutlass_\d+_simt_(?P<op>[a-z0-9]+gemm)_(?P<tile>\d+x\d+)_(?P<k>\d+)x(?P<stages>\d+)",
-               "compute", "cutlass_{op}_{tile}_{k}x{stages}"),
+               r"cutlass_(?:\d+_)?simt_(?P<op>[a-z0-9]+gemm)_(?P<tile>\d+x\d+)_(?P<k>\d+)x(?P<stages>\d+)",
+               "compute", "cutlass_simt_{op}_{tile}_{k}x{stages}"),
     KernelRule("conv2d_grouped_direct", r"conv2d_grouped_direct_kernel", "compute", "grouped_direct"),
-    KernelRule("gemv", r"gemv", "compute", "gemv"),
-    KernelRule("sgemm", r"(?P<arch>sm\d+)_?\w*sgemm\w*?(?P<tile>\d+x\d+)", "compute", "{arch}_sgemm_{tile}"),
+    # cuBLAS kernels that FFT and Winograd algorithms call for their products.
+    KernelRule("cublas_gemv", r"gemv2[NT]_kernel|gemvx::kernel|internal::kernel<[^(]*cublasGemv",
+               "compute", "gemv"),
+    KernelRule("cublas_gemm", r"gemmSN_(?P<t>[NT]{2})_kernel<[^,]+,\s*(?P<a>\d+),\s*(?P<b>\d+)",
+               "compute", "gemmSN_{t}_{a}x{b}"),
+    KernelRule("cublas_gemm", r"magma_sgemmEx_kernel", "compute", "magma_sgemm"),
     KernelRule("pointwise_mult", r"pointwise_mult_and_sum_complex", "compute", "pointwise_complex"),
-    KernelRule("winograd_fused", r"winograd(?:4x4|_)?\w*fprop|winograd\w*_fwd_kernel", "compute", "winograd_fused"),
+    KernelRule("winograd_fused", r"winograd\w*fprop|winograd\w*_fwd_kernel", "compute", "winograd_fused"),
     KernelRule("gemm", r"gemm", "compute", "gemm"),
-    # Transform and helper kernels.
-    KernelRule("fft", r"fft\d?d_(?P<dir>r2c|c2r|c2c)_(?P<size>\d+(?:x\d+)?)", "transform", "fft_{dir}_{size}"),
+    # Transforms and helpers.
+    KernelRule("fft", r"fft\dd_(?P<dir>r2c|c2r|c2c)_(?P<size>\d+(?:x\d+)?)", "transform", "fft_{dir}_{size}"),
+    KernelRule("fft", r"DSE::(?P<kind>regular_fft_clip|regular_fft_pad|vector_fft)", "transform", "dse_{kind}"),
     KernelRule("fft", r"fft", "transform", "fft"),
     KernelRule("winograd_transform", r"winograd\w*?(?P<what>Data|Filter|Output)(?P<tile>\d+x\d+)",
                "transform", "winograd_{tile}"),
     KernelRule("winograd_transform", r"[Ww]inograd", "transform", "winograd"),
-    KernelRule("layout", r"nchwToNhwc|nhwcToNchw|[Tt]ranspose|[Ll]ayout", "transform", "layout"),
+    KernelRule("layout", r"nchwToNhwc|nhwcToNchw|nchwAddPadding|tensorTransform|region_transform|[Tt]ranspose",
+               "transform", "layout"),
     KernelRule("im2col", r"im2col", "transform", "im2col"),
     KernelRule("flip_filter", r"flip_filter", "transform", "flip_filter"),
+    KernelRule("split_k_reduce", r"splitKreduce", "transform", "split_k_reduce"),
     KernelRule("helper", r"", "transform", "other"),
 )
+
+#: Abbreviations applied to variant names, which become Excel sheet names (31 characters).
+_VARIANT_ABBREVIATIONS = {"indexed_wo_smem_": "idxwo_", "indexed_": "idx_"}
 
 
 @dataclass(frozen=True)
@@ -160,9 +173,8 @@ def classify_kernel(kernel_name: str) -> KernelInfo:
         m = rule.regex.search(kernel_name)
         if m:
             groups = {k: v or "" for k, v in m.groupdict().items()}
-            try:
-                variant = rule.variant.format(**groups)
-            except KeyError:
-                variant = rule.family
+            variant = rule.variant.format(**groups)
+            for long, short in _VARIANT_ABBREVIATIONS.items():
+                variant = variant.replace(long, short)
             return KernelInfo(rule.family, rule.role, variant)
     raise AssertionError("the last rule matches every name")

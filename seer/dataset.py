@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from seer.algorithms import ALGORITHMS, get_algorithm
+from seer.algorithms import ALGORITHMS, classify_kernel, get_algorithm
 from seer.collect.plan import RUN_KEY
 from seer.collect.store import ALL_GROUPS, RunStore, profile_records
 from seer.gpus import GPUSpec, get_gpu_spec
@@ -252,6 +252,11 @@ def kernels_table(store: RunStore, statuses: pd.DataFrame | None = None) -> pd.D
             base = base.merge(values[[*KERNEL_KEY, column]], on=KERNEL_KEY, how="left")
         else:
             base[column] = np.nan
+    # Roles and variants follow today's rules in seer.algorithms, not those of collection time.
+    info = {name: classify_kernel(name) for name in base["kernel_name"].unique()}
+    base["kernel_family"] = base["kernel_name"].map(lambda n: info[n].family)
+    base["kernel_role"] = base["kernel_name"].map(lambda n: info[n].role)
+    base["kernel_variant"] = base["kernel_name"].map(lambda n: info[n].variant)
     return base.sort_values(KERNEL_KEY).reset_index(drop=True)
 
 

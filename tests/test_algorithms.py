@@ -1,0 +1,76 @@
+"""The algorithm registry and the kernel-name rules, on kernel names the H100 really ran."""
+
+import csv
+
+import pytest
+
+from conftest import DATA
+from seer.algorithms import (ALGORITHMS, KERNEL_RULES, algorithm_names, classify_kernel,
+                             cudnn_algorithm_by_enum, get_algorithm)
+
+KERNEL_NAMES = DATA / "h100-kernel-names.tsv"
+
+
+def test_registry_matches_cudnn_enum():
+    cudnn = [a for a in ALGORITHMS if a.source == "cudnn"]
+    assert [a.enum for a in cudnn] == list(range(8))
+    assert algorithm_names("cudnn") == ["IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT",
+                                        "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"]
+    assert cudnn_algorithm_by_enum(5).name == "FFT_TILING"
+    assert get_algorithm("fft").name == "FFT"
+    assert len({a.short for a in ALGORITHMS}) == len(ALGORITHMS)
+    # SEER numbered Winograd before FFT; its index is kept for its Excel layout.
+    assert get_algorithm("WINOGRAD_NONFUSED").seer_index == 5 and get_algorithm("FFT").seer_index == 6
+    with pytest.raises(KeyError, match="known: IMPLICIT_GEMM"):
+        get_algorithm("FAST")
+
+
+@pytest.mark.parametrize("name, family, role, variant", [
+    ("void implicit_convolve_sgemm<float, float, 1024, 5, 5, 3, 3, 3, 1, 0, 0, 1>(int, int, int, const T1 *, int, T2 *)",
+     "implicit_sgemm", "compute", "sgemm_1024x5x5_333"),
+    ("sm90_xmma_fprop_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize64x128x32_warpgroupsize1x1x1_g1_execute_segment_k_off_kernel__5x_cudnn",
+     "xmma_fprop", "compute", "sm90_fprop_tf32f32_64x128x32"),
+    ("sm80_xmma_fprop_implicit_gemm_indexed_wo_smem_tf32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x16x64_stage1_warpsize4x1x1_g1_tensor16x8x8_execute_kernel__5x_cudnn",
+     "xmma_fprop", "compute", "sm80_fprop_idxwo_tf32f32_128x16x64"),
+    ("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_64x64_32x6_nn_align4>(T1::Params)",
+     "cutlass_tensorop", "compute", "cutlass_s1688gemm_64x64_32x6"),
+    ("sm80_xmma_gemm_cf32cf32_f32f32_cf32_tn_n_tilesize32x64x8_stage3_warpsize2x2x1_ffma_aligna8_alignc8_execute_kernel__5x_cublas",
+     "xmma_gemm", "compute", "sm80_gemm_cf32cf32_f32f32_32x64x8"),
+    ("void fft2d_r2c_32x32<float, 0, 0, 0>(float2 *, const T1 *, int, int, int)", "fft", "transform", "fft_r2c_32x32"),
+    ("void engines_precompiled::nchwToNhwcKernel<float, float, float, 0, 1, 0>(engines_precompiled::nchw2nhwc_params_t<T3>, const T1 *, T2 *)",
+     "layout", "transform", "layout"),
+    ("void winograd_nonfused::winogradForwardData9x9_5x5<float, float>(winograd_nonfused::WinogradDataParams<T1, T2>)",
+     "winograd_transform", "transform", "winograd_9x9"),
+    ("void gemv2N_kernel<int, int, float2, float2, float2, float2, 128, 4, 4, 4, 1, 0, cublasGemvParamsEx<int>>(T13)",
+     "cublas_gemv", "compute", "gemv"),
+    ("some_kernel_nobody_knows", "helper", "transform", "other"),
+])
+def test_rules_on_real_kernel_names(name, family, role, variant):
+    info = classify_kernel(name)
+    assert (info.family, info.role, info.variant) == (family, role, variant)
+
+
+def _recorded():
+    with open(KERNEL_NAMES, newline="") as handle:
+        return list(csv.DictReader(handle, delimiter="\t"))
+
+
+def test_every_kernel_the_h100_ran_keeps_its_classification():
+    """Regression over all 101 distinct kernel names profiled on the H100 so far."""
+    rows = _recorded()
+    assert len(rows) >= 100
+    for row in rows:
+        info = classify_kernel(row["kernel_name"])
+        assert (info.family, info.role, info.variant) == (row["family"], row["role"], row["variant"]), row
+
+
+def test_no_real_kernel_falls_through_to_the_catch_all_except_known_helpers():
+    leftovers = [r["kernel_name"] for r in _recorded() if r["family"] == "helper"]
+    assert all("init_device_workspace" in n for n in leftovers), leftovers
+
+
+def test_variants_fit_excel_sheet_names():
+    # "<SHORT>_<variant>_<math>" must stay within Excel's 31 characters for most variants.
+    longest = max(len(r["variant"]) for r in _recorded())
+    assert longest <= 36
+    assert KERNEL_RULES[-1].pattern == ""  # the catch-all is last

@@ -1,0 +1,69 @@
+"""The command line: every mistake is one sentence and the right exit code, never a traceback."""
+
+import pytest
+
+from conftest import gpu_available
+from seer.cli import main
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, " ".join(err.split())
+
+
+def test_unknown_gpu_lists_the_known_ones(capsys, tmp_path):
+    code, _, err = run(capsys, "collect", "--gpu", "v200", "--data-dir", str(tmp_path))
+    assert code == 1 and "Unknown GPU 'v200'" in err and "h100" in err and "v100" in err
+    assert "Traceback" not in err and not any(tmp_path.iterdir())
+
+
+def test_a_bad_grid_file_names_file_line_and_field_and_collects_nothing(capsys, tmp_path):
+    grid = tmp_path / "layers.txt"
+    grid.write_text("2\n1 3 224 64 112 7 2 3\n8 64 56 64 57 3 1 1\n")
+    code, _, err = run(capsys, "collect", "--gpu", "h100", "--grid", str(grid), "--data-dir", str(tmp_path / "d"))
+    assert code == 2
+    assert f"{grid}:3: out_width: is 57" in err
+    assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--shard", "3/2"], "need 1 <= i <= n"),
+    (["--shard", "x"], "i/n"),
+    (["--math", "fp16"], "unknown math mode"),
+    (["--algo", "IMPLICIT_GEMM,FAST"], "unknown algorithm 'FAST'"),
+    (["--grid", "nosuchgrid"], "named grids are"),
+])
+def test_bad_options_exit_2(capsys, tmp_path, argv, words):
+    code, _, err = run(capsys, "collect", "--gpu", "h100", "--data-dir", str(tmp_path), *argv)
+    assert code == 2 and words in err
+
+
+@pytest.mark.skipif(gpu_available(), reason="on a GPU host this would start a real collection")
+def test_collect_without_a_gpu_stack_is_one_sentence(capsys, tmp_path):
+    code, _, err = run(capsys, "collect", "--gpu", "h100", "--grid", "quick", "--data-dir", str(tmp_path))
+    assert code == 1
+    assert ("CuPy is not installed" in err) or ("No usable NVIDIA GPU" in err)
+    assert "Traceback" not in err
+
+
+def test_parse_without_records_says_what_to_run(capsys, tmp_path):
+    code, _, err = run(capsys, "parse", "--gpu", "h100", "--data-dir", str(tmp_path))
+    assert code == 2 and "seer collect --gpu h100" in err
+
+
+def test_grid_command_prints_seer_format(capsys):
+    code, out, _ = run(capsys, "grid", "quick")
+    lines = out.splitlines()
+    assert code == 0 and int(lines[0]) == len(lines) - 1 == 20
+
+
+def test_gpus_command_lists_specs(capsys):
+    code, out, _ = run(capsys, "gpus")
+    assert code == 0 and "h100" in out and "titan-xp" in out
+
+
+def test_argparse_usage_errors_are_exit_2(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["collect"])
+    assert info.value.code == 2

@@ -1,0 +1,148 @@
+"""The shipped H100 dataset: rebuilt from its raw records, and checked for what it promises."""
+
+import json
+import shutil
+
+import numpy as np
+import openpyxl
+import pandas as pd
+import pytest
+
+from conftest import REPO
+from seer.collect.store import RunStore
+from seer.dataset import (MEASUREMENT_COLUMNS, STATUSES, build_dataset, load_measurements, rollup_kernels,
+                          split_of)
+from seer.grids import read_shapes_file
+from seer.shapes import SHAPE_COLUMNS
+
+H100 = REPO / "data" / "h100"
+ISSUE_COLUMNS = ("gpu cudnn_version math batch in_ch in_width out_ch out_width kernel_width stride padding "
+                 "algo status time_ms workspace_bytes heuristic_rank n_kernels main_kernel variant grid_blocks "
+                 "block_threads registers shared_mem_bytes blocks_per_sm waves achieved_occupancy flops "
+                 "dram_read_bytes dram_write_bytes l2_bytes sm_util dram_util split").split()
+
+
+@pytest.fixture(scope="module")
+def table():
+    return load_measurements(H100 / "measurements.csv.gz")
+
+
+@pytest.fixture(scope="module")
+def rebuilt(tmp_path_factory):
+    """The dataset rebuilt from the committed raw records into a fresh directory."""
+    target = tmp_path_factory.mktemp("h100")
+    shutil.copytree(H100 / "raw", target / "raw")
+    files = build_dataset(target, "h100")
+    return target, files
+
+
+def test_committed_tables_are_exactly_what_the_raw_records_give(rebuilt, table):
+    target, files = rebuilt
+    again = load_measurements(files.measurements)
+    pd.testing.assert_frame_equal(again, table)
+    assert (target / "Test-set-II.txt").read_text() == (H100 / "Test-set-II.txt").read_text()
+    assert json.loads((target / "provenance.json").read_text()) == json.loads((H100 / "provenance.json").read_text())
+
+
+def test_columns_keys_and_statuses(table):
+    assert list(table.columns) == MEASUREMENT_COLUMNS
+    assert set(ISSUE_COLUMNS) <= set(table.columns)
+    assert not table.duplicated(["shape_id", "math", "algo"]).any()
+    assert set(table["status"]) <= set(STATUSES)
+    assert set(table["gpu"]) == {"h100"} and table["cudnn_version"].nunique() == 1
+    # Every (shape, math) has all eight cuDNN algorithms, whatever their status.
+    assert (table.groupby(["shape_id", "math"]).size() == 8).all()
+    ok = table[table["status"] == "ok"]
+    assert (ok["time_ms"] > 0).all() and ok["time_ms"].notna().all()
+    failed = table[table["status"] != "ok"]
+    assert failed["status_detail"].notna().all() and failed["time_ms"].isna().all()
+
+
+def test_dataset_size_promised_by_the_issue(table):
+    shapes = table.groupby("grid")["shape_id"].nunique()
+    assert shapes["seer"] + shapes["networks"] >= 1500
+    assert set(table["math"]) == {"fma", "default"}
+
+
+def test_split_is_by_shape_seeded_and_near_70_30(table):
+    per_shape = table.groupby("shape_id")["split"].nunique()
+    assert (per_shape == 1).all()  # a shape never sits on both sides
+    train_test = table[table["split"] != "test2"].drop_duplicates("shape_id")
+    assert train_test["split"].value_counts(normalize=True)["test1"] == pytest.approx(0.3, abs=0.03)
+    assert (table.loc[table["grid"] == "test-set-ii", "split"] == "test2").all()
+    assert all(split_of(s, g) == sp for s, g, sp in
+               train_test[["shape_id", "grid", "split"]].head(50).itertuples(index=False))
+
+
+def test_profiled_runs_roll_up_consistently(table):
+    p = table[table["profile_status"] == "ok"]
+    assert len(p) > 0
+    limits = p[["occupancy_limit_blocks", "occupancy_limit_registers", "occupancy_limit_shared_mem",
+                "occupancy_limit_warps"]].min(axis=1)
+    assert (p["blocks_per_sm"] == limits).all() and (p["blocks_per_sm"] >= 1).all()
+    assert np.allclose(p["waves"], p["grid_blocks"] / (p["blocks_per_sm"] * 132))
+    assert ((p["waves"] - p["ncu_waves"]).abs() <= 0.0051).all()  # ncu prints two decimals
+    assert p["achieved_occupancy"].between(0, 1).all() and (p["dram_util"] >= 0).all()
+    # FMA math forbids tensor cores: no TF32 kernel, no tensor FLOPs.
+    fma = p[p["math"] == "fma"]
+    assert not fma["variant"].str.contains("tf32").any() and (fma["tensor_flops"] == 0).all()
+    # cuDNN's implicit GEMM does at least the analytic multiply-adds (tiles may pad).
+    ig = p[(p["algo"] == "IMPLICIT_GEMM") & (p["math"] == "fma")]
+    assert (ig["flops_ratio"] >= 0.999).all()
+
+
+def test_rollup_sums_traffic_and_takes_launch_config_from_the_longest_compute_kernel():
+    kernels = pd.DataFrame({
+        "shape_id": ["a"] * 3, "math": ["fma"] * 3, "algo": ["FFT"] * 3, "kernel_idx": [0, 1, 2],
+        "kernel_name": ["fft2d_r2c_32x32", "sm80_xmma_gemm_cf32cf32_f32f32_cf32_tn_n_tilesize32x64x8",
+                        "fft2d_c2r_32x32"],
+        "kernel_role": ["transform", "compute", "transform"],
+        "kernel_variant": ["fft_r2c_32x32", "sm80_gemm_cf32cf32_f32f32_32x64x8", "fft_c2r_32x32"],
+        "duration_ns": [500.0, 300.0, 400.0], "dram_read_bytes": [10.0, 20.0, 30.0],
+        "grid_blocks": [7, 99, 5],
+    })
+    for column in ("dram_write_bytes", "l2_bytes", "l1_bytes", "inst_ffma", "inst_fadd", "inst_fmul",
+                   "inst_hfma", "inst_tensor", "tensor_ops_tf32", "sm_clock_hz", "achieved_occupancy_pct",
+                   "block_threads", "registers", "shared_mem_static_bytes", "shared_mem_dynamic_bytes",
+                   "shared_mem_config_bytes", "occupancy_limit_blocks", "occupancy_limit_registers",
+                   "occupancy_limit_shared_mem", "occupancy_limit_warps", "waves", "sm_util_pct",
+                   "dram_util_pct", "fma_pipe_util_pct", "tensor_pipe_util_pct"):
+        kernels[column] = 1.0
+    run = rollup_kernels(kernels).iloc[0]
+    assert run["n_kernels"] == 3 and run["duration_ns"] == 1200 and run["dram_read_bytes"] == 60
+    assert run["grid_blocks"] == 99 and run["variant"] == "sm80_gemm_cf32cf32_f32f32_32x64x8"
+    assert run["main_kernel_share"] == pytest.approx(0.25)
+
+
+def test_seer_excel_files(rebuilt, table):
+    target, files = rebuilt
+    for path, split in ((files.train_xlsx, "train"), (files.test_xlsx, "test1")):
+        book = openpyxl.load_workbook(path, read_only=True)
+        assert book.sheetnames[0] == "index"
+        assert all(len(name) <= 31 for name in book.sheetnames)
+        index = pd.read_excel(path, sheet_name="index")
+        assert list(index["sheet"]) == book.sheetnames[1:]
+        expected = table[(table["split"] == split) & (table["status"] == "ok") & (table["profile_status"] == "ok")]
+        assert index["rows"].sum() == len(expected)
+        first = pd.read_excel(path, sheet_name=book.sheetnames[1])
+        assert list(first.columns[:9]) == [*SHAPE_COLUMNS[:8], "algo_index"]
+
+
+def test_test_set_ii_file_and_times(table):
+    shapes = read_shapes_file(H100 / "Test-set-II.txt")
+    t2 = table[table["split"] == "test2"]
+    assert len(shapes) == t2["shape_id"].nunique() == 300
+    times = pd.read_csv(H100 / "Test-set-II-times.csv")
+    assert len(times) == 2 * 300
+    ok = t2[t2["status"] == "ok"]
+    fastest = ok.loc[ok.groupby(["shape_id", "math"])["time_ms"].idxmin()]
+    assert sorted(times["fastest_ms"].round(6)) == sorted(fastest["time_ms"].round(6))
+
+
+def test_provenance_names_the_machine_and_software():
+    prov = json.loads((H100 / "provenance.json").read_text())
+    assert prov["gpu"]["device_name"] == ["NVIDIA H100 80GB HBM3"] and prov["gpu"]["sm_count"] == 132
+    for field in ("driver_version", "cuda_runtime_version", "cudnn_version", "ncu_version"):
+        assert prov["software"][field], field
+    assert prov["sessions"] and all(s["command"].startswith("seer collect") for s in prov["sessions"])
+    assert prov["counts"]["runs"] == sum(prov["counts"]["status"].values())
