@@ -11,7 +11,9 @@ the rows ncu wrote (kernels, or ranges in range replay) and rows per second. Run
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,7 +24,8 @@ from seer import ncu
 from seer.algorithms import algorithm_names
 from seer.cli import main as seer_main
 from seer.collect.orchestrate import CollectOptions, Collector, _child_env, worker_command
-from seer.grids import resolve_grids
+from seer.collect.plan import select_evenly
+from seer.grids import resolve_grids, write_shapes_file
 from seer.metrics import PROFILE_GROUPS, ncu_metric_names
 
 
@@ -46,16 +49,27 @@ def run(argv: list[str] | None = None) -> int:
     p.add_argument("--gpu", required=True)
     p.add_argument("--grid", default="quick")
     p.add_argument("--shapes", type=int, default=10)
+    p.add_argument("--evenly", type=int, metavar="N",
+                   help="take the shapes from the profiling order of `--profile-shapes N` "
+                        "(seer.collect.plan.select_evenly) instead of the grid's first ones")
+    p.add_argument("--skip", type=int, default=0, help="with --evenly: skip this many shapes first")
+    p.add_argument("--keep-csv", type=Path, help="copy each configuration's ncu CSV here, gzipped")
     p.add_argument("--config", action="append", required=True, help="replay_mode:metrics")
     p.add_argument("--report", type=Path)
     p.add_argument("--config-timeout", type=float, default=None,
                    help="give up on a configuration after this many seconds (it is then reported as slow)")
     args = p.parse_args(argv)
     base = Path(tempfile.mkdtemp(prefix="seer-ncu-cost-"))
-    if seer_main(["collect", "--gpu", args.gpu, "--grid", args.grid, "--limit-shapes", str(args.shapes),
+    if args.evenly:
+        picked = select_evenly(resolve_grids(args.grid), args.evenly)[args.skip: args.skip + args.shapes]
+        grid = str(base / "shapes.txt")
+        write_shapes_file(grid, [gs.shape for gs in picked])
+    else:
+        grid = args.grid
+    if seer_main(["collect", "--gpu", args.gpu, "--grid", grid, "--limit-shapes", str(args.shapes),
                   "--no-parse", "--data-dir", str(base), "--profile-shapes", "0"]):
         return 1
-    shapes = resolve_grids(args.grid)[: args.shapes]
+    shapes = resolve_grids(grid)[: args.shapes]
     options = CollectOptions(gpu=args.gpu, shapes=shapes, maths=["fma", "default"],
                              algos=algorithm_names("cudnn"),
                              dataset_dir=next(base.iterdir()))
@@ -80,6 +94,10 @@ def run(argv: list[str] | None = None) -> int:
             print(json.dumps(results[-1]), flush=True)
             continue
         seconds = time.monotonic() - started
+        if args.keep_csv and csv.exists():
+            args.keep_csv.mkdir(parents=True, exist_ok=True)
+            with open(csv, "rb") as src, gzip.open(args.keep_csv / f"ncu-cost-{i}.csv.gz", "wb") as dst:
+                shutil.copyfileobj(src, dst)
         try:
             rows = len(ncu.read_ncu_csv(csv)) if csv.exists() else 0
         except Exception as exc:  # a configuration ncu refuses is a result too

@@ -65,12 +65,17 @@ def _add_collect(sub) -> None:
                    help="algorithms needing more workspace are recorded as workspace_too_large (default 8)")
     p.add_argument("--budget-ms", type=float, default=10.0,
                    help="target GPU time of one item's timed repetitions (default 10)")
+    p.add_argument("--min-burst-ms", type=float, default=1.0,
+                   help="GPU time of back-to-back calls in one timed burst (default 1)")
     p.add_argument("--min-reps", type=_positive_int, default=5)
-    p.add_argument("--max-reps", type=_positive_int, default=100)
+    p.add_argument("--max-reps", type=_positive_int, default=50)
     p.add_argument("--item-timeout", type=float, default=300.0,
                    help="seconds without a result before a worker is declared hung (default 300)")
     p.add_argument("--profile-chunk", type=_positive_int, default=150,
                    help="runs per ncu process (default 150)")
+    p.add_argument("--max-profile-kernels", type=_positive_int, default=256,
+                   help="runs launching more kernels per call get only the first (cheapest) metric "
+                        "group and the status too_many_kernels (default 256)")
     p.add_argument("--ncu", help="path of the ncu executable (default: from PATH)")
     p.add_argument("--ncu-metrics", choices=("core", "full"), default="core",
                    help="metric groups: what the models use (core, default) or also pipe "
@@ -115,7 +120,9 @@ def _cmd_collect(args) -> int:
         dataset_dir=args.data_dir / spec.name, shard_index=shard_index, shard_count=shard_count,
         profile_shapes=args.profile_shapes, workspace_cap_bytes=int(args.workspace_cap_gib * 2**30),
         budget_ms=args.budget_ms, min_reps=args.min_reps, max_reps=args.max_reps,
+        min_burst_ms=args.min_burst_ms,
         item_timeout_s=args.item_timeout, ncu=args.ncu, profile_chunk_items=args.profile_chunk,
+        max_profile_kernels=args.max_profile_kernels,
         ncu_metric_set=args.ncu_metrics, ncu_replay=args.ncu_replay,
         ncu_cache_control=args.ncu_cache_control,
         retry=retry, seed=args.seed, keep_ncu_csv=args.keep_ncu_csv,

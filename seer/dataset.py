@@ -47,7 +47,8 @@ TEST_SET_II_GRID = "test-set-ii"
 MEASUREMENT_COLUMNS = [
     "gpu", "cudnn_version", "math", *SHAPE_COLUMNS, "shape_id", "grid", "algo", "status",
     "status_detail", "time_ms", "time_ms_iqr", "time_ms_min", "n_reps", "workspace_bytes",
-    "heuristic_rank", "rel_error", "profile_status", "profile_detail", "n_kernels", "main_kernel", "variant",
+    "heuristic_rank", "rel_error", "timing_protocol", "burst", "sm_clock_mhz", "profile_status",
+    "profile_detail", "n_kernels", "main_kernel", "variant",
     "main_kernel_share", "ncu_time_ms", "grid_blocks", "block_threads", "registers",
     "shared_mem_bytes", "occupancy_limit_blocks", "occupancy_limit_registers",
     "occupancy_limit_shared_mem", "occupancy_limit_warps", "blocks_per_sm", "waves", "ncu_waves",
@@ -165,6 +166,8 @@ def measurements_table(store: RunStore, seed: int = 0, spec: GPUSpec | None = No
     if "flops" in table.columns:
         table["flops_ratio"] = table["flops"] / table["flops_analytic"]
     table["split"] = [split_of(s, g, seed) for s, g in zip(table["shape_id"], table["grid"])]
+    # Rows from before protocols were recorded were timed one call at a time (protocol 1).
+    table["timing_protocol"] = table.get("timing_protocol", pd.Series(1, index=table.index)).fillna(1).astype(int)
     for col in MEASUREMENT_COLUMNS:
         if col not in table.columns:
             table[col] = np.nan
@@ -349,9 +352,14 @@ def provenance(store: RunStore, table: pd.DataFrame, kernels: pd.DataFrame) -> d
                        "default": "CUDNN_DEFAULT_MATH: cuDNN may use TF32 tensor cores for fp32 data"},
         "method": {
             "data": "fp32 NCHW input and KCRS filter, random normal; cross-correlation, dilation 1",
-            "timing": "CUDA events (cupyx.profiler.benchmark) around each forward call; warm-up, then "
-                      "the median of N repetitions, N chosen for ~budget_ms of work within "
-                      "[min_reps, max_reps]; same buffers each time (warm L2, as frameworks' benchmark mode)",
+            "timing": "timing_protocol 2 (seer.gpu.timing): CUDA events around bursts of back-to-back "
+                      "forward calls (at least min_burst_ms of GPU work each), enqueued behind a spinning "
+                      "kernel so that host work stays outside the timed region; one untimed warm-up "
+                      "burst, then the median per-call time over bursts filling ~budget_ms within "
+                      "[min_reps, max_reps]; same buffers each time (warm L2, as frameworks' benchmark "
+                      "mode). Protocol 1 (one call between two events) is superseded.",
+            "profiling_cap": "runs launching more than max_profile_kernels kernels per call are profiled "
+                             "by the first metric group only (profile_status too_many_kernels)",
             "check": "relative L2 error of 4096 sampled outputs against a float64 direct computation; "
                      "output poisoned with NaN before the run; tolerance fma 5e-3, default 1e-2",
             "profiling": "Nsight Compute, kernel replay, --clock-control none, one NVTX range per run, "

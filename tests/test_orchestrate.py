@@ -12,7 +12,7 @@ import pytest
 from seer.collect import orchestrate
 from seer.collect.orchestrate import CollectOptions, Collector, check_device
 from seer.collect.plan import RUN_KEY
-from seer.collect.store import RunStore
+from seer.collect.store import RunStore, profile_records
 from seer.dataset import kernels_table, profile_status_table
 from seer.errors import EnvironmentProblem
 from seer.gpus import get_gpu_spec
@@ -182,3 +182,35 @@ def test_a_time_limit_keeps_finished_groups_and_resumes_the_rest(tmp_path, fake_
     statuses = profile_status_table(RunStore(tmp_path / "h100"))
     assert len(statuses) == 20 and set(statuses["profile_status"]) == {"ok"}
     assert len(kernels_table(RunStore(tmp_path / "h100"))) == 2 * (13 + 8 + 3 + 4 + 5 + 3)
+
+
+def test_rows_timed_under_an_older_protocol_are_measured_again(tmp_path, fake_worker):
+    Collector(_options(tmp_path)).run()
+    store = RunStore(tmp_path / "h100", tag="legacy")
+    old = store.read("timing", RUN_KEY).iloc[0].to_dict()
+    old.pop("timing_protocol")  # as written before protocols were recorded
+    old["collected_at"] = "2099-01-01T00:00:00+00:00"
+    store.append("timing", [old])
+    store.close()
+    again = Collector(_options(tmp_path)).run()
+    assert again["counts"]["timing_rows"] == 1
+    frame = RunStore(tmp_path / "h100").read("timing", RUN_KEY)
+    assert len(frame) == 18
+
+
+def test_runs_with_too_many_kernels_get_only_the_first_group(tmp_path, fake_ncu):
+    session = Collector(_profile_options(tmp_path, fake_ncu, max_profile_kernels=6)).run()
+    store = RunStore(tmp_path / "h100")
+    first = profile_records(store).query("group == 'launch_sass'").set_index(list(RUN_KEY))["n_kernels"]
+    statuses = profile_status_table(store).set_index(list(RUN_KEY))["profile_status"]
+    long_runs = first[first > 6].index
+    assert 0 < len(long_runs) < len(statuses)
+    assert set(statuses.loc[long_runs]) == {"too_many_kernels"}
+    assert set(statuses.drop(long_runs)) == {"ok"}
+    # Only the first group profiled them.
+    groups = session["ncu_groups"]
+    assert groups["launch_sass"]["kernels"] - groups["memory"]["kernels"] == first[first > 6].sum()
+    assert session["max_profile_kernels"] == 6
+    # A rerun has nothing left to do.
+    again = Collector(_profile_options(tmp_path, fake_ncu, max_profile_kernels=6)).run()
+    assert again["counts"]["kernels"] == 0

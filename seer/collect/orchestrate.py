@@ -54,10 +54,12 @@ class CollectOptions:
     workspace_cap_bytes: int = 8 * 2**30
     budget_ms: float = 10.0
     min_reps: int = 5
-    max_reps: int = 100
+    max_reps: int = 50
+    min_burst_ms: float = 1.0
     item_timeout_s: float = 300.0
     ncu: str | None = None
     profile_chunk_items: int = 150
+    max_profile_kernels: int = 256
     ncu_metric_set: str = "core"
     ncu_replay: str = "kernel"
     ncu_cache_control: str = "all"
@@ -66,6 +68,23 @@ class CollectOptions:
     keep_ncu_csv: bool = False
     stop_after_s: float | None = None  # stop cleanly once this much time has passed
     argv: list[str] = field(default_factory=list)
+
+
+#: Recorded with every session: rows are comparable only under the same protocol.
+#: 1 = one call between two events, host work included (the first H100 collection);
+#: 2 = bursts behind a spinning GPU (seer.gpu.timing).
+TIMING_PROTOCOL = 2
+
+
+def timed_keys(store: RunStore, retry: Sequence[str] = ()) -> set[tuple]:
+    """Run keys timed under the current protocol, less those with a status to retry."""
+    frame = store.read("timing", RUN_KEY)
+    if frame.empty:
+        return set()
+    protocol = frame["timing_protocol"] if "timing_protocol" in frame.columns else 1
+    frame = frame[(pd.Series(protocol, index=frame.index).fillna(1) == TIMING_PROTOCOL)
+                  & ~frame["status"].isin(list(retry))]
+    return set(frame[list(RUN_KEY)].itertuples(index=False, name=None))
 
 
 def now() -> str:
@@ -278,10 +297,12 @@ class Collector:
                 "maths": o.maths, "algos": o.algos, "shard": f"{o.shard_index}/{o.shard_count}",
                 "shapes_in_grid": len(o.shapes), "shapes_in_shard": len(self.my_shapes()),
                 "workspace_cap_bytes": o.workspace_cap_bytes, "budget_ms": o.budget_ms,
-                "min_reps": o.min_reps, "max_reps": o.max_reps, "seed": o.seed,
+                "min_reps": o.min_reps, "max_reps": o.max_reps, "min_burst_ms": o.min_burst_ms,
+                "timing_protocol": TIMING_PROTOCOL, "seed": o.seed,
                 "counts": self.counts, "timing_seconds": round(self.timing_seconds, 1),
                 "profiling_seconds": round(self.profiling_seconds, 1),
                 "ncu_metric_set": o.ncu_metric_set, "ncu_replay": o.ncu_replay,
+                "max_profile_kernels": o.max_profile_kernels,
                 "ncu_cache_control": o.ncu_cache_control,
                 "ncu_groups": self.group_stats, "interrupted": interrupted,
                 "stopped_at_time_limit": self.out_of_time,
@@ -295,8 +316,9 @@ class Collector:
     def time_all(self) -> None:
         o = self.options
         shapes = self.my_shapes()
-        # Every recorded key is done, except those whose status the user asked to retry.
-        done = self.store.done_keys("timing", RUN_KEY, skip_status=o.retry or None)
+        # Every key recorded under this timing protocol is done, except those whose status
+        # the user asked to retry; rows of an older protocol are measured again.
+        done = timed_keys(self.store, o.retry)
         memory = self.info.get("memory_bytes") or self.spec.memory_bytes
         plan = build_plan(shapes, o.maths, o.algos, done)
         too_large = [w for w in plan if not fits_in_memory(w.shape, memory)]
@@ -319,7 +341,7 @@ class Collector:
     def _record_rows(self, work: ShapeWork, status: str, detail: str) -> None:
         rows = [{"shape_id": work.shape_id, "math": m, "algo": a, "grid": work.grid,
                  **work.shape.as_dict(), "status": status, "status_detail": detail,
-                 **self._row_extras()} for m, a in work.items]
+                 **self._row_extras(), "timing_protocol": TIMING_PROTOCOL} for m, a in work.items]
         self.counts["timing_rows"] += self.store.append("timing", rows)
 
     def _time_once(self, pending: list[ShapeWork], progress: CollectionProgress) -> list[ShapeWork]:
@@ -329,15 +351,16 @@ class Collector:
         finished_keys: set[tuple] = set()
 
         def on_event(event: dict) -> None:
-            row = event["row"] | self._row_extras()
+            row = event["row"] | self._row_extras() | {"timing_protocol": TIMING_PROTOCOL}
             self.counts["timing_rows"] += self.store.append("timing", [row])
             finished_keys.add(tuple(row[k] for k in RUN_KEY))
             progress.advance()
 
         command = [*worker_command(), "time", "--plan", str(plan_file), "--results", str(results),
                    "--workspace-cap", str(o.workspace_cap_bytes), "--seed", str(o.seed),
-                   "--budget-ms", str(o.budget_ms), "--min-reps", str(o.min_reps),
-                   "--max-reps", str(o.max_reps), "--stop-file", str(self.stop_file)]
+                   "--budget-ms", str(o.budget_ms), "--min-burst-ms", str(o.min_burst_ms),
+                   "--min-reps", str(o.min_reps), "--max-reps", str(o.max_reps),
+                   "--stop-file", str(self.stop_file)]
         outcome = run_child(command, results, log, on_event, o.item_timeout_s,
                             stop_file=self.stop_file, deadline=self.deadline)
         remaining = _without(pending, finished_keys)
@@ -460,6 +483,41 @@ class Collector:
             events = []  # ncu died before writing its results: nothing of this run counts
         return events, kernels, outcome
 
+    def _skip_long_runs(self, chunk: list[ShapeWork], group: str, done: dict[str, set[tuple]],
+                        extras: dict, progress: CollectionProgress) -> dict[str, set[tuple]]:
+        """Record ``too_many_kernels`` for this group's runs that launch too many kernels.
+
+        Some calls launch thousands of kernels (cuDNN's FFT turns some layers into one small
+        GEMV per image and channel). ncu costs tens of milliseconds per kernel and group, so
+        past ``max_profile_kernels`` only the first group (launch statistics and instruction
+        counts, the cheapest) profiles the run, and the others record why they did not.
+        """
+        counts = self.launch_kernel_counts()
+        cap = self.options.max_profile_kernels
+        records = []
+        for work in chunk:
+            for m, a in work.items:
+                key = (work.shape_id, m, a)
+                if counts.get(key, 0) > cap and self.needs(key, group, done):
+                    records.append(dict(zip(RUN_KEY, key)) | {"group": group} | extras | {
+                        "profile_status": "too_many_kernels",
+                        "status_detail": f"{counts[key]} kernels per call, more than "
+                                         f"--max-profile-kernels {cap}"})
+        if not records:
+            return done
+        self.store.append("profiles", records)
+        progress.advance(len(records))
+        return self.profiled_keys()
+
+    def launch_kernel_counts(self) -> dict[tuple, int]:
+        """Kernels per call of every run the first metric group profiled."""
+        frame = profile_records(self.store)
+        if frame.empty or "n_kernels" not in frame.columns:
+            return {}
+        first = frame[(frame["group"] == self.profile_groups()[0]) & (frame["profile_status"] == "ok")]
+        return {tuple(k): int(n) for k, n in zip(first[list(RUN_KEY)].itertuples(index=False, name=None),
+                                                 first["n_kernels"])}
+
     def _profile_chunk(self, chunk: list[ShapeWork], ncu_path: str, number: int,
                        progress: CollectionProgress) -> None:
         """Profile a chunk once per metric group, storing each group's results as it ends.
@@ -470,9 +528,12 @@ class Collector:
         """
         done = self.profiled_keys()
         extras = self._row_extras()
+        first_group = self.profile_groups()[0]
         for group in self.profile_groups():
             if self.out_of_time:
                 return
+            if group != first_group:
+                done = self._skip_long_runs(chunk, group, done, extras, progress)
             part = [ShapeWork(w.shape, w.grid, [(m, a) for m, a in w.items
                                                 if self.needs((w.shape_id, m, a), group, done)])
                     for w in chunk]
