@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import zipfile
 from collections import Counter
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -307,10 +310,28 @@ def seer_sheets(table: pd.DataFrame, sm_count: int) -> dict[str, pd.DataFrame]:
     return {"index": pd.DataFrame(index_rows), **sheets}
 
 
+#: Timestamp written into Excel files, so that the same tables give the same bytes and a
+#: rebuilt dataset does not show up as changed in git.
+_FIXED_TIME = (1980, 1, 1, 0, 0, 0)
+
+
 def write_excel(path: Path, sheets: dict[str, pd.DataFrame]) -> None:
+    """Write sheets to an .xlsx file whose bytes depend on the sheets alone."""
     with pd.ExcelWriter(path, engine="openpyxl") as writer:
         for name, frame in sheets.items():
             frame.to_excel(writer, sheet_name=name, index=False)
+        writer.book.properties.created = datetime(*_FIXED_TIME)
+    # openpyxl stamps the zip members and the "modified" property with the time of saving.
+    with zipfile.ZipFile(path) as source:
+        members = [(info, source.read(info)) for info in source.infolist()]
+    fixed = datetime(*_FIXED_TIME).strftime("%Y-%m-%dT%H:%M:%SZ")
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as target:
+        for info, data in members:
+            if info.filename == "docProps/core.xml":
+                data = re.sub(rb"(<dcterms:modified[^>]*>)[^<]*", rb"\g<1>" + fixed.encode(), data)
+            stamped = zipfile.ZipInfo(info.filename, date_time=_FIXED_TIME)
+            stamped.compress_type = zipfile.ZIP_DEFLATED
+            target.writestr(stamped, data)
 
 
 # -- Test-set-II --------------------------------------------------------------------------
