@@ -61,3 +61,13 @@ def test_pack_merges_sorts_and_is_byte_stable(tmp_path):
     again = packed.read_bytes()
     RunStore(tmp_path).pack("timing", KEY)
     assert packed.read_bytes() == again
+
+
+def test_done_keys_can_require_a_value(tmp_path):
+    store = RunStore(tmp_path)
+    store.append("timing", [{"shape_id": "s1", "math": "fma", "algo": "GEMM", "status": "ok"},
+                            {"shape_id": "s1", "math": "fma", "algo": "FFT", "status": "ok",
+                             "timing_protocol": 2}])
+    assert store.done_keys("timing", KEY, require={"timing_protocol": 2}) == {("s1", "fma", "FFT")}
+    assert store.done_keys("timing", KEY, require={"timing_protocol": 3}) == set()
+    assert store.done_keys("timing", KEY, require={"no_such_column": 1}) == set()

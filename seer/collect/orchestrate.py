@@ -25,7 +25,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Sequence
 
-import pandas as pd
 from rich.console import Console
 
 import seer
@@ -74,17 +73,6 @@ class CollectOptions:
 #: 1 = one call between two events, host work included (the first H100 collection);
 #: 2 = bursts behind a spinning GPU (seer.gpu.timing).
 TIMING_PROTOCOL = 2
-
-
-def timed_keys(store: RunStore, retry: Sequence[str] = ()) -> set[tuple]:
-    """Run keys timed under the current protocol, less those with a status to retry."""
-    frame = store.read("timing", RUN_KEY)
-    if frame.empty:
-        return set()
-    protocol = frame["timing_protocol"] if "timing_protocol" in frame.columns else 1
-    frame = frame[(pd.Series(protocol, index=frame.index).fillna(1) == TIMING_PROTOCOL)
-                  & ~frame["status"].isin(list(retry))]
-    return set(frame[list(RUN_KEY)].itertuples(index=False, name=None))
 
 
 def now() -> str:
@@ -318,7 +306,8 @@ class Collector:
         shapes = self.my_shapes()
         # Every key recorded under this timing protocol is done, except those whose status
         # the user asked to retry; rows of an older protocol are measured again.
-        done = timed_keys(self.store, o.retry)
+        done = self.store.done_keys("timing", RUN_KEY, skip_status=o.retry or None,
+                                    require={"timing_protocol": TIMING_PROTOCOL})
         memory = self.info.get("memory_bytes") or self.spec.memory_bytes
         plan = build_plan(shapes, o.maths, o.algos, done)
         too_large = [w for w in plan if not fits_in_memory(w.shape, memory)]

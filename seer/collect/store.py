@@ -17,7 +17,7 @@ import os
 import re
 import socket
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import pandas as pd
 
@@ -141,13 +141,17 @@ class RunStore:
         return read_jsonl(path) if path.exists() else []
 
     def done_keys(self, kind: str, key: Sequence[str], skip_status: Iterable[str] | None = None,
-                  status_column: str = "status") -> set[tuple]:
-        """Keys already recorded (optionally only those whose status is not to be retried)."""
+                  status_column: str = "status", require: Mapping[str, object] | None = None) -> set[tuple]:
+        """Keys already recorded, less those whose status is to be retried and those whose
+        latest record does not hold every ``require`` value (a record without the column
+        does not)."""
         frame = self.read(kind, key)
         if frame.empty:
             return set()
         if skip_status is not None:
             frame = frame[~frame[status_column].isin(list(skip_status))]
+        for column, value in (require or {}).items():
+            frame = frame[frame[column] == value] if column in frame.columns else frame.iloc[:0]
         return set(frame[list(key)].itertuples(index=False, name=None))
 
     # -- packing -----------------------------------------------------------------------
