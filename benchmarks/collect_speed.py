@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 
 from seer.cli import main as seer_main
+from seer.collect.store import RunStore
+from seer.dataset import kernels_table
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -39,17 +41,21 @@ def run(argv: list[str] | None = None) -> int:
                       "--math", args.math, "--profile-shapes", args.profile_shapes,
                       "--data-dir", str(root), "--no-parse", *args.extra])
     wall = time.monotonic() - started
-    raw = next(root.iterdir()) / "raw"
+    dataset = next(root.iterdir())
+    raw = dataset / "raw"
     session = [json.loads(line) for line in (raw / "sessions.jsonl").read_text().splitlines()][-1]
     counts = session["counts"]
+    complete_kernels = len(kernels_table(RunStore(dataset))) if counts["kernels"] else 0
     figures = {
         "gpu": session["probe"]["device_name"], "grid": args.grid, "shapes": args.shapes,
         "math": args.math, "wall_seconds": round(wall, 1),
         "timing_items": counts["timing_rows"], "timing_seconds": session["timing_seconds"],
         "timing_items_per_second": round(counts["timing_rows"] / max(session["timing_seconds"], 1e-9), 2),
-        "profiled_runs": counts["profiled_runs"], "kernels": counts["kernels"],
-        "profiling_seconds": session["profiling_seconds"],
-        "kernels_per_second": round(counts["kernels"] / session["profiling_seconds"], 2)
+        "profiled_runs": counts["profiled_runs"], "profiling_seconds": session["profiling_seconds"],
+        # A kernel counts once, when every metric group has profiled its run; a record per
+        # group and kernel would count it once per group.
+        "kernels": complete_kernels, "kernel_records": counts["kernels"],
+        "kernels_per_second": round(complete_kernels / session["profiling_seconds"], 2)
         if session["profiling_seconds"] else None,
         "ncu_groups": session["ncu_groups"], "command": session["command"],
     }

@@ -5,7 +5,12 @@ under ncu once per configuration (replay mode and metric list) and reports the w
 the rows ncu wrote (kernels, or ranges in range replay) and rows per second. Run on a GPU:
 
     python benchmarks/ncu_cost.py --gpu h100 --grid quick --shapes 10 \
-        --config kernel:all --config kernel:memory --config kernel:launch+gpu__time_duration.sum
+        --config kernel:all --config kernel/none:memory --config kernel:launch+gpu__time_duration.sum
+
+A configuration is ``REPLAY[/CACHE]:METRICS``: replay mode (kernel, application, range),
+optional cache control (all, none; default all) and metrics joined by ``+``. With
+``--passes``, each configuration is first run on the first shape alone without ``--csv``,
+where ncu prints how many replay passes each kernel took.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -26,15 +32,18 @@ from seer.cli import main as seer_main
 from seer.collect.orchestrate import CollectOptions, Collector, _child_env, worker_command
 from seer.collect.plan import select_evenly
 from seer.grids import resolve_grids, write_shapes_file
-from seer.metrics import PROFILE_GROUPS, ncu_metric_names
+from seer.metrics import METRIC_BY_COLUMN, PROFILE_GROUPS, RETIRED_GROUPS, ncu_metric_names
 
 
 def metric_list(spec: str) -> list[str]:
-    """Metrics for 'a+b+...': each part a profiling group, 'all', 'launch' or an ncu metric name."""
+    """Metrics for 'a+b+...': each part a profiling group (current or retired), 'all', 'launch'
+    or an ncu metric name."""
     names: list[str] = []
     for part in spec.split("+"):
         if part in PROFILE_GROUPS:
             names += ncu_metric_names(part)
+        elif part in RETIRED_GROUPS:  # to measure again what earlier collections ran
+            names += [METRIC_BY_COLUMN[column].ncu_name for column in RETIRED_GROUPS[part]]
         elif part == "all":
             names += ncu_metric_names()
         elif part == "launch":
@@ -58,6 +67,8 @@ def run(argv: list[str] | None = None) -> int:
     p.add_argument("--report", type=Path)
     p.add_argument("--config-timeout", type=float, default=None,
                    help="give up on a configuration after this many seconds (it is then reported as slow)")
+    p.add_argument("--passes", action="store_true",
+                   help="also report ncu's replay passes per kernel for each configuration")
     args = p.parse_args(argv)
     base = Path(tempfile.mkdtemp(prefix="seer-ncu-cost-"))
     if args.evenly:
@@ -79,18 +90,24 @@ def run(argv: list[str] | None = None) -> int:
     runs = sum(len(w.items) for w in plan)
     ncu_path = ncu.find_ncu()
     results = []
+    first_shape = base / "plan-first.jsonl"
+    first_shape.write_text(json.dumps(plan[0].to_record()) + "\n" if plan else "")
     for i, config in enumerate(args.config):
-        replay, spec = config.split(":", 1)
+        mode, spec = config.split(":", 1)
+        replay, _, cache = mode.partition("/")
         csv = base / f"cfg{i}.csv"
         app = [*worker_command(), "profile", "--plan", str(plan_file), "--results", str(base / f"ev{i}.jsonl"),
                "--workspace-cap", str(8 * 2**30)]
-        command = ncu.ncu_command(ncu_path, csv, app, replay_mode=replay, metrics=metric_list(spec))
+        command = ncu.ncu_command(ncu_path, csv, app, replay_mode=replay, metrics=metric_list(spec),
+                                  cache_control=cache or "all")
+        passes = replay_passes(command, first_shape, args.config_timeout) if args.passes else None
         started = time.monotonic()
         try:
             proc = subprocess.run(command, env=_child_env(), capture_output=True, text=True,
                                   timeout=args.config_timeout)
         except subprocess.TimeoutExpired:
-            results.append({"config": config, "runs": runs, "seconds": f"> {args.config_timeout}"})
+            results.append({"config": config, "runs": runs, "seconds": f"> {args.config_timeout}"}
+                           | ({"passes": passes} if passes is not None else {}))
             print(json.dumps(results[-1]), flush=True)
             continue
         seconds = time.monotonic() - started
@@ -107,11 +124,32 @@ def run(argv: list[str] | None = None) -> int:
                   if l.startswith("==ERROR==") or l.startswith("==WARNING==")][:3]
         results.append({"config": config, "runs": runs, "rows": rows, "seconds": round(seconds, 1),
                         "rows_per_second": round(rows / seconds, 2), "exit": proc.returncode,
-                        "messages": errors})
+                        "messages": errors} | ({"passes": passes} if passes is not None else {}))
         print(json.dumps(results[-1]), flush=True)
     if args.report:
         args.report.write_text(json.dumps(results, indent=2) + "\n")
     return 0
+
+
+def replay_passes(command: list[str], plan: Path, timeout: float | None) -> dict:
+    """Replay passes per kernel, from ncu's progress lines (which ``--csv`` suppresses).
+
+    Also the seconds this one-shape run took: against the full run, that separates the
+    fixed cost of starting ncu and the worker from the cost per kernel.
+    """
+    command = list(command)
+    command[command.index("--plan") + 1] = str(plan)
+    for flag, has_value in (("--csv", False), ("--page", True), ("--log-file", True)):
+        i = command.index(flag)
+        del command[i: i + 1 + has_value]
+    started = time.monotonic()
+    try:
+        proc = subprocess.run(command, env=_child_env(), capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"seconds": f"> {timeout}"}
+    passes = [int(n) for n in re.findall(r"100% - (\d+) pass", proc.stdout)]
+    return {"kernels": len(passes), "seconds": round(time.monotonic() - started, 1),
+            "min": min(passes, default=None), "max": max(passes, default=None)}
 
 
 if __name__ == "__main__":

@@ -167,6 +167,19 @@ class KernelInfo:
     variant: str
 
 
+#: Names under which ncu reports one and the same kernel. cuBLAS's templated GEMV kernel
+#: (launched by cuDNN's FFT algorithms) comes out as ``gemvx::kernel<...>`` in one ncu
+#: process and ``internal::kernel<...>`` in another, with identical template arguments.
+_KERNEL_ALIASES = ((re.compile(r"\binternal::kernel<(?=[^(]*cublasGemv)"), "gemvx::kernel<"),)
+
+
+def canonical_kernel_name(kernel_name: str) -> str:
+    """The kernel's name with ncu's aliases resolved: equal names mean the same kernel."""
+    for pattern, replacement in _KERNEL_ALIASES:
+        kernel_name = pattern.sub(replacement, kernel_name)
+    return kernel_name
+
+
 def classify_kernel(kernel_name: str) -> KernelInfo:
     """Family, role and variant of one kernel, from its (demangled) name."""
     for rule in KERNEL_RULES:

@@ -31,12 +31,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from seer.algorithms import ALGORITHMS, classify_kernel, get_algorithm
+from seer.algorithms import ALGORITHMS, canonical_kernel_name, classify_kernel, get_algorithm
 from seer.collect.plan import RUN_KEY
 from seer.collect.store import ALL_GROUPS, RunStore, profile_records
 from seer.gpus import GPUSpec, get_gpu_spec
 from seer.grids import write_shapes_file
-from seer.metrics import (DEFAULT_MATH_ONLY_GROUPS, METRIC_SETS, METRICS, columns_with_rollup,
+from seer.metrics import (GROUP_COLUMNS, METRIC_SETS, METRICS, columns_with_rollup, required_columns,
                           thread_flops)
 from seer.shapes import SEER_FIELDS, SHAPE_COLUMNS, ConvShape
 
@@ -183,10 +183,12 @@ def measurements_table(store: RunStore, seed: int = 0, spec: GPUSpec | None = No
 
 KERNEL_KEY = [*RUN_KEY, "kernel_idx"]
 KERNEL_INFO = ["kernel_name", "kernel_family", "kernel_role", "kernel_variant"]
+ALL_METRIC_COLUMNS = frozenset(m.column for m in METRICS)
 
 
-def _required_groups(math: str) -> list[str]:
-    return [g for g in METRIC_SETS["core"] if math == "default" or g not in DEFAULT_MATH_ONLY_GROUPS]
+def _group_columns(group: str) -> frozenset[str]:
+    """Columns a record of this group measured; records from before groups measured all."""
+    return ALL_METRIC_COLUMNS if group == ALL_GROUPS else GROUP_COLUMNS.get(group, frozenset())
 
 
 def _group_records(store: RunStore) -> pd.DataFrame:
@@ -202,37 +204,41 @@ def _group_records(store: RunStore) -> pd.DataFrame:
 
 
 def profile_status_table(store: RunStore) -> pd.DataFrame:
-    """One profile status per run, over the metric groups it needs.
+    """One profile status per run, over the metric columns it needs.
 
-    ``ok`` when every required group recorded the run and all saw the same kernel
-    sequence; ``inconsistent`` when they did not; ``error`` or ``no_kernels`` when a group
-    says so; ``partial`` while some group has not profiled the run yet.
+    Each needed column comes from the latest record of a group that measures it (current
+    or retired groups, see :data:`seer.metrics.GROUP_COLUMNS`). ``ok`` when every needed
+    column is covered by ok records that all saw the same kernel sequence; ``inconsistent``
+    when they did not; the record's own status (``error``, ``no_kernels``,
+    ``too_many_kernels``) when the latest record for some column says so; ``partial``
+    while some column has not been profiled yet.
     """
     profiles = profile_records(store)
     if profiles.empty:
         return pd.DataFrame(columns=[*RUN_KEY, "profile_status", "profile_detail"])
     kernels = _group_records(store)
-    signatures = (kernels.sort_values("kernel_idx").groupby([*RUN_KEY, "group"])["kernel_name"]
-                  .agg(tuple) if not kernels.empty else pd.Series(dtype=object))
+    signatures = (kernels.assign(kernel_name=kernels["kernel_name"].map(canonical_kernel_name))
+                  .sort_values("kernel_idx").groupby([*RUN_KEY, "group"])["kernel_name"].agg(tuple)
+                  if not kernels.empty else pd.Series(dtype=object))
     rows = []
     for key, runs in profiles.groupby(list(RUN_KEY), sort=False):
-        by_group = dict(zip(runs["group"], runs.to_dict("records")))
-        if ALL_GROUPS in by_group:  # one record covering every group
-            by_group = {g: by_group[ALL_GROUPS] for g in _required_groups(key[1])} | {
-                g: r for g, r in by_group.items() if g != ALL_GROUPS}
+        missing = set(required_columns("core", key[1]))
         status, detail = "ok", None
         seen = set()
-        for group in _required_groups(key[1]):
-            record = by_group.get(group)
-            if record is None:
-                status, detail = "partial", f"group {group} not profiled yet"
-                break
+        # Records are in the order they were stored: the latest one for a column wins.
+        for record in reversed(runs.to_dict("records")):
+            provides = _group_columns(record["group"]) & missing
+            if not provides:
+                continue
+            missing -= provides
             if record["profile_status"] != "ok":
-                status, detail = record["profile_status"], f"{group}: {record.get('status_detail')}"
+                status, detail = record["profile_status"], f"{record['group']}: {record.get('status_detail')}"
                 break
-            source = ALL_GROUPS if record.get("group") == ALL_GROUPS else group
-            seen.add(signatures.get((*key, source), ()))
-        if status == "ok" and len(seen) > 1:
+            seen.add(signatures.get((*key, record["group"]), ()))
+        if status == "ok" and missing:
+            groups = [g for g in METRIC_SETS["core"] if GROUP_COLUMNS[g] & missing]
+            status, detail = "partial", f"group {', '.join(groups)} not profiled yet"
+        elif status == "ok" and len(seen) > 1:
             status, detail = "inconsistent", "metric groups saw different kernel sequences"
         rows.append(dict(zip(RUN_KEY, key)) | {"profile_status": status, "profile_detail": detail})
     return pd.DataFrame(rows)
@@ -250,15 +256,17 @@ def kernels_table(store: RunStore, statuses: pd.DataFrame | None = None) -> pd.D
     base = records.drop_duplicates(KERNEL_KEY)[[*KERNEL_KEY, *KERNEL_INFO, "gpu", "cudnn_version",
                                                  "collected_at"]]
     for column in metric_columns:
-        # Each metric comes from the group that collects it (or from an all-groups record).
-        source = next(m.group for m in METRICS if m.column == column)
-        values = records[records["group"].isin([source, ALL_GROUPS])]
+        # Each metric comes from the latest group that measured it (or an all-groups record).
+        sources = [g for g in records["group"].unique() if column in _group_columns(g)]
+        values = records[records["group"].isin(sources)]
         if column in values.columns:
             values = values.dropna(subset=[column]).drop_duplicates(KERNEL_KEY, keep="last")
             base = base.merge(values[[*KERNEL_KEY, column]], on=KERNEL_KEY, how="left")
         else:
             base[column] = np.nan
-    # Roles and variants follow today's rules in seer.algorithms, not those of collection time.
+    # One kernel, one name (ncu aliases some); roles and variants follow today's rules in
+    # seer.algorithms, not those of collection time.
+    base["kernel_name"] = base["kernel_name"].map(canonical_kernel_name)
     info = {name: classify_kernel(name) for name in base["kernel_name"].unique()}
     base["kernel_family"] = base["kernel_name"].map(lambda n: info[n].family)
     base["kernel_role"] = base["kernel_name"].map(lambda n: info[n].role)

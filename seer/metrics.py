@@ -23,17 +23,29 @@ class Metric:
     group: str  # the profiling group (one ncu run) that collects it; see PROFILE_GROUPS
 
 
-#: Each group is collected by its own ncu run over a chunk of runs. On the H100 with ncu
-#: 2025.3.1 every group below took one replay pass, while asking for all metrics at once
-#: took several passes per kernel (each pass replays the kernel): 2.8 kernels/s against
-#: 18-35 kernels/s per single-pass group (benchmarks/ncu_cost.py). SASS-instruction counts
-#: are gathered by instrumentation, which ncu cannot combine with hardware counters in one pass.
-PROFILE_GROUPS = ("launch_sass", "memory", "cache", "time_occupancy", "tensor", "pipes", "throughput")
+#: Each group is collected by its own ncu run over a chunk of runs, and each must stay one
+#: replay pass per kernel: every extra pass replays the kernel with memory saved and
+#: restored. Measured on the H100 with ncu 2025.3.1 (benchmarks/ncu_cost.py --passes, 289
+#: kernels of 42 runs): launch statistics and SASS counts (instrumented) take one pass and
+#: cost no more than launch statistics alone; all the hardware counters of ``counters``
+#: fit one pass; the TF32 tensor-op counter shares no pass with the tensor-pipe instruction
+#: counter (3 passes together), nor do SASS counts with hardware counters (3 passes). Each
+#: ncu run also costs a fixed ~4 s to start and ~15 ms per kernel however few metrics it
+#: asks for, so fewer groups is faster: three groups take 24 s (fma) and 32 s (default) for
+#: those kernels, against 43 s and 51 s for the five groups used before.
+PROFILE_GROUPS = ("launch_sass", "counters", "tensor", "pipes", "throughput")
 #: Groups only default-math runs need: CUDNN_FMA_MATH restricts cuDNN to FMA kernels, so
 #: fma runs execute no tensor-core operations.
 DEFAULT_MATH_ONLY_GROUPS = frozenset({"tensor"})
 #: What ``--ncu-metrics`` may ask for.
-METRIC_SETS = {"core": PROFILE_GROUPS[:5], "full": PROFILE_GROUPS}
+METRIC_SETS = {"core": PROFILE_GROUPS[:3], "full": PROFILE_GROUPS}
+#: Groups of earlier collections, whose records stay valid: what each one measured.
+#: ``counters`` replaced the three of them (one ncu run instead of three).
+RETIRED_GROUPS: dict[str, tuple[str, ...]] = {
+    "memory": ("dram_read_bytes", "dram_write_bytes", "l2_bytes"),
+    "cache": ("l1_bytes", "inst_tensor", "sm_clock_hz"),
+    "time_occupancy": ("duration_ns", "achieved_occupancy_pct"),
+}
 
 METRICS: tuple[Metric, ...] = (
     # Launch statistics cost no replay; SASS thread-instruction counts come from one
@@ -67,19 +79,19 @@ METRICS: tuple[Metric, ...] = (
     Metric("inst_hfma", "smsp__sass_thread_inst_executed_op_hfma_pred_on.sum", "thread-inst", "sum",
            "fp16 fused multiply-adds", "launch_sass"),
     # Memory hierarchy traffic.
-    Metric("dram_read_bytes", "dram__bytes_read.sum", "bytes", "sum", "DRAM bytes read", "memory"),
-    Metric("dram_write_bytes", "dram__bytes_write.sum", "bytes", "sum", "DRAM bytes written", "memory"),
-    Metric("l2_bytes", "lts__t_bytes.sum", "bytes", "sum", "bytes through the L2 slices", "memory"),
-    Metric("l1_bytes", "l1tex__t_bytes.sum", "bytes", "sum", "bytes through L1/TEX", "cache"),
+    Metric("dram_read_bytes", "dram__bytes_read.sum", "bytes", "sum", "DRAM bytes read", "counters"),
+    Metric("dram_write_bytes", "dram__bytes_write.sum", "bytes", "sum", "DRAM bytes written", "counters"),
+    Metric("l2_bytes", "lts__t_bytes.sum", "bytes", "sum", "bytes through the L2 slices", "counters"),
+    Metric("l1_bytes", "l1tex__t_bytes.sum", "bytes", "sum", "bytes through L1/TEX", "counters"),
     Metric("inst_tensor", "sm__inst_executed_pipe_tensor.sum", "warp-inst", "sum",
-           "warp instructions issued to the tensor pipe", "cache"),
+           "warp instructions issued to the tensor pipe", "counters"),
     Metric("sm_clock_hz", "sm__cycles_elapsed.avg.per_second", "Hz", "time_weighted",
-           "SM clock while the kernel ran", "cache"),
+           "SM clock while the kernel ran", "counters"),
     # Time and occupancy.
     Metric("duration_ns", "gpu__time_duration.sum", "ns", "sum", "kernel duration under ncu",
-           "time_occupancy"),
+           "counters"),
     Metric("achieved_occupancy_pct", "sm__warps_active.avg.pct_of_peak_sustained_active", "%",
-           "main", "achieved occupancy", "time_occupancy"),
+           "main", "achieved occupancy", "counters"),
     # Tensor-core work (default math only).
     Metric("tensor_ops_tf32", "sm__ops_path_tensor_src_tf32_dst_fp32.sum", "flops", "sum",
            "FLOPs on the tensor path with TF32 sources (a multiply-add counts two)", "tensor"),
@@ -96,6 +108,19 @@ METRICS: tuple[Metric, ...] = (
 
 METRIC_BY_COLUMN = {m.column: m for m in METRICS}
 METRIC_BY_NCU_NAME = {m.ncu_name: m for m in METRICS}
+
+
+#: Every group that records may carry, current or retired, and the columns it measured.
+GROUP_COLUMNS: dict[str, frozenset[str]] = {
+    **{g: frozenset(m.column for m in METRICS if m.group == g) for g in PROFILE_GROUPS},
+    **{g: frozenset(columns) for g, columns in RETIRED_GROUPS.items()},
+}
+
+
+def required_columns(metric_set: str, math: str) -> frozenset[str]:
+    """Metric columns a run of this math mode needs before its profile is complete."""
+    groups = [g for g in METRIC_SETS[metric_set] if math == "default" or g not in DEFAULT_MATH_ONLY_GROUPS]
+    return frozenset().union(*(GROUP_COLUMNS[g] for g in groups))
 
 
 def ncu_metric_names(group: str | None = None) -> list[str]:

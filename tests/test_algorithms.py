@@ -5,7 +5,8 @@ import csv
 import pytest
 
 from conftest import DATA
-from seer.algorithms import (ALGORITHMS, KERNEL_RULES, algorithm_names, classify_kernel,
+from seer.algorithms import (ALGORITHMS, KERNEL_RULES, algorithm_names, canonical_kernel_name,
+                             classify_kernel,
                              cudnn_algorithm_by_enum, get_algorithm)
 
 KERNEL_NAMES = DATA / "h100-kernel-names.tsv"
@@ -74,3 +75,17 @@ def test_variants_fit_excel_sheet_names():
     longest = max(len(r["variant"]) for r in _recorded())
     assert longest <= 36
     assert KERNEL_RULES[-1].pattern == ""  # the catch-all is last
+
+
+def test_ncu_aliases_of_one_kernel_get_one_name():
+    names = [row[3] for row in csv.reader(open(DATA / "h100-kernel-names.tsv"), delimiter="\t")]
+    aliased = [n for n in names if "internal::kernel<" in n]
+    assert aliased
+    for name in aliased:
+        # ncu named this cuBLAS GEMV kernel gemvx::kernel in other processes.
+        assert canonical_kernel_name(name) == name.replace("internal::kernel<", "gemvx::kernel<")
+        assert classify_kernel(canonical_kernel_name(name)) == classify_kernel(name)
+    assert sum(canonical_kernel_name(n) in names for n in aliased) >= 1  # a real pair
+    for name in names:
+        if name not in aliased:
+            assert canonical_kernel_name(name) == name

@@ -63,6 +63,14 @@ def test_dataset_size_promised_by_the_issue(table):
     shapes = table.groupby("grid")["shape_id"].nunique()
     assert shapes["seer"] + shapes["networks"] >= 1500
     assert set(table["math"]) == {"fma", "default"}
+    # ncu metrics for every successful run of at least 600 shapes, from both grids.
+    ok = table[table["status"] == "ok"]
+    complete = ok.groupby("shape_id")["profile_status"].agg(lambda s: (s == "ok").all())
+    profiled = ok[ok["shape_id"].isin(complete[complete].index)]
+    assert len(complete[complete]) >= 600
+    assert set(profiled["grid"]) == {"seer", "networks"}
+    assert set(profiled["algo"]) >= {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "FFT", "FFT_TILING",
+                                     "WINOGRAD_NONFUSED"}
 
 
 def test_split_is_by_shape_seeded_and_near_70_30(table):

@@ -9,7 +9,8 @@ import pytest
 from conftest import DATA
 from seer.errors import InputError
 from seer.grids import quick_grid
-from seer.metrics import METRICS, PROFILE_GROUPS, ncu_metric_names
+from seer.metrics import (GROUP_COLUMNS, METRICS, PROFILE_GROUPS, RETIRED_GROUPS, ncu_metric_names,
+                          required_columns)
 from seer.ncu import (kernels_from_ncu, missing_metrics, ncu_command, range_name, read_ncu_csv)
 
 CAPTURE = DATA / "ncu-raw-quick-h100.csv.gz"
@@ -62,11 +63,20 @@ def test_range_name_round_trips_through_the_parser():
 
 
 def test_command_profiles_only_seer_ranges_with_the_cards_own_clocks():
-    cmd = ncu_command("ncu", "out.csv", ["python", "w.py"], ncu_metric_names("memory"))
+    cmd = ncu_command("ncu", "out.csv", ["python", "w.py"], ncu_metric_names("tensor"))
     assert cmd[cmd.index("--clock-control") + 1] == "none"
-    assert cmd[cmd.index("--metrics") + 1] == "dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum"
+    assert cmd[cmd.index("--metrics") + 1] == "sm__ops_path_tensor_src_tf32_dst_fp32.sum"
     assert cmd[-2:] == ["python", "w.py"] and "--nvtx" in cmd
+
+
+def test_metric_groups_cover_every_metric_once_and_retired_groups_are_parts_of_counters():
     assert set(PROFILE_GROUPS) == {m.group for m in METRICS}
+    columns = [c for g in PROFILE_GROUPS for c in GROUP_COLUMNS[g]]
+    assert sorted(columns) == sorted(m.column for m in METRICS)
+    # The one-pass `counters` group measures exactly what memory, cache and time_occupancy did.
+    assert frozenset().union(*(set(c) for c in RETIRED_GROUPS.values())) == GROUP_COLUMNS["counters"]
+    assert required_columns("core", "fma") == GROUP_COLUMNS["launch_sass"] | GROUP_COLUMNS["counters"]
+    assert required_columns("core", "default") == required_columns("core", "fma") | {"tensor_ops_tf32"}
 
 
 def test_empty_and_failed_ncu_output(tmp_path):

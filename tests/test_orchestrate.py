@@ -7,6 +7,7 @@ is tests/fake_worker.py so that crash recovery, hangs, resume and time limits ca
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from seer.collect import orchestrate
@@ -17,6 +18,7 @@ from seer.dataset import kernels_table, profile_status_table
 from seer.errors import EnvironmentProblem
 from seer.gpus import get_gpu_spec
 from seer.grids import GridShape
+from seer.metrics import GROUP_COLUMNS
 from seer.shapes import ConvShape
 
 FAKE = [sys.executable, str(Path(__file__).with_name("fake_worker.py"))]
@@ -156,7 +158,7 @@ def test_profiling_merges_every_metric_group_per_kernel(tmp_path, fake_ncu):
         assert kernels[column].notna().all(), column
     assert kernels.loc[kernels["math"] == "default", "tensor_ops_tf32"].notna().all()
     assert kernels.loc[kernels["math"] == "fma", "tensor_ops_tf32"].isna().all()
-    assert set(session["ncu_groups"]) == {"launch_sass", "memory", "cache", "time_occupancy", "tensor"}
+    assert set(session["ncu_groups"]) == {"launch_sass", "counters", "tensor"}
     # Resuming profiles nothing twice.
     assert Collector(_profile_options(tmp_path, fake_ncu)).run()["counts"]["kernels"] == 0
 
@@ -209,8 +211,65 @@ def test_runs_with_too_many_kernels_get_only_the_first_group(tmp_path, fake_ncu)
     assert set(statuses.drop(long_runs)) == {"ok"}
     # Only the first group profiled them.
     groups = session["ncu_groups"]
-    assert groups["launch_sass"]["kernels"] - groups["memory"]["kernels"] == first[first > 6].sum()
+    assert groups["launch_sass"]["kernels"] - groups["counters"]["kernels"] == first[first > 6].sum()
     assert session["max_profile_kernels"] == 6
     # A rerun has nothing left to do.
     again = Collector(_profile_options(tmp_path, fake_ncu, max_profile_kernels=6)).run()
     assert again["counts"]["kernels"] == 0
+
+
+def _split_into_retired_groups(source: RunStore, target: RunStore) -> None:
+    """Rewrite a store's ``counters`` records as the three groups that collected them before."""
+    from seer.metrics import RETIRED_GROUPS
+
+    for kind in ("profiles", "kernels"):
+        out = []
+        for record in source.records(kind):
+            if record["group"] != "counters":
+                out.append(record)
+                continue
+            counters = GROUP_COLUMNS["counters"]
+            for group, columns in RETIRED_GROUPS.items():
+                out.append({k: v for k, v in record.items() if k not in counters or k in columns}
+                           | {"group": group})
+        target.append(kind, out)
+    target.close()
+
+
+def test_records_of_retired_groups_still_count(tmp_path, fake_ncu):
+    Collector(_profile_options(tmp_path / "new", fake_ncu)).run()
+    new = RunStore(tmp_path / "new" / "h100")
+    old = RunStore(tmp_path / "old" / "h100", tag="before-counters")
+    old.append("timing", new.records("timing"))
+    _split_into_retired_groups(new, old)
+    assert "counters" not in set(profile_records(old)["group"])
+    # Same statuses and the same merged kernels as the one-group collection.
+    assert set(profile_status_table(old)["profile_status"]) == {"ok"}
+    pd.testing.assert_frame_equal(kernels_table(old).drop(columns="collected_at"),
+                                  kernels_table(new).drop(columns="collected_at"))
+    # Nothing is profiled again.
+    assert Collector(_profile_options(tmp_path / "old", fake_ncu)).run()["counts"]["kernels"] == 0
+
+
+def test_a_run_missing_a_retired_group_is_profiled_again_with_the_new_group(tmp_path, fake_ncu):
+    Collector(_profile_options(tmp_path / "new", fake_ncu)).run()
+    new = RunStore(tmp_path / "new" / "h100")
+    split = RunStore(tmp_path / "split" / "h100", tag="split")
+    _split_into_retired_groups(new, split)
+    victim = ("0051ed247c1d", "fma", "GEMM")
+    old = RunStore(tmp_path / "old" / "h100", tag="before-counters")
+    old.append("timing", new.records("timing"))
+    for kind in ("profiles", "kernels"):
+        old.append(kind, [r for r in split.records(kind)
+                          if not (tuple(r[k] for k in RUN_KEY) == victim and r["group"] == "cache")])
+    old.close()
+    statuses = profile_status_table(old).set_index(list(RUN_KEY))
+    assert statuses.loc[victim, "profile_status"] == "partial"
+    assert statuses.loc[victim, "profile_detail"] == "group counters not profiled yet"
+    session = Collector(_profile_options(tmp_path / "old", fake_ncu)).run()
+    victim_kernels = (kernels_table(new)[list(RUN_KEY)].apply(tuple, axis=1) == victim).sum()
+    assert session["ncu_groups"]["counters"]["kernels"] == victim_kernels  # that run only
+    assert set(session["ncu_groups"]) == {"counters"}
+    assert set(profile_status_table(old)["profile_status"]) == {"ok"}
+    kernels = kernels_table(old)
+    assert kernels.loc[kernels[list(RUN_KEY)].apply(tuple, axis=1) == victim, "l1_bytes"].notna().all()

@@ -36,7 +36,8 @@ from seer.collect.store import ALL_GROUPS, RunStore, default_tag, profile_record
 from seer.errors import EnvironmentProblem
 from seer.gpus import GPUSpec, get_gpu_spec, match_device
 from seer.grids import GridShape
-from seer.metrics import DEFAULT_MATH_ONLY_GROUPS, METRIC_SETS, METRICS, ncu_metric_names
+from seer.metrics import (DEFAULT_MATH_ONLY_GROUPS, GROUP_COLUMNS, METRIC_SETS, METRICS,
+                          ncu_metric_names)
 
 @dataclass
 class CollectOptions:
@@ -372,26 +373,30 @@ class Collector:
     def profile_groups(self) -> tuple[str, ...]:
         return METRIC_SETS[self.options.ncu_metric_set]
 
-    def profiled_keys(self) -> dict[str, set[tuple]]:
-        """Run keys already recorded per metric group (records from before groups count for all)."""
+    def profiled_keys(self) -> dict[tuple, frozenset[str]]:
+        """Metric columns already recorded per run, by any group current or retired.
+
+        A record counts whatever its status: a run that failed under a group is not tried
+        again unless ``--retry`` names the status. Records from before groups count for all.
+        """
         o = self.options
         frame = profile_records(self.store)
-        done: dict[str, set[tuple]] = {g: set() for g in self.profile_groups()}
+        covered: dict[tuple, frozenset[str]] = {}
         if frame.empty:
-            return done
+            return covered
         if o.retry:
             frame = frame[~frame["profile_status"].isin(o.retry)]
+        everything = frozenset(m.column for m in METRICS)
         for key, group in zip(frame[list(RUN_KEY)].itertuples(index=False, name=None), frame["group"]):
-            for g in (done if group == ALL_GROUPS else [group]):
-                if g in done:
-                    done[g].add(key)
-        return done
+            columns = everything if group == ALL_GROUPS else GROUP_COLUMNS.get(group, frozenset())
+            covered[key] = covered.get(key, frozenset()) | columns
+        return covered
 
-    def needs(self, key: tuple, group: str, done: dict[str, set[tuple]]) -> bool:
-        """Whether a run still lacks a group's metrics (default-only groups skip fma runs)."""
+    def needs(self, key: tuple, group: str, covered: dict[tuple, frozenset[str]]) -> bool:
+        """Whether a run still lacks some of a group's metrics (default-only groups skip fma runs)."""
         if group in DEFAULT_MATH_ONLY_GROUPS and key[1] != "default":
             return False
-        return key not in done[group]
+        return not GROUP_COLUMNS[group] <= covered.get(key, frozenset())
 
     def profile_items(self) -> list[ShapeWork]:
         """Successful timed runs of the shapes chosen for profiling that some group still lacks."""
@@ -408,19 +413,20 @@ class Collector:
         for work in plan:
             work.items = [(m, a) for m, a in work.items
                           if (key := (work.shape_id, m, a)) in ok_keys
-                          and any(self.needs(key, g, done) for g in done)]
+                          and any(self.needs(key, g, done) for g in self.profile_groups())]
         return [w for w in plan if w.items]
 
     def profile_all(self, ncu_path: str) -> None:
         o = self.options
         plan = self.profile_items()
-        total = sum(len(w.items) for w in plan)
+        covered = self.profiled_keys()
+        total = sum(self.needs((w.shape_id, m, a), g, covered)
+                    for w in plan for m, a in w.items for g in self.profile_groups())
         if not total:
             self.console.log("profiling: nothing to do")
             return
         started = time.monotonic()
-        with CollectionProgress("profiling", total * len(self.profile_groups()), self.console,
-                                unit="group runs") as progress:
+        with CollectionProgress("profiling", total, self.console, unit="group runs") as progress:
             pending = plan
             chunk_number = 0
             while pending and not self.out_of_time:
@@ -472,8 +478,8 @@ class Collector:
             events = []  # ncu died before writing its results: nothing of this run counts
         return events, kernels, outcome
 
-    def _skip_long_runs(self, chunk: list[ShapeWork], group: str, done: dict[str, set[tuple]],
-                        extras: dict, progress: CollectionProgress) -> dict[str, set[tuple]]:
+    def _skip_long_runs(self, chunk: list[ShapeWork], group: str, done: dict[tuple, frozenset[str]],
+                        extras: dict, progress: CollectionProgress) -> dict[tuple, frozenset[str]]:
         """Record ``too_many_kernels`` for this group's runs that launch too many kernels.
 
         Some calls launch thousands of kernels (cuDNN's FFT turns some layers into one small
@@ -570,7 +576,7 @@ class Collector:
         done = self.profiled_keys()
         self.counts["profiled_runs"] += sum(
             1 for w in chunk for m, a in w.items
-            if not any(self.needs((w.shape_id, m, a), g, done) for g in done))
+            if not any(self.needs((w.shape_id, m, a), g, done) for g in self.profile_groups()))
 
 
 def _without(plan: list[ShapeWork], keys: set[tuple]) -> list[ShapeWork]:
