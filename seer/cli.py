@@ -172,6 +172,112 @@ def _parse(data_dir: Path, gpu: str, pack: bool = False, seed: int = 0) -> int:
     return 0
 
 
+# -- train, predict, evaluate -------------------------------------------------------------
+def _add_train(sub) -> None:
+    p = sub.add_parser("train", help="fit the per-algorithm models of a GPU from its dataset",
+                       description="Fit one model per math mode on the train split of data/GPU/ "
+                                   "and save it under models/GPU/.")
+    p.add_argument("--gpu", required=True)
+    p.add_argument("--data-dir", type=Path, default=Path("data"))
+    p.add_argument("--models-dir", type=Path, default=None, help="default: models/ of this checkout")
+    p.set_defaults(func=_cmd_train)
+
+
+def _cmd_train(args) -> int:
+    from seer import modeling
+    from seer.gpus import get_gpu_spec
+
+    name = get_gpu_spec(args.gpu).name
+    root = args.models_dir or modeling.models_root()
+    models = modeling.train(args.data_dir / name, name, progress=err_console.log)
+    path = modeling.save(models, root / name)
+    for math, info in models.card["maths"].items():
+        chosen = ", ".join(f"{a}: {r}" for a, r in info["regressor"].items())
+        err_console.log(f"{math}: {info['shapes']} training shapes; regressors chosen by CV: {chosen}")
+    err_console.log(f"wrote {path} and {path.with_name(modeling.CARD_FILE).name}")
+    return 0
+
+
+def _add_predict(sub) -> None:
+    p = sub.add_parser("predict", help="predict every algorithm's time for the layers of a file (no GPU needed)",
+                       description="FILE in SEER's Test-set-II format: the number of layers, then one line "
+                                   "per layer: batch in_ch in_width out_ch out_width kernel_width stride padding.")
+    p.add_argument("file", type=Path)
+    p.add_argument("--gpu", default=None, help="model to use (default: the only trained one)")
+    p.add_argument("--math", choices=["fma", "default"], default="default",
+                   help="fma: strict FP32; default: cuDNN may use TF32 (default: default)")
+    p.add_argument("--out", type=Path, help="write one CSV row per (layer, algorithm predicted to run)")
+    p.add_argument("--models-dir", type=Path, default=None, help="default: models/ of this checkout")
+    p.set_defaults(func=_cmd_predict)
+
+
+def _cmd_predict(args) -> int:
+    from rich.table import Table
+
+    from seer.grids import read_shapes_file
+    from seer.predict import PREDICTION_COLUMNS, best_per_layer, predict_layers
+
+    shapes = read_shapes_file(args.file)  # every mistake is reported before anything is written
+    models = _load_models(args)
+    predictions = predict_layers(models, shapes, args.math)
+    best = best_per_layer(predictions, len(shapes))
+    table = Table("#", "layer (batch in_ch in_width out_ch out_width kernel stride pad)", "fastest", "ms",
+                  "runner-up", "ms", title=f"{models.gpu}, {args.math} math: predicted times")
+    for i, (shape, row) in enumerate(zip(shapes, best.itertuples())):
+        mark = " *" if row.extrapolated else ""
+        table.add_row(str(i + 1), shape.to_seer_line() + mark, str(row.best_algo or "none predicted to run"),
+                      "" if pd_isna(row.best_ms) else f"{row.best_ms:.4g}", "" if pd_isna(row.runner_up) else row.runner_up,
+                      "" if pd_isna(row.runner_up_ms) else f"{row.runner_up_ms:.4g}")
+    out_console.print(table)
+    if best["extrapolated"].any():
+        out_console.print(f"* {int(best['extrapolated'].sum())} layers lie outside the shapes the model was "
+                          "trained on: treat their predictions with care.")
+    if args.out:
+        predictions[PREDICTION_COLUMNS].to_csv(args.out, index=False)
+        err_console.log(f"wrote {len(predictions)} predictions for {len(shapes)} layers to {args.out}")
+    return 0
+
+
+def _load_models(args):
+    from seer import modeling
+
+    root = args.models_dir or modeling.models_root()
+    return modeling.load(root / modeling.resolve_gpu(args.gpu, root))
+
+
+def pd_isna(value) -> bool:
+    return value is None or (isinstance(value, float) and value != value)
+
+
+def _add_evaluate(sub) -> None:
+    p = sub.add_parser("evaluate", help="report accuracy on Test-set-I and Test-set-II against cuDNN's heuristic")
+    p.add_argument("--gpu", required=True)
+    p.add_argument("--data-dir", type=Path, default=Path("data"))
+    p.add_argument("--models-dir", type=Path, default=None, help="default: models/ of this checkout")
+    p.add_argument("--out", type=Path, default=None, help="report path (default: reports/GPU-evaluation.md)")
+    p.set_defaults(func=_cmd_evaluate)
+
+
+def _cmd_evaluate(args) -> int:
+    import pandas as pd
+
+    from seer.evaluate import evaluate, write_report
+
+    models = _load_models(args)
+    measurements = args.data_dir / models.gpu / "measurements.csv.gz"
+    if not measurements.exists():
+        raise InputError(f"no dataset; run `seer parse --gpu {models.gpu}` first", path=measurements)
+    results = evaluate(models, pd.read_csv(measurements, low_memory=False))
+    out = args.out or Path("reports") / f"{models.gpu}-evaluation.md"
+    files = write_report(results, models, out)
+    sel = results["selection"]
+    for row in sel[sel["policy"].isin(["ours", "seer", "cudnn heuristic"])].itertuples():
+        out_console.print(f"{row.split} {row.math:7s} {row.policy:16s} top-1 {row.top1_pct:5.1f}%  "
+                          f"mean regret {row.mean_regret_pct:6.2f}%  max {row.max_regret_pct:7.1f}%")
+    err_console.log("wrote " + ", ".join(str(f) for f in files))
+    return 0
+
+
 # -- small utilities ----------------------------------------------------------------------
 def _add_grid(sub) -> None:
     p = sub.add_parser("grid", help="print or write a grid of shapes in SEER's format")
@@ -224,6 +330,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_collect(sub)
     _add_parse(sub)
+    _add_train(sub)
+    _add_predict(sub)
+    _add_evaluate(sub)
     _add_grid(sub)
     _add_gpus(sub)
     return parser

@@ -1,0 +1,194 @@
+"""Estimators that predict every algorithm's time for a layer from its shape alone.
+
+:class:`AlgorithmSelector` follows scikit-learn's conventions: ``fit(X, Y)`` takes shapes
+(SEER's eight columns) and a frame of measured times with one column per algorithm (NaN
+where the algorithm did not run: not supported, workspace too large). Per algorithm it
+clones a support classifier (will the algorithm run on this shape?) and a time regressor
+(log time on shape features), and it chooses each regressor among candidates by
+cross-validation on the training data it is given. ``predict`` returns times in
+``algorithms_`` order, NaN where an algorithm is predicted not to run, so that such an
+algorithm is never recommended; ``select`` returns the predicted fastest.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from sklearn.base import BaseEstimator, clone
+from sklearn.compose import TransformedTargetRegressor
+from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
+from sklearn.linear_model import RidgeCV
+from sklearn.model_selection import KFold, cross_val_predict
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import PolynomialFeatures, StandardScaler
+from sklearn.utils.validation import check_is_fitted
+
+from seer.features import ShapeFeatures
+from seer.shapes import SEER_FIELDS
+
+#: Support decisions that need no classifier: the algorithm ran on every or no training shape.
+ALWAYS, NEVER = "always", "never"
+
+
+def log_time_regressor(regressor) -> TransformedTargetRegressor:
+    """Fit ``regressor`` on log time: errors are relative, and times span six decades."""
+    return TransformedTargetRegressor(regressor=regressor, func=np.log, inverse_func=np.exp)
+
+
+def default_candidates() -> dict[str, object]:
+    """Time regressors that cross-validation chooses from, per algorithm."""
+    return {
+        # Small trees keep the shipped file small and quick to load (a few MB, under a second).
+        "boosted_trees": log_time_regressor(HistGradientBoostingRegressor(
+            max_iter=200, learning_rate=0.1, max_leaf_nodes=15, random_state=0)),
+        "quadratic_power_law": log_time_regressor(Pipeline([
+            ("scale", StandardScaler()), ("square", PolynomialFeatures(2)),
+            ("ridge", RidgeCV(alphas=np.logspace(-3, 3, 13)))])),
+    }
+
+
+def mape(measured, predicted) -> float:
+    """Mean absolute percentage error, in percent."""
+    measured, predicted = np.asarray(measured, float), np.asarray(predicted, float)
+    return float(np.mean(np.abs(predicted / measured - 1)) * 100)
+
+
+class AlgorithmSelector(BaseEstimator):
+    """Per-algorithm support classifiers and time regressors over shape features.
+
+    Parameters
+    ----------
+    candidates : dict of str to regressor, default=None
+        Time regressors to choose from per algorithm by ``cv``-fold cross-validated MAPE
+        on the training data; None means :func:`default_candidates`. Each is cloned.
+    classifier : classifier, default=None
+        Predicts whether an algorithm runs on a shape; None means gradient-boosted trees.
+    gpu : str, default="h100"
+        GPU spec whose SM count and peaks enter the shape features.
+    cv : int, default=5
+        Folds of the cross-validation that chooses among ``candidates``.
+    min_runs : int, default=20
+        Fewer successful training runs than this: the algorithm is treated as never running.
+
+    Attributes
+    ----------
+    algorithms_ : list of str
+        The columns of ``Y``, in the order ``predict`` returns them.
+    features_ : ShapeFeatures
+        The fitted feature transformer.
+    supports_ : dict
+        Per algorithm, a fitted classifier, or ``"always"`` / ``"never"``.
+    regressors_ : dict
+        Per algorithm that runs anywhere, the fitted time regressor.
+    choice_ : dict of str to str
+        The candidate chosen per algorithm.
+    cv_mape_ : dict
+        Per algorithm and candidate, the cross-validated MAPE (percent).
+    training_ranges_ : dict of str to [min, max]
+        Ranges of the shape fields (and of log2 FLOPs) seen in training.
+    """
+
+    def __init__(self, candidates=None, classifier=None, gpu: str = "h100", cv: int = 5,
+                 min_runs: int = 20) -> None:
+        self.candidates = candidates
+        self.classifier = classifier
+        self.gpu = gpu
+        self.cv = cv
+        self.min_runs = min_runs
+
+    def fit(self, X: pd.DataFrame, Y: pd.DataFrame) -> "AlgorithmSelector":
+        X = _shapes(X)
+        if len(X) != len(Y):
+            raise ValueError(f"X has {len(X)} shapes but Y has {len(Y)} rows")
+        self.features_ = ShapeFeatures(self.gpu).fit(X)
+        F = self.features_.transform(X)
+        self.algorithms_ = [str(a) for a in Y.columns]
+        candidates = self.candidates if self.candidates is not None else default_candidates()
+        classifier = self.classifier if self.classifier is not None else HistGradientBoostingClassifier(
+            max_iter=50, max_leaf_nodes=15, random_state=0)
+        self.supports_, self.regressors_, self.choice_, self.cv_mape_ = {}, {}, {}, {}
+        for algo in self.algorithms_:
+            times = Y[algo].to_numpy(dtype=float)
+            runs = np.isfinite(times) & (times > 0)
+            if runs.sum() < self.min_runs:
+                self.supports_[algo] = NEVER
+                continue
+            self.supports_[algo] = ALWAYS if runs.all() else clone(classifier).fit(F, runs)
+            folds = KFold(n_splits=self.cv, shuffle=True, random_state=0)
+            scores = {name: mape(times[runs], cross_val_predict(clone(c), F[runs], times[runs], cv=folds))
+                      for name, c in candidates.items()}
+            best = min(scores, key=scores.get)
+            self.cv_mape_[algo] = {name: round(v, 3) for name, v in scores.items()}
+            self.choice_[algo] = best
+            self.regressors_[algo] = clone(candidates[best]).fit(F[runs], times[runs])
+        flops = 2.0 * X["batch"] * X["out_ch"] * X["in_ch"] * X["kernel_width"] ** 2 * X["out_width"] ** 2
+        self.training_ranges_ = {f: [int(X[f].min()), int(X[f].max())] for f in SEER_FIELDS}
+        self.training_ranges_["log2_flops"] = [float(np.log2(flops.min())), float(np.log2(flops.max()))]
+        return self
+
+    def predict_support(self, X: pd.DataFrame) -> np.ndarray:
+        """Probability that each algorithm runs on each shape, shape (n_shapes, n_algorithms)."""
+        check_is_fitted(self, "supports_")
+        F = self.features_.transform(_shapes(X))
+        out = np.empty((len(F), len(self.algorithms_)))
+        for j, algo in enumerate(self.algorithms_):
+            support = self.supports_[algo]
+            if isinstance(support, str):
+                out[:, j] = 1.0 if support == ALWAYS else 0.0
+            else:
+                proba = support.predict_proba(F)
+                out[:, j] = proba[:, list(support.classes_).index(True)]
+        return out
+
+    def predict(self, X: pd.DataFrame) -> np.ndarray:
+        """Predicted time (ms) per shape and algorithm; NaN where predicted not to run."""
+        check_is_fitted(self, "regressors_")
+        X = _shapes(X)
+        F = self.features_.transform(X)
+        runs = self.predict_support(X) >= 0.5
+        out = np.full((len(F), len(self.algorithms_)), np.nan)
+        for j, algo in enumerate(self.algorithms_):
+            if algo in self.regressors_ and runs[:, j].any():
+                out[runs[:, j], j] = self.regressors_[algo].predict(F[runs[:, j]])
+        return out
+
+    def predict_unmasked(self, X: pd.DataFrame) -> np.ndarray:
+        """Predicted time (ms) per shape and algorithm as if every algorithm ran (NaN only for
+        algorithms that never ran in training): to judge the time models on their own."""
+        check_is_fitted(self, "regressors_")
+        F = self.features_.transform(_shapes(X))
+        out = np.full((len(F), len(self.algorithms_)), np.nan)
+        for j, algo in enumerate(self.algorithms_):
+            if algo in self.regressors_:
+                out[:, j] = self.regressors_[algo].predict(F)
+        return out
+
+    def select(self, X: pd.DataFrame) -> np.ndarray:
+        """The predicted fastest algorithm per shape (None where none is predicted to run)."""
+        times = self.predict(X)
+        best = np.where(np.isfinite(times), times, np.inf).argmin(axis=1)
+        names = np.array(self.algorithms_, dtype=object)[best]
+        names[~np.isfinite(times).any(axis=1)] = None
+        return names
+
+    def extrapolated(self, X: pd.DataFrame) -> np.ndarray:
+        """Whether each shape lies outside the ranges seen in training (any field, or FLOPs)."""
+        check_is_fitted(self, "training_ranges_")
+        X = _shapes(X)
+        outside = np.zeros(len(X), dtype=bool)
+        for field in SEER_FIELDS:
+            low, high = self.training_ranges_[field]
+            outside |= (X[field] < low).to_numpy() | (X[field] > high).to_numpy()
+        flops = 2.0 * X["batch"] * X["out_ch"] * X["in_ch"] * X["kernel_width"] ** 2 * X["out_width"] ** 2
+        low, high = self.training_ranges_["log2_flops"]
+        log_flops = np.log2(flops.to_numpy(dtype=float))
+        return outside | (log_flops < low) | (log_flops > high)
+
+
+def _shapes(X) -> pd.DataFrame:
+    if isinstance(X, pd.DataFrame):
+        missing = [f for f in SEER_FIELDS if f not in X.columns]
+        if missing:
+            raise ValueError(f"shape columns missing: {', '.join(missing)}")
+        return X[list(SEER_FIELDS)].astype(np.int64)
+    return pd.DataFrame(np.asarray(X, dtype=np.int64)[:, : len(SEER_FIELDS)], columns=list(SEER_FIELDS))

@@ -1,0 +1,258 @@
+"""Models, prediction, evaluation and persistence, on the committed H100 dataset (CPU only)."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import REPO
+from seer import modeling
+from seer.cli import main
+from seer.estimators import AlgorithmSelector, mape
+from seer.evaluate import evaluate, regression_metrics, regrets, selection_metrics, write_report
+from seer.predict import PREDICTION_COLUMNS, predict_layers
+from seer.shapes import SEER_FIELDS
+
+DATASET = REPO / "data" / "h100"
+
+
+def small_selector() -> AlgorithmSelector:
+    """The shipped model's design with fewer, smaller trees and two folds: fits in seconds."""
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    from seer.estimators import log_time_regressor
+
+    trees = log_time_regressor(HistGradientBoostingRegressor(max_iter=60, learning_rate=0.2,
+                                                             max_leaf_nodes=15, random_state=0))
+    return AlgorithmSelector(candidates={"boosted_trees": trees}, cv=2)
+
+
+@pytest.fixture(scope="module")
+def table():
+    return pd.read_csv(DATASET / "measurements.csv.gz", low_memory=False)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A small, quickly fitted model set of the real data, saved and loaded back."""
+    directory = tmp_path_factory.mktemp("models") / "h100"
+    models = modeling.train(DATASET, "h100", selector=small_selector())
+    modeling.save(models, directory)
+    return directory
+
+
+def test_each_family_beats_a_constant_per_algorithm_on_held_out_layers(table):
+    shapes, times = modeling.training_frames(table, "fma", "train")
+    test_shapes, test_times = modeling.training_frames(table, "fma", "test1")
+    selector = small_selector().fit(shapes, times)
+    predicted = pd.DataFrame(selector.predict_unmasked(test_shapes), index=test_shapes.index,
+                             columns=selector.algorithms_)
+    for algo in ("IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "FFT_TILING"):
+        ran = test_times[algo].notna()
+        constant = np.full(ran.sum(), times[algo].median())
+        assert mape(test_times.loc[ran, algo], predicted.loc[ran, algo]) < 0.5 * mape(test_times.loc[ran, algo], constant)
+    # Algorithms that never ran are never predicted to.
+    assert selector.supports_["DIRECT"] == "never" and selector.supports_["WINOGRAD"] == "never"
+    assert np.isnan(selector.predict(test_shapes)[:, selector.algorithms_.index("DIRECT")]).all()
+
+
+def test_quadratic_power_law_family_beats_a_constant_too(table):
+    from seer.estimators import default_candidates
+
+    shapes, times = modeling.training_frames(table, "default", "train")
+    test_shapes, test_times = modeling.training_frames(table, "default", "test1")
+    power_law = {"quadratic_power_law": default_candidates()["quadratic_power_law"]}
+    selector = AlgorithmSelector(candidates=power_law, cv=2).fit(shapes[list(SEER_FIELDS)], times[["IMPLICIT_GEMM"]])
+    ran = test_times["IMPLICIT_GEMM"].notna()
+    predicted = selector.predict_unmasked(test_shapes)[:, 0][ran.to_numpy()]
+    constant = np.full(ran.sum(), times["IMPLICIT_GEMM"].median())
+    assert mape(test_times.loc[ran, "IMPLICIT_GEMM"], predicted) < 0.5 * mape(test_times.loc[ran, "IMPLICIT_GEMM"], constant)
+
+
+def test_an_algorithm_predicted_not_to_run_is_never_recommended(trained):
+    models = modeling.load(trained)
+    # FFT_TILING does not run with stride 2 in the data; WINOGRAD_NONFUSED needs small kernels.
+    frame = pd.DataFrame([[32, 64, 56, 128, 28, 3, 2, 1], [8, 64, 56, 64, 56, 7, 1, 3]], columns=list(SEER_FIELDS))
+    predictions = predict_layers(models, frame, "fma")
+    assert "DIRECT" not in set(predictions["algo"]) and "WINOGRAD" not in set(predictions["algo"])
+    support = models.selectors["fma"].predict_support(frame)
+    for (layer, algo) in predictions[["layer", "algo"]].itertuples(index=False):
+        assert support[layer, models.selectors["fma"].algorithms_.index(algo)] >= 0.5
+
+
+def test_predict_writes_the_promised_columns_and_ranks(trained, tmp_path, capsys):
+    out = tmp_path / "pred.csv"
+    code = main(["predict", str(DATASET / "Test-set-II.txt"), "--models-dir", str(trained.parent),
+                 "--math", "fma", "--out", str(out)])
+    assert code == 0
+    frame = pd.read_csv(out)
+    assert list(frame.columns) == PREDICTION_COLUMNS
+    assert set(frame["math"]) == {"fma"}
+    n_layers = int((DATASET / "Test-set-II.txt").read_text().split()[0])
+    layers = frame.groupby(list(SEER_FIELDS), sort=False)
+    assert layers.ngroups == n_layers
+    for _, group in layers:
+        assert sorted(group["rank"]) == list(range(1, len(group) + 1))
+        assert group.sort_values("rank")["predicted_ms"].is_monotonic_increasing
+    assert frame["predicted_ms"].gt(0).all()
+    assert "fastest" in capsys.readouterr().out
+
+
+def test_extrapolated_flags_layers_outside_the_training_ranges(trained):
+    models = modeling.load(trained)
+    frame = pd.DataFrame([[16, 64, 56, 64, 56, 3, 1, 1], [512, 64, 56, 64, 56, 3, 1, 1]], columns=list(SEER_FIELDS))
+    assert models.selectors["default"].extrapolated(frame).tolist() == [False, True]
+
+
+def test_metrics_on_a_hand_checked_case():
+    measured = pd.DataFrame({"A": [1.0, 2.0, np.nan], "B": [2.0, 1.0, 4.0]}, index=["x", "y", "z"])
+    picks = pd.Series({"x": "A", "y": "A", "z": "A"})
+    # x: best (regret 0); y: 2/1 - 1 = 100%; z: A did not run.
+    assert np.allclose(regrets(measured, picks), [0.0, 1.0, np.nan], equal_nan=True)
+    m = selection_metrics(measured, picks)
+    assert m["top1_pct"] == pytest.approx(100 / 3) and m["picks_not_run"] == 1
+    assert m["mean_regret_pct"] == pytest.approx(50.0) and m["max_regret_pct"] == pytest.approx(100.0)
+    r = regression_metrics([1.0, 2.0, 4.0], [1.05, 2.0, 3.0])
+    assert r["mape_pct"] == pytest.approx((5 + 0 + 25) / 3)
+    assert r["median_ape_pct"] == pytest.approx(5.0) and r["within_10pct"] == pytest.approx(200 / 3)
+    # R^2 of log time: 1 - SS_res / SS_tot.
+    log_m, log_p = np.log([1.0, 2.0, 4.0]), np.log([1.05, 2.0, 3.0])
+    expected = 1 - ((log_m - log_p) ** 2).sum() / ((log_m - log_m.mean()) ** 2).sum()
+    assert r["r2_log"] == pytest.approx(expected)
+
+
+def test_evaluate_report_compares_with_the_heuristic(trained, table, tmp_path):
+    models = modeling.load(trained)
+    results = evaluate(models, table)
+    selection = results["selection"]
+    assert {"ours", "cudnn heuristic", "oracle", "always IMPLICIT_GEMM"} <= set(selection["policy"])
+    assert set(selection["split"]) == {"Test-set-I", "Test-set-II"}
+    oracle = selection[selection["policy"] == "oracle"]
+    assert (oracle["top1_pct"] == 100).all() and (oracle["mean_regret_pct"] == 0).all()
+    networks = results["networks"]
+    assert not networks.empty and (networks["ours_ms"] >= networks["oracle_ms"] - 1e-9).all()
+    files = write_report(results, models, tmp_path / "h100-evaluation.md")
+    assert all(f.exists() and f.stat().st_size > 0 for f in files)
+    assert "Test-set-II" in files[0].read_text()
+
+
+def test_persistence_round_trip_and_card(trained):
+    models = modeling.load(trained)
+    card = json.loads((trained / modeling.CARD_FILE).read_text())
+    assert card["model_sha256"] == modeling.sha256(trained / modeling.MODEL_FILE)
+    assert card["training_data"]["sha256"] == modeling.sha256(DATASET / "measurements.csv.gz")
+    assert set(card["maths"]) == {"fma", "default"} and card["features"]
+    again = modeling.load(trained)
+    frame = pd.DataFrame([[8, 64, 56, 64, 56, 3, 1, 1]], columns=list(SEER_FIELDS))
+    assert np.array_equal(models.selectors["fma"].predict(frame), again.selectors["fma"].predict(frame),
+                          equal_nan=True)
+
+
+def _copy_model(trained, tmp_path):
+    target = tmp_path / "h100"
+    target.mkdir()
+    for name in (modeling.MODEL_FILE, modeling.CARD_FILE):
+        (target / name).write_bytes((trained / name).read_bytes())
+    return target
+
+
+def test_a_tampered_model_file_is_refused(trained, tmp_path, capsys):
+    target = _copy_model(trained, tmp_path)
+    with open(target / modeling.MODEL_FILE, "ab") as handle:
+        handle.write(b"\0")
+    code = main(["predict", str(DATASET / "Test-set-II.txt"), "--models-dir", str(tmp_path)])
+    assert code == 2 and "SHA-256" in " ".join(capsys.readouterr().err.split())
+
+
+def test_a_model_file_with_untrusted_types_is_refused_even_with_a_matching_hash(tmp_path):
+    import skops.io as sio
+    from fractions import Fraction
+
+    target = tmp_path / "h100"
+    target.mkdir()
+    sio.dump({"fma": Fraction(1, 3)}, target / modeling.MODEL_FILE)
+    (target / modeling.CARD_FILE).write_text(json.dumps(
+        {"gpu": "h100", "model_sha256": modeling.sha256(target / modeling.MODEL_FILE)}))
+    with pytest.raises(Exception, match="does not trust: fractions.Fraction"):
+        modeling.load(target)
+
+
+def test_not_a_model_file_is_refused(tmp_path):
+    target = tmp_path / "h100"
+    target.mkdir()
+    (target / modeling.MODEL_FILE).write_bytes(b"not a zip")
+    (target / modeling.CARD_FILE).write_text(json.dumps({"model_sha256": modeling.sha256(target / modeling.MODEL_FILE)}))
+    with pytest.raises(Exception, match="not a readable model file"):
+        modeling.load(target)
+    assert zipfile.is_zipfile(target / modeling.MODEL_FILE) is False
+
+
+@pytest.mark.parametrize("content, where", [
+    ("2\n1 64 56 64 56 3 1 1\n", "pred.txt:1: count"),
+    ("1\n1 64 56 64 56 3 1\n", "pred.txt:2: padding"),
+    ("1\n1 64 56 64 56 3 1 1 9\n", "pred.txt:2: padding"),
+    ("1\n1 64 5x6 64 56 3 1 1\n", "pred.txt:2: in_width"),
+    ("1\n0 64 56 64 56 3 1 1\n", "pred.txt:2: batch"),
+    ("1\n1 64 56 64 55 3 1 1\n", "pred.txt:2: out_width"),
+])
+def test_malformed_files_name_file_line_and_field_and_write_nothing(trained, tmp_path, capsys, content, where):
+    source = tmp_path / "pred.txt"
+    source.write_text(content)
+    out = tmp_path / "out.csv"
+    code = main(["predict", str(source), "--models-dir", str(trained.parent), "--out", str(out)])
+    assert code == 2 and not out.exists()
+    assert where in " ".join(capsys.readouterr().err.split())  # the console may wrap long lines
+
+
+def test_unknown_gpu_lists_the_trained_models_and_a_missing_model_says_how_to_train(trained, tmp_path, capsys):
+    assert main(["predict", str(DATASET / "Test-set-II.txt"), "--models-dir", str(trained.parent), "--gpu", "v100"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "v100" in err and "h100" in err and "seer train" in err
+    assert main(["predict", str(DATASET / "Test-set-II.txt"), "--models-dir", str(tmp_path / "none")]) == 2
+    assert "seer train" in capsys.readouterr().err
+
+
+def test_the_shipped_model_predicts_right_after_install(tmp_path):
+    out = tmp_path / "shipped.csv"
+    assert main(["predict", str(DATASET / "Test-set-II.txt"), "--out", str(out)]) == 0
+    frame = pd.read_csv(out)
+    assert set(frame["math"]) == {"default"} and (frame["rank"] == 1).sum() == 300
+
+
+def test_seer_baseline_beats_a_constant_on_held_out_layers(table):
+    from seer.seer_baseline import SeerFamily
+
+    family = SeerFamily().fit(table[(table["split"] == "train") & (table["math"] == "fma")])
+    assert {"IMPLICIT_GEMM", "GEMM", "FFT", "FFT_TILING"} <= set(family.algorithms_)
+    shapes, times = modeling.training_frames(table, "fma", "test1")
+    train_shapes, train_times = modeling.training_frames(table, "fma", "train")
+    predicted = family.predict_times(shapes, list(times.columns))
+    for algo in ("IMPLICIT_GEMM", "GEMM", "FFT"):
+        j = list(times.columns).index(algo)
+        ran = times[algo].notna().to_numpy() & np.isfinite(predicted[:, j])
+        assert ran.sum() > 100
+        constant = np.full(ran.sum(), train_times[algo].median())
+        assert mape(times[algo].to_numpy()[ran], predicted[ran, j]) < 0.5 * mape(times[algo].to_numpy()[ran], constant)
+
+
+def test_relative_least_squares_recovers_a_linear_law_and_weighs_errors_relatively():
+    from seer.seer_baseline import relative_least_squares
+
+    x = np.array([1.0, 2.0, 4.0, 8.0, 16.0])
+    design = np.column_stack([x, np.ones_like(x)])
+    assert np.allclose(relative_least_squares(design, 3 * x + 0.5), [3.0, 0.5])
+    # A 10% error on the smallest point costs as much as 10% on the largest: the fit
+    # through (1, 1.1) and (16, 16) under relative weights differs from plain least squares.
+    y = x.copy()
+    y[0] = 1.1
+    relative = relative_least_squares(design, y)
+    plain, *_ = np.linalg.lstsq(design, y, rcond=None)
+
+    def relative_error(coefficients):
+        return np.sum(((design @ coefficients) - y) ** 2 / y ** 2)
+
+    assert relative_error(relative) <= relative_error(plain) + 1e-12
