@@ -91,6 +91,13 @@ def seer_grid(size: int = SEER_DEFAULT_SIZE, seed: int = 0) -> list[ConvShape]:
     return chosen
 
 
+def seer_extra_grid(size: int = 1800, seed: int = 1) -> list[ConvShape]:
+    """A second sample of SEER's ranges (another seed), less the shapes of :func:`seer_grid`:
+    more training shapes for models that predict from the shape alone."""
+    first = set(seer_grid())
+    return [s for s in seer_grid(size, seed) if s not in first]
+
+
 def quick_grid() -> list[ConvShape]:
     """Twenty small shapes: every kernel size, strides 1 and 2, both paddings."""
     shapes = []
@@ -131,6 +138,7 @@ def test_set_ii_grid(batches: Sequence[int] = NETWORK_BATCHES) -> list[ConvShape
 
 NAMED_GRIDS = {
     "seer": seer_grid,
+    "seer-extra": seer_extra_grid,
     "networks": networks_grid,
     "test-set-ii": test_set_ii_grid,
     "quick": quick_grid,
