@@ -19,7 +19,8 @@ import seer
 from seer.errors import EXIT_INTERRUPTED, InputError, SeerError
 
 err_console = Console(stderr=True, highlight=False)
-out_console = Console(highlight=False)
+# Piped output is not cut at 80 columns: tables stay one line per row for other programs.
+out_console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
 
 
 def _positive_int(text: str) -> int:
@@ -212,6 +213,7 @@ def _add_predict(sub) -> None:
 
 
 def _cmd_predict(args) -> int:
+    from rich import box
     from rich.table import Table
 
     from seer.grids import read_shapes_file
@@ -221,14 +223,18 @@ def _cmd_predict(args) -> int:
     models = _load_models(args)
     predictions = predict_layers(models, shapes, args.math)
     best = best_per_layer(predictions, len(shapes))
-    table = Table("#", "layer (batch in_ch in_width out_ch out_width kernel stride pad)", "fastest", "ms",
-                  "runner-up", "ms", title=f"{models.gpu}, {args.math} math: predicted times")
+    table = Table("#", title=f"{models.gpu}, {args.math} math: predicted times", box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False,
+                  caption="layer = batch in_ch in_width out_ch out_width kernel_width stride padding")
+    table.add_column("layer", min_width=12)
+    for header in ("fastest", "ms", "runner-up", "ms"):
+        # Names and numbers are never cut short: a narrow terminal wraps the layer instead.
+        table.add_column(header, no_wrap=header != "ms", overflow="fold", min_width=6 if header == "ms" else None)
     for i, (shape, row) in enumerate(zip(shapes, best.itertuples())):
         mark = " *" if row.extrapolated else ""
         table.add_row(str(i + 1), shape.to_seer_line() + mark, str(row.best_algo or "none predicted to run"),
-                      "" if pd_isna(row.best_ms) else f"{row.best_ms:.4g}", "" if pd_isna(row.runner_up) else row.runner_up,
-                      "" if pd_isna(row.runner_up_ms) else f"{row.runner_up_ms:.4g}")
-    out_console.print(table)
+                      "" if pd_isna(row.best_ms) else f"{row.best_ms:.3g}", "" if pd_isna(row.runner_up) else row.runner_up,
+                      "" if pd_isna(row.runner_up_ms) else f"{row.runner_up_ms:.3g}")
+    out_console.print(table, crop=False)  # never cut a number off at the edge
     if best["extrapolated"].any():
         out_console.print(f"* {int(best['extrapolated'].sum())} layers lie outside the shapes the model was "
                           "trained on: treat their predictions with care.")
@@ -314,7 +320,7 @@ def _cmd_gpus(args) -> int:
         table.add_row(spec.name, spec.display_name, spec.compute_capability, str(spec.sm_count),
                       f"{spec.memory_bytes / 2**30:.0f}", f"{spec.memory_bandwidth_gbs:.0f}",
                       f"{spec.peak_fp32_tflops:.1f}")
-    out_console.print(table)
+    out_console.print(table, crop=False)  # never cut a number off at the edge
     return 0
 
 

@@ -131,6 +131,8 @@ class AlgorithmSelector(BaseEstimator):
         check_is_fitted(self, "supports_")
         F = self.features_.transform(_shapes(X))
         out = np.empty((len(F), len(self.algorithms_)))
+        if len(F) == 0:
+            return out
         for j, algo in enumerate(self.algorithms_):
             support = self.supports_[algo]
             if isinstance(support, str):
@@ -159,7 +161,7 @@ class AlgorithmSelector(BaseEstimator):
         F = self.features_.transform(_shapes(X))
         out = np.full((len(F), len(self.algorithms_)), np.nan)
         for j, algo in enumerate(self.algorithms_):
-            if algo in self.regressors_:
+            if algo in self.regressors_ and len(F):
                 out[:, j] = self.regressors_[algo].predict(F)
         return out
 

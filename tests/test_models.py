@@ -256,3 +256,10 @@ def test_relative_least_squares_recovers_a_linear_law_and_weighs_errors_relative
         return np.sum(((design @ coefficients) - y) ** 2 / y ** 2)
 
     assert relative_error(relative) <= relative_error(plain) + 1e-12
+
+
+def test_a_file_of_zero_layers_gives_an_empty_table_not_a_traceback(trained, tmp_path):
+    source, out = tmp_path / "none.txt", tmp_path / "none.csv"
+    source.write_text("0\n")
+    assert main(["predict", str(source), "--models-dir", str(trained.parent), "--out", str(out)]) == 0
+    assert list(pd.read_csv(out).columns) == PREDICTION_COLUMNS and len(pd.read_csv(out)) == 0
