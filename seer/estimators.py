@@ -28,6 +28,8 @@ from seer.shapes import SEER_FIELDS
 
 #: Support decisions that need no classifier: the algorithm ran on every or no training shape.
 ALWAYS, NEVER = "always", "never"
+#: Weights of the fastest-algorithm classifier in the pick that cross-validation chooses from.
+PICK_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 0.9)
 
 
 def log_time_regressor(regressor) -> TransformedTargetRegressor:
@@ -107,24 +109,61 @@ class AlgorithmSelector(BaseEstimator):
         classifier = self.classifier if self.classifier is not None else HistGradientBoostingClassifier(
             max_iter=50, max_leaf_nodes=15, random_state=0)
         self.supports_, self.regressors_, self.choice_, self.cv_mape_ = {}, {}, {}, {}
-        for algo in self.algorithms_:
+        folds = KFold(n_splits=self.cv, shuffle=True, random_state=0)
+        out_of_fold = np.full((len(X), len(self.algorithms_)), np.nan)
+        for j, algo in enumerate(self.algorithms_):
             times = Y[algo].to_numpy(dtype=float)
             runs = np.isfinite(times) & (times > 0)
             if runs.sum() < self.min_runs:
                 self.supports_[algo] = NEVER
                 continue
             self.supports_[algo] = ALWAYS if runs.all() else clone(classifier).fit(F, runs)
-            folds = KFold(n_splits=self.cv, shuffle=True, random_state=0)
-            scores = {name: mape(times[runs], cross_val_predict(clone(c), F[runs], times[runs], cv=folds))
-                      for name, c in candidates.items()}
+            predictions = {name: cross_val_predict(clone(c), F[runs], times[runs], cv=folds)
+                           for name, c in candidates.items()}
+            scores = {name: mape(times[runs], p) for name, p in predictions.items()}
             best = min(scores, key=scores.get)
+            out_of_fold[runs, j] = predictions[best]
             self.cv_mape_[algo] = {name: round(v, 3) for name, v in scores.items()}
             self.choice_[algo] = best
             self.regressors_[algo] = clone(candidates[best]).fit(F[runs], times[runs])
+        self._fit_pick(F, Y.to_numpy(dtype=float), out_of_fold, folds)
         flops = 2.0 * X["batch"] * X["out_ch"] * X["in_ch"] * X["kernel_width"] ** 2 * X["out_width"] ** 2
         self.training_ranges_ = {f: [int(X[f].min()), int(X[f].max())] for f in SEER_FIELDS}
         self.training_ranges_["log2_flops"] = [float(np.log2(flops.min())), float(np.log2(flops.max()))]
         return self
+
+    def _fit_pick(self, F: np.ndarray, times: np.ndarray, out_of_fold: np.ndarray, folds) -> None:
+        """Fit the classifier of the fastest algorithm and the weight it gets in the pick.
+
+        The pick minimises ``predicted time x (1 - pick_weight_ x P(fastest))``. The weight
+        is the one of :data:`PICK_WEIGHTS` with the lowest mean regret over the training
+        shapes, all predictions out of fold, among the algorithms that ran; 0 means the
+        predicted times alone decide.
+        """
+        ran = np.isfinite(times) & (times > 0)
+        has_any = ran.any(axis=1)
+        fastest = np.where(ran, times, np.inf).argmin(axis=1)
+        labels = np.asarray(self.algorithms_, dtype=object)[fastest]
+        self.pick_weight_, self.pick_cv_regret_ = 0.0, {}
+        if len(set(labels[has_any])) < 2:
+            self.pick_classifier_ = None
+            return
+        classifier = HistGradientBoostingClassifier(max_iter=80, learning_rate=0.1, max_leaf_nodes=15,
+                                                    random_state=0)
+        proba = np.zeros_like(times)
+        oof = cross_val_predict(clone(classifier), F[has_any], labels[has_any], cv=folds, method="predict_proba")
+        classes = sorted(set(labels[has_any]))
+        for k, name in enumerate(classes):
+            proba[has_any, self.algorithms_.index(name)] = oof[:, k]
+        best_time = np.where(ran, times, np.inf).min(axis=1)
+        for weight in PICK_WEIGHTS:
+            score = np.where(ran & np.isfinite(out_of_fold), out_of_fold * (1 - weight * proba), np.inf)
+            usable = has_any & np.isfinite(score).any(axis=1)
+            chosen = times[np.arange(len(times)), score.argmin(axis=1)]
+            regret = chosen[usable] / best_time[usable] - 1
+            self.pick_cv_regret_[weight] = round(float(regret.mean() * 100), 3)
+        self.pick_weight_ = min(PICK_WEIGHTS, key=lambda w: (self.pick_cv_regret_[w], w))
+        self.pick_classifier_ = clone(classifier).fit(F[has_any], labels[has_any]) if self.pick_weight_ else None
 
     def predict_support(self, X: pd.DataFrame) -> np.ndarray:
         """Probability that each algorithm runs on each shape, shape (n_shapes, n_algorithms)."""
@@ -165,9 +204,24 @@ class AlgorithmSelector(BaseEstimator):
                 out[:, j] = self.regressors_[algo].predict(F)
         return out
 
-    def select(self, X: pd.DataFrame) -> np.ndarray:
-        """The predicted fastest algorithm per shape (None where none is predicted to run)."""
+    def pick_scores(self, X: pd.DataFrame) -> np.ndarray:
+        """What the pick minimises per shape and algorithm: the predicted time, lowered where
+        the classifier of the fastest algorithm is confident (see ``_fit_pick``); NaN where
+        an algorithm is predicted not to run."""
         times = self.predict(X)
+        classifier = getattr(self, "pick_classifier_", None)
+        if classifier is None or not len(times):
+            return times
+        proba = np.zeros_like(times)
+        probabilities = classifier.predict_proba(self.features_.transform(_shapes(X)))
+        for k, name in enumerate(classifier.classes_):
+            proba[:, self.algorithms_.index(name)] = probabilities[:, k]
+        return times * (1 - self.pick_weight_ * proba)
+
+    def select(self, X: pd.DataFrame) -> np.ndarray:
+        """The pick per shape: the lowest :meth:`pick_scores` (None where no algorithm is
+        predicted to run)."""
+        times = self.pick_scores(X)
         best = np.where(np.isfinite(times), times, np.inf).argmin(axis=1)
         names = np.array(self.algorithms_, dtype=object)[best]
         names[~np.isfinite(times).any(axis=1)] = None

@@ -100,7 +100,8 @@ def evaluate(models: ModelSet, table: pd.DataFrame) -> dict[str, pd.DataFrame]:
                     points.append(pd.DataFrame({"split": split_name, "math": math, "algo": algo, "family": family,
                                                 "measured_ms": measured.loc[ran, algo],
                                                 "predicted_ms": predicted.loc[ran, algo]}))
-            policies = {"ours": _fastest(masked), "cudnn heuristic": heuristic_picks(table, shapes.index, math),
+            scores = pd.DataFrame(selector.pick_scores(shapes), index=shapes.index, columns=selector.algorithms_)
+            policies = {"ours": _fastest(scores), "cudnn heuristic": heuristic_picks(table, shapes.index, math),
                         "oracle": measured.idxmin(axis=1)}
             if "seer" in families:
                 # SEER's times, over the algorithms seer's support classifiers expect to run.
@@ -145,7 +146,8 @@ def network_totals(models: ModelSet, table: pd.DataFrame) -> pd.DataFrame:
                 times = measured.loc[ids].reset_index(drop=True)
                 frame = pd.DataFrame([[getattr(s, f) for f in SEER_FIELDS] for s in layers], columns=list(SEER_FIELDS))
                 predicted = pd.DataFrame(selector.predict(frame), columns=selector.algorithms_)
-                picks = {"ours": _fastest(predicted), "cudnn heuristic": heuristic_picks(table, ids, math).reset_index(drop=True)}
+                scores = pd.DataFrame(selector.pick_scores(frame), columns=selector.algorithms_)
+                picks = {"ours": _fastest(scores), "cudnn heuristic": heuristic_picks(table, ids, math).reset_index(drop=True)}
                 if math in models.baselines:
                     seer_times = pd.DataFrame(models.baselines[math].predict_times(frame, selector.algorithms_),
                                               columns=selector.algorithms_)

@@ -96,6 +96,7 @@ def train(dataset_dir: Path, gpu: str, maths=("fma", "default"), selector: Algor
         per_math[math] = {"shapes": len(shapes), "algorithms": fitted.algorithms_,
                           "support": {a: s if isinstance(s, str) else "classifier" for a, s in fitted.supports_.items()},
                           "regressor": fitted.choice_, "cv_mape_percent": fitted.cv_mape_,
+                          "pick_weight": fitted.pick_weight_, "pick_cv_regret_percent": fitted.pick_cv_regret_,
                           "seer_baseline_algorithms": baselines[math].algorithms_}
     import sklearn
     import skops

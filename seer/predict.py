@@ -1,8 +1,10 @@
 """Predictions for layer shapes from a trained model set, as one tidy frame.
 
 One row per (layer, algorithm) predicted to run, with the predicted time, the rank among
-the layer's algorithms (1 = predicted fastest) and whether the layer lies outside the
-shapes the model was trained on. Algorithms predicted not to run get no row, so they are
+the layer's algorithms (1 = the pick, the predicted fastest; the order is the model's pick
+score, which weighs the predicted time with a classifier of the fastest algorithm, see
+:meth:`seer.estimators.AlgorithmSelector.pick_scores`) and whether the layer lies outside
+the shapes the model was trained on. Algorithms predicted not to run get no row, so they are
 never recommended.
 """
 
@@ -33,6 +35,7 @@ def predict_layers(models: ModelSet, shapes: Sequence[ConvShape] | pd.DataFrame,
     frame = shapes if isinstance(shapes, pd.DataFrame) else shapes_frame(shapes)
     frame = frame.reset_index(drop=True)
     times = selector.predict(frame)
+    scores = selector.pick_scores(frame)
     extrapolated = selector.extrapolated(frame)
     layer_idx, algo_idx = np.nonzero(np.isfinite(times))
     out = frame.iloc[layer_idx].reset_index(drop=True)
@@ -40,7 +43,8 @@ def predict_layers(models: ModelSet, shapes: Sequence[ConvShape] | pd.DataFrame,
     out["math"] = math
     out["algo"] = np.asarray(selector.algorithms_, dtype=object)[algo_idx]
     out["predicted_ms"] = times[layer_idx, algo_idx]
-    out["rank"] = out.groupby("layer")["predicted_ms"].rank(method="first").astype(int)
+    out["_score"] = scores[layer_idx, algo_idx]
+    out["rank"] = out.groupby("layer")["_score"].rank(method="first").astype(int)
     out["extrapolated"] = extrapolated[layer_idx]
     return out.sort_values(["layer", "rank"]).reset_index(drop=True)[["layer", *PREDICTION_COLUMNS]]
 

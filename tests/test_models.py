@@ -97,8 +97,14 @@ def test_predict_writes_the_promised_columns_and_ranks(trained, tmp_path, capsys
     assert layers.ngroups == n_layers
     for _, group in layers:
         assert sorted(group["rank"]) == list(range(1, len(group) + 1))
-        assert group.sort_values("rank")["predicted_ms"].is_monotonic_increasing
     assert frame["predicted_ms"].gt(0).all()
+    # Rank 1 is the model's pick; with no weight on the fastest-algorithm classifier, ranks
+    # follow the predicted times.
+    models = modeling.load(trained)
+    shapes = frame[frame["rank"] == 1][list(SEER_FIELDS)].reset_index(drop=True)
+    assert list(frame.loc[frame["rank"] == 1, "algo"]) == list(models.selectors["fma"].select(shapes))
+    if models.selectors["fma"].pick_weight_ == 0:
+        assert all(g.sort_values("rank")["predicted_ms"].is_monotonic_increasing for _, g in layers)
     assert "fastest" in capsys.readouterr().out
 
 
@@ -263,3 +269,15 @@ def test_a_file_of_zero_layers_gives_an_empty_table_not_a_traceback(trained, tmp
     source.write_text("0\n")
     assert main(["predict", str(source), "--models-dir", str(trained.parent), "--out", str(out)]) == 0
     assert list(pd.read_csv(out).columns) == PREDICTION_COLUMNS and len(pd.read_csv(out)) == 0
+
+
+def test_the_pick_weight_is_chosen_by_out_of_fold_regret(trained):
+    from seer.estimators import PICK_WEIGHTS
+
+    selector = modeling.load(trained).selectors["fma"]
+    assert set(selector.pick_cv_regret_) == set(PICK_WEIGHTS)
+    assert selector.pick_cv_regret_[selector.pick_weight_] == min(selector.pick_cv_regret_.values())
+    frame = pd.DataFrame([[8, 64, 56, 64, 56, 3, 1, 1], [32, 256, 14, 512, 7, 3, 2, 1]], columns=list(SEER_FIELDS))
+    times, scores = selector.predict(frame), selector.pick_scores(frame)
+    assert np.array_equal(np.isnan(times), np.isnan(scores))
+    assert (scores[np.isfinite(scores)] <= times[np.isfinite(times)]).all()  # a confident class only lowers
