@@ -281,3 +281,14 @@ def test_the_pick_weight_is_chosen_by_out_of_fold_regret(trained):
     times, scores = selector.predict(frame), selector.pick_scores(frame)
     assert np.array_equal(np.isnan(times), np.isnan(scores))
     assert (scores[np.isfinite(scores)] <= times[np.isfinite(times)]).all()  # a confident class only lowers
+
+
+def test_evaluate_command_writes_the_report_and_plots(trained, tmp_path, capsys):
+    out = tmp_path / "reports" / "h100-evaluation.md"
+    assert main(["evaluate", "--gpu", "h100", "--models-dir", str(trained.parent), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "## Test-set-I" in text and "## Test-set-II" in text and "cudnn heuristic" in text
+    assert len(list(out.parent.glob("h100-evaluation-*.png"))) == 5
+    printed = capsys.readouterr().out
+    assert "Test-set-II" in printed and "top-1" in printed
+    assert main(["evaluate", "--gpu", "a100", "--models-dir", str(trained.parent)]) == 2
