@@ -213,6 +213,7 @@ def _add_predict(sub) -> None:
 
 
 def _cmd_predict(args) -> int:
+    import pandas as pd
     from rich import box
     from rich.table import Table
 
@@ -232,8 +233,8 @@ def _cmd_predict(args) -> int:
     for i, (shape, row) in enumerate(zip(shapes, best.itertuples())):
         mark = " *" if row.extrapolated else ""
         table.add_row(str(i + 1), shape.to_seer_line() + mark, str(row.best_algo or "none predicted to run"),
-                      "" if pd_isna(row.best_ms) else f"{row.best_ms:.3g}", "" if pd_isna(row.runner_up) else row.runner_up,
-                      "" if pd_isna(row.runner_up_ms) else f"{row.runner_up_ms:.3g}")
+                      "" if pd.isna(row.best_ms) else f"{row.best_ms:.3g}", "" if pd.isna(row.runner_up) else row.runner_up,
+                      "" if pd.isna(row.runner_up_ms) else f"{row.runner_up_ms:.3g}")
     out_console.print(table, crop=False)  # never cut a number off at the edge
     if best["extrapolated"].any():
         out_console.print(f"* {int(best['extrapolated'].sum())} layers lie outside the shapes the model was "
@@ -249,10 +250,6 @@ def _load_models(args):
 
     root = args.models_dir or modeling.models_root()
     return modeling.load(root / modeling.resolve_gpu(args.gpu, root))
-
-
-def pd_isna(value) -> bool:
-    return value is None or (isinstance(value, float) and value != value)
 
 
 def _add_evaluate(sub) -> None:

@@ -33,7 +33,7 @@ import pandas as pd
 
 from seer.algorithms import ALGORITHMS, canonical_kernel_name, classify_kernel, get_algorithm
 from seer.collect.plan import RUN_KEY
-from seer.collect.store import ALL_GROUPS, RunStore, profile_records
+from seer.collect.store import ALL_GROUPS, RunStore, profile_records, recorded_columns
 from seer.gpus import GPUSpec, get_gpu_spec
 from seer.grids import write_shapes_file
 from seer.metrics import (GROUP_COLUMNS, METRIC_SETS, METRICS, columns_with_rollup, required_columns,
@@ -183,12 +183,6 @@ def measurements_table(store: RunStore, seed: int = 0, spec: GPUSpec | None = No
 
 KERNEL_KEY = [*RUN_KEY, "kernel_idx"]
 KERNEL_INFO = ["kernel_name", "kernel_family", "kernel_role", "kernel_variant"]
-ALL_METRIC_COLUMNS = frozenset(m.column for m in METRICS)
-
-
-def _group_columns(group: str) -> frozenset[str]:
-    """Columns a record of this group measured; records from before groups measured all."""
-    return ALL_METRIC_COLUMNS if group == ALL_GROUPS else GROUP_COLUMNS.get(group, frozenset())
 
 
 def _group_records(store: RunStore) -> pd.DataFrame:
@@ -227,7 +221,7 @@ def profile_status_table(store: RunStore) -> pd.DataFrame:
         seen = set()
         # Records are in the order they were stored: the latest one for a column wins.
         for record in reversed(runs.to_dict("records")):
-            provides = _group_columns(record["group"]) & missing
+            provides = recorded_columns(record["group"]) & missing
             if not provides:
                 continue
             missing -= provides
@@ -257,7 +251,7 @@ def kernels_table(store: RunStore, statuses: pd.DataFrame | None = None) -> pd.D
                                                  "collected_at"]]
     for column in metric_columns:
         # Each metric comes from the latest group that measured it (or an all-groups record).
-        sources = [g for g in records["group"].unique() if column in _group_columns(g)]
+        sources = [g for g in records["group"].unique() if column in recorded_columns(g)]
         values = records[records["group"].isin(sources)]
         if column in values.columns:
             values = values.dropna(subset=[column]).drop_duplicates(KERNEL_KEY, keep="last")

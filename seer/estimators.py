@@ -127,9 +127,9 @@ class AlgorithmSelector(BaseEstimator):
             self.choice_[algo] = best
             self.regressors_[algo] = clone(candidates[best]).fit(F[runs], times[runs])
         self._fit_pick(F, Y.to_numpy(dtype=float), out_of_fold, folds)
-        flops = 2.0 * X["batch"] * X["out_ch"] * X["in_ch"] * X["kernel_width"] ** 2 * X["out_width"] ** 2
+        log_flops = _log2_flops(X)
         self.training_ranges_ = {f: [int(X[f].min()), int(X[f].max())] for f in SEER_FIELDS}
-        self.training_ranges_["log2_flops"] = [float(np.log2(flops.min())), float(np.log2(flops.max()))]
+        self.training_ranges_["log2_flops"] = [float(log_flops.min()), float(log_flops.max())]
         return self
 
     def _fit_pick(self, F: np.ndarray, times: np.ndarray, out_of_fold: np.ndarray, folds) -> None:
@@ -165,10 +165,47 @@ class AlgorithmSelector(BaseEstimator):
         self.pick_weight_ = min(PICK_WEIGHTS, key=lambda w: (self.pick_cv_regret_[w], w))
         self.pick_classifier_ = clone(classifier).fit(F[has_any], labels[has_any]) if self.pick_weight_ else None
 
+    # Public methods take shapes; each computes the features once and hands them to the
+    # private methods below, which the public ones share.
     def predict_support(self, X: pd.DataFrame) -> np.ndarray:
         """Probability that each algorithm runs on each shape, shape (n_shapes, n_algorithms)."""
         check_is_fitted(self, "supports_")
+        return self._support(self.features_.transform(_shapes(X)))
+
+    def predict(self, X: pd.DataFrame) -> np.ndarray:
+        """Predicted time (ms) per shape and algorithm; NaN where predicted not to run."""
+        check_is_fitted(self, "regressors_")
+        return self._times(self.features_.transform(_shapes(X)))
+
+    def predict_unmasked(self, X: pd.DataFrame) -> np.ndarray:
+        """Predicted time (ms) per shape and algorithm as if every algorithm ran (NaN only for
+        algorithms that never ran in training): to judge the time models on their own."""
+        check_is_fitted(self, "regressors_")
+        return self._times(self.features_.transform(_shapes(X)), masked=False)
+
+    def predict_with_scores(self, X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`predict` and :meth:`pick_scores` together, from one pass over the models."""
+        check_is_fitted(self, "regressors_")
         F = self.features_.transform(_shapes(X))
+        times = self._times(F)
+        return times, self._scores(F, times)
+
+    def pick_scores(self, X: pd.DataFrame) -> np.ndarray:
+        """What the pick minimises per shape and algorithm: the predicted time, lowered where
+        the classifier of the fastest algorithm is confident (see ``_fit_pick``); NaN where
+        an algorithm is predicted not to run."""
+        return self.predict_with_scores(X)[1]
+
+    def select(self, X: pd.DataFrame) -> np.ndarray:
+        """The pick per shape: the lowest :meth:`pick_scores` (None where no algorithm is
+        predicted to run)."""
+        times = self.pick_scores(X)
+        best = np.where(np.isfinite(times), times, np.inf).argmin(axis=1)
+        names = np.array(self.algorithms_, dtype=object)[best]
+        names[~np.isfinite(times).any(axis=1)] = None
+        return names
+
+    def _support(self, F: np.ndarray) -> np.ndarray:
         out = np.empty((len(F), len(self.algorithms_)))
         if len(F) == 0:
             return out
@@ -181,51 +218,23 @@ class AlgorithmSelector(BaseEstimator):
                 out[:, j] = proba[:, list(support.classes_).index(True)]
         return out
 
-    def predict(self, X: pd.DataFrame) -> np.ndarray:
-        """Predicted time (ms) per shape and algorithm; NaN where predicted not to run."""
-        check_is_fitted(self, "regressors_")
-        X = _shapes(X)
-        F = self.features_.transform(X)
-        runs = self.predict_support(X) >= 0.5
+    def _times(self, F: np.ndarray, masked: bool = True) -> np.ndarray:
+        runs = self._support(F) >= 0.5 if masked else np.ones((len(F), len(self.algorithms_)), dtype=bool)
         out = np.full((len(F), len(self.algorithms_)), np.nan)
         for j, algo in enumerate(self.algorithms_):
             if algo in self.regressors_ and runs[:, j].any():
                 out[runs[:, j], j] = self.regressors_[algo].predict(F[runs[:, j]])
         return out
 
-    def predict_unmasked(self, X: pd.DataFrame) -> np.ndarray:
-        """Predicted time (ms) per shape and algorithm as if every algorithm ran (NaN only for
-        algorithms that never ran in training): to judge the time models on their own."""
-        check_is_fitted(self, "regressors_")
-        F = self.features_.transform(_shapes(X))
-        out = np.full((len(F), len(self.algorithms_)), np.nan)
-        for j, algo in enumerate(self.algorithms_):
-            if algo in self.regressors_ and len(F):
-                out[:, j] = self.regressors_[algo].predict(F)
-        return out
-
-    def pick_scores(self, X: pd.DataFrame) -> np.ndarray:
-        """What the pick minimises per shape and algorithm: the predicted time, lowered where
-        the classifier of the fastest algorithm is confident (see ``_fit_pick``); NaN where
-        an algorithm is predicted not to run."""
-        times = self.predict(X)
+    def _scores(self, F: np.ndarray, times: np.ndarray) -> np.ndarray:
         classifier = getattr(self, "pick_classifier_", None)
         if classifier is None or not len(times):
             return times
         proba = np.zeros_like(times)
-        probabilities = classifier.predict_proba(self.features_.transform(_shapes(X)))
+        probabilities = classifier.predict_proba(F)
         for k, name in enumerate(classifier.classes_):
             proba[:, self.algorithms_.index(name)] = probabilities[:, k]
         return times * (1 - self.pick_weight_ * proba)
-
-    def select(self, X: pd.DataFrame) -> np.ndarray:
-        """The pick per shape: the lowest :meth:`pick_scores` (None where no algorithm is
-        predicted to run)."""
-        times = self.pick_scores(X)
-        best = np.where(np.isfinite(times), times, np.inf).argmin(axis=1)
-        names = np.array(self.algorithms_, dtype=object)[best]
-        names[~np.isfinite(times).any(axis=1)] = None
-        return names
 
     def extrapolated(self, X: pd.DataFrame) -> np.ndarray:
         """Whether each shape lies outside the ranges seen in training (any field, or FLOPs)."""
@@ -235,10 +244,15 @@ class AlgorithmSelector(BaseEstimator):
         for field in SEER_FIELDS:
             low, high = self.training_ranges_[field]
             outside |= (X[field] < low).to_numpy() | (X[field] > high).to_numpy()
-        flops = 2.0 * X["batch"] * X["out_ch"] * X["in_ch"] * X["kernel_width"] ** 2 * X["out_width"] ** 2
         low, high = self.training_ranges_["log2_flops"]
-        log_flops = np.log2(flops.to_numpy(dtype=float))
+        log_flops = _log2_flops(X)
         return outside | (log_flops < low) | (log_flops > high)
+
+
+def _log2_flops(X: pd.DataFrame) -> np.ndarray:
+    """log2 of the analytic FLOPs, 2*N*K*C*R*S*P*Q, per shape."""
+    flops = 2.0 * X["batch"] * X["out_ch"] * X["in_ch"] * X["kernel_width"] ** 2 * X["out_width"] ** 2
+    return np.log2(flops.to_numpy(dtype=float))
 
 
 def _shapes(X) -> pd.DataFrame:

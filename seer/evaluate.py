@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from seer.modeling import ModelSet, training_frames
-from seer.shapes import SEER_FIELDS
+from seer.predict import shapes_frame
 
 SPLITS = {"test1": "Test-set-I", "test2": "Test-set-II"}
 
@@ -83,9 +83,8 @@ def evaluate(models: ModelSet, table: pd.DataFrame) -> dict[str, pd.DataFrame]:
             shapes, measured = training_frames(table, math, split)
             if shapes.empty:
                 continue
-            unmasked = pd.DataFrame(selector.predict_unmasked(shapes), index=shapes.index, columns=selector.algorithms_)
-            masked = pd.DataFrame(selector.predict(shapes), index=shapes.index, columns=selector.algorithms_)
-            families = {"ours": unmasked}
+            families = {"ours": pd.DataFrame(selector.predict_unmasked(shapes), index=shapes.index,
+                                             columns=selector.algorithms_)}
             if math in models.baselines:
                 families["seer"] = pd.DataFrame(models.baselines[math].predict_times(shapes, selector.algorithms_),
                                                 index=shapes.index, columns=selector.algorithms_)
@@ -100,12 +99,11 @@ def evaluate(models: ModelSet, table: pd.DataFrame) -> dict[str, pd.DataFrame]:
                     points.append(pd.DataFrame({"split": split_name, "math": math, "algo": algo, "family": family,
                                                 "measured_ms": measured.loc[ran, algo],
                                                 "predicted_ms": predicted.loc[ran, algo]}))
-            scores = pd.DataFrame(selector.pick_scores(shapes), index=shapes.index, columns=selector.algorithms_)
-            policies = {"ours": _fastest(scores), "cudnn heuristic": heuristic_picks(table, shapes.index, math),
-                        "oracle": measured.idxmin(axis=1)}
-            if "seer" in families:
-                # SEER's times, over the algorithms seer's support classifiers expect to run.
-                policies["seer"] = _fastest(families["seer"].where(masked.notna()))
+            policies = _model_picks(models, math, shapes, table)
+            seer_picks = policies.pop("seer", None)  # the report lists it after the oracle
+            policies["oracle"] = measured.idxmin(axis=1)
+            if seer_picks is not None:
+                policies["seer"] = seer_picks
             policies |= {f"always {a}": pd.Series(a, index=shapes.index) for a in measured.columns
                          if measured[a].notna().any()}
             for name, picks in policies.items():
@@ -118,6 +116,22 @@ def evaluate(models: ModelSet, table: pd.DataFrame) -> dict[str, pd.DataFrame]:
             "points": pd.concat(points, ignore_index=True) if points else pd.DataFrame(),
             "networks": network_totals(models, table),
             "regret_per_layer": pd.concat(per_layer, ignore_index=True) if per_layer else pd.DataFrame()}
+
+
+def _model_picks(models: ModelSet, math: str, shapes: pd.DataFrame, table: pd.DataFrame) -> dict[str, pd.Series]:
+    """Picks per shape (aligned with ``shapes``, whose index holds shape ids) of our model,
+    SEER's model and cuDNN's heuristic."""
+    selector = models.selectors[math]
+    times, scores = (pd.DataFrame(a, index=shapes.index, columns=selector.algorithms_)
+                     for a in selector.predict_with_scores(shapes))
+    picks = {"ours": _fastest(scores),
+             "cudnn heuristic": heuristic_picks(table, shapes.index, math).set_axis(shapes.index)}
+    if math in models.baselines:
+        seer_times = pd.DataFrame(models.baselines[math].predict_times(shapes, selector.algorithms_),
+                                  index=shapes.index, columns=selector.algorithms_)
+        # SEER's times, over the algorithms seer's support classifiers expect to run.
+        picks["seer"] = _fastest(seer_times.where(times.notna()))
+    return picks
 
 
 def _fastest(times: pd.DataFrame) -> pd.Series:
@@ -133,9 +147,7 @@ def network_totals(models: ModelSet, table: pd.DataFrame) -> pd.DataFrame:
 
     rows = []
     for math, selector in models.selectors.items():
-        runs = table[(table["math"] == math)]
-        measured = runs.assign(time_ms=runs["time_ms"].where(runs["status"] == "ok")).pivot(
-            index="shape_id", columns="algo", values="time_ms")[selector.algorithms_]
+        measured = training_frames(table, math, split=None)[1][selector.algorithms_]
         for network in TEST_SET_II_NETWORKS:
             for batch in NETWORK_BATCHES:
                 layers = [layer.shape for layer in network_layers(network, batch)]
@@ -144,14 +156,10 @@ def network_totals(models: ModelSet, table: pd.DataFrame) -> pd.DataFrame:
                 if len(known) < len(ids):
                     continue  # a layer without measurements: no honest total
                 times = measured.loc[ids].reset_index(drop=True)
-                frame = pd.DataFrame([[getattr(s, f) for f in SEER_FIELDS] for s in layers], columns=list(SEER_FIELDS))
-                predicted = pd.DataFrame(selector.predict(frame), columns=selector.algorithms_)
-                scores = pd.DataFrame(selector.pick_scores(frame), columns=selector.algorithms_)
-                picks = {"ours": _fastest(scores), "cudnn heuristic": heuristic_picks(table, ids, math).reset_index(drop=True)}
-                if math in models.baselines:
-                    seer_times = pd.DataFrame(models.baselines[math].predict_times(frame, selector.algorithms_),
-                                              columns=selector.algorithms_)
-                    picks["seer"] = _fastest(seer_times.where(predicted.notna()))
+                # A network repeats shapes: the picks come back one per layer, by position.
+                frame = shapes_frame(layers).set_axis(pd.Index(ids, name="shape_id"))
+                picks = {name: policy.reset_index(drop=True)
+                         for name, policy in _model_picks(models, math, frame, table).items()}
                 row = {"math": math, "network": network, "batch": batch, "layers": len(ids),
                        "oracle_ms": float(times.min(axis=1).sum())}
                 for name, policy in picks.items():

@@ -48,10 +48,10 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def training_frames(table: pd.DataFrame, math: str, split: str = "train") -> tuple[pd.DataFrame, pd.DataFrame]:
+def training_frames(table: pd.DataFrame, math: str, split: str | None = "train") -> tuple[pd.DataFrame, pd.DataFrame]:
     """Shapes (SEER's eight columns, indexed by shape_id) and times (one column per algorithm,
-    NaN where the run did not succeed) of one split and math mode."""
-    rows = table[(table["split"] == split) & (table["math"] == math)]
+    NaN where the run did not succeed) of one split (None: every split) and math mode."""
+    rows = table[(table["math"] == math) & ((table["split"] == split) if split is not None else True)]
     times = rows.assign(time_ms=rows["time_ms"].where(rows["status"] == "ok")).pivot(
         index="shape_id", columns="algo", values="time_ms")
     algos = [a for a in pd.unique(table["algo"]) if a in times.columns]

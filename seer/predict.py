@@ -34,8 +34,7 @@ def predict_layers(models: ModelSet, shapes: Sequence[ConvShape] | pd.DataFrame,
     selector = models.selectors[math]
     frame = shapes if isinstance(shapes, pd.DataFrame) else shapes_frame(shapes)
     frame = frame.reset_index(drop=True)
-    times = selector.predict(frame)
-    scores = selector.pick_scores(frame)
+    times, scores = selector.predict_with_scores(frame)
     extrapolated = selector.extrapolated(frame)
     layer_idx, algo_idx = np.nonzero(np.isfinite(times))
     out = frame.iloc[layer_idx].reset_index(drop=True)

@@ -32,7 +32,7 @@ from seer import ncu as ncu_mod
 from seer.collect.plan import (RUN_KEY, ShapeWork, build_plan, fits_in_memory, select_evenly,
                                shard)
 from seer.collect.progress import CollectionProgress
-from seer.collect.store import ALL_GROUPS, RunStore, default_tag, profile_records
+from seer.collect.store import RunStore, default_tag, profile_records, recorded_columns
 from seer.errors import EnvironmentProblem
 from seer.gpus import GPUSpec, get_gpu_spec, match_device
 from seer.grids import GridShape
@@ -386,10 +386,8 @@ class Collector:
             return covered
         if o.retry:
             frame = frame[~frame["profile_status"].isin(o.retry)]
-        everything = frozenset(m.column for m in METRICS)
         for key, group in zip(frame[list(RUN_KEY)].itertuples(index=False, name=None), frame["group"]):
-            columns = everything if group == ALL_GROUPS else GROUP_COLUMNS.get(group, frozenset())
-            covered[key] = covered.get(key, frozenset()) | columns
+            covered[key] = covered.get(key, frozenset()) | recorded_columns(group)
         return covered
 
     def needs(self, key: tuple, group: str, covered: dict[tuple, frozenset[str]]) -> bool:

@@ -22,6 +22,7 @@ from typing import Iterable, Mapping, Sequence
 import pandas as pd
 
 from seer.errors import InputError
+from seer.metrics import GROUP_COLUMNS, METRICS
 
 KINDS = ("timing", "profiles", "kernels")
 SESSIONS_FILE = "sessions.jsonl"
@@ -197,6 +198,13 @@ def _json_default(value):
 #: Group name of profile and kernel records written before metrics were collected in
 #: groups: each such record holds every core group's metrics at once.
 ALL_GROUPS = "all"
+
+
+def recorded_columns(group: str) -> frozenset[str]:
+    """Metric columns that a profile record of ``group`` (current, retired or ``all``) measured."""
+    if group == ALL_GROUPS:
+        return frozenset(m.column for m in METRICS)
+    return GROUP_COLUMNS.get(group, frozenset())
 
 
 def profile_records(store: RunStore) -> pd.DataFrame:
