@@ -49,7 +49,8 @@ TEST_SET_II_GRID = "test-set-ii"
 #: fractions (achieved_occupancy, sm_util, dram_util, ...) between 0 and 1.
 MEASUREMENT_COLUMNS = [
     "gpu", "cudnn_version", "math", *SHAPE_COLUMNS, "shape_id", "grid", "algo", "status",
-    "status_detail", "time_ms", "time_ms_iqr", "time_ms_min", "n_reps", "workspace_bytes",
+    "status_detail", "time_ms", "time_ms_iqr", "time_ms_min", "n_reps", "timing_attempts",
+    "workspace_bytes",
     "heuristic_rank", "rel_error", "timing_protocol", "burst", "sm_clock_mhz", "profile_status",
     "profile_detail", "n_kernels", "main_kernel", "variant",
     "main_kernel_share", "ncu_time_ms", "grid_blocks", "block_threads", "registers",

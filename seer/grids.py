@@ -7,6 +7,13 @@ Named grids:
     sampled reproducibly: the full cartesian product is filtered to shapes that are
     possible and bounded in work and memory, then a seeded sample is drawn per
     (kernel, stride) stratum so every kernel size and stride is well covered.
+``random``
+    Shapes drawn at random (seeded) beyond SEER's power-of-two ranges: any width from 4 to
+    320, channel counts that are multiples of 8 or arbitrary, batches that are not powers
+    of two. Real layers have sizes like these (Inception's 35x35 maps with 288 channels,
+    YOLO's 255 output channels), and tile quantisation makes time a jagged function of
+    them, so a model trained on powers of two alone extrapolates badly between them.
+    Shapes of the other grids, Test-set-II's included, are left out.
 ``networks``
     The convolution layers of ResNet-50/152, VGG-16, DenseNet-121, AlexNet and GoogLeNet
     at several batch sizes (the training networks).
@@ -98,6 +105,49 @@ def seer_extra_grid(size: int = 1800, seed: int = 1) -> list[ConvShape]:
     return [s for s in seer_grid(size, seed) if s not in first]
 
 
+#: Distributions of the random grid: kernel sizes and strides as common in real networks.
+RANDOM_KERNEL_WEIGHTS = {1: 0.35, 3: 0.4, 5: 0.13, 7: 0.12}
+RANDOM_STRIDE_WEIGHTS = {1: 0.65, 2: 0.3, 3: 0.025, 4: 0.025}
+RANDOM_DEFAULT_SIZE = 8000
+
+
+def _random_channels(rng: np.random.Generator) -> int:
+    """Log-uniform over 8..2048; mostly multiples of 8 (as networks have), sometimes not."""
+    if rng.random() < 0.05:
+        return 3
+    value = float(np.exp(rng.uniform(np.log(8), np.log(2048))))
+    multiple = rng.choice((16, 8, 1), p=(0.5, 0.35, 0.15))
+    return max(int(multiple), int(round(value / multiple)) * int(multiple))
+
+
+def random_grid(size: int = RANDOM_DEFAULT_SIZE, seed: int = 2) -> list[ConvShape]:
+    """``size`` seeded random shapes, in random order (see module docstring).
+
+    The order is the draw order, so a collection stopped early has measured a random
+    subset rather than one corner of the space.
+    """
+    excluded = set(seer_grid()) | set(seer_extra_grid()) | set(networks_grid()) | set(test_set_ii_grid())
+    rng = np.random.default_rng(seed)
+    kernels, kernel_p = zip(*RANDOM_KERNEL_WEIGHTS.items())
+    strides, stride_p = zip(*RANDOM_STRIDE_WEIGHTS.items())
+    chosen: dict[ConvShape, None] = {}
+    while len(chosen) < size:
+        batch = int(rng.choice(SEER_BATCHES[:-1])) if rng.random() < 0.7 else int(rng.integers(1, 65))
+        width = int(round(float(np.exp(rng.uniform(np.log(4), np.log(320))))))
+        kernel = int(rng.choice(kernels, p=kernel_p))
+        stride = int(rng.choice(strides, p=stride_p))
+        padding = kernel // 2 if rng.random() < 0.65 else 0
+        in_ch, out_ch = _random_channels(rng), _random_channels(rng)
+        if kernel > width + 2 * padding:
+            continue
+        shape = ConvShape(batch, in_ch, width, out_ch, conv_out_width(width, kernel, stride, padding),
+                          kernel, stride, padding)
+        if (shape.flops <= SEER_MAX_FLOPS and shape.tensor_bytes <= SEER_MAX_TENSOR_BYTES
+                and shape not in excluded):
+            chosen.setdefault(shape)
+    return list(chosen)
+
+
 def quick_grid() -> list[ConvShape]:
     """Twenty small shapes: every kernel size, strides 1 and 2, both paddings."""
     shapes = []
@@ -139,6 +189,7 @@ def test_set_ii_grid(batches: Sequence[int] = NETWORK_BATCHES) -> list[ConvShape
 NAMED_GRIDS = {
     "seer": seer_grid,
     "seer-extra": seer_extra_grid,
+    "random": random_grid,
     "networks": networks_grid,
     "test-set-ii": test_set_ii_grid,
     "quick": quick_grid,

@@ -113,3 +113,14 @@ def test_resolve_grids_dedupes_and_labels(tmp_path):
 
 def test_format_shapes_matches_seer_layout():
     assert format_shapes([ConvShape.from_layer(128, 16, 128, 16, 3, 1, 1)]) == "1\n128 16 128 16 128 3 1 1\n"
+
+
+def test_random_grid_is_reproducible_and_leaves_out_the_other_grids():
+    from seer.grids import networks_grid, random_grid, seer_grid, test_set_ii_grid
+
+    shapes = random_grid(300)
+    assert shapes == random_grid(300) and len(set(shapes)) == 300
+    assert not set(shapes) & (set(test_set_ii_grid()) | set(seer_grid()) | set(networks_grid()))
+    # Off SEER's powers of two: odd widths and channel counts that are not powers of two.
+    assert any(s.in_width % 2 for s in shapes)
+    assert any(s.in_ch & (s.in_ch - 1) for s in shapes)

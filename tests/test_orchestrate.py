@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from seer.collect import orchestrate
-from seer.collect.orchestrate import CollectOptions, Collector, check_device
+from seer.collect.orchestrate import CollectOptions, Collector, check_device, unstable_keys
 from seer.collect.plan import RUN_KEY
 from seer.collect.store import RunStore, profile_records
 from seer.dataset import kernels_table, profile_status_table
@@ -85,6 +85,19 @@ def test_retry_measures_failed_items_again(tmp_path, fake_worker, monkeypatch):
     assert session["counts"]["timing_rows"] == 1
     frame = RunStore(tmp_path / "h100").read("timing", RUN_KEY)
     assert set(frame["status"]) == {"ok"}
+
+
+def test_retry_unstable_times_widely_spread_runs_again(tmp_path, fake_worker, monkeypatch):
+    victim = _shapes()[1].shape.shape_id
+    monkeypatch.setenv("FAKE_WIDE", f"{victim}:default:GEMM")
+    Collector(_options(tmp_path)).run()
+    store = RunStore(tmp_path / "h100")
+    assert unstable_keys(store.read("timing", RUN_KEY)) == {(victim, "default", "GEMM")}
+    monkeypatch.delenv("FAKE_WIDE")
+    assert Collector(_options(tmp_path, retry=("error",))).run()["counts"]["timing_rows"] == 0
+    session = Collector(_options(tmp_path, retry=("unstable",))).run()
+    assert session["counts"]["timing_rows"] == 1
+    assert unstable_keys(store.read("timing", RUN_KEY)) == set()
 
 
 def test_time_limit_stops_cleanly_and_a_rerun_finishes(tmp_path, fake_worker, monkeypatch):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from seer.gpu.timing import schedule
+from seer.gpu.timing import MAX_ATTEMPTS, schedule, spread, steadiest
 
 
 @pytest.mark.parametrize("estimate_ms, burst, reps", [
@@ -20,3 +20,26 @@ def test_schedule(estimate_ms, burst, reps):
 def test_schedule_refuses_a_nonsense_estimate():
     with pytest.raises(ValueError, match="positive"):
         schedule(0.0)
+
+
+def test_spread_is_the_interquartile_range_over_the_median():
+    assert spread([1.0, 1.0, 1.0]) == 0.0
+    assert spread([1.0, 2.0, 3.0, 4.0, 5.0]) == pytest.approx((4.0 - 2.0) / 3.0)
+
+
+def _attempts(*series):
+    calls = iter(series)
+    return lambda: (next(calls), "plan", 1.0)
+
+
+def test_steadiest_stops_at_the_first_steady_attempt():
+    (times, _, _), attempts = steadiest(_attempts([1.0, 1.01, 1.0], [5.0, 5.0, 5.0]))
+    assert attempts == 1 and times == [1.0, 1.01, 1.0]
+
+
+def test_steadiest_retakes_a_wide_measurement_and_keeps_the_steadiest():
+    wide, wider, steady = [1.0, 1.0, 3.0, 3.0], [1.0, 1.0, 9.0, 9.0], [1.0, 1.02, 1.01, 1.0]
+    (times, _, _), attempts = steadiest(_attempts(wider, steady, wide))
+    assert attempts == 2 and times == steady
+    (times, _, _), attempts = steadiest(_attempts(wider, wide, wider, steady))
+    assert attempts == MAX_ATTEMPTS and times == wide

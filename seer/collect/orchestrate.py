@@ -34,10 +34,25 @@ from seer.collect.plan import (RUN_KEY, ShapeWork, build_plan, fits_in_memory, s
 from seer.collect.progress import CollectionProgress
 from seer.collect.store import RunStore, default_tag, profile_records, recorded_columns
 from seer.errors import EnvironmentProblem
+from seer.gpu.timing import MAX_SPREAD
 from seer.gpus import GPUSpec, get_gpu_spec, match_device
 from seer.grids import GridShape
 from seer.metrics import (DEFAULT_MATH_ONLY_GROUPS, GROUP_COLUMNS, METRIC_SETS, METRICS,
                           ncu_metric_names)
+
+#: ``--retry`` word that re-times successful runs whose repetitions spread too widely.
+RETRY_UNSTABLE = "unstable"
+
+
+def unstable_keys(timing, max_spread: float = MAX_SPREAD) -> set[tuple]:
+    """Keys of successful runs whose interquartile range exceeds ``max_spread`` of the median
+    (see :mod:`seer.gpu.timing`): what ``--retry unstable`` measures again."""
+    if timing.empty or "time_ms_iqr" not in timing.columns:
+        return set()
+    ok = timing[timing["status"] == "ok"]
+    wide = ok[ok["time_ms_iqr"] > max_spread * ok["time_ms"]]
+    return set(wide[list(RUN_KEY)].itertuples(index=False, name=None))
+
 
 @dataclass
 class CollectOptions:
@@ -309,6 +324,8 @@ class Collector:
         # the user asked to retry; rows of an older protocol are measured again.
         done = self.store.done_keys("timing", RUN_KEY, skip_status=o.retry or None,
                                     require={"timing_protocol": TIMING_PROTOCOL})
+        if RETRY_UNSTABLE in o.retry:
+            done -= unstable_keys(self.store.read("timing", RUN_KEY))
         memory = self.info.get("memory_bytes") or self.spec.memory_bytes
         plan = build_plan(shapes, o.maths, o.algos, done)
         too_large = [w for w in plan if not fits_in_memory(w.shape, memory)]

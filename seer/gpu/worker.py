@@ -254,7 +254,7 @@ def time_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, seed: int,
     from cupyx.profiler import benchmark
 
     from seer.gpu.reference import TOLERANCE
-    from seer.gpu.timing import BurstTimer
+    from seer.gpu.timing import BurstTimer, steadiest
 
     timer = BurstTimer()
     sm_clock = _sm_clock_reader()
@@ -274,12 +274,13 @@ def time_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, seed: int,
                                         if math.isfinite(error) else "output has NaN/inf (unwritten or overflow)")
             # A warm call, host time included, sizes the bursts; it can only overestimate.
             estimate = benchmark(forward, n_repeat=1, n_warmup=1).gpu_times[0][0] * 1e3
-            times_ms, schedule, host_us = timer.measure(forward, estimate, budget_ms=budget_ms,
-                                                        min_burst_ms=min_burst_ms, min_reps=min_reps,
-                                                        max_reps=max_reps)
+            (times_ms, schedule, host_us), attempts = steadiest(lambda: timer.measure(
+                forward, estimate, budget_ms=budget_ms, min_burst_ms=min_burst_ms,
+                min_reps=min_reps, max_reps=max_reps))
             q25, median, q75 = np.percentile(times_ms, [25, 50, 75])
             row |= {"status": status, "time_ms": float(median), "time_ms_iqr": float(q75 - q25),
                     "time_ms_min": float(times_ms.min()), "n_reps": schedule.reps, "burst": schedule.burst,
+                    "timing_attempts": attempts,
                     "host_us_per_call": round(host_us, 2), "first_call_ms": first_ms,
                     "sm_clock_mhz": sm_clock()}
             del workspace
