@@ -4,8 +4,15 @@
 (SEER's eight columns) and a frame of measured times with one column per algorithm (NaN
 where the algorithm did not run: not supported, workspace too large). Per algorithm it
 clones a support classifier (will the algorithm run on this shape?) and a time regressor
-(log time on shape features), and it chooses each regressor among candidates by
-cross-validation on the training data it is given. ``predict`` returns times in
+on shape features, and it chooses each regressor among candidates by cross-validation
+on the training data it is given.
+
+The regressors do not learn the time itself but its ratio to a physical baseline: the
+algorithm's fixed cost (the 1st percentile of its training times: launches, transforms)
+plus the roofline floor (FP32 FLOPs at peak plus tensor bytes at DRAM bandwidth, from the
+GPU spec). Trees cannot extrapolate: trained on times alone they predict a 150-GFLOP
+layer as fast as the largest layer they saw. On the ratio they extrapolate as a GPU
+does, at the efficiency reached on the largest layers. ``predict`` returns times in
 ``algorithms_`` order, NaN where an algorithm is predicted not to run, so that such an
 algorithm is never recommended; ``select`` returns the predicted fastest.
 """
@@ -28,6 +35,10 @@ from seer.shapes import SEER_FIELDS
 
 #: Support decisions that need no classifier: the algorithm ran on every or no training shape.
 ALWAYS, NEVER = "always", "never"
+#: Baselines the time regressors learn a ratio to (see the module docstring).
+BASELINES = ("roofline", "none")
+#: Quantile of an algorithm's training times taken as its fixed cost in the baseline.
+FIXED_COST_QUANTILE = 0.01
 #: Weights of the fastest-algorithm classifier in the pick that cross-validation chooses from.
 PICK_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 0.9)
 
@@ -40,9 +51,8 @@ def log_time_regressor(regressor) -> TransformedTargetRegressor:
 def default_candidates() -> dict[str, object]:
     """Time regressors that cross-validation chooses from, per algorithm."""
     return {
-        # Small trees keep the shipped file small and quick to load (a few MB, under a second).
         "boosted_trees": log_time_regressor(HistGradientBoostingRegressor(
-            max_iter=200, learning_rate=0.1, max_leaf_nodes=15, random_state=0)),
+            max_iter=600, learning_rate=0.05, max_leaf_nodes=31, random_state=0)),
         "quadratic_power_law": log_time_regressor(Pipeline([
             ("scale", StandardScaler()), ("square", PolynomialFeatures(2)),
             ("ridge", RidgeCV(alphas=np.logspace(-3, 3, 13)))])),
@@ -71,6 +81,9 @@ class AlgorithmSelector(BaseEstimator):
         Folds of the cross-validation that chooses among ``candidates``.
     min_runs : int, default=20
         Fewer successful training runs than this: the algorithm is treated as never running.
+    baseline : {"roofline", "none"}, default="roofline"
+        What the regressors predict a ratio to: the algorithm's fixed cost plus the roofline
+        floor (see the module docstring), or nothing (1 ms: they predict time directly).
 
     Attributes
     ----------
@@ -82,6 +95,9 @@ class AlgorithmSelector(BaseEstimator):
         Per algorithm, a fitted classifier, or ``"always"`` / ``"never"``.
     regressors_ : dict
         Per algorithm that runs anywhere, the fitted time regressor.
+    fixed_cost_ms_ : dict of str to float
+        Per algorithm that runs anywhere, the fixed cost in its baseline (0 with
+        ``baseline="none"``).
     choice_ : dict of str to str
         The candidate chosen per algorithm.
     cv_mape_ : dict
@@ -91,12 +107,13 @@ class AlgorithmSelector(BaseEstimator):
     """
 
     def __init__(self, candidates=None, classifier=None, gpu: str = "h100", cv: int = 5,
-                 min_runs: int = 20) -> None:
+                 min_runs: int = 20, baseline: str = "roofline") -> None:
         self.candidates = candidates
         self.classifier = classifier
         self.gpu = gpu
         self.cv = cv
         self.min_runs = min_runs
+        self.baseline = baseline
 
     def fit(self, X: pd.DataFrame, Y: pd.DataFrame) -> "AlgorithmSelector":
         X = _shapes(X)
@@ -108,7 +125,10 @@ class AlgorithmSelector(BaseEstimator):
         candidates = self.candidates if self.candidates is not None else default_candidates()
         classifier = self.classifier if self.classifier is not None else HistGradientBoostingClassifier(
             max_iter=50, max_leaf_nodes=15, random_state=0)
+        if self.baseline not in BASELINES:
+            raise ValueError(f"baseline must be one of {', '.join(BASELINES)}, got {self.baseline!r}")
         self.supports_, self.regressors_, self.choice_, self.cv_mape_ = {}, {}, {}, {}
+        self.fixed_cost_ms_ = {}
         folds = KFold(n_splits=self.cv, shuffle=True, random_state=0)
         out_of_fold = np.full((len(X), len(self.algorithms_)), np.nan)
         for j, algo in enumerate(self.algorithms_):
@@ -118,14 +138,18 @@ class AlgorithmSelector(BaseEstimator):
                 self.supports_[algo] = NEVER
                 continue
             self.supports_[algo] = ALWAYS if runs.all() else clone(classifier).fit(F, runs)
-            predictions = {name: cross_val_predict(clone(c), F[runs], times[runs], cv=folds)
+            self.fixed_cost_ms_[algo] = (float(np.quantile(times[runs], FIXED_COST_QUANTILE))
+                                         if self.baseline == "roofline" else 0.0)
+            # A ratio's relative error is the time's, so the CV scores stay MAPEs of time.
+            base = self._baseline_ms(F[runs], algo)
+            predictions = {name: cross_val_predict(clone(c), F[runs], times[runs] / base, cv=folds) * base
                            for name, c in candidates.items()}
             scores = {name: mape(times[runs], p) for name, p in predictions.items()}
             best = min(scores, key=scores.get)
             out_of_fold[runs, j] = predictions[best]
             self.cv_mape_[algo] = {name: round(v, 3) for name, v in scores.items()}
             self.choice_[algo] = best
-            self.regressors_[algo] = clone(candidates[best]).fit(F[runs], times[runs])
+            self.regressors_[algo] = clone(candidates[best]).fit(F[runs], times[runs] / base)
         self._fit_pick(F, Y.to_numpy(dtype=float), out_of_fold, folds)
         log_flops = _log2_flops(X)
         self.training_ranges_ = {f: [int(X[f].min()), int(X[f].max())] for f in SEER_FIELDS}
@@ -218,12 +242,20 @@ class AlgorithmSelector(BaseEstimator):
                 out[:, j] = proba[:, list(support.classes_).index(True)]
         return out
 
+    def _baseline_ms(self, F: np.ndarray, algo: str) -> np.ndarray:
+        """What algorithm ``algo``'s regressor predicts a ratio to, per row of ``F``, in ms."""
+        if self.baseline == "none":
+            return np.ones(len(F))
+        column = list(self.features_.get_feature_names_out()).index("log2_roofline_floor_s")
+        return self.fixed_cost_ms_[algo] + 2.0 ** F[:, column] * 1e3
+
     def _times(self, F: np.ndarray, masked: bool = True) -> np.ndarray:
         runs = self._support(F) >= 0.5 if masked else np.ones((len(F), len(self.algorithms_)), dtype=bool)
         out = np.full((len(F), len(self.algorithms_)), np.nan)
         for j, algo in enumerate(self.algorithms_):
             if algo in self.regressors_ and runs[:, j].any():
-                out[runs[:, j], j] = self.regressors_[algo].predict(F[runs[:, j]])
+                rows = F[runs[:, j]]
+                out[runs[:, j], j] = self.regressors_[algo].predict(rows) * self._baseline_ms(rows, algo)
         return out
 
     def _scores(self, F: np.ndarray, times: np.ndarray) -> np.ndarray:

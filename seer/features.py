@@ -5,7 +5,9 @@ needs no GPU and no profile. The features follow how the algorithms work:
 
 - sizes and work: analytic FLOPs, tensor bytes, the implicit-GEMM problem (M = N*P*Q,
   N = K, K = C*R*S), the explicit GEMM's im2col buffer;
-- a roofline: the time floors FLOPs / peak and bytes / bandwidth, for FP32 and TF32;
+- a roofline: the time floors FLOPs / peak and bytes / bandwidth, for FP32 and TF32, and
+  their sum (``log2_roofline_floor_s``), the scale that :class:`~seer.estimators.AlgorithmSelector`
+  measures every time against;
 - waves: for the tile sizes cuDNN's GEMM kernels use, how many thread blocks the grid has
   and how full the last wave is (SEER's iterations and epsilon);
 - transform algorithms: FFT sizes and tile counts, Winograd tile counts;
@@ -63,6 +65,10 @@ def shape_features(shapes: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:
         "log2_fp32_floor_s": _log2(flops / spec.peak_fp32_flops_per_s),
         "log2_tf32_floor_s": _log2(flops / max(spec.peak_tf32_flops_per_s, spec.peak_fp32_flops_per_s)),
         "log2_dram_floor_s": _log2(tensor_bytes / spec.memory_bandwidth_bytes_per_s),
+        # Compute and memory floors added, not maxed: neither overlaps fully with the
+        # other in a real kernel, and the sum stays smooth where the two cross.
+        "log2_roofline_floor_s": _log2(flops / spec.peak_fp32_flops_per_s
+                                       + tensor_bytes / spec.memory_bandwidth_bytes_per_s),
     }
     for tm, tn in GEMM_TILES:
         blocks = np.ceil(gemm_m / tm) * np.ceil(gemm_n / tn)

@@ -60,6 +60,25 @@ def test_each_family_beats_a_constant_per_algorithm_on_held_out_layers(table):
     assert np.isnan(selector.predict(test_shapes)[:, selector.algorithms_.index("DIRECT")]).all()
 
 
+@pytest.mark.parametrize("algo", ["IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM"])
+def test_the_roofline_baseline_lets_trees_extrapolate_to_larger_layers(table, algo):
+    """Trained on layers under 10 GFLOP, judged on the measured layers over 20 GFLOP: trees on
+    time saturate at the largest training time; trees on the ratio to the roofline do not.
+
+    Shown for the implicit GEMMs, whose time follows FLOPs. FFT_TILING's follows padded
+    tile counts instead, and on this split its ratio extrapolates worse than its time."""
+    shapes, times = modeling.training_frames(table, "fma", None)
+    gflops = 2 * np.prod(shapes[["batch", "out_ch", "in_ch", "out_width", "out_width"]].to_numpy(float), axis=1) \
+        * shapes["kernel_width"].to_numpy(float) ** 2 / 1e9
+    small, large = gflops < 10, (gflops > 20) & times[algo].notna().to_numpy()
+    errors = {}
+    for baseline in ("roofline", "none"):
+        selector = small_selector().set_params(baseline=baseline).fit(shapes[small], times.loc[small, [algo]])
+        predicted = selector.predict_unmasked(shapes[large])[:, 0]
+        errors[baseline] = mape(times.loc[large, algo], predicted)
+    assert errors["roofline"] < 35 and errors["roofline"] < 0.6 * errors["none"], errors
+
+
 def test_quadratic_power_law_family_beats_a_constant_too(table):
     from seer.estimators import default_candidates
 
