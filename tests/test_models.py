@@ -76,7 +76,7 @@ def test_the_roofline_baseline_lets_trees_extrapolate_to_larger_layers(table, al
         selector = small_selector().set_params(baseline=baseline).fit(shapes[small], times.loc[small, [algo]])
         predicted = selector.predict_unmasked(shapes[large])[:, 0]
         errors[baseline] = mape(times.loc[large, algo], predicted)
-    assert errors["roofline"] < 35 and errors["roofline"] < 0.6 * errors["none"], errors
+    assert errors["roofline"] < 35 and errors["roofline"] < 0.7 * errors["none"], errors
 
 
 def test_quadratic_power_law_family_beats_a_constant_too(table):
