@@ -22,12 +22,8 @@ import pandas as pd
 
 from seer.dataset import load_measurements
 from seer.estimators import AlgorithmSelector, mape
+from seer.features import log2_flops
 from seer.modeling import training_frames
-
-
-def _flops(shapes: pd.DataFrame) -> np.ndarray:
-    dims = shapes[["batch", "out_ch", "in_ch", "out_width", "out_width", "kernel_width", "kernel_width"]]
-    return 2 * np.prod(dims.to_numpy(dtype=float), axis=1)
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -40,7 +36,7 @@ def run(argv: list[str] | None = None) -> int:
     table = load_measurements(args.data_dir / args.gpu / "measurements.csv.gz")
     train_shapes, train_times = training_frames(table, args.math, "train")
     tests = {split: training_frames(table, args.math, split) for split in ("test1", "test2")}
-    largest = _flops(train_shapes).max()
+    largest = 2.0 ** log2_flops(train_shapes).max()
     result = {"gpu": args.gpu, "math": args.math, "training_shapes": len(train_shapes),
               "largest_training_gflops": round(largest / 1e9, 1), "mape_percent": {}}
     for baseline in ("roofline", "none"):
@@ -52,7 +48,7 @@ def run(argv: list[str] | None = None) -> int:
                                      columns=selector.algorithms_)
             subsets = {split: np.ones(len(shapes), bool)}
             if split == "test2":
-                subsets["test2_beyond_training_flops"] = _flops(shapes) > largest
+                subsets["test2_beyond_training_flops"] = 2.0 ** log2_flops(shapes) > largest
             for name, rows in subsets.items():
                 for algo in selector.regressors_:
                     ran = times[algo].notna().to_numpy() & rows

@@ -30,7 +30,7 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import PolynomialFeatures, StandardScaler
 from sklearn.utils.validation import check_is_fitted
 
-from seer.features import ShapeFeatures
+from seer.features import ShapeFeatures, log2_flops
 from seer.shapes import SEER_FIELDS
 
 #: Support decisions that need no classifier: the algorithm ran on every or no training shape.
@@ -151,7 +151,7 @@ class AlgorithmSelector(BaseEstimator):
             self.choice_[algo] = best
             self.regressors_[algo] = clone(candidates[best]).fit(F[runs], times[runs] / base)
         self._fit_pick(F, Y.to_numpy(dtype=float), out_of_fold, folds)
-        log_flops = _log2_flops(X)
+        log_flops = log2_flops(X)
         self.training_ranges_ = {f: [int(X[f].min()), int(X[f].max())] for f in SEER_FIELDS}
         self.training_ranges_["log2_flops"] = [float(log_flops.min()), float(log_flops.max())]
         return self
@@ -277,14 +277,8 @@ class AlgorithmSelector(BaseEstimator):
             low, high = self.training_ranges_[field]
             outside |= (X[field] < low).to_numpy() | (X[field] > high).to_numpy()
         low, high = self.training_ranges_["log2_flops"]
-        log_flops = _log2_flops(X)
+        log_flops = log2_flops(X)
         return outside | (log_flops < low) | (log_flops > high)
-
-
-def _log2_flops(X: pd.DataFrame) -> np.ndarray:
-    """log2 of the analytic FLOPs, 2*N*K*C*R*S*P*Q, per shape."""
-    flops = 2.0 * X["batch"] * X["out_ch"] * X["in_ch"] * X["kernel_width"] ** 2 * X["out_width"] ** 2
-    return np.log2(flops.to_numpy(dtype=float))
 
 
 def _shapes(X) -> pd.DataFrame:

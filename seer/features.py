@@ -92,6 +92,13 @@ def shape_features(shapes: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:
     return pd.DataFrame(out, index=shapes.index)
 
 
+def log2_flops(shapes: pd.DataFrame) -> np.ndarray:
+    """log2 of the analytic FLOPs, 2*N*K*C*R*S*P*Q, per shape (SEER's shape columns)."""
+    flops = (2.0 * shapes["batch"] * shapes["out_ch"] * shapes["in_ch"]
+             * shapes["kernel_width"] ** 2 * shapes["out_width"] ** 2)
+    return np.log2(flops.to_numpy(dtype=float))
+
+
 class ShapeFeatures(TransformerMixin, BaseEstimator):
     """Scikit-learn transformer: SEER's shape columns -> :func:`shape_features`.
 

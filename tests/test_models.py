@@ -13,6 +13,7 @@ from conftest import REPO
 from seer import modeling
 from seer.cli import main
 from seer.estimators import AlgorithmSelector, mape
+from seer.features import log2_flops
 from seer.evaluate import evaluate, regression_metrics, regrets, selection_metrics, write_report
 from seer.predict import PREDICTION_COLUMNS, predict_layers
 from seer.shapes import SEER_FIELDS
@@ -68,8 +69,7 @@ def test_the_roofline_baseline_lets_trees_extrapolate_to_larger_layers(table, al
     Shown for the implicit GEMMs, whose time follows FLOPs. FFT_TILING's follows padded
     tile counts instead, and on this split its ratio extrapolates worse than its time."""
     shapes, times = modeling.training_frames(table, "fma", None)
-    gflops = 2 * np.prod(shapes[["batch", "out_ch", "in_ch", "out_width", "out_width"]].to_numpy(float), axis=1) \
-        * shapes["kernel_width"].to_numpy(float) ** 2 / 1e9
+    gflops = 2.0 ** log2_flops(shapes) / 1e9
     small, large = gflops < 10, (gflops > 20) & times[algo].notna().to_numpy()
     errors = {}
     for baseline in ("roofline", "none"):
