@@ -3,7 +3,8 @@
     python benchmarks/predict_speed.py --gpu h100 --layers 10000 --report benchmarks/results/h100-predict-speed.json
 
 The layers are a seeded sample of SEER's ranges (seer.grids.seer_grid). Loading the model
-is timed apart from predicting; the prediction is the whole `seer predict` path (features,
+(the one file `seer predict` loads: seer's model of that math mode) is timed apart from
+predicting; the prediction is the whole `seer predict` path (features, first stage,
 support, time, ranks, extrapolation) for one math mode, best of --repeat runs.
 """
 
@@ -33,7 +34,7 @@ def run(argv: list[str] | None = None) -> int:
     layers = shapes_frame(seer_grid(args.layers, seed=1))
     root = modeling.models_root()
     started = time.perf_counter()
-    models = modeling.load(root / modeling.resolve_gpu(args.gpu, root))
+    models = modeling.load(root / modeling.resolve_gpu(args.gpu, root), maths=[args.math], families=["ours"])
     load_s = time.perf_counter() - started
     times = []
     for _ in range(args.repeat):

@@ -69,6 +69,15 @@ def algorithm_names(source: str | None = None) -> list[str]:
     return [a.name for a in ALGORITHMS if source is None or a.source == source]
 
 
+def heuristic_ranks(choices) -> dict[str, int]:
+    """1-based rank of each algorithm at its first appearance in cuDNN's heuristic list of
+    (algorithm name, math type) pairs, best first (an algorithm may appear more than once)."""
+    ranks: dict[str, int] = {}
+    for name, _ in choices:
+        ranks.setdefault(name, len(ranks) + 1)
+    return ranks
+
+
 def cudnn_algorithm_by_enum(enum: int) -> Algorithm:
     for a in ALGORITHMS:
         if a.source == "cudnn" and a.enum == enum:

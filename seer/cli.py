@@ -52,8 +52,8 @@ def _add_collect(sub) -> None:
                                    "Resumable: a rerun skips what is recorded under DATA_DIR/GPU/raw.")
     p.add_argument("--gpu", required=True, help="GPU spec name (see `seer gpus`); names data/<gpu>/")
     p.add_argument("--grid", default="seer,networks",
-                   help="comma-separated: seer, networks, test-set-ii, quick, or shape files in "
-                        "SEER's format (default: seer,networks)")
+                   help="comma-separated: seer, seer-extra, random, random-extra, networks, test-set-ii, "
+                        "census, quick, or shape files in SEER's format (default: seer,networks)")
     p.add_argument("--math", default="fma,default", help="math modes: fma, default or both (default: both)")
     p.add_argument("--algo", default="all", help="comma-separated algorithm names (default: all cuDNN algorithms)")
     p.add_argument("--shard", default="1/1", help="i/n: collect only shard i of n of the grid (default 1/1)")
@@ -92,6 +92,10 @@ def _add_collect(sub) -> None:
     p.add_argument("--stop-after", type=float, metavar="MINUTES",
                    help="finish the current shape and stop cleanly after this many minutes "
                         "(for time-limited jobs; rerun to resume)")
+    p.add_argument("--census", action="store_true",
+                   help="run nothing: only ask cuDNN, per shape and math mode, which algorithms it "
+                        "supports, the workspace each needs and its heuristic ranking (host calls only, "
+                        "hundreds of shapes a second); labels for the models' support and workspace stage")
     p.add_argument("--no-parse", action="store_true", help="do not rebuild the tidy tables afterwards")
     p.set_defaults(func=_cmd_collect)
 
@@ -129,6 +133,7 @@ def _cmd_collect(args) -> int:
         ncu_cache_control=args.ncu_cache_control,
         retry=retry, seed=args.seed, keep_ncu_csv=args.keep_ncu_csv,
         stop_after_s=None if args.stop_after is None else args.stop_after * 60, argv=list(args.argv),
+        census=args.census,
     )
     err_console.log(f"{len(shapes)} shapes from grid {args.grid}; this shard has "
                     f"{len(shapes[shard_index - 1::shard_count])}; math {','.join(maths)}; "
@@ -140,9 +145,12 @@ def _cmd_collect(args) -> int:
                           "run the same command to resume.")
         return EXIT_INTERRUPTED
     counts = session["counts"]
-    err_console.log(f"recorded {counts['timing_rows']} timings in {session['timing_seconds']} s, "
-                    f"{counts['profiled_runs']} profiled runs ({counts['kernels']} kernels) in "
-                    f"{session['profiling_seconds']} s")
+    if args.census:
+        err_console.log(f"recorded {counts['census_records']} census records in {session['census_seconds']} s")
+    else:
+        err_console.log(f"recorded {counts['timing_rows']} timings in {session['timing_seconds']} s, "
+                        f"{counts['profiled_runs']} profiled runs ({counts['kernels']} kernels) in "
+                        f"{session['profiling_seconds']} s")
     if not args.no_parse:
         return _parse(args.data_dir, spec.name)
     return 0
@@ -192,11 +200,12 @@ def _cmd_train(args) -> int:
     name = get_gpu_spec(args.gpu).name
     root = args.models_dir or modeling.models_root()
     models = modeling.train(args.data_dir / name, name, progress=err_console.log)
-    path = modeling.save(models, root / name)
+    paths = modeling.save(models, root / name)
     for math, info in models.card["maths"].items():
-        chosen = ", ".join(f"{a}: {r}" for a, r in info["regressor"].items())
+        chosen = ", ".join(f"{a}: {'/'.join(f'{p} {r}' if p != 'all' else r for p, r in paths_.items())}"
+                           for a, paths_ in info["regressor"].items())
         err_console.log(f"{math}: {info['shapes']} training shapes; regressors chosen by CV: {chosen}")
-    err_console.log(f"wrote {path} and {path.with_name(modeling.CARD_FILE).name}")
+    err_console.log(f"wrote {', '.join(p.name for p in paths)} and {modeling.CARD_FILE} in {root / name}")
     return 0
 
 
@@ -222,7 +231,7 @@ def _cmd_predict(args) -> int:
     from seer.predict import PREDICTION_COLUMNS, best_per_layer, predict_layers
 
     shapes = read_shapes_file(args.file)  # every mistake is reported before anything is written
-    models = _load_models(args)
+    models = _load_models(args, maths=[args.math], families=["ours"])
     predictions = predict_layers(models, shapes, args.math)
     best = best_per_layer(predictions, len(shapes))
     table = Table("#", title=f"{models.gpu}, {args.math} math: predicted times", box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False,
@@ -246,11 +255,11 @@ def _cmd_predict(args) -> int:
     return 0
 
 
-def _load_models(args):
+def _load_models(args, **parts):
     from seer import modeling
 
     root = args.models_dir or modeling.models_root()
-    return modeling.load(root / modeling.resolve_gpu(args.gpu, root))
+    return modeling.load(root / modeling.resolve_gpu(args.gpu, root), **parts)
 
 
 def _add_evaluate(sub) -> None:

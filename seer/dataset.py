@@ -13,6 +13,10 @@ writes:
     SEER's layout, one sheet per (algorithm, variant, math mode), plus an index sheet.
 ``Test-set-II.txt``, ``Test-set-II-times.csv``
     The held-out network layers in SEER's format and their measured times.
+``census.csv.gz``
+    Where a census was collected (``seer collect --census``): one row per (shape, math,
+    algorithm) with cuDNN's answer before anything runs: supported or not, the workspace
+    it asks for, and the heuristic's rank.
 ``provenance.json``
     GPU, driver, CUDA, cuDNN, ncu, commands, dates and counts.
 """
@@ -31,8 +35,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from seer.algorithms import ALGORITHMS, canonical_kernel_name, classify_kernel, get_algorithm
-from seer.collect.plan import RUN_KEY
+from seer.algorithms import (ALGORITHMS, algorithm_names, canonical_kernel_name, classify_kernel, get_algorithm,
+                             heuristic_ranks)
+from seer.collect.plan import CENSUS_KEY, RUN_KEY
 from seer.collect.store import ALL_GROUPS, RunStore, profile_records, recorded_columns
 from seer.gpus import GPUSpec, get_gpu_spec
 from seer.grids import write_shapes_file
@@ -177,6 +182,8 @@ def measurements_table(store: RunStore, seed: int = 0, spec: GPUSpec | None = No
             table[col] = np.nan
     algo_order = {a.name: i for i, a in enumerate(ALGORITHMS)}
     table = table[MEASUREMENT_COLUMNS].copy()
+    # Byte counts are exact integers: written as floats, "%.6g" would round them.
+    table["workspace_bytes"] = table["workspace_bytes"].astype("Int64")
     table["_algo"] = table["algo"].map(algo_order)
     table = table.sort_values(["grid", "shape_id", "math", "_algo"]).drop(columns="_algo")
     return table.reset_index(drop=True)
@@ -350,8 +357,59 @@ def test_set_ii_times(table: pd.DataFrame) -> pd.DataFrame:
     return wide.reset_index()
 
 
+# -- census -------------------------------------------------------------------------------
+#: Columns of census.csv.gz, in order (see :func:`census_table`).
+CENSUS_COLUMNS = ["math", *SHAPE_COLUMNS, "shape_id", "grid", "algo", "status", "workspace_bytes",
+                  "heuristic_rank", "heuristic_math_type"]
+
+
+def census_table(store: RunStore) -> pd.DataFrame:
+    """One row per (shape, math, algorithm) of the census records, latest record per key.
+
+    ``status`` uses the vocabulary of the timing rows: ``ok`` (cuDNN accepts the algorithm
+    with a workspace within the collection's cap), ``not_supported``,
+    ``workspace_too_large`` or ``error``; ``heuristic_rank`` is 1 for cuDNN's first choice
+    and ``heuristic_math_type`` the math type it would use (cudnnMathType_t).
+    """
+    records = store.read("census", CENSUS_KEY)
+    if records.empty:
+        return pd.DataFrame(columns=CENSUS_COLUMNS)
+    algos = algorithm_names("cudnn")
+    rows = []
+    for record in records.to_dict("records"):
+        shape = {c: int(record[c]) for c in SHAPE_COLUMNS}
+        workspace = record.get("workspace_bytes")
+        workspace = workspace if isinstance(workspace, dict) else {}
+        errors = record.get("errors")
+        errors = errors if isinstance(errors, dict) else {}
+        heuristic = record.get("heuristic")
+        heuristic = heuristic if isinstance(heuristic, list) else []
+        ranks = heuristic_ranks(heuristic)
+        math_types: dict[str, int] = {}
+        for name, math_type in heuristic:
+            math_types.setdefault(name, math_type)
+        cap = record.get("workspace_cap_bytes")
+        for algo in algos:
+            if record.get("status") != "ok" or algo in errors:
+                status = "error"
+            elif algo not in workspace:
+                status = "not_supported"
+            elif cap is not None and workspace[algo] > cap:
+                status = "workspace_too_large"
+            else:
+                status = "ok"
+            rows.append({"math": record["math"], **shape, "shape_id": record["shape_id"], "grid": record["grid"],
+                         "algo": algo, "status": status, "workspace_bytes": workspace.get(algo),
+                         "heuristic_rank": ranks.get(algo), "heuristic_math_type": math_types.get(algo)})
+    table = pd.DataFrame(rows, columns=CENSUS_COLUMNS)
+    for column in ("workspace_bytes", "heuristic_rank", "heuristic_math_type"):
+        table[column] = table[column].astype("Int64")
+    return table.sort_values(["shape_id", "math", "algo"], kind="stable").reset_index(drop=True)
+
+
 # -- provenance ---------------------------------------------------------------------------
-def provenance(store: RunStore, table: pd.DataFrame, kernels: pd.DataFrame) -> dict:
+def provenance(store: RunStore, table: pd.DataFrame, kernels: pd.DataFrame,
+               census: pd.DataFrame | None = None) -> dict:
     sessions = store.sessions()
     probes = [s["probe"] for s in sessions if s.get("probe")]
     last = probes[-1] if probes else {}
@@ -390,10 +448,13 @@ def provenance(store: RunStore, table: pd.DataFrame, kernels: pd.DataFrame) -> d
                          "metrics listed in seer/metrics.py",
             "split": f"seeded hash of shape_id: {TEST_FRACTION:.0%} of shapes to Test-set-I; "
                      "grid test-set-ii is Test-set-II",
+            "census": "seer collect --census: per shape and math mode, cudnnGetConvolutionForwardWorkspaceSize "
+                      "for every algorithm and cudnnGetConvolutionForwardAlgorithm_v7's ranking; descriptors "
+                      "only, no tensor allocated, no kernel run; shapes of no timed grid",
         },
         "sessions": [{k: s.get(k) for k in ("started_at", "finished_at", "command", "shard", "counts",
                                              "timing_seconds", "profiling_seconds", "ncu_groups",
-                                             "interrupted")} for s in sessions],
+                                             "census_seconds", "interrupted")} for s in sessions],
         "counts": {
             "runs": int(len(table)),
             "shapes": int(table["shape_id"].nunique()),
@@ -404,6 +465,9 @@ def provenance(store: RunStore, table: pd.DataFrame, kernels: pd.DataFrame) -> d
             "profiled_shapes": int(table.loc[table["profile_status"] == "ok", "shape_id"].nunique()),
             "kernels": int(len(kernels)),
             "shapes_by_split": {k: int(v) for k, v in table.groupby("split")["shape_id"].nunique().items()},
+            **({"census_shapes": int(census["shape_id"].nunique()), "census_answers": int(len(census)),
+                "census_status": {k: int(v) for k, v in Counter(census["status"]).items()}}
+               if census is not None and not census.empty else {}),
         },
         "first_collected_at": min((s["started_at"] for s in sessions), default=None),
         "last_collected_at": max((s.get("finished_at") or "" for s in sessions), default=None),
@@ -420,6 +484,7 @@ class DatasetFiles:
     test_set_ii: Path | None
     provenance: Path
     rows: int
+    census: Path | None = None
 
 
 def build_dataset(dataset_dir: str | Path, gpu: str, seed: int = 0, pack: bool = False) -> DatasetFiles:
@@ -431,6 +496,7 @@ def build_dataset(dataset_dir: str | Path, gpu: str, seed: int = 0, pack: bool =
         store.pack("timing", RUN_KEY, sort_by=("grid", *RUN_KEY))
         store.pack("profiles", (*RUN_KEY, "group"))
         store.pack("kernels", (*RUN_KEY, "kernel_idx", "group"))
+        store.pack("census", CENSUS_KEY)
     statuses = profile_status_table(store)
     kernels = kernels_table(store, statuses)
     table = measurements_table(store, seed, spec, kernels, statuses)
@@ -452,7 +518,11 @@ def build_dataset(dataset_dir: str | Path, gpu: str, seed: int = 0, pack: bool =
         write_shapes_file(out.test_set_ii, shapes)
         test_set_ii_times(table).to_csv(dataset_dir / "Test-set-II-times.csv", index=False,
                                         float_format="%.6g")
-    out.provenance.write_text(json.dumps(provenance(store, table, kernels), indent=2) + "\n")
+    census = census_table(store)
+    if not census.empty:
+        out.census = dataset_dir / "census.csv.gz"
+        _write_csv_gz(census, out.census)
+    out.provenance.write_text(json.dumps(provenance(store, table, kernels, census), indent=2) + "\n")
     return out
 
 

@@ -14,6 +14,14 @@ Named grids:
     YOLO's 255 output channels), and tile quantisation makes time a jagged function of
     them, so a model trained on powers of two alone extrapolates badly between them.
     Shapes of the other grids, Test-set-II's included, are left out.
+``random-extra``
+    4,000 more shapes drawn like ``random`` (another seed), in no other grid.
+``census``
+    Shapes that are only asked about, never run (``seer collect --census``): cuDNN's answers
+    on support and workspace, the labels of the models' first stage. Drawn like ``random``
+    (and, for 30% of them, from SEER's value sets), up to 8 times more work, and none of
+    them a shape of a timed grid, so that the first stage's answers on timed shapes are as
+    good as on new ones.
 ``networks``
     The convolution layers of ResNet-50/152, VGG-16, DenseNet-121, AlexNet and GoogLeNet
     at several batch sizes (the training networks).
@@ -127,23 +135,65 @@ def random_grid(size: int = RANDOM_DEFAULT_SIZE, seed: int = 2) -> list[ConvShap
     subset rather than one corner of the space.
     """
     excluded = set(seer_grid()) | set(seer_extra_grid()) | set(networks_grid()) | set(test_set_ii_grid())
-    rng = np.random.default_rng(seed)
+    return _draw_shapes(np.random.default_rng(seed), size, excluded, SEER_MAX_FLOPS, SEER_MAX_TENSOR_BYTES)
+
+
+RANDOM_EXTRA_DEFAULT_SIZE = 4000
+
+
+def random_extra_grid(size: int = RANDOM_EXTRA_DEFAULT_SIZE, seed: int = 4) -> list[ConvShape]:
+    """More shapes drawn as ``random`` draws them (another seed), none of them in another grid,
+    the census included: more training shapes for the time models."""
+    excluded = (set(seer_grid()) | set(seer_extra_grid()) | set(networks_grid()) | set(test_set_ii_grid())
+                | set(random_grid()) | set(census_grid()))
+    return _draw_shapes(np.random.default_rng(seed), size, excluded, SEER_MAX_FLOPS, SEER_MAX_TENSOR_BYTES)
+
+
+#: The census asks about larger layers than are timed: asking costs nothing, and the first
+#: stage then knows cuDNN's answers where the time models extrapolate.
+CENSUS_MAX_FLOPS = 8 * SEER_MAX_FLOPS
+CENSUS_MAX_TENSOR_BYTES = 8 * SEER_MAX_TENSOR_BYTES
+CENSUS_DEFAULT_SIZE = 60000
+#: Share of census shapes drawn from SEER's value sets (powers of two) rather than at random.
+CENSUS_SEER_SHARE = 0.3
+
+
+def census_grid(size: int = CENSUS_DEFAULT_SIZE, seed: int = 3) -> list[ConvShape]:
+    """``size`` seeded shapes to ask cuDNN about, none of them in a timed grid (module docstring)."""
+    excluded = (set(seer_grid()) | set(seer_extra_grid()) | set(networks_grid()) | set(test_set_ii_grid())
+                | set(random_grid()))
+    return _draw_shapes(np.random.default_rng(seed), size, excluded, CENSUS_MAX_FLOPS,
+                        CENSUS_MAX_TENSOR_BYTES, seer_share=CENSUS_SEER_SHARE)
+
+
+def _draw_shapes(rng: np.random.Generator, size: int, excluded: set[ConvShape], max_flops: float,
+                 max_tensor_bytes: float, seer_share: float = 0.0) -> list[ConvShape]:
+    """Distinct random shapes in draw order: ``random``'s distributions, or with probability
+    ``seer_share`` SEER's value sets; possible, within the bounds and not in ``excluded``."""
     kernels, kernel_p = zip(*RANDOM_KERNEL_WEIGHTS.items())
     strides, stride_p = zip(*RANDOM_STRIDE_WEIGHTS.items())
+    seer_strides, seer_stride_p = zip(*SEER_STRIDE_WEIGHTS.items())
     chosen: dict[ConvShape, None] = {}
     while len(chosen) < size:
-        batch = int(rng.choice(SEER_BATCHES[:-1])) if rng.random() < 0.7 else int(rng.integers(1, 65))
-        width = int(round(float(np.exp(rng.uniform(np.log(4), np.log(320))))))
-        kernel = int(rng.choice(kernels, p=kernel_p))
-        stride = int(rng.choice(strides, p=stride_p))
-        padding = kernel // 2 if rng.random() < 0.65 else 0
-        in_ch, out_ch = _random_channels(rng), _random_channels(rng)
+        if seer_share and rng.random() < seer_share:
+            batch = int(rng.choice(SEER_BATCHES))
+            width = int(rng.choice(SEER_WIDTHS))
+            kernel = int(rng.choice(SEER_KERNELS))
+            stride = int(rng.choice(seer_strides, p=seer_stride_p))
+            padding = kernel // 2 if rng.random() < 0.5 else 0
+            in_ch, out_ch = int(rng.choice(SEER_CHANNELS)), int(rng.choice(SEER_CHANNELS))
+        else:
+            batch = int(rng.choice(SEER_BATCHES[:-1])) if rng.random() < 0.7 else int(rng.integers(1, 65))
+            width = int(round(float(np.exp(rng.uniform(np.log(4), np.log(320))))))
+            kernel = int(rng.choice(kernels, p=kernel_p))
+            stride = int(rng.choice(strides, p=stride_p))
+            padding = kernel // 2 if rng.random() < 0.65 else 0
+            in_ch, out_ch = _random_channels(rng), _random_channels(rng)
         if kernel > width + 2 * padding:
             continue
         shape = ConvShape(batch, in_ch, width, out_ch, conv_out_width(width, kernel, stride, padding),
                           kernel, stride, padding)
-        if (shape.flops <= SEER_MAX_FLOPS and shape.tensor_bytes <= SEER_MAX_TENSOR_BYTES
-                and shape not in excluded):
+        if shape.flops <= max_flops and shape.tensor_bytes <= max_tensor_bytes and shape not in excluded:
             chosen.setdefault(shape)
     return list(chosen)
 
@@ -190,6 +240,8 @@ NAMED_GRIDS = {
     "seer": seer_grid,
     "seer-extra": seer_extra_grid,
     "random": random_grid,
+    "random-extra": random_extra_grid,
+    "census": census_grid,
     "networks": networks_grid,
     "test-set-ii": test_set_ii_grid,
     "quick": quick_grid,

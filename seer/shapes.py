@@ -173,6 +173,35 @@ class ConvShape:
         """Bytes of input, filter and output in fp32: the least DRAM traffic possible."""
         return FP32_BYTES * (self.input_elements + self.filter_elements + self.output_elements)
 
+    # -- cuDNN descriptors -------------------------------------------------------------
+    @property
+    def input_dims(self) -> tuple[int, ...]:
+        """NCHW (NCDHW for 3D) dimensions of the input tensor."""
+        depth = (self.in_depth,) if self.is_3d else ()
+        return (self.batch, self.in_ch, *depth, self.in_width, self.in_width)
+
+    @property
+    def filter_dims(self) -> tuple[int, ...]:
+        """KCRS (KCTRS for 3D) dimensions of the filter."""
+        depth = (self.kernel_depth,) if self.is_3d else ()
+        return (self.out_ch, self.in_ch, *depth, self.kernel_width, self.kernel_width)
+
+    @property
+    def output_dims(self) -> tuple[int, ...]:
+        """NKPQ (NKOPQ for 3D) dimensions of the output tensor."""
+        depth = (self.out_depth,) if self.is_3d else ()
+        return (self.batch, self.out_ch, *depth, self.out_width, self.out_width)
+
+    @property
+    def spatial_padding(self) -> tuple[int, ...]:
+        """Padding per spatial dimension, as cuDNN's descriptors take it."""
+        return (self.padding,) * (3 if self.is_3d else 2)
+
+    @property
+    def spatial_stride(self) -> tuple[int, ...]:
+        """Stride per spatial dimension, as cuDNN's descriptors take it."""
+        return (self.stride,) * (3 if self.is_3d else 2)
+
     # -- identity and formats ----------------------------------------------------------
     @property
     def key(self) -> tuple[int, ...]:

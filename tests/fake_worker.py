@@ -32,6 +32,7 @@ def emit(record):
     out.flush()
 
 
+census = []
 for line in open(args.plan):
     work = json.loads(line)
     if args.stop_file and os.path.exists(args.stop_file):
@@ -44,6 +45,21 @@ for line in open(args.plan):
         if key == os.environ.get("FAKE_HANG"):
             time.sleep(3600)
         time.sleep(float(os.environ.get("FAKE_ITEM_SECONDS", "0")))
+        if args.command == "census":
+            # GEMM asks for an im2col buffer on even channel counts, for nothing otherwise;
+            # FFT is "not supported" for stride > 1, as cuDNN answers.
+            shape = work["shape"]
+            workspace = {"IMPLICIT_GEMM": 0, "GEMM": 4096 if shape["in_ch"] % 2 == 0 else 0}
+            unsupported = ["FFT"] if shape["stride"] > 1 else []
+            if not unsupported:
+                workspace["FFT"] = 1 << 20
+            census.append({"shape_id": work["shape_id"], "math": math, "grid": work["grid"], **shape,
+                           "status": "ok", "workspace_bytes": workspace, "not_supported": unsupported,
+                           "workspace_cap_bytes": 1 << 30, "heuristic": [["GEMM", 0], ["IMPLICIT_GEMM", 1]]})
+            if len(census) >= 2:
+                emit({"event": "census", "records": census})
+                census = []
+            continue
         if args.command == "profile":
             emit({"event": "profiled", "shape_id": work["shape_id"], "math": math, "algo": algo,
                   "status": "ok"})
@@ -53,4 +69,6 @@ for line in open(args.plan):
         # FAKE_WIDE names an item whose repetitions spread widely (a host hiccup).
         row["time_ms_iqr"] = 0.5 * row["time_ms"] if key == os.environ.get("FAKE_WIDE") else 0.001
         emit({"event": "row", "row": row})
+if census:
+    emit({"event": "census", "records": census})
 emit({"event": "done"})

@@ -85,3 +85,24 @@ def _local_gpu() -> str:
     if spec is None:
         pytest.skip(f"no GPU spec for {name}")
     return spec.name
+
+
+def test_census_answers_match_what_the_timed_runs_saw(tmp_path):
+    """The census asks what a timed run asks first (support, workspace): the same answers."""
+    from seer.collect.store import RunStore
+    from seer.dataset import census_table
+
+    gpu = _local_gpu()
+    common = ["--gpu", gpu, "--grid", "quick", "--data-dir", str(tmp_path), "--limit-shapes", "8"]
+    assert main(["collect", *common, "--census", "--no-parse"]) == 0
+    assert main(["collect", *common, "--profile-shapes", "0"]) == 0
+    gpu_dir = next(tmp_path.iterdir())
+    census = census_table(RunStore(gpu_dir)).set_index(["shape_id", "math", "algo"])
+    timed = pd.read_csv(gpu_dir / "measurements.csv.gz").set_index(["shape_id", "math", "algo"])
+    assert len(census) == len(timed) == 8 * 2 * 8
+    census = census.loc[timed.index]
+    assert (census["status"] == timed["status"]).all()
+    ok = timed["status"] == "ok"
+    assert (census.loc[ok, "workspace_bytes"].astype(int) == timed.loc[ok, "workspace_bytes"].astype(int)).all()
+    assert (census["heuristic_rank"].astype(float).fillna(-1) == timed["heuristic_rank"].fillna(-1)).all()
+    assert len(pd.read_csv(gpu_dir / "census.csv.gz")) == 8 * 2 * 8

@@ -12,9 +12,10 @@ import pytest
 
 from seer.collect import orchestrate
 from seer.collect.orchestrate import CollectOptions, Collector, check_device, unstable_keys
-from seer.collect.plan import RUN_KEY
+from seer.algorithms import algorithm_names
+from seer.collect.plan import CENSUS_KEY, RUN_KEY
 from seer.collect.store import RunStore, profile_records
-from seer.dataset import kernels_table, profile_status_table
+from seer.dataset import census_table, kernels_table, profile_status_table
 from seer.errors import EnvironmentProblem
 from seer.gpus import get_gpu_spec
 from seer.grids import GridShape
@@ -286,3 +287,43 @@ def test_a_run_missing_a_retired_group_is_profiled_again_with_the_new_group(tmp_
     assert set(profile_status_table(old)["profile_status"]) == {"ok"}
     kernels = kernels_table(old)
     assert kernels.loc[kernels[list(RUN_KEY)].apply(tuple, axis=1) == victim, "l1_bytes"].notna().all()
+
+
+def _census_options(tmp_path, **kw):
+    shapes = [GridShape(ConvShape.from_layer(1, 8 + i, 16, 8, 3, 1 + i % 2, 1), "census") for i in range(5)]
+    return _options(tmp_path, shapes=shapes, census=True, **kw)
+
+
+def test_census_asks_every_shape_once_and_resumes(tmp_path, fake_worker):
+    session = Collector(_census_options(tmp_path)).run()
+    assert session["census"] and session["counts"]["census_records"] == 5 * 2
+    assert session["counts"]["timing_rows"] == 0
+    store = RunStore(tmp_path / "h100")
+    assert store.read("timing").empty
+    assert Collector(_census_options(tmp_path)).run()["counts"]["census_records"] == 0
+    table = census_table(store)
+    assert len(table) == 5 * 2 * len(algorithm_names("cudnn"))
+    by_key = table.set_index(["shape_id", "math", "algo"])
+    for gs in _census_options(tmp_path).shapes:
+        shape = gs.shape
+        gemm = by_key.loc[(shape.shape_id, "fma", "GEMM")]
+        assert gemm["status"] == "ok" and gemm["workspace_bytes"] == (4096 if shape.in_ch % 2 == 0 else 0)
+        fft = by_key.loc[(shape.shape_id, "default", "FFT")]
+        assert fft["status"] == ("not_supported" if shape.stride > 1 else "ok")
+        # Algorithms the answer does not name were not accepted.
+        assert by_key.loc[(shape.shape_id, "fma", "WINOGRAD"), "status"] == "not_supported"
+        assert by_key.loc[(shape.shape_id, "fma", "IMPLICIT_GEMM"), "heuristic_rank"] == 2
+
+
+def test_census_records_a_crash_and_goes_on(tmp_path, fake_worker, monkeypatch):
+    victim = _census_options(tmp_path).shapes[2].shape.shape_id
+    monkeypatch.setenv("FAKE_CRASH", f"{victim}:default:*")
+    session = Collector(_census_options(tmp_path)).run()
+    assert session["counts"]["worker_restarts"] == 1
+    records = RunStore(tmp_path / "h100").read("census", CENSUS_KEY).set_index(list(CENSUS_KEY))
+    assert len(records) == 10
+    assert records.loc[(victim, "default"), "status"] == "error"
+    assert "SIGSEGV" in records.loc[(victim, "default"), "status_detail"]
+    assert (records.drop(index=(victim, "default"))["status"] == "ok").all()
+    table = census_table(RunStore(tmp_path / "h100"))
+    assert set(table.loc[(table["shape_id"] == victim) & (table["math"] == "default"), "status"]) == {"error"}

@@ -1,5 +1,9 @@
 """Run a collection: probe the GPU, time every item, profile the chosen shapes under ncu.
 
+With ``census=True`` it instead asks cuDNN, for every shape, which algorithms it supports
+and what workspace each needs (no kernel runs): labels for the models' first stage, cheap
+enough to cover tens of thousands of shapes.
+
 The orchestrator never touches CUDA itself. It starts the GPU worker as a child process
 (wrapped by ncu when profiling), feeds it a plan file and reads the events it appends to
 a results file, writing each finished record to the store at once. When a child dies or
@@ -29,8 +33,8 @@ from rich.console import Console
 
 import seer
 from seer import ncu as ncu_mod
-from seer.collect.plan import (RUN_KEY, ShapeWork, build_plan, fits_in_memory, select_evenly,
-                               shard)
+from seer.collect.plan import (CENSUS_ITEM, CENSUS_KEY, RUN_KEY, ShapeWork, build_plan,
+                               fits_in_memory, select_evenly, shard)
 from seer.collect.progress import CollectionProgress
 from seer.collect.store import RunStore, default_tag, profile_records, recorded_columns
 from seer.errors import EnvironmentProblem
@@ -82,6 +86,7 @@ class CollectOptions:
     seed: int = 0
     keep_ncu_csv: bool = False
     stop_after_s: float | None = None  # stop cleanly once this much time has passed
+    census: bool = False  # only cuDNN's support and workspace answers; nothing runs
     argv: list[str] = field(default_factory=list)
 
 
@@ -252,8 +257,9 @@ class Collector:
         self.scratch = Path(tempfile.mkdtemp(prefix="seer-collect-"))
         self.info: dict = {}
         self.counts = {"timing_rows": 0, "profiled_runs": 0, "kernels": 0, "profile_errors": 0,
-                       "worker_restarts": 0}
+                       "census_records": 0, "worker_restarts": 0}
         self.timing_seconds = 0.0
+        self.census_seconds = 0.0
         self.profiling_seconds = 0.0
         self.group_stats: dict[str, dict] = {}
         self.deadline: float | None = None
@@ -280,7 +286,7 @@ class Collector:
         self.info = probe_device(self.scratch)
         check_device(self.spec, self.info)
         ncu_path = ncu_version = None
-        if o.profile_shapes != 0:
+        if o.profile_shapes != 0 and not o.census:
             ncu_path = ncu_mod.find_ncu(o.ncu)
             ncu_version = ncu_mod.ncu_version(ncu_path)
         self.console.log(f"{self.info['device_name']} ({self.info['sm_count']} SMs), driver "
@@ -288,8 +294,11 @@ class Collector:
                          f"cuDNN {self.info['cudnn_version']}" + (f", ncu {ncu_version}" if ncu_version else ""))
         interrupted = False
         try:
-            self.time_all()
-            if o.profile_shapes != 0 and not self.out_of_time:
+            if o.census:
+                self.census_all()
+            else:
+                self.time_all()
+            if o.profile_shapes != 0 and not o.census and not self.out_of_time:
                 self.profile_all(ncu_path)
         except KeyboardInterrupt:
             interrupted = True
@@ -305,6 +314,7 @@ class Collector:
                 "timing_protocol": TIMING_PROTOCOL, "seed": o.seed,
                 "counts": self.counts, "timing_seconds": round(self.timing_seconds, 1),
                 "profiling_seconds": round(self.profiling_seconds, 1),
+                "census": o.census, "census_seconds": round(self.census_seconds, 1),
                 "ncu_metric_set": o.ncu_metric_set, "ncu_replay": o.ncu_replay,
                 "max_profile_kernels": o.max_profile_kernels,
                 "ncu_cache_control": o.ncu_cache_control,
@@ -353,21 +363,43 @@ class Collector:
 
     def _time_once(self, pending: list[ShapeWork], progress: CollectionProgress) -> list[ShapeWork]:
         o = self.options
+
+        def rows(event: dict) -> list[dict]:
+            return [event["row"] | self._row_extras() | {"timing_protocol": TIMING_PROTOCOL}]
+
+        def failed(work: ShapeWork, math_mode: str, algo: str, detail: str) -> None:
+            self._record_rows(ShapeWork(work.shape, work.grid, [(math_mode, algo)]), "error", detail)
+
+        return self._run_worker("time", ["--seed", str(o.seed), "--budget-ms", str(o.budget_ms),
+                                         "--min-burst-ms", str(o.min_burst_ms), "--min-reps", str(o.min_reps),
+                                         "--max-reps", str(o.max_reps)],
+                                pending, "timing", rows, failed, progress)
+
+    def _run_worker(self, command_name: str, arguments: list[str], pending: list[ShapeWork], kind: str,
+                    records_of: Callable[[dict], list[dict]],
+                    record_failure: Callable[[ShapeWork, str, str, str], None],
+                    progress: CollectionProgress) -> list[ShapeWork]:
+        """One worker child over ``pending``; returns the items still to do.
+
+        Each event's records (``records_of``) go to the store under ``kind`` at once. If the
+        child dies or hangs, the item it was on is recorded through ``record_failure`` and
+        skipped, and the caller starts a fresh child for the rest.
+        """
+        o = self.options
         plan_file, results, log = (self.scratch / n for n in ("plan.jsonl", "results.jsonl", "worker.log"))
         plan_file.write_text("".join(json.dumps(w.to_record()) + "\n" for w in pending))
         finished_keys: set[tuple] = set()
+        counter = f"{kind}_rows" if kind == "timing" else f"{kind}_records"
 
         def on_event(event: dict) -> None:
-            row = event["row"] | self._row_extras() | {"timing_protocol": TIMING_PROTOCOL}
-            self.counts["timing_rows"] += self.store.append("timing", [row])
-            finished_keys.add(tuple(row[k] for k in RUN_KEY))
-            progress.advance()
+            records = records_of(event)
+            self.counts[counter] += self.store.append(kind, records)
+            # A census record stands for its (shape, math) item, whose algo is CENSUS_ITEM.
+            finished_keys.update((r["shape_id"], r["math"], r.get("algo", CENSUS_ITEM)) for r in records)
+            progress.advance(len(records))
 
-        command = [*worker_command(), "time", "--plan", str(plan_file), "--results", str(results),
-                   "--workspace-cap", str(o.workspace_cap_bytes), "--seed", str(o.seed),
-                   "--budget-ms", str(o.budget_ms), "--min-burst-ms", str(o.min_burst_ms),
-                   "--min-reps", str(o.min_reps), "--max-reps", str(o.max_reps),
-                   "--stop-file", str(self.stop_file)]
+        command = [*worker_command(), command_name, "--plan", str(plan_file), "--results", str(results),
+                   "--workspace-cap", str(o.workspace_cap_bytes), *arguments, "--stop-file", str(self.stop_file)]
         outcome = run_child(command, results, log, on_event, o.item_timeout_s,
                             stop_file=self.stop_file, deadline=self.deadline)
         remaining = _without(pending, finished_keys)
@@ -376,15 +408,46 @@ class Collector:
         self.counts["worker_restarts"] += 1
         if outcome.current is None:
             if not finished_keys:
-                raise EnvironmentProblem(f"The GPU worker failed before timing anything: {outcome.describe()}")
+                raise EnvironmentProblem(f"The GPU worker failed before {progress.description} anything: "
+                                         f"{outcome.describe()}")
             return remaining
         # The item the child was on when it died is recorded as an error, then skipped.
         sid, math_mode, algo = outcome.current
         work = next(w for w in remaining if w.shape_id == sid)
-        self._record_rows(ShapeWork(work.shape, work.grid, [(math_mode, algo)]), "error", outcome.describe())
+        record_failure(work, math_mode, algo, outcome.describe())
         progress.advance()
-        self.console.log(f"timing: {sid} {math_mode} {algo}: {outcome.describe()}; continuing")
+        self.console.log(f"{command_name}: {sid} {math_mode} {algo}: {outcome.describe()}; continuing")
         return _without(remaining, {outcome.current})
+
+    # -- census -------------------------------------------------------------------------
+    def census_all(self) -> None:
+        """cuDNN's answers for every (shape, math) of the shard: see ``seer.gpu.worker.census_plan``.
+
+        Unlike timing, shapes too large for the device are asked about too: only
+        descriptors are made.
+        """
+        o = self.options
+        done = {(*key, CENSUS_ITEM) for key in self.store.done_keys("census", CENSUS_KEY, skip_status=o.retry or None)}
+        plan = build_plan(self.my_shapes(), o.maths, [CENSUS_ITEM], done)
+        total = sum(len(w.items) for w in plan)
+        if not total:
+            self.console.log("census: nothing to do (all shapes already recorded)")
+            return
+        def records(event: dict) -> list[dict]:
+            extras = self._row_extras()
+            return [r | extras for r in event["records"]]
+
+        def failed(work: ShapeWork, math_mode: str, algo: str, detail: str) -> None:
+            self.counts["census_records"] += self.store.append("census", [
+                {"shape_id": work.shape_id, "math": math_mode, "grid": work.grid, **work.shape.as_dict(),
+                 "status": "error", "status_detail": detail} | self._row_extras()])
+
+        started = time.monotonic()
+        with CollectionProgress("asking cuDNN", total, self.console, unit="shape-math pairs") as progress:
+            pending = plan
+            while pending and not self.out_of_time:
+                pending = self._run_worker("census", [], pending, "census", records, failed, progress)
+        self.census_seconds += time.monotonic() - started
 
     # -- profiling ----------------------------------------------------------------------
     def profile_groups(self) -> tuple[str, ...]:

@@ -18,6 +18,10 @@ from seer.shapes import ConvShape
 
 MATH_MODES = ("fma", "default")
 RUN_KEY = ("shape_id", "math", "algo")
+#: A census record answers for every algorithm of one (shape, math mode) at once.
+CENSUS_KEY = ("shape_id", "math")
+#: The ``algo`` of a census work item: all of them.
+CENSUS_ITEM = "*"
 #: Profiles are recorded per run and metric group (one ncu run per group).
 GROUP_KEY = (*RUN_KEY, "group")
 #: Tensors larger than this share of device memory are not attempted: cuDNN needs room

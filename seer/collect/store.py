@@ -1,6 +1,6 @@
 """Append-only storage of collection results: nothing finished is ever lost.
 
-Each kind of record (``timing``, ``profiles``, ``kernels``) goes to JSON-lines files under
+Each kind of record (``timing``, ``profiles``, ``kernels``, ``census``) goes to JSON-lines files under
 ``data/<gpu>/raw/``: one file per writer (``<kind>-<tag>.jsonl``, the tag naming host and
 shard, so parallel shards never share a file), one finished record per line, flushed and
 fsync'ed before the next is started. Readers tolerate a torn last line (a crash mid-write)
@@ -24,7 +24,7 @@ import pandas as pd
 from seer.errors import InputError
 from seer.metrics import GROUP_COLUMNS, METRICS
 
-KINDS = ("timing", "profiles", "kernels")
+KINDS = ("timing", "profiles", "kernels", "census")
 SESSIONS_FILE = "sessions.jsonl"
 
 

@@ -82,15 +82,8 @@ class ShapeTensors:
     def __init__(self, shape: ConvShape, seed: int, reference: bool = True) -> None:
         self.shape = shape
         rng = cp.random.default_rng(seed)
-        depth = (shape.in_depth,) if shape.is_3d else ()
-        kdepth = (shape.kernel_depth,) if shape.is_3d else ()
-        odepth = (shape.out_depth,) if shape.is_3d else ()
-        self.x_dims = (shape.batch, shape.in_ch, *depth, shape.in_width, shape.in_width)
-        self.w_dims = (shape.out_ch, shape.in_ch, *kdepth, shape.kernel_width, shape.kernel_width)
-        self.y_dims = (shape.batch, shape.out_ch, *odepth, shape.out_width, shape.out_width)
-        spatial = 3 if shape.is_3d else 2
-        self.padding = (shape.padding,) * spatial
-        self.stride = (shape.stride,) * spatial
+        self.x_dims, self.w_dims, self.y_dims = shape.input_dims, shape.filter_dims, shape.output_dims
+        self.padding, self.stride = shape.spatial_padding, shape.spatial_stride
         self.x = rng.standard_normal(self.x_dims, dtype=cp.float32)
         self.w = rng.standard_normal(self.w_dims, dtype=cp.float32)
         self.y = cp.empty(self.y_dims, dtype=cp.float32)

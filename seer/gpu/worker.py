@@ -8,7 +8,8 @@ orchestrator knows which item killed it from the last ``start``, records that it
 failure and starts a fresh child for the rest. A CUDA runtime error inside an item ends
 the child on purpose: the context may be unusable afterwards.
 
-Subcommands: ``probe`` (device, driver, CUDA, cuDNN facts as JSON), ``time``, ``profile``.
+Subcommands: ``probe`` (device, driver, CUDA, cuDNN facts as JSON), ``time``, ``profile``,
+``census`` (cuDNN's support and workspace answers, without running anything).
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from seer.algorithms import cudnn_algorithm_by_enum, get_algorithm
-from seer.collect.plan import ShapeWork
+from seer.algorithms import cudnn_algorithm_by_enum, get_algorithm, heuristic_ranks
+from seer.collect.plan import CENSUS_ITEM, ShapeWork
 from seer.ncu import range_name
 
 EXIT_CUDA_ERROR = 3
@@ -96,24 +97,31 @@ def _shape_seed(shape_id: str, seed: int) -> int:
     return (int(shape_id, 16) ^ seed) & 0x7FFFFFFF
 
 
-def _heuristic_ranks(problem) -> tuple[dict[str, int], str | None]:
-    """1-based rank of each algorithm in cuDNN's heuristic list (successful entries only)."""
+def _heuristic_choices(problem) -> tuple[list[tuple[str, int]], str | None]:
+    """cuDNN's heuristic list, best first: (algorithm, math type) of its successful entries.
+
+    An algorithm may appear more than once (with different math types)."""
     from seer.gpu.cudnn import CudnnError
 
     try:
         choices = problem.heuristic()
     except CudnnError as exc:
-        return {}, str(exc)
-    ranks: dict[str, int] = {}
+        return [], str(exc)
+    out = []
     for choice in choices:
         if choice.status != 0:
             continue
         try:
-            name = cudnn_algorithm_by_enum(choice.algo).name
+            out.append((cudnn_algorithm_by_enum(choice.algo).name, choice.math_type))
         except KeyError:
             continue
-        ranks.setdefault(name, len(ranks) + 1)
-    return ranks, None
+    return out, None
+
+
+def _heuristic_ranks(problem) -> tuple[dict[str, int], str | None]:
+    """1-based rank of each algorithm in cuDNN's heuristic list (successful entries only)."""
+    choices, error = _heuristic_choices(problem)
+    return heuristic_ranks(choices), error
 
 
 class _ItemFailed(Exception):
@@ -329,13 +337,87 @@ def profile_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, seed: int,
     _for_each_item(plan, emit, seed, per_item, stop_file, reference=False)
 
 
+# -- census -------------------------------------------------------------------------------
+#: Records a census worker hands over at once: one fsync per batch, not per record.
+CENSUS_BATCH = 256
+
+
+def census_record(problem, work: ShapeWork, math_mode: str, workspace_cap: int) -> dict:
+    """cuDNN's answers for one shape and math mode, before anything runs.
+
+    Per algorithm: whether cudnnGetConvolutionForwardWorkspaceSize accepts it, and the
+    workspace it asks for (which also tells the kernel path: cuDNN's GEMM asks for an
+    im2col buffer, or for nothing when it falls back to a direct kernel); and the
+    heuristic's ranking, with the math type it would use.
+    """
+    from seer.algorithms import algorithm_names
+    from seer.gpu.cudnn import CudnnError, CudnnNotSupported
+
+    workspace, unsupported, errors = {}, [], {}
+    for algo in algorithm_names("cudnn"):
+        try:
+            workspace[algo] = problem.workspace_size(get_algorithm(algo).enum)
+        except CudnnNotSupported:
+            unsupported.append(algo)
+        except CudnnError as exc:
+            errors[algo] = str(exc)
+    record = _census_base(work, math_mode) | {
+        "status": "ok", "workspace_bytes": workspace, "not_supported": unsupported,
+        "workspace_cap_bytes": workspace_cap}
+    if errors:
+        record["errors"] = errors
+    choices, heuristic_error = _heuristic_choices(problem)
+    record["heuristic"] = [list(c) for c in choices]
+    if heuristic_error:
+        record["heuristic_error"] = heuristic_error
+    return record
+
+
+def _census_base(work: ShapeWork, math_mode: str) -> dict:
+    return {"shape_id": work.shape_id, "math": math_mode, "grid": work.grid, **work.shape.as_dict()}
+
+
+def census_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, stop_file: str | None = None) -> None:
+    """Record cuDNN's answers (:func:`census_record`) for every (shape, math) item.
+
+    Only descriptors are made: no tensor is allocated and no kernel runs, so a shape costs
+    a few host calls, and shapes larger than device memory can be asked about too.
+    """
+    from seer.gpu import cudnn
+
+    batch: list[dict] = []
+
+    def flush() -> None:
+        if batch:
+            emit({"event": "census", "records": list(batch)})
+            batch.clear()
+
+    with cudnn.Handle() as handle:
+        for work in plan:
+            if stop_file and os.path.exists(stop_file):
+                break
+            shape = work.shape
+            for math_mode, _ in work.items:
+                if len(batch) >= CENSUS_BATCH:
+                    flush()
+                emit({"event": "start", "shape_id": work.shape_id, "math": math_mode, "algo": CENSUS_ITEM})
+                try:
+                    with cudnn.ConvolutionProblem(handle, shape.input_dims, shape.filter_dims,
+                                                  shape.spatial_padding, shape.spatial_stride,
+                                                  math_mode) as problem:
+                        batch.append(census_record(problem, work, math_mode, workspace_cap))
+                except cudnn.CudnnError as exc:  # the descriptors themselves were refused
+                    batch.append(_census_base(work, math_mode) | {"status": "error", "status_detail": str(exc)})
+    flush()
+
+
 # -- entry point --------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cudnn_worker", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("probe")
     p.add_argument("--out", required=True)
-    for name in ("time", "profile"):
+    for name in ("time", "profile", "census"):
         p = sub.add_parser(name)
         p.add_argument("--plan", required=True)
         p.add_argument("--results", required=True)
@@ -357,7 +439,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if "error" not in info else 1
     emit = _emitter(args.results)
     plan = _read_plan(args.plan)
-    if args.command == "time":
+    if args.command == "census":
+        census_plan(plan, emit, workspace_cap=args.workspace_cap, stop_file=args.stop_file)
+    elif args.command == "time":
         time_plan(plan, emit, workspace_cap=args.workspace_cap, seed=args.seed,
                   budget_ms=args.budget_ms, min_reps=args.min_reps, max_reps=args.max_reps,
                   min_burst_ms=args.min_burst_ms, stop_file=args.stop_file)
