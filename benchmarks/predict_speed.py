@@ -5,7 +5,7 @@
 The layers are a seeded sample of SEER's ranges (seer.grids.seer_grid). Loading the model
 (the one file `seer predict` loads: seer's model of that math mode) is timed apart from
 predicting; the prediction is the whole `seer predict` path (features, first stage,
-support, time, ranks, extrapolation) for one math mode, best of --repeat runs.
+support, time, ranks, extrapolation) for each math mode, best of --repeat runs.
 """
 
 from __future__ import annotations
@@ -27,26 +27,28 @@ def run(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--gpu", default=None)
     p.add_argument("--layers", type=int, default=10000)
-    p.add_argument("--math", default="default")
+    p.add_argument("--math", default="default,fma", help="comma-separated math modes")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--report", type=Path)
     args = p.parse_args(argv)
     layers = shapes_frame(seer_grid(args.layers, seed=1))
     root = modeling.models_root()
-    started = time.perf_counter()
-    models = modeling.load(root / modeling.resolve_gpu(args.gpu, root), maths=[args.math], families=["ours"])
-    load_s = time.perf_counter() - started
-    times = []
-    for _ in range(args.repeat):
+    gpu = modeling.resolve_gpu(args.gpu, root)
+    figures = {"gpu_model": gpu, "layers": len(layers), "cpu": platform.processor() or platform.machine(),
+               "cpus": os.cpu_count(), "python": platform.python_version(), "maths": {}}
+    for math in args.math.split(","):
         started = time.perf_counter()
-        predictions = predict_layers(models, layers, args.math)
-        times.append(time.perf_counter() - started)
-    figures = {"gpu_model": models.gpu, "math": args.math, "layers": len(layers), "rows": len(predictions),
-               "load_seconds": round(load_s, 3), "predict_seconds_best": round(min(times), 3),
-               "predict_seconds_all": [round(t, 3) for t in times],
-               "layers_per_second": round(len(layers) / min(times)),
-               "cpu": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-               "python": platform.python_version()}
+        models = modeling.load(root / gpu, maths=[math], families=["ours"])
+        load_s = time.perf_counter() - started
+        times = []
+        for _ in range(args.repeat):
+            started = time.perf_counter()
+            predictions = predict_layers(models, layers, math)
+            times.append(time.perf_counter() - started)
+        figures["maths"][math] = {"rows": len(predictions), "load_seconds": round(load_s, 3),
+                                  "predict_seconds_best": round(min(times), 3),
+                                  "predict_seconds_all": [round(t, 3) for t in times],
+                                  "layers_per_second": round(len(layers) / min(times))}
     print(json.dumps(figures, indent=2))
     if args.report:
         args.report.write_text(json.dumps(figures, indent=2) + "\n")

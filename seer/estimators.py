@@ -51,6 +51,13 @@ BASELINES = ("roofline", "none")
 FIXED_COST_QUANTILE = 0.01
 #: Weights of the fastest-algorithm classifier in the pick that cross-validation chooses from.
 PICK_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 0.9)
+#: An algorithm is predicted to run where the probability that it runs is at least this.
+RUNS_THRESHOLD = 0.5
+#: A kernel path less probable than this is left out of the mix (its regressor is not
+#: evaluated there). Leaving out a path of probability p moves a predicted time by at most
+#: p x |ln(ratio of the two paths' times)|: under 0.03% even for paths 13x apart, and it
+#: saves most of the second regressor's work where the first stage is sure of the path.
+NEGLIGIBLE_PATH = 1e-4
 
 
 def log_time_regressor(regressor) -> TransformedTargetRegressor:
@@ -159,13 +166,21 @@ class WorkspaceModel(TransformerMixin, BaseEstimator):
         check_is_fitted(self, "runs_")
         return self._answers(self.features_.transform(_shapes(X)))
 
-    def _answers(self, F: np.ndarray) -> np.ndarray:
+    def _answers(self, F: np.ndarray, only_where_runs: bool = False) -> np.ndarray:
+        """The answers per row of features ``F``; with ``only_where_runs``, the workspace
+        answers are left NaN where the algorithm is predicted not to run (they would be
+        the most expensive part of the answers and nothing masked reads them there)."""
         out = np.empty((len(F), 3 * len(self.algorithms_)))
         for j, algo in enumerate(self.algorithms_):
-            out[:, 3 * j] = _probability(self.runs_[algo], F)
-            out[:, 3 * j + 1] = _probability(self.nonzero_[algo], F)
+            p_runs = _probability(self.runs_[algo], F)
+            out[:, 3 * j] = p_runs
+            rows = p_runs >= RUNS_THRESHOLD if only_where_runs else np.ones(len(F), dtype=bool)
+            if not rows.all():
+                out[~rows, 3 * j + 1:3 * j + 3] = np.nan
+            F_run = F[rows] if not rows.all() else F
+            out[rows, 3 * j + 1] = _probability(self.nonzero_[algo], F_run)
             size = self.log2_bytes_[algo]
-            out[:, 3 * j + 2] = size if isinstance(size, float) else (size.predict(F) if len(F) else 0.0)
+            out[rows, 3 * j + 2] = size if isinstance(size, float) else (size.predict(F_run) if len(F_run) else 0.0)
         return out
 
     def get_feature_names_out(self, input_features=None) -> np.ndarray:
@@ -354,13 +369,37 @@ class AlgorithmSelector(BaseEstimator):
     def _pick_inputs(self, F: np.ndarray, answers: np.ndarray | None) -> np.ndarray:
         return F if answers is None else np.hstack([F, answers])
 
+    def _path_weight(self, algo: str, answers: np.ndarray) -> np.ndarray:
+        """Weight of the workspace path per row: the first stage's probability of it, with
+        :data:`NEGLIGIBLE_PATH` at either end rounded to certainty."""
+        p = answers[:, 3 * self.algorithms_.index(algo) + 1]
+        return np.where(p < NEGLIGIBLE_PATH, 0.0, np.where(p > 1 - NEGLIGIBLE_PATH, 1.0, p))
+
     def _mix(self, algo: str, ratios: dict[str, np.ndarray], answers: np.ndarray | None) -> np.ndarray:
         """One ratio per row from the paths' predictions: geometric mean weighted by the
         first stage's probability of each path (the paths' times can differ several-fold)."""
         if ALL_RUNS in ratios:
             return ratios[ALL_RUNS]
-        p = answers[:, 3 * self.algorithms_.index(algo) + 1]
-        return np.exp(p * np.log(ratios[WITH_WORKSPACE]) + (1 - p) * np.log(ratios[WITHOUT_WORKSPACE]))
+        weight = self._path_weight(algo, answers)
+        log_ratio = np.zeros(len(weight))
+        for path, path_weight in ((WITH_WORKSPACE, weight), (WITHOUT_WORKSPACE, 1 - weight)):
+            used = path_weight > 0
+            log_ratio[used] += path_weight[used] * np.log(ratios[path][used])
+        return np.exp(log_ratio)
+
+    def _predict_ratios(self, algo: str, inputs: np.ndarray, answers: np.ndarray | None) -> np.ndarray:
+        """The mixed ratio to the baseline per row of ``inputs``, evaluating each path's
+        regressor only on the rows where that path has weight."""
+        regressors = self.regressors_[algo]
+        if ALL_RUNS in regressors:
+            return regressors[ALL_RUNS].predict(inputs)
+        weight = self._path_weight(algo, answers)
+        ratios = {}
+        for path, used in ((WITH_WORKSPACE, weight > 0), (WITHOUT_WORKSPACE, weight < 1)):
+            ratios[path] = np.ones(len(inputs))
+            if used.any():
+                ratios[path][used] = regressors[path].predict(inputs[used])
+        return self._mix(algo, ratios, answers)
 
     def _fit_pick(self, F: np.ndarray, times: np.ndarray, out_of_fold: np.ndarray, folds) -> None:
         """Fit the classifier of the fastest algorithm and the weight it gets in the pick.
@@ -397,21 +436,23 @@ class AlgorithmSelector(BaseEstimator):
 
     # Public methods take shapes; each computes the features and the first stage's answers
     # once and hands them to the private methods below, which the public ones share.
-    def _prepare(self, X) -> tuple[np.ndarray, np.ndarray | None]:
+    def _prepare(self, X, complete: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+        """Features and the first stage's answers; ``complete=False`` leaves out the workspace
+        answers of algorithms predicted not to run (enough for masked predictions)."""
         F = self.features_.transform(_shapes(X))
         model = getattr(self, "workspace_model_", None)
         # Both stages compute the same stateless features of the same GPU: computed once.
-        return F, (model._answers(F) if model is not None else None)
+        return F, (model._answers(F, only_where_runs=not complete) if model is not None else None)
 
     def predict_support(self, X: pd.DataFrame) -> np.ndarray:
         """Probability that each algorithm runs on each shape, shape (n_shapes, n_algorithms)."""
         check_is_fitted(self, "supports_")
-        return self._support(*self._prepare(X))
+        return self._support(*self._prepare(X, complete=False))
 
     def predict(self, X: pd.DataFrame) -> np.ndarray:
         """Predicted time (ms) per shape and algorithm; NaN where predicted not to run."""
         check_is_fitted(self, "regressors_")
-        return self._times(*self._prepare(X))
+        return self._times(*self._prepare(X, complete=False))
 
     def predict_unmasked(self, X: pd.DataFrame) -> np.ndarray:
         """Predicted time (ms) per shape and algorithm as if every algorithm ran (NaN only for
@@ -422,7 +463,8 @@ class AlgorithmSelector(BaseEstimator):
     def predict_with_scores(self, X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`predict` and :meth:`pick_scores` together, from one pass over the models."""
         check_is_fitted(self, "regressors_")
-        F, answers = self._prepare(X)
+        # The pick classifier reads every algorithm's answers, predicted to run or not.
+        F, answers = self._prepare(X, complete=getattr(self, "pick_classifier_", None) is not None)
         times = self._times(F, answers)
         return times, self._scores(F, answers, times)
 
@@ -459,17 +501,16 @@ class AlgorithmSelector(BaseEstimator):
         return self.fixed_cost_ms_[algo] + 2.0 ** F[:, column] * 1e3
 
     def _times(self, F: np.ndarray, answers: np.ndarray | None, masked: bool = True) -> np.ndarray:
-        runs = (self._support(F, answers) >= 0.5 if masked
+        runs = (self._support(F, answers) >= RUNS_THRESHOLD if masked
                 else np.ones((len(F), len(self.algorithms_)), dtype=bool))
         out = np.full((len(F), len(self.algorithms_)), np.nan)
         for j, algo in enumerate(self.algorithms_):
             rows = runs[:, j]
             if algo not in self.regressors_ or not rows.any():
                 continue
-            inputs = self._inputs(F[rows], answers[rows] if answers is not None else None, algo)
-            ratios = {path: regressor.predict(inputs) for path, regressor in self.regressors_[algo].items()}
-            mixed = self._mix(algo, ratios, answers[rows] if answers is not None else None)
-            out[rows, j] = mixed * self._baseline_ms(F[rows], algo)
+            answers_run = answers[rows] if answers is not None else None
+            ratios = self._predict_ratios(algo, self._inputs(F[rows], answers_run, algo), answers_run)
+            out[rows, j] = ratios * self._baseline_ms(F[rows], algo)
         return out
 
     def _scores(self, F: np.ndarray, answers: np.ndarray | None, times: np.ndarray) -> np.ndarray:

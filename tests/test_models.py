@@ -366,11 +366,18 @@ def test_the_first_stage_learns_cudnns_answers_from_the_census(table, census):
     assert (np.abs(answers["FFT_log2_workspace"].to_numpy()[sized] - np.log2(fft[sized])) < 1).mean() > 0.9
 
 
-def test_kernel_paths_get_their_own_regressors_where_the_workspace_tells_them_apart(table, census):
+@pytest.fixture(scope="module")
+def path_selector(table, census):
+    """A small selector of IMPLICIT_GEMM (one path) and GEMM (two), fitted with a census."""
     shapes, times, workspaces, asked = modeling.training_inputs(table, census, "fma")
     keep = ["IMPLICIT_GEMM", "GEMM"]
     asked = (asked[0].iloc[:20000], asked[1].iloc[:20000][keep])
-    selector = small_selector().fit(shapes, times[keep], workspaces[keep], asked)
+    return small_selector().fit(shapes, times[keep], workspaces[keep], asked), shapes, times[keep]
+
+
+def test_kernel_paths_get_their_own_regressors_where_the_workspace_tells_them_apart(table, path_selector):
+    selector, shapes, times = path_selector
+    keep = list(times.columns)
     assert set(selector.regressors_["GEMM"]) == {"workspace", "no_workspace"}
     assert set(selector.regressors_["IMPLICIT_GEMM"]) == {"all"}
     assert selector.supports_["GEMM"] == "workspace model"
@@ -382,3 +389,32 @@ def test_kernel_paths_get_their_own_regressors_where_the_workspace_tells_them_ap
     baseline = without.predict_unmasked(test_shapes[gemm])[:, 1]
     # Knowing GEMM's kernel path cuts its error by at least a quarter.
     assert mape(test_times.loc[gemm, "GEMM"], predicted) < 0.75 * mape(test_times.loc[gemm, "GEMM"], baseline)
+
+
+def test_the_path_mix_leaves_out_only_negligible_paths_and_masking_changes_no_time(table, path_selector,
+                                                                                   monkeypatch):
+    # The small first stage is less sure of itself than the shipped one: a larger threshold
+    # gives both kinds of row.
+    NEGLIGIBLE_PATH = 0.02
+    monkeypatch.setattr("seer.estimators.NEGLIGIBLE_PATH", NEGLIGIBLE_PATH)
+    selector, _, _ = path_selector
+    test_shapes, _ = modeling.training_frames(table, "fma", "test1")
+    unmasked = selector.predict_unmasked(test_shapes)
+    masked = selector.predict(test_shapes)
+    runs = selector.predict_support(test_shapes) >= 0.5
+    # Masked predictions skip the first stage's work where an algorithm does not run, and
+    # change nothing where it does.
+    np.testing.assert_array_equal(masked[runs], unmasked[runs])
+    assert np.isnan(masked[~runs]).all()
+    # GEMM's time against the exact geometric mix of both paths' predictions.
+    F, answers = selector._prepare(test_shapes)
+    inputs = selector._inputs(F, answers, "GEMM")
+    with_ws, without_ws = (selector.regressors_["GEMM"][path].predict(inputs) for path in ("workspace", "no_workspace"))
+    p = answers[:, 3 * selector.algorithms_.index("GEMM") + 1]
+    exact = np.exp(p * np.log(with_ws) + (1 - p) * np.log(without_ws)) * selector._baseline_ms(F, "GEMM")
+    gemm = unmasked[:, selector.algorithms_.index("GEMM")]
+    sure = (p < NEGLIGIBLE_PATH) | (p > 1 - NEGLIGIBLE_PATH)
+    assert sure.any() and (~sure).any()
+    np.testing.assert_allclose(gemm[~sure], exact[~sure], rtol=1e-12)
+    bound = NEGLIGIBLE_PATH * np.abs(np.log(with_ws / without_ws))
+    assert (np.abs(np.log(gemm / exact))[sure] <= bound[sure] * (1 + 1e-9)).all()
