@@ -129,7 +129,7 @@ def _model_picks(models: ModelSet, math: str, shapes: pd.DataFrame, table: pd.Da
     if math in models.baselines:
         seer_times = pd.DataFrame(models.baselines[math].predict_times(shapes, selector.algorithms_),
                                   index=shapes.index, columns=selector.algorithms_)
-        # SEER's times, over the algorithms seer's support classifiers expect to run.
+        # SEER's times, over the algorithms seer's support decisions expect to run.
         picks["seer"] = _fastest(seer_times.where(times.notna()))
     return picks
 

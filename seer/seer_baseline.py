@@ -27,7 +27,7 @@ variants with fewer than ``min_variant_runs`` training runs are pooled per algor
 (cuDNN 9 on the H100 launches up to 46 main-kernel variants for one algorithm, SEER saw
 two or three); utilisation is seer's achieved FLOP rate and DRAM bandwidth over their
 peaks (nvprof's utilisation levels are gone). Which algorithms run on a shape is decided by
-the same support classifiers as seer's own model, so the two compare on time alone.
+the same support decisions as seer's own model, so the two compare on time alone.
 """
 
 from __future__ import annotations

@@ -373,15 +373,16 @@ class Collector:
         return self._run_worker("time", ["--seed", str(o.seed), "--budget-ms", str(o.budget_ms),
                                          "--min-burst-ms", str(o.min_burst_ms), "--min-reps", str(o.min_reps),
                                          "--max-reps", str(o.max_reps)],
-                                pending, "timing", rows, failed, progress)
+                                pending, "timing", "timing_rows", rows, failed, progress)
 
     def _run_worker(self, command_name: str, arguments: list[str], pending: list[ShapeWork], kind: str,
-                    records_of: Callable[[dict], list[dict]],
+                    counter: str, records_of: Callable[[dict], list[dict]],
                     record_failure: Callable[[ShapeWork, str, str, str], None],
                     progress: CollectionProgress) -> list[ShapeWork]:
         """One worker child over ``pending``; returns the items still to do.
 
-        Each event's records (``records_of``) go to the store under ``kind`` at once. If the
+        Each event's records (``records_of``) go to the store under ``kind`` at once and are
+        counted in ``self.counts[counter]``. If the
         child dies or hangs, the item it was on is recorded through ``record_failure`` and
         skipped, and the caller starts a fresh child for the rest.
         """
@@ -389,7 +390,6 @@ class Collector:
         plan_file, results, log = (self.scratch / n for n in ("plan.jsonl", "results.jsonl", "worker.log"))
         plan_file.write_text("".join(json.dumps(w.to_record()) + "\n" for w in pending))
         finished_keys: set[tuple] = set()
-        counter = f"{kind}_rows" if kind == "timing" else f"{kind}_records"
 
         def on_event(event: dict) -> None:
             records = records_of(event)
@@ -446,7 +446,8 @@ class Collector:
         with CollectionProgress("asking cuDNN", total, self.console, unit="shape-math pairs") as progress:
             pending = plan
             while pending and not self.out_of_time:
-                pending = self._run_worker("census", [], pending, "census", records, failed, progress)
+                pending = self._run_worker("census", [], pending, "census", "census_records", records, failed,
+                                           progress)
         self.census_seconds += time.monotonic() - started
 
     # -- profiling ----------------------------------------------------------------------
