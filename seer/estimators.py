@@ -170,14 +170,12 @@ class WorkspaceModel(TransformerMixin, BaseEstimator):
         """The answers per row of features ``F``; with ``only_where_runs``, the workspace
         answers are left NaN where the algorithm is predicted not to run (they would be
         the most expensive part of the answers and nothing masked reads them there)."""
-        out = np.empty((len(F), 3 * len(self.algorithms_)))
+        out = np.full((len(F), 3 * len(self.algorithms_)), np.nan)
         for j, algo in enumerate(self.algorithms_):
             p_runs = _probability(self.runs_[algo], F)
             out[:, 3 * j] = p_runs
-            rows = p_runs >= RUNS_THRESHOLD if only_where_runs else np.ones(len(F), dtype=bool)
-            if not rows.all():
-                out[~rows, 3 * j + 1:3 * j + 3] = np.nan
-            F_run = F[rows] if not rows.all() else F
+            rows = p_runs >= RUNS_THRESHOLD if only_where_runs else slice(None)
+            F_run = F[rows]
             out[rows, 3 * j + 1] = _probability(self.nonzero_[algo], F_run)
             size = self.log2_bytes_[algo]
             out[rows, 3 * j + 2] = size if isinstance(size, float) else (size.predict(F_run) if len(F_run) else 0.0)
