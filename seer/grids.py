@@ -134,7 +134,7 @@ def random_grid(size: int = RANDOM_DEFAULT_SIZE, seed: int = 2) -> list[ConvShap
     The order is the draw order, so a collection stopped early has measured a random
     subset rather than one corner of the space.
     """
-    excluded = set(seer_grid()) | set(seer_extra_grid()) | set(networks_grid()) | set(test_set_ii_grid())
+    excluded = _shapes_of(seer_grid, seer_extra_grid, networks_grid, test_set_ii_grid)
     return _draw_shapes(np.random.default_rng(seed), size, excluded, SEER_MAX_FLOPS, SEER_MAX_TENSOR_BYTES)
 
 
@@ -144,8 +144,7 @@ RANDOM_EXTRA_DEFAULT_SIZE = 4000
 def random_extra_grid(size: int = RANDOM_EXTRA_DEFAULT_SIZE, seed: int = 4) -> list[ConvShape]:
     """More shapes drawn as ``random`` draws them (another seed), none of them in another grid,
     the census included: more training shapes for the time models."""
-    excluded = (set(seer_grid()) | set(seer_extra_grid()) | set(networks_grid()) | set(test_set_ii_grid())
-                | set(random_grid()) | set(census_grid()))
+    excluded = _shapes_of(seer_grid, seer_extra_grid, networks_grid, test_set_ii_grid, random_grid, census_grid)
     return _draw_shapes(np.random.default_rng(seed), size, excluded, SEER_MAX_FLOPS, SEER_MAX_TENSOR_BYTES)
 
 
@@ -160,10 +159,14 @@ CENSUS_SEER_SHARE = 0.3
 
 def census_grid(size: int = CENSUS_DEFAULT_SIZE, seed: int = 3) -> list[ConvShape]:
     """``size`` seeded shapes to ask cuDNN about, none of them in a timed grid (module docstring)."""
-    excluded = (set(seer_grid()) | set(seer_extra_grid()) | set(networks_grid()) | set(test_set_ii_grid())
-                | set(random_grid()))
+    excluded = _shapes_of(seer_grid, seer_extra_grid, networks_grid, test_set_ii_grid, random_grid)
     return _draw_shapes(np.random.default_rng(seed), size, excluded, CENSUS_MAX_FLOPS,
                         CENSUS_MAX_TENSOR_BYTES, seer_share=CENSUS_SEER_SHARE)
+
+
+def _shapes_of(*grids) -> set[ConvShape]:
+    """Every shape of the given grid functions (at their default sizes)."""
+    return set().union(*(grid() for grid in grids))
 
 
 def _draw_shapes(rng: np.random.Generator, size: int, excluded: set[ConvShape], max_flops: float,

@@ -382,9 +382,9 @@ class Collector:
         """One worker child over ``pending``; returns the items still to do.
 
         Each event's records (``records_of``) go to the store under ``kind`` at once and are
-        counted in ``self.counts[counter]``. If the
-        child dies or hangs, the item it was on is recorded through ``record_failure`` and
-        skipped, and the caller starts a fresh child for the rest.
+        counted in ``self.counts[counter]``. If the child dies or hangs, the item it was on
+        is recorded through ``record_failure`` and skipped, and the caller starts a fresh
+        child for the rest.
         """
         o = self.options
         plan_file, results, log = (self.scratch / n for n in ("plan.jsonl", "results.jsonl", "worker.log"))
@@ -433,14 +433,14 @@ class Collector:
         if not total:
             self.console.log("census: nothing to do (all shapes already recorded)")
             return
+
         def records(event: dict) -> list[dict]:
             extras = self._row_extras()
             return [r | extras for r in event["records"]]
 
         def failed(work: ShapeWork, math_mode: str, algo: str, detail: str) -> None:
             self.counts["census_records"] += self.store.append("census", [
-                {"shape_id": work.shape_id, "math": math_mode, "grid": work.grid, **work.shape.as_dict(),
-                 "status": "error", "status_detail": detail} | self._row_extras()])
+                work.census_head(math_mode) | {"status": "error", "status_detail": detail} | self._row_extras()])
 
         started = time.monotonic()
         with CollectionProgress("asking cuDNN", total, self.console, unit="shape-math pairs") as progress:

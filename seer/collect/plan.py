@@ -45,6 +45,11 @@ class ShapeWork:
         return {"shape": self.shape.as_dict(), "shape_id": self.shape_id, "grid": self.grid,
                 "items": [list(item) for item in self.items]}
 
+    def census_head(self, math_mode: str) -> dict:
+        """The fields that name a census record of this shape and math mode (the worker's
+        answers, or the orchestrator's record of a failure, follow them)."""
+        return {"shape_id": self.shape_id, "math": math_mode, "grid": self.grid, **self.shape.as_dict()}
+
     @classmethod
     def from_record(cls, record: dict) -> "ShapeWork":
         return cls(ConvShape.from_mapping(record["shape"]), record["grid"],

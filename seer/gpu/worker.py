@@ -361,7 +361,7 @@ def census_record(problem, work: ShapeWork, math_mode: str, workspace_cap: int) 
             unsupported.append(algo)
         except CudnnError as exc:
             errors[algo] = str(exc)
-    record = _census_base(work, math_mode) | {
+    record = work.census_head(math_mode) | {
         "status": "ok", "workspace_bytes": workspace, "not_supported": unsupported,
         "workspace_cap_bytes": workspace_cap}
     if errors:
@@ -371,10 +371,6 @@ def census_record(problem, work: ShapeWork, math_mode: str, workspace_cap: int) 
     if heuristic_error:
         record["heuristic_error"] = heuristic_error
     return record
-
-
-def _census_base(work: ShapeWork, math_mode: str) -> dict:
-    return {"shape_id": work.shape_id, "math": math_mode, "grid": work.grid, **work.shape.as_dict()}
 
 
 def census_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, stop_file: str | None = None) -> None:
@@ -407,7 +403,7 @@ def census_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, stop_file: s
                                                   math_mode) as problem:
                         batch.append(census_record(problem, work, math_mode, workspace_cap))
                 except cudnn.CudnnError as exc:  # the descriptors themselves were refused
-                    batch.append(_census_base(work, math_mode) | {"status": "error", "status_detail": str(exc)})
+                    batch.append(work.census_head(math_mode) | {"status": "error", "status_detail": str(exc)})
     flush()
 
 
