@@ -1,9 +1,9 @@
-"""What each part of the shipped design buys: the first stage (census or not) and the roofline baseline.
+"""What each part of the shipped design buys: the first stage (census or not), the roofline baseline, the tree budget.
 
     python benchmarks/ablation.py --gpu h100 --math fma --report benchmarks/results/h100-ablation.json
 
 Fits :class:`seer.estimators.AlgorithmSelector` (default candidates, 5-fold CV) on the
-training split four times, with what ``seer train`` gives it and with one part taken away:
+training split once per variant: with what ``seer train`` gives it and with one part taken away:
 
 ``shipped``
     the first stage learned from the census, the roofline baseline;
@@ -13,10 +13,16 @@ training split four times, with what ``seer train`` gives it and with one part t
     no workspace answers at all: one regressor per algorithm on shape features;
 ``no_roofline``
     as shipped, but the regressors predict time itself rather than its ratio to the
-    roofline baseline.
+    roofline baseline;
+``accurate_trees``
+    as shipped, but with four times the boosted trees (``seer train --trees accurate``).
 
 It reports each algorithm's MAPE on Test-set-I, on Test-set-II and on the Test-set-II
-layers with more FLOPs than any training layer, and how often the support decision is right.
+layers with more FLOPs than any training layer, how often the support decision is right,
+and the pick's top-1 accuracy and mean regret.
+
+Variants can run as separate processes (``--variants shipped --report a.json``, ...) and
+their reports be combined afterwards with ``--merge a.json b.json ... --report all.json``.
 """
 
 from __future__ import annotations
@@ -32,11 +38,28 @@ import pandas as pd
 
 from seer.collect.store import RunStore
 from seer.dataset import census_table, load_measurements
-from seer.estimators import AlgorithmSelector, mape
+from seer.estimators import AlgorithmSelector, accurate_candidates, default_candidates, mape
+from seer.evaluate import selection_metrics
 from seer.features import log2_flops
 from seer.modeling import training_frames, training_inputs
 
-VARIANTS = ("shipped", "no_census", "no_first_stage", "no_roofline")
+VARIANTS = ("shipped", "no_census", "no_first_stage", "no_roofline", "accurate_trees")
+#: Per-variant figures of a report, each a dict by variant name.
+PER_VARIANT = ("mape_percent", "support_accuracy_percent", "selection", "fit_seconds")
+
+
+def merge(reports: list[Path]) -> dict:
+    """One report from several of the same GPU, math mode and data (variants run apart)."""
+    merged: dict = {}
+    for path in reports:
+        report = json.loads(path.read_text())
+        shared = {k: v for k, v in report.items() if k not in PER_VARIANT}
+        if merged and shared != {k: v for k, v in merged.items() if k not in PER_VARIANT}:
+            raise SystemExit(f"{path}: not the same GPU, math mode or data as the reports before it")
+        merged |= shared
+        for key in PER_VARIANT:
+            merged.setdefault(key, {}).update(report.get(key, {}))
+    return merged
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -46,7 +69,10 @@ def run(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", type=Path, default=Path("data"))
     p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--report", type=Path)
+    p.add_argument("--merge", type=Path, nargs="+", help="combine these reports (run nothing)")
     args = p.parse_args(argv)
+    if args.merge:
+        return _write(merge(args.merge), args.report)
     dataset = args.data_dir / args.gpu
     table = load_measurements(dataset / "measurements.csv.gz")
     shapes, times, workspaces, census = training_inputs(table, census_table(RunStore(dataset)), args.math)
@@ -57,16 +83,22 @@ def run(argv: list[str] | None = None) -> int:
               "largest_training_gflops": round(largest / 1e9, 1), "mape_percent": {}, "support_accuracy_percent": {}}
     for variant in args.variants.split(","):
         inputs = {"shipped": (workspaces, census), "no_census": (workspaces, None),
-                  "no_first_stage": (None, None), "no_roofline": (workspaces, census)}[variant]
+                  "no_first_stage": (None, None), "no_roofline": (workspaces, census),
+                  "accurate_trees": (workspaces, census)}[variant]
         baseline = "none" if variant == "no_roofline" else "roofline"
+        candidates = accurate_candidates() if variant == "accurate_trees" else default_candidates()
         started = time.perf_counter()
-        selector = AlgorithmSelector(gpu=args.gpu, baseline=baseline).fit(shapes, times, *inputs)
-        scores, support = {}, {}
+        selector = AlgorithmSelector(gpu=args.gpu, baseline=baseline, candidates=candidates).fit(
+            shapes, times, *inputs)
+        scores, support, selection = {}, {}, {}
         for split, (test_shapes, test_times) in tests.items():
             predicted = pd.DataFrame(selector.predict_unmasked(test_shapes), index=test_shapes.index,
                                      columns=selector.algorithms_)
             ran_any = test_times[selector.algorithms_].notna().to_numpy()
             support[split] = round(float(((selector.predict_support(test_shapes) >= 0.5) == ran_any).mean() * 100), 3)
+            picks = pd.Series(selector.select(test_shapes), index=test_shapes.index)
+            selection[split] = {k: round(v, 2) for k, v in selection_metrics(test_times, picks).items()
+                                if k in ("top1_pct", "mean_regret_pct")}
             subsets = {split: np.ones(len(test_shapes), bool)}
             if split == "test2":
                 subsets["test2_beyond_training_flops"] = 2.0 ** log2_flops(test_shapes) > largest
@@ -79,13 +111,18 @@ def run(argv: list[str] | None = None) -> int:
                 scores[name]["layers"] = int(rows.sum())
         result["mape_percent"][variant] = scores
         result["support_accuracy_percent"][variant] = support
+        result.setdefault("selection", {})[variant] = selection
         result.setdefault("fit_seconds", {})[variant] = round(time.perf_counter() - started, 1)
-        print(f"{variant}: {json.dumps(scores)} support {support}", file=sys.stderr, flush=True)
+        print(f"{variant}: {json.dumps(scores)} support {support} selection {selection}", file=sys.stderr, flush=True)
+    return _write(result, args.report)
+
+
+def _write(result: dict, report: Path | None) -> int:
     text = json.dumps(result, indent=2)
     print(text)
-    if args.report:
-        args.report.parent.mkdir(parents=True, exist_ok=True)
-        args.report.write_text(text + "\n")
+    if report:
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(text + "\n")
     return 0
 
 

@@ -58,6 +58,9 @@ RUNS_THRESHOLD = 0.5
 #: p x |ln(ratio of the two paths' times)|: under 0.03% even for paths 13x apart, and it
 #: saves most of the second regressor's work where the first stage is sure of the path.
 NEGLIGIBLE_PATH = 1e-4
+#: Workspace answers of an algorithm predicted not to run, as the pick classifier reads
+#: them: below both answers' ranges (a probability; log2 of at least one byte).
+NOT_RUN = -1.0
 
 
 def log_time_regressor(regressor) -> TransformedTargetRegressor:
@@ -65,22 +68,41 @@ def log_time_regressor(regressor) -> TransformedTargetRegressor:
     return TransformedTargetRegressor(regressor=regressor, func=np.log, inverse_func=np.exp)
 
 
+def _candidates(leaves: int, mean_rounds: int, median_rounds: int, learning_rate: float) -> dict[str, object]:
+    return {
+        "boosted_trees": log_time_regressor(HistGradientBoostingRegressor(
+            max_iter=mean_rounds, learning_rate=learning_rate, max_leaf_nodes=leaves, max_features=0.5,
+            random_state=0)),
+        "boosted_trees_median": log_time_regressor(HistGradientBoostingRegressor(
+            loss="absolute_error", max_iter=median_rounds, learning_rate=learning_rate, max_leaf_nodes=leaves,
+            random_state=0)),
+        "quadratic_power_law": log_time_regressor(Pipeline([
+            ("scale", StandardScaler()), ("square", PolynomialFeatures(2)),
+            ("ridge", RidgeCV(alphas=np.logspace(-3, 3, 13)))])),
+    }
+
+
 def default_candidates() -> dict[str, object]:
     """Time regressors that cross-validation chooses from, per algorithm (and kernel path).
 
     Two kinds of boosted trees, one fitting the mean of the log ratio with half the
     features per split (decorrelated trees), one its median (robust to the few runs whose
-    kernel choice the features miss), and a quadratic power law.
+    kernel choice the features miss), and a quadratic power law. The trees are compact:
+    63 leaves, 200 and 150 rounds at learning rate 0.1. Prediction walks every tree for
+    every layer, so the number of trees sets its speed; see :func:`accurate_candidates`.
     """
-    return {
-        "boosted_trees": log_time_regressor(HistGradientBoostingRegressor(
-            max_iter=800, learning_rate=0.05, max_leaf_nodes=31, max_features=0.5, random_state=0)),
-        "boosted_trees_median": log_time_regressor(HistGradientBoostingRegressor(
-            loss="absolute_error", max_iter=600, learning_rate=0.05, max_leaf_nodes=31, random_state=0)),
-        "quadratic_power_law": log_time_regressor(Pipeline([
-            ("scale", StandardScaler()), ("square", PolynomialFeatures(2)),
-            ("ridge", RidgeCV(alphas=np.logspace(-3, 3, 13)))])),
-    }
+    return _candidates(leaves=63, mean_rounds=200, median_rounds=150, learning_rate=0.1)
+
+
+def accurate_candidates() -> dict[str, object]:
+    """The same three kinds with four times the trees (31 leaves, 800 and 600 rounds at
+    learning rate 0.05): on the H100 data about half a point lower MAPE and twice the
+    prediction time (``benchmarks/ablation.py``, variant ``accurate_trees``)."""
+    return _candidates(leaves=31, mean_rounds=800, median_rounds=600, learning_rate=0.05)
+
+
+#: Candidate sets by name (``seer train --trees``).
+CANDIDATE_SETS = {"compact": default_candidates, "accurate": accurate_candidates}
 
 
 def mape(measured, predicted) -> float:
@@ -365,7 +387,16 @@ class AlgorithmSelector(BaseEstimator):
         return np.hstack([F, answers[:, 3 * j + 1:3 * j + 3]])
 
     def _pick_inputs(self, F: np.ndarray, answers: np.ndarray | None) -> np.ndarray:
-        return F if answers is None else np.hstack([F, answers])
+        """The fastest-algorithm classifier's inputs: the shape features and every algorithm's
+        answers, its workspace answers set to :data:`NOT_RUN` where it is predicted not to
+        run. There its workspace means nothing, and not computing it spares prediction the
+        first stage's costliest part."""
+        if answers is None:
+            return F
+        answers = answers.copy()
+        for j in range(len(self.algorithms_)):
+            answers[answers[:, 3 * j] < RUNS_THRESHOLD, 3 * j + 1:3 * j + 3] = NOT_RUN
+        return np.hstack([F, answers])
 
     def _path_weight(self, algo: str, answers: np.ndarray) -> np.ndarray:
         """Weight of the workspace path per row: the first stage's probability of it, with
@@ -461,8 +492,7 @@ class AlgorithmSelector(BaseEstimator):
     def predict_with_scores(self, X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`predict` and :meth:`pick_scores` together, from one pass over the models."""
         check_is_fitted(self, "regressors_")
-        # The pick classifier reads every algorithm's answers, predicted to run or not.
-        F, answers = self._prepare(X, complete=getattr(self, "pick_classifier_", None) is not None)
+        F, answers = self._prepare(X, complete=False)
         times = self._times(F, answers)
         return times, self._scores(F, answers, times)
 

@@ -30,7 +30,7 @@ from seer.collect.store import RunStore
 from seer.dataset import census_table
 from seer.errors import InputError
 from seer.gpus import get_gpu_spec
-from seer.estimators import AlgorithmSelector
+from seer.estimators import CANDIDATE_SETS, AlgorithmSelector
 from seer.seer_baseline import SeerFamily
 from seer.shapes import SEER_FIELDS
 
@@ -98,15 +98,21 @@ class ModelSet:
 
 
 def train(dataset_dir: Path, gpu: str, maths=("fma", "default"), selector: AlgorithmSelector | None = None,
-          progress=None, use_census: bool = True) -> ModelSet:
+          progress=None, use_census: bool = True, trees: str = "compact") -> ModelSet:
     """Fit one selector per math mode on the dataset's train split; its first stage on the
-    dataset's census where there is one (``use_census``), else on the training runs."""
+    dataset's census where there is one (``use_census``), else on the training runs.
+
+    ``trees`` names the time regressors' candidate set (:data:`seer.estimators.CANDIDATE_SETS`)
+    of the default selector; a given ``selector`` keeps its own candidates."""
+    if trees not in CANDIDATE_SETS:
+        raise InputError(f"unknown tree set {trees!r}; choose one of: {', '.join(CANDIDATE_SETS)}")
     measurements = dataset_dir / "measurements.csv.gz"
     if not measurements.exists():
         raise InputError(f"no dataset; run `seer parse --gpu {gpu}` first", path=measurements)
     table = pd.read_csv(measurements, low_memory=False)
     census = census_table(RunStore(dataset_dir)) if use_census else pd.DataFrame()
-    template = selector if selector is not None else AlgorithmSelector(gpu=gpu)
+    template = (selector if selector is not None
+                else AlgorithmSelector(gpu=gpu, candidates=CANDIDATE_SETS[trees]()))
     selectors, baselines, per_math = {}, {}, {}
     for math in maths:
         shapes, times, workspaces, asked = training_inputs(table, census, math)
@@ -132,7 +138,8 @@ def train(dataset_dir: Path, gpu: str, maths=("fma", "default"), selector: Algor
     import skops
 
     card = {
-        "gpu": gpu, "families": ["ours", "seer"], "trained_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "gpu": gpu, "families": ["ours", "seer"], "trees": trees if selector is None else "given",
+        "trained_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "training_data": {"file": str(measurements), "sha256": sha256(measurements), "split": "train",
                           **({"census": str(RunStore(dataset_dir).raw_dir / "census.jsonl.gz"),
                               "census_sha256": _census_digest(census)} if not census.empty else {})},

@@ -14,7 +14,7 @@ from seer import modeling
 from seer.cli import main
 from seer.collect.store import RunStore
 from seer.dataset import census_table
-from seer.estimators import AlgorithmSelector, WorkspaceModel, mape
+from seer.estimators import CANDIDATE_SETS, NOT_RUN, AlgorithmSelector, WorkspaceModel, mape
 from seer.features import log2_flops
 from seer.evaluate import evaluate, regression_metrics, regrets, selection_metrics, write_report
 from seer.predict import PREDICTION_COLUMNS, predict_layers
@@ -418,3 +418,28 @@ def test_the_path_mix_leaves_out_only_negligible_paths_and_masking_changes_no_ti
     np.testing.assert_allclose(gemm[~sure], exact[~sure], rtol=1e-12)
     bound = NEGLIGIBLE_PATH * np.abs(np.log(with_ws / without_ws))
     assert (np.abs(np.log(gemm / exact))[sure] <= bound[sure] * (1 + 1e-9)).all()
+
+
+def test_the_pick_classifier_reads_the_same_inputs_whether_or_not_the_first_stage_skipped_work(table, trained):
+    selector = modeling.load(trained, maths=["fma"], families=["ours"]).selectors["fma"]
+    shapes, _ = modeling.training_frames(table, "fma", "test1")
+    F, complete = selector._prepare(shapes, complete=True)
+    _, masked = selector._prepare(shapes, complete=False)
+    assert np.isnan(masked).any() and not np.isnan(complete).any()
+    inputs = selector._pick_inputs(F, complete)
+    np.testing.assert_array_equal(inputs, selector._pick_inputs(F, masked))
+    # Algorithms predicted not to run (FFT on many shapes) show as NOT_RUN, nowhere else.
+    not_run = inputs[:, F.shape[1]:] == NOT_RUN
+    runs = complete[:, 0::3] >= 0.5
+    assert not_run.any()
+    assert not (not_run[:, 1::3] & runs).any() and (not_run[:, 1::3] == ~runs).all()
+
+
+def test_train_names_its_tree_sets_as_the_estimators_do():
+    from seer.cli import build_parser
+
+    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    trees = next(a for a in train._actions if a.dest == "trees")
+    assert set(trees.choices) == set(CANDIDATE_SETS) and trees.default == "compact"
+    with pytest.raises(modeling.InputError, match="unknown tree set"):
+        modeling.train(DATASET, "h100", trees="huge")
