@@ -36,12 +36,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from seer.collect.store import RunStore
-from seer.dataset import census_table, load_measurements
+from seer.dataset import read_census, read_measurements
 from seer.estimators import AlgorithmSelector, accurate_candidates, default_candidates, mape
-from seer.evaluate import selection_metrics
 from seer.features import log2_flops
-from seer.modeling import training_frames, training_inputs
+from seer.gpus import get_gpu_spec
+from seer.scoring import selection_metrics
+from seer.training import training_frames, training_inputs
 
 VARIANTS = ("shipped", "no_census", "no_first_stage", "no_roofline", "accurate_trees")
 #: Per-variant figures of a report, each a dict by variant name.
@@ -74,8 +74,8 @@ def run(argv: list[str] | None = None) -> int:
     if args.merge:
         return _write(merge(args.merge), args.report)
     dataset = args.data_dir / args.gpu
-    table = load_measurements(dataset / "measurements.csv.gz")
-    shapes, times, workspaces, census = training_inputs(table, census_table(RunStore(dataset)), args.math)
+    table = read_measurements(dataset / "measurements.csv.gz")
+    shapes, times, workspaces, census = training_inputs(table, read_census(dataset / "census.csv.gz"), args.math)
     tests = {split: training_frames(table, args.math, split) for split in ("test1", "test2")}
     largest = 2.0 ** log2_flops(shapes).max()
     result = {"gpu": args.gpu, "math": args.math, "training_shapes": len(shapes),
@@ -88,7 +88,7 @@ def run(argv: list[str] | None = None) -> int:
         baseline = "none" if variant == "no_roofline" else "roofline"
         candidates = accurate_candidates() if variant == "accurate_trees" else default_candidates()
         started = time.perf_counter()
-        selector = AlgorithmSelector(gpu=args.gpu, baseline=baseline, candidates=candidates).fit(
+        selector = AlgorithmSelector(gpu=get_gpu_spec(args.gpu), baseline=baseline, candidates=candidates).fit(
             shapes, times, *inputs)
         scores, support, selection = {}, {}, {}
         for split, (test_shapes, test_times) in tests.items():

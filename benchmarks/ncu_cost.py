@@ -29,10 +29,16 @@ from pathlib import Path
 from seer import ncu
 from seer.algorithms import algorithm_names
 from seer.cli import main as seer_main
-from seer.collect.orchestrate import CollectOptions, Collector, _child_env, worker_command
+from seer.collect.children import child_env, worker_command
+from seer.collect.orchestrate import CollectOptions
 from seer.collect.plan import select_evenly
+from seer.collect.profiling import profile_items
+from seer.collect.protocol import write_plan
+from seer.collect.store import RunStore
+from seer.gpus import get_gpu_spec
 from seer.grids import resolve_grids, write_shapes_file
 from seer.metrics import METRIC_BY_COLUMN, PROFILE_GROUPS, RETIRED_GROUPS, ncu_metric_names
+from seer.schema import MATH_MODE_NAMES
 
 
 def metric_list(spec: str) -> list[str]:
@@ -81,17 +87,17 @@ def run(argv: list[str] | None = None) -> int:
                   "--no-parse", "--data-dir", str(base), "--profile-shapes", "0"]):
         return 1
     shapes = resolve_grids(grid)[: args.shapes]
-    options = CollectOptions(gpu=args.gpu, shapes=shapes, maths=["fma", "default"],
-                             algos=algorithm_names("cudnn"),
-                             dataset_dir=next(base.iterdir()))
-    plan = Collector(options).profile_items()
+    dataset_dir = next(p for p in base.iterdir() if p.is_dir())
+    options = CollectOptions(gpu=get_gpu_spec(args.gpu), shapes=shapes, maths=list(MATH_MODE_NAMES),
+                             algos=algorithm_names("cudnn"), dataset_dir=dataset_dir)
+    plan = profile_items(options, RunStore(dataset_dir))
     plan_file = base / "plan.jsonl"
-    plan_file.write_text("".join(json.dumps(w.to_record()) + "\n" for w in plan))
+    write_plan(plan_file, plan)
     runs = sum(len(w.items) for w in plan)
     ncu_path = ncu.find_ncu()
     results = []
     first_shape = base / "plan-first.jsonl"
-    first_shape.write_text(json.dumps(plan[0].to_record()) + "\n" if plan else "")
+    write_plan(first_shape, plan[:1])
     for i, config in enumerate(args.config):
         mode, spec = config.split(":", 1)
         replay, _, cache = mode.partition("/")
@@ -103,7 +109,7 @@ def run(argv: list[str] | None = None) -> int:
         passes = replay_passes(command, first_shape, args.config_timeout) if args.passes else None
         started = time.monotonic()
         try:
-            proc = subprocess.run(command, env=_child_env(), capture_output=True, text=True,
+            proc = subprocess.run(command, env=child_env(), capture_output=True, text=True,
                                   timeout=args.config_timeout)
         except subprocess.TimeoutExpired:
             results.append({"config": config, "runs": runs, "seconds": f"> {args.config_timeout}"}
@@ -144,7 +150,7 @@ def replay_passes(command: list[str], plan: Path, timeout: float | None) -> dict
         del command[i: i + 1 + has_value]
     started = time.monotonic()
     try:
-        proc = subprocess.run(command, env=_child_env(), capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(command, env=child_env(), capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"seconds": f"> {timeout}"}
     passes = [int(n) for n in re.findall(r"100% - (\d+) pass", proc.stdout)]

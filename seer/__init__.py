@@ -1,8 +1,50 @@
 """seer: predict the run time of every GPU convolution algorithm for a layer, and pick the fastest.
 
-Data flows one way through its modules: shapes (:mod:`seer.shapes`, :mod:`seer.grids`) ->
-measurements (:mod:`seer.collect`, on a GPU) -> the tidy table (:mod:`seer.dataset`) ->
-features -> models -> predictions.
+Data flows one way through its modules: shapes (:mod:`seer.shapes`, :mod:`seer.grids`,
+:mod:`seer.layers`) -> measurements (:mod:`seer.collect`, on a GPU) -> the tidy tables
+(:mod:`seer.dataset`) -> features (:mod:`seer.features`) -> models (:mod:`seer.training`,
+:mod:`seer.estimators`, :mod:`seer.predictors`) -> predictions (:mod:`seer.model`).
+
+The API for predicting::
+
+    import seer
+    model = seer.load_model(gpu="h100")          # the shipped models, or see seer.persist
+    layers = seer.read_layers("layers.txt")      # SEER's format; "-" reads standard input
+    predictions = model.predict(layers, math="fma")   # tidy: one row per (layer, algorithm)
+    picks = model.pick(layers, math="fma")            # one row per layer
+
+Errors a user can fix are :class:`SeerError` subclasses (:class:`InputError` for bad
+input) whose message is one sentence naming the file, line and field.
 """
 
-__version__ = "0.1.0"
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+__version__ = "0.2.0"
+__all__ = ["ConvShape", "InputError", "Model", "SeerError", "__version__", "load_model", "read_layers"]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from seer.errors import InputError, SeerError
+    from seer.layers import read_layers
+    from seer.model import Model
+    from seer.persist import load_model
+    from seer.shapes import ConvShape
+
+# Imported on first use: `import seer` stays cheap for the collector and the CLI's other commands.
+_LAZY = {"load_model": "seer.persist", "read_layers": "seer.layers", "Model": "seer.model",
+         "ConvShape": "seer.shapes", "InputError": "seer.errors", "SeerError": "seer.errors"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'seer' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

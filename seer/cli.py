@@ -17,8 +17,10 @@ from rich.console import Console
 
 import seer
 from seer.errors import EXIT_INTERRUPTED, InputError, SeerError
+from seer.progress import StepProgress
 
-err_console = Console(stderr=True, highlight=False)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True, log_path=False,
+                      width=None if sys.stderr.isatty() else 200)
 # Piped output is not cut at 80 columns: tables stay one line per row for other programs.
 out_console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
 
@@ -95,7 +97,7 @@ def _add_collect(sub) -> None:
     p.add_argument("--census", action="store_true",
                    help="run nothing: only ask cuDNN, per shape and math mode, which algorithms it "
                         "supports, the workspace each needs and its heuristic ranking (host calls only, "
-                        "hundreds of shapes a second); labels for the models' support and workspace stage")
+                        "no kernel runs); labels for the models' support and workspace stage")
     p.add_argument("--no-parse", action="store_true", help="do not rebuild the tidy tables afterwards")
     p.set_defaults(func=_cmd_collect)
 
@@ -103,12 +105,13 @@ def _add_collect(sub) -> None:
 def _cmd_collect(args) -> int:
     from seer.algorithms import algorithm_names, get_algorithm
     from seer.collect.orchestrate import CollectOptions, Collector
-    from seer.collect.plan import parse_math, parse_shard
+    from seer.collect.plan import parse_shard
     from seer.gpus import get_gpu_spec
     from seer.grids import resolve_grids
+    from seer.schema import parse_math_modes
 
     spec = get_gpu_spec(args.gpu)  # an unknown GPU fails before anything else happens
-    maths = parse_math(args.math)
+    maths = parse_math_modes(args.math)
     if args.algo.lower() == "all":
         algos = algorithm_names("cudnn")
     else:
@@ -122,7 +125,7 @@ def _cmd_collect(args) -> int:
         shapes = shapes[: args.limit_shapes]
     retry = tuple(s.strip() for s in args.retry.split(",") if s.strip())
     options = CollectOptions(
-        gpu=spec.name, shapes=shapes, maths=maths, algos=algos,
+        gpu=spec, shapes=shapes, maths=maths, algos=algos,
         dataset_dir=args.data_dir / spec.name, shard_index=shard_index, shard_count=shard_count,
         profile_shapes=args.profile_shapes, workspace_cap_bytes=int(args.workspace_cap_gib * 2**30),
         budget_ms=args.budget_ms, min_reps=args.min_reps, max_reps=args.max_reps,
@@ -171,121 +174,201 @@ def _parse(data_dir: Path, gpu: str, pack: bool = False, seed: int = 0) -> int:
     from seer.dataset import build_dataset
     from seer.gpus import get_gpu_spec
 
-    name = get_gpu_spec(gpu).name
-    dataset_dir = data_dir / name
+    spec = get_gpu_spec(gpu)
+    dataset_dir = data_dir / spec.name
     if not (dataset_dir / "raw").exists():
-        raise InputError(f"no raw records; run `seer collect --gpu {name}` first", path=dataset_dir / "raw")
-    files = build_dataset(dataset_dir, name, seed=seed, pack=pack)
+        raise InputError(f"no raw records; run `seer collect --gpu {spec.name}` first", path=dataset_dir / "raw")
+    files = build_dataset(dataset_dir, spec, seed=seed, pack=pack)
     err_console.log(f"wrote {files.measurements} ({files.rows} runs), {files.kernels}, "
                     f"{files.train_xlsx.name}, {files.test_xlsx.name}, {files.provenance.name}"
-                    + (f", {files.test_set_ii.name}" if files.test_set_ii else ""))
+                    + (f", {files.test_set_ii.name}" if files.test_set_ii else "")
+                    + (f", {files.census.name}" if files.census else ""))
     return 0
 
 
 # -- train, predict, evaluate -------------------------------------------------------------
+def _models_dir_help() -> str:
+    return "models directory (default: $SEER_MODELS_DIR, else the models shipped in the package)"
+
+
+#: ``seer train --trees`` choices: the names of :data:`seer.estimators.CANDIDATE_SETS`
+#: (a test keeps them in step), named here so that the CLI starts without scikit-learn.
+TREE_SETS = ("compact", "accurate")
+
+
 def _add_train(sub) -> None:
     p = sub.add_parser("train", help="fit the per-algorithm models of a GPU from its dataset",
-                       description="Fit one model per math mode on the train split of data/GPU/ "
-                                   "and save it under models/GPU/.")
+                       description="Fit one model per math mode on the train split of DATA_DIR/GPU/ "
+                                   "and save it in the models directory, under GPU/.")
     p.add_argument("--gpu", required=True)
     p.add_argument("--data-dir", type=Path, default=Path("data"))
-    p.add_argument("--models-dir", type=Path, default=None, help="default: models/ of this checkout")
-    p.add_argument("--trees", choices=["compact", "accurate"], default="compact",
-                   help="time regressors' boosted trees: compact (default; about twice as fast to predict) or "
-                        "accurate (four times the trees, about half a point lower MAPE)")
+    p.add_argument("--models-dir", type=Path, default=None, help=_models_dir_help())
+    p.add_argument("--trees", choices=TREE_SETS, default="compact",
+                   help="time regressors' boosted trees: compact (default; faster to predict) or "
+                        "accurate (four times the trees, slightly lower error)")
     p.set_defaults(func=_cmd_train)
 
 
 def _cmd_train(args) -> int:
-    from seer import modeling
+    from seer import persist, training
     from seer.gpus import get_gpu_spec
 
-    name = get_gpu_spec(args.gpu).name
-    root = args.models_dir or modeling.models_root()
-    models = modeling.train(args.data_dir / name, name, progress=err_console.log, trees=args.trees)
-    paths = modeling.save(models, root / name)
-    for math, info in models.card["maths"].items():
+    spec = get_gpu_spec(args.gpu)
+    root = persist.models_root(args.models_dir)
+    with StepProgress("training", err_console) as progress:
+        model = training.train(args.data_dir / spec.name, spec, progress=progress.update, trees=args.trees)
+    paths = persist.save(model, root / spec.name)
+    for math, info in model.card["maths"].items():
         chosen = ", ".join(f"{a}: {'/'.join(f'{p} {r}' if p != 'all' else r for p, r in paths_.items())}"
                            for a, paths_ in info["regressor"].items())
         err_console.log(f"{math}: {info['shapes']} training shapes; regressors chosen by CV: {chosen}")
-    err_console.log(f"wrote {', '.join(p.name for p in paths)} and {modeling.CARD_FILE} in {root / name}")
+    err_console.log(f"wrote {', '.join(p.name for p in paths)} and {persist.CARD_FILE} in {root / spec.name}")
     return 0
 
 
 def _add_predict(sub) -> None:
-    p = sub.add_parser("predict", help="predict every algorithm's time for the layers of a file (no GPU needed)",
-                       description="FILE in SEER's Test-set-II format: the number of layers, then one line "
-                                   "per layer: batch in_ch in_width out_ch out_width kernel_width stride padding.")
-    p.add_argument("file", type=Path)
+    from seer.output import FORMATS
+    from seer.schema import MATH_MODE_NAMES
+
+    p = sub.add_parser(
+        "predict", help="predict every algorithm's time for the layers of a file (no GPU needed)",
+        description="FILE in SEER's Test-set-II format (- for standard input): the number of layers, then one "
+                    "line per layer: batch in_ch in_width out_ch out_width kernel_width stride padding. Up to "
+                    f"{TABLE_LAYERS} layers are shown as a table; more, or with --out, as a summary.")
+    p.add_argument("file", help="layer file, or - to read standard input")
     p.add_argument("--gpu", default=None, help="model to use (default: the only trained one)")
-    p.add_argument("--math", choices=["fma", "default"], default="default",
+    p.add_argument("--math", choices=list(MATH_MODE_NAMES), default="default",
                    help="fma: strict FP32; default: cuDNN may use TF32 (default: default)")
-    p.add_argument("--out", type=Path, help="write one CSV row per (layer, algorithm predicted to run)")
-    p.add_argument("--models-dir", type=Path, default=None, help="default: models/ of this checkout")
+    p.add_argument("-o", "--out", help="write every prediction here (- for standard output): one CSV row per "
+                                       "(layer, algorithm predicted to run), or with --format json one object per layer")
+    p.add_argument("--format", choices=list(FORMATS), default=None,
+                   help="format of --out (default: json for a .json file, else csv)")
+    p.add_argument("--table", choices=("auto", "all", "summary"), default="auto",
+                   help=f"what the terminal shows: a table of every layer (all), counts (summary), or the "
+                        f"table up to {TABLE_LAYERS} layers without --out (auto, the default)")
+    p.add_argument("--models-dir", type=Path, default=None, help=_models_dir_help())
     p.set_defaults(func=_cmd_predict)
 
 
+#: Layers a terminal table shows before ``seer predict`` switches to a summary.
+TABLE_LAYERS = 50
+#: Layers predicted at a time: enough to amortise the per-call work, few enough that a
+#: chunk's predictions stay small in memory.
+PREDICT_CHUNK = 1 << 15
+
+
 def _cmd_predict(args) -> int:
+    from contextlib import nullcontext
+
+    import pandas as pd
+
+    from seer.layers import iter_layer_chunks
+    from seer.model import best_per_layer
+    from seer.output import STDOUT, AtomicOutput, PickSummary, PredictionWriter, format_for
+    from seer.persist import load_model
+
+    model = load_model(args.gpu, math=args.math, models_dir=args.models_dir)
+    to_stdout = args.out == STDOUT
+    shown = []  # per-layer picks to show as a table
+    show_all = args.table == "all"
+    summary = PickSummary()
+    if to_stdout:
+        destination = nullcontext(sys.stdout)
+    elif args.out:
+        destination = AtomicOutput(args.out)  # opened first: an unusable path fails before any work
+    else:
+        destination = nullcontext(None)
+    with destination as handle:
+        writer = PredictionWriter(handle, format_for(args.out, args.format)) if handle is not None else None
+        offset = 0
+        for chunk in iter_layer_chunks(args.file, PREDICT_CHUNK):
+            predictions = model.predict(chunk, args.math)
+            predictions["layer"] += offset
+            if writer is not None:
+                writer.write(predictions)
+            summary.add(predictions)
+            if show_all or (summary.layers <= TABLE_LAYERS and not args.out and args.table == "auto"):
+                best = best_per_layer(predictions, offset + len(chunk)).iloc[offset:]
+                shown.append(chunk.set_index(best.index).join(best))
+            offset += len(chunk)
+        if writer is not None:
+            writer.close()
+    console = err_console if to_stdout else out_console
+    if args.table != "summary" and (show_all or (not args.out and summary.layers <= TABLE_LAYERS)):
+        _print_table(console, model.gpu, args.math, pd.concat(shown) if shown else pd.DataFrame())
+    else:
+        _print_summary(console, model.gpu, args.math, summary, args.out)
+    return 0
+
+
+def _print_table(console, gpu: str, math: str, rows) -> None:
     import pandas as pd
     from rich import box
     from rich.table import Table
 
-    from seer.grids import read_shapes_file
-    from seer.predict import PREDICTION_COLUMNS, best_per_layer, predict_layers
+    from seer.model import layer_description
 
-    shapes = read_shapes_file(args.file)  # every mistake is reported before anything is written
-    models = _load_models(args, maths=[args.math], families=["ours"])
-    predictions = predict_layers(models, shapes, args.math)
-    best = best_per_layer(predictions, len(shapes))
-    table = Table("#", title=f"{models.gpu}, {args.math} math: predicted times", box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False,
+    table = Table("#", title=f"{gpu}, {math} math: predicted times", box=box.SIMPLE_HEAD, padding=(0, 1),
+                  collapse_padding=True, pad_edge=False,
                   caption="layer = batch in_ch in_width out_ch out_width kernel_width stride padding")
     table.add_column("layer", min_width=12)
     for header in ("fastest", "ms", "runner-up", "ms"):
         # Names and numbers are never cut short: a narrow terminal wraps the layer instead.
         table.add_column(header, no_wrap=header != "ms", overflow="fold", min_width=6 if header == "ms" else None)
-    for i, (shape, row) in enumerate(zip(shapes, best.itertuples())):
-        mark = " *" if row.extrapolated else ""
-        table.add_row(str(i + 1), shape.to_seer_line() + mark, str(row.best_algo or "none predicted to run"),
-                      "" if pd.isna(row.best_ms) else f"{row.best_ms:.3g}", "" if pd.isna(row.runner_up) else row.runner_up,
-                      "" if pd.isna(row.runner_up_ms) else f"{row.runner_up_ms:.3g}")
-    out_console.print(table, crop=False)  # never cut a number off at the edge
-    if best["extrapolated"].any():
-        out_console.print(f"* {int(best['extrapolated'].sum())} layers lie outside the shapes the model was "
-                          "trained on: treat their predictions with care.")
-    if args.out:
-        predictions[PREDICTION_COLUMNS].to_csv(args.out, index=False)
-        err_console.log(f"wrote {len(predictions)} predictions for {len(shapes)} layers to {args.out}")
-    return 0
+    for i, row in rows.iterrows():
+        mark = " *" if row["extrapolated"] else ""
+        table.add_row(str(i + 1), layer_description(row) + mark,
+                      "no algorithm predicted to run" if pd.isna(row["best_algo"]) else str(row["best_algo"]),
+                      "" if pd.isna(row["best_ms"]) else f"{row['best_ms']:.3g}",
+                      "" if pd.isna(row["runner_up"]) else str(row["runner_up"]),
+                      "" if pd.isna(row["runner_up_ms"]) else f"{row['runner_up_ms']:.3g}")
+    console.print(table, crop=False)  # never cut a number off at the edge
+    extrapolated = int(rows["extrapolated"].sum()) if len(rows) else 0
+    if extrapolated:
+        console.print(f"* {extrapolated} layers lie outside the shapes the model was trained on: treat their "
+                      "predictions with care.")
 
 
-def _load_models(args, **parts):
-    from seer import modeling
+def _print_summary(console, gpu: str, math: str, summary, out) -> None:
+    from rich import box
+    from rich.table import Table
 
-    root = args.models_dir or modeling.models_root()
-    return modeling.load(root / modeling.resolve_gpu(args.gpu, root), **parts)
+    where = "" if not out else (" (written to standard output)" if out == "-" else f" (written to {out})")
+    console.print(f"{gpu}, {math} math: {summary.layers} layers predicted{where}", soft_wrap=True)
+    table = Table("pick", "layers", box=box.SIMPLE_HEAD, pad_edge=False)
+    for algo, count in summary.picks.most_common():
+        table.add_row(algo, str(count))
+    if summary.none:
+        table.add_row("no algorithm predicted to run", str(summary.none))
+    console.print(table, crop=False)
+    console.print(f"{summary.extrapolated} of {summary.layers} layers lie outside the shapes the model was trained "
+                  "on" + (": treat their predictions with care." if summary.extrapolated else "."))
 
 
 def _add_evaluate(sub) -> None:
     p = sub.add_parser("evaluate", help="report accuracy on Test-set-I and Test-set-II against cuDNN's heuristic")
     p.add_argument("--gpu", required=True)
     p.add_argument("--data-dir", type=Path, default=Path("data"))
-    p.add_argument("--models-dir", type=Path, default=None, help="default: models/ of this checkout")
+    p.add_argument("--models-dir", type=Path, default=None, help=_models_dir_help())
     p.add_argument("--out", type=Path, default=None, help="report path (default: reports/GPU-evaluation.md)")
     p.set_defaults(func=_cmd_evaluate)
 
 
 def _cmd_evaluate(args) -> int:
-    import pandas as pd
+    from seer.dataset import read_measurements
+    from seer.persist import load_model
+    from seer.report import write_report
+    from seer.scoring import EVALUATION_COLUMNS, evaluate
 
-    from seer.evaluate import evaluate, write_report
-
-    models = _load_models(args)
-    measurements = args.data_dir / models.gpu / "measurements.csv.gz"
+    model = load_model(args.gpu, models_dir=args.models_dir, baselines=True)
+    measurements = args.data_dir / model.gpu / "measurements.csv.gz"
     if not measurements.exists():
-        raise InputError(f"no dataset; run `seer parse --gpu {models.gpu}` first", path=measurements)
-    results = evaluate(models, pd.read_csv(measurements, low_memory=False))
-    out = args.out or Path("reports") / f"{models.gpu}-evaluation.md"
-    files = write_report(results, models, out)
+        raise InputError(f"no dataset; run `seer parse --gpu {model.gpu}` first", path=measurements)
+    table = read_measurements(measurements, columns=EVALUATION_COLUMNS)
+    with StepProgress("evaluating", err_console) as progress:
+        results = evaluate(model, table, progress=progress.update)
+    out = args.out or Path("reports") / f"{model.gpu}-evaluation.md"
+    files = write_report(results, model, out)
     sel = results["selection"]
     for row in sel[sel["policy"].isin(["ours", "seer", "cudnn heuristic"])].itertuples():
         out_console.print(f"{row.split} {row.math:7s} {row.policy:16s} top-1 {row.top1_pct:5.1f}%  "
@@ -303,12 +386,15 @@ def _add_grid(sub) -> None:
 
 
 def _cmd_grid(args) -> int:
-    from seer.grids import format_shapes, resolve_grids
+    from seer.grids import resolve_grids
+    from seer.layers import format_layers
+    from seer.output import AtomicOutput
 
     shapes = [gs.shape for gs in resolve_grids(args.name)]
-    text = format_shapes(shapes)
+    text = format_layers(shapes)
     if args.out:
-        args.out.write_text(text)
+        with AtomicOutput(args.out) as handle:
+            handle.write(text)
         err_console.log(f"wrote {len(shapes)} shapes to {args.out}")
     else:
         sys.stdout.write(text)
@@ -367,7 +453,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except SeerError as exc:
-        err_console.print(f"seer: error: {exc}", markup=False)
+        # One line, never wrapped: other programs read it from a pipe.
+        print(f"seer: error: {exc}", file=sys.stderr, flush=True)
         return exc.exit_code
     except KeyboardInterrupt:
         err_console.print("Interrupted.")

@@ -1,7 +1,7 @@
-"""From raw records to the tidy tables, splits, SEER's Excel files and provenance.
+"""From raw records to the tidy tables and splits, and the validated reading of those tables.
 
-``build_dataset`` reads a dataset directory's raw records (timing, profiles, kernels) and
-writes:
+``build_dataset`` reads a dataset directory's raw records (timing, profiles, kernels,
+census) and writes:
 
 ``measurements.csv.gz``
     One row per (shape, math, algorithm): the timing, and, where the run was profiled,
@@ -9,64 +9,53 @@ writes:
     configuration, occupancy and waves from its main kernel).
 ``kernels.csv.gz``
     One row per profiled kernel: the evidence the run rows are derived from.
-``train.xlsx``, ``test.xlsx``
-    SEER's layout, one sheet per (algorithm, variant, math mode), plus an index sheet.
-``Test-set-II.txt``, ``Test-set-II-times.csv``
-    The held-out network layers in SEER's format and their measured times.
 ``census.csv.gz``
     Where a census was collected (``seer collect --census``): one row per (shape, math,
     algorithm) with cuDNN's answer before anything runs: supported or not, the workspace
     it asks for, and the heuristic's rank.
+``train.xlsx``, ``test.xlsx``
+    SEER's layout (:mod:`seer.excel`).
+``Test-set-II.txt``, ``Test-set-II-times.csv``
+    The held-out network layers in SEER's format and their measured times.
 ``provenance.json``
-    GPU, driver, CUDA, cuDNN, ncu, commands, dates and counts.
+    GPU, driver, CUDA, cuDNN, ncu, commands, dates and counts (:mod:`seer.provenance`).
+
+Every derived file depends on the raw records alone (gzip without a timestamp, Excel
+files without dates), so a rebuilt dataset shows no change in git. The tables are read
+back with :func:`read_measurements` and :func:`read_census`, which check them and report
+a malformed file as one :class:`~seer.errors.InputError` naming file, line and column.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import re
-import zipfile
-from collections import Counter
+import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from seer.algorithms import (ALGORITHMS, algorithm_names, canonical_kernel_name, classify_kernel, get_algorithm,
+from seer.algorithms import (ALGORITHMS, algorithm_names, canonical_kernel_name, classify_kernel,
                              heuristic_ranks)
-from seer.collect.plan import CENSUS_KEY, RUN_KEY
 from seer.collect.store import ALL_GROUPS, RunStore, profile_records, recorded_columns
-from seer.gpus import GPUSpec, get_gpu_spec
+from seer.errors import InputError
+from seer.excel import seer_sheets, write_excel
+from seer.gpus import GPUSpec
 from seer.grids import write_shapes_file
-from seer.metrics import (GROUP_COLUMNS, METRIC_SETS, METRICS, columns_with_rollup, required_columns,
-                          thread_flops)
+from seer.metrics import GROUP_COLUMNS, METRIC_SETS, METRICS, columns_with_rollup, required_columns, thread_flops
+from seer.occupancy import blocks_per_sm, waves
+from seer.provenance import provenance
+from seer.schema import (CENSUS_COLUMNS, CENSUS_KEY, KERNEL_COLUMNS, KERNEL_INFO_COLUMNS, KERNEL_KEY,
+                         MATH_MODE_NAMES, MEASUREMENT_COLUMNS, MEASUREMENT_TEXT_COLUMNS, RUN_KEY, STATUSES)
 from seer.shapes import SEER_FIELDS, SHAPE_COLUMNS, ConvShape
 
-STATUSES = ("ok", "not_supported", "workspace_too_large", "oom", "wrong_result", "error", "too_large")
-SPLITS = ("train", "test1", "test2")
 TEST_FRACTION = 0.3
 TEST_SET_II_GRID = "test-set-ii"
-
-#: Columns of measurements.csv.gz, in order. Units: *_ms milliseconds, *_bytes bytes,
-#: fractions (achieved_occupancy, sm_util, dram_util, ...) between 0 and 1.
-MEASUREMENT_COLUMNS = [
-    "gpu", "cudnn_version", "math", *SHAPE_COLUMNS, "shape_id", "grid", "algo", "status",
-    "status_detail", "time_ms", "time_ms_iqr", "time_ms_min", "n_reps", "timing_attempts",
-    "workspace_bytes",
-    "heuristic_rank", "rel_error", "timing_protocol", "burst", "sm_clock_mhz", "profile_status",
-    "profile_detail", "n_kernels", "main_kernel", "variant",
-    "main_kernel_share", "ncu_time_ms", "grid_blocks", "block_threads", "registers",
-    "shared_mem_bytes", "occupancy_limit_blocks", "occupancy_limit_registers",
-    "occupancy_limit_shared_mem", "occupancy_limit_warps", "blocks_per_sm", "waves", "ncu_waves",
-    "achieved_occupancy", "flops", "flops_analytic", "flops_ratio", "thread_flops", "tensor_flops",
-    "inst_ffma", "inst_fadd", "inst_fmul", "inst_hfma", "inst_tensor", "dram_read_bytes",
-    "dram_write_bytes", "l2_bytes", "l1_bytes", "sm_util", "dram_util", "fma_pipe_util",
-    "tensor_pipe_util", "sm_throughput_util", "dram_throughput_util", "sm_clock_hz",
-    "split", "collected_at",
-]
 
 
 # -- splitting ----------------------------------------------------------------------------
@@ -91,13 +80,14 @@ def _weighted(values: pd.Series, weights: pd.Series) -> float:
     return float(np.average(values[mask], weights=weights[mask]))
 
 
-def rollup_kernels(kernels: pd.DataFrame, spec: GPUSpec | None = None) -> pd.DataFrame:
+def rollup_kernels(kernels: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:
     """One row per run from its kernels, by each metric's rollup rule in seer.metrics.
 
     The main kernel is the longest compute kernel of the run (the longest kernel if none
     is classed as compute); its launch configuration, occupancy and waves describe the run.
-    With a GPU spec, ``sm_util`` (achieved FP32 and TF32 FLOP rates over their peaks) and
-    ``dram_util`` (achieved DRAM bandwidth over the peak) are derived as well.
+    ``spec`` gives the SM count for waves, and the peak rates for ``sm_util`` (achieved
+    FP32 and TF32 FLOP rates over their peaks) and ``dram_util`` (achieved DRAM bandwidth
+    over the peak).
     """
     if kernels.empty:
         return pd.DataFrame(columns=[*RUN_KEY, "n_kernels"])
@@ -126,9 +116,7 @@ def rollup_kernels(kernels: pd.DataFrame, spec: GPUSpec | None = None) -> pd.Dat
     runs = pd.DataFrame(rows)
     runs["ncu_time_ms"] = runs["duration_ns"] / 1e6
     runs["shared_mem_bytes"] = runs["shared_mem_static_bytes"] + runs["shared_mem_dynamic_bytes"]
-    limits = runs[["occupancy_limit_blocks", "occupancy_limit_registers", "occupancy_limit_shared_mem",
-                   "occupancy_limit_warps"]]
-    runs["blocks_per_sm"] = limits.min(axis=1, skipna=True)
+    runs["blocks_per_sm"] = blocks_per_sm(runs)
     runs["achieved_occupancy"] = runs["achieved_occupancy_pct"] / 100
     for pct, frac in (("sm_util_pct", "sm_throughput_util"), ("dram_util_pct", "dram_throughput_util"),
                       ("fma_pipe_util_pct", "fma_pipe_util"), ("tensor_pipe_util_pct", "tensor_pipe_util")):
@@ -139,32 +127,30 @@ def rollup_kernels(kernels: pd.DataFrame, spec: GPUSpec | None = None) -> pd.Dat
                                         runs["inst_hfma"])
     runs["tensor_flops"] = tensor
     runs["flops"] = runs["thread_flops"] + tensor
+    # ncu prints waves with two decimals (a one-block grid shows 0.00): keep them as
+    # ncu_waves and recompute waves exactly, as SEER defines them.
     runs["ncu_waves"] = runs["waves"]
-    if spec is not None:
-        # ncu prints waves with two decimals (a one-block grid shows 0.00): recompute them
-        # exactly, as SEER defines them, from the grid and the resident blocks per SM.
-        runs["waves"] = runs["grid_blocks"] / (runs["blocks_per_sm"] * spec.sm_count)
-        seconds = runs["duration_ns"] * 1e-9
-        # Utilisations as a roofline sees them: achieved rate over the GPU's peak rate.
-        runs["dram_util"] = (runs["dram_read_bytes"] + runs["dram_write_bytes"]) / (
-            seconds * spec.memory_bandwidth_bytes_per_s)
-        tf32_peak = spec.peak_tf32_flops_per_s or np.inf
-        runs["sm_util"] = (runs["thread_flops"] / spec.peak_fp32_flops_per_s + tensor / tf32_peak) / seconds
+    runs["waves"] = waves(runs["grid_blocks"], runs["blocks_per_sm"], spec.sm_count)
+    seconds = runs["duration_ns"] * 1e-9
+    # Utilisations as a roofline sees them: achieved rate over the GPU's peak rate.
+    runs["dram_util"] = (runs["dram_read_bytes"] + runs["dram_write_bytes"]) / (
+        seconds * spec.memory_bandwidth_bytes_per_s)
+    tf32_peak = spec.peak_tf32_flops_per_s or np.inf
+    runs["sm_util"] = (runs["thread_flops"] / spec.peak_fp32_flops_per_s + tensor / tf32_peak) / seconds
     return runs
 
 
-# -- the tidy table -----------------------------------------------------------------------
-def measurements_table(store: RunStore, seed: int = 0, spec: GPUSpec | None = None,
-                       kernels: pd.DataFrame | None = None,
+# -- the tidy tables ----------------------------------------------------------------------
+def measurements_table(store: RunStore, spec: GPUSpec, seed: int = 0, kernels: pd.DataFrame | None = None,
                        statuses: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The runs table of a dataset directory (see module docstring).
+    """The runs table of a dataset directory (see the module docstring).
 
     ``kernels`` and ``statuses`` (from :func:`kernels_table` and
     :func:`profile_status_table`) are computed here unless given.
     """
     timing = store.read("timing", RUN_KEY)
     if timing.empty:
-        return pd.DataFrame(columns=MEASUREMENT_COLUMNS)
+        return pd.DataFrame(columns=list(MEASUREMENT_COLUMNS))
     statuses = profile_status_table(store) if statuses is None else statuses
     kernels = kernels_table(store, statuses) if kernels is None else kernels
     runs = rollup_kernels(kernels, spec)
@@ -181,16 +167,12 @@ def measurements_table(store: RunStore, seed: int = 0, spec: GPUSpec | None = No
         if col not in table.columns:
             table[col] = np.nan
     algo_order = {a.name: i for i, a in enumerate(ALGORITHMS)}
-    table = table[MEASUREMENT_COLUMNS].copy()
+    table = table[list(MEASUREMENT_COLUMNS)].copy()
     # Byte counts are exact integers: written as floats, "%.6g" would round them.
     table["workspace_bytes"] = table["workspace_bytes"].astype("Int64")
     table["_algo"] = table["algo"].map(algo_order)
     table = table.sort_values(["grid", "shape_id", "math", "_algo"]).drop(columns="_algo")
     return table.reset_index(drop=True)
-
-
-KERNEL_KEY = [*RUN_KEY, "kernel_idx"]
-KERNEL_INFO = ["kernel_name", "kernel_family", "kernel_role", "kernel_variant"]
 
 
 def _group_records(store: RunStore) -> pd.DataFrame:
@@ -255,15 +237,15 @@ def kernels_table(store: RunStore, statuses: pd.DataFrame | None = None) -> pd.D
     ok = statuses.loc[statuses["profile_status"] == "ok", list(RUN_KEY)]
     records = records.merge(ok, on=list(RUN_KEY))
     metric_columns = [m.column for m in METRICS]
-    base = records.drop_duplicates(KERNEL_KEY)[[*KERNEL_KEY, *KERNEL_INFO, "gpu", "cudnn_version",
-                                                 "collected_at"]]
+    base = records.drop_duplicates(list(KERNEL_KEY))[[*KERNEL_KEY, *KERNEL_INFO_COLUMNS, "gpu", "cudnn_version",
+                                                      "collected_at"]]
     for column in metric_columns:
         # Each metric comes from the latest group that measured it (or an all-groups record).
         sources = [g for g in records["group"].unique() if column in recorded_columns(g)]
         values = records[records["group"].isin(sources)]
         if column in values.columns:
-            values = values.dropna(subset=[column]).drop_duplicates(KERNEL_KEY, keep="last")
-            base = base.merge(values[[*KERNEL_KEY, column]], on=KERNEL_KEY, how="left")
+            values = values.dropna(subset=[column]).drop_duplicates(list(KERNEL_KEY), keep="last")
+            base = base.merge(values[[*KERNEL_KEY, column]], on=list(KERNEL_KEY), how="left")
         else:
             base[column] = np.nan
     # One kernel, one name (ncu aliases some); roles and variants follow today's rules in
@@ -273,94 +255,13 @@ def kernels_table(store: RunStore, statuses: pd.DataFrame | None = None) -> pd.D
     base["kernel_family"] = base["kernel_name"].map(lambda n: info[n].family)
     base["kernel_role"] = base["kernel_name"].map(lambda n: info[n].role)
     base["kernel_variant"] = base["kernel_name"].map(lambda n: info[n].variant)
-    return base.sort_values(KERNEL_KEY).reset_index(drop=True)
+    return base.sort_values(list(KERNEL_KEY)).reset_index(drop=True)
 
 
-# -- SEER's Excel layout ------------------------------------------------------------------
-#: SEER's column order (its README, "Data Format"); seer reports bytes, not 32-byte transactions.
-SEER_SHEET_COLUMNS = {
-    "batch": "batch", "in_ch": "in_ch", "in_width": "in_width", "out_ch": "out_ch",
-    "out_width": "out_width", "kernel_width": "kernel_width", "stride": "stride",
-    "padding": "padding", "seer_algo_index": "algo_index", "time_ms": "time_ms",
-    "flops": "fp32_flops", "dram_read_bytes": "dram_read_bytes",
-    "dram_write_bytes": "dram_write_bytes", "b_max": "b_max", "grid_blocks": "grid_blocks",
-    "whole_waves": "waves", "sm_util": "sm_util", "dram_util": "dram_util",
-}
-
-
-def _sheet_name(algo: str, variant: str, math: str, taken: set[str]) -> str:
-    short = get_algorithm(algo).short
-    compact = str(variant).replace("xmma_", "x").replace("cutlass_", "c").replace("sgemm_", "sg")
-    name = f"{short}_{compact}_{math}"
-    name = "".join(ch if ch.isalnum() or ch in "_-" else "_" for ch in name)
-    if len(name) > 31 or name.lower() in {t.lower() for t in taken}:
-        base, n = name[:27], 1
-        while f"{base}_{n}".lower() in {t.lower() for t in taken}:
-            n += 1
-        name = f"{base}_{n}"
-    taken.add(name)
-    return name
-
-
-def seer_sheets(table: pd.DataFrame, sm_count: int) -> dict[str, pd.DataFrame]:
-    """SEER-style sheets (one per algorithm, variant and math mode) and an ``index`` sheet."""
-    profiled = table[(table["status"] == "ok") & (table["profile_status"] == "ok")].copy()
-    profiled["seer_algo_index"] = profiled["algo"].map(lambda a: get_algorithm(a).seer_index)
-    profiled["b_max"] = profiled["blocks_per_sm"] * sm_count
-    profiled["whole_waves"] = np.ceil(profiled["grid_blocks"] / profiled["b_max"])
-    sheets: dict[str, pd.DataFrame] = {}
-    index_rows = []
-    taken: set[str] = {"index"}
-    for (algo, variant, math), group in profiled.groupby(["algo", "variant", "math"], sort=True):
-        name = _sheet_name(algo, variant, math, taken)
-        sheet = group[list(SEER_SHEET_COLUMNS)].rename(columns=SEER_SHEET_COLUMNS)
-        sheets[name] = sheet.reset_index(drop=True)
-        index_rows.append({"sheet": name, "algo": algo, "variant": variant, "math": math,
-                           "rows": len(group), "main_kernel_example": group["main_kernel"].iloc[0]})
-    return {"index": pd.DataFrame(index_rows), **sheets}
-
-
-#: Timestamp written into Excel files, so that the same tables give the same bytes and a
-#: rebuilt dataset does not show up as changed in git.
-_FIXED_TIME = (1980, 1, 1, 0, 0, 0)
-
-
-def write_excel(path: Path, sheets: dict[str, pd.DataFrame]) -> None:
-    """Write sheets to an .xlsx file whose bytes depend on the sheets alone."""
-    with pd.ExcelWriter(path, engine="openpyxl") as writer:
-        for name, frame in sheets.items():
-            frame.to_excel(writer, sheet_name=name, index=False)
-        writer.book.properties.created = datetime(*_FIXED_TIME)
-    # openpyxl stamps the zip members and the "modified" property with the time of saving.
-    with zipfile.ZipFile(path) as source:
-        members = [(info, source.read(info)) for info in source.infolist()]
-    fixed = datetime(*_FIXED_TIME).strftime("%Y-%m-%dT%H:%M:%SZ")
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as target:
-        for info, data in members:
-            if info.filename == "docProps/core.xml":
-                data = re.sub(rb"(<dcterms:modified[^>]*>)[^<]*", rb"\g<1>" + fixed.encode(), data)
-            stamped = zipfile.ZipInfo(info.filename, date_time=_FIXED_TIME)
-            stamped.compress_type = zipfile.ZIP_DEFLATED
-            target.writestr(stamped, data)
-
-
-# -- Test-set-II --------------------------------------------------------------------------
-def test_set_ii_times(table: pd.DataFrame) -> pd.DataFrame:
-    """Measured time of every algorithm per Test-set-II layer and math mode, and the fastest."""
-    t2 = table[table["split"] == "test2"]
-    ok = t2[t2["status"] == "ok"]
-    wide = ok.pivot_table(index=[*SEER_FIELDS, "math"], columns="algo", values="time_ms")
-    order = [a.name for a in ALGORITHMS if a.name in wide.columns]
-    wide = wide[order]
-    wide["fastest_algo"] = wide.idxmin(axis=1)
-    wide["fastest_ms"] = wide[order].min(axis=1)
-    return wide.reset_index()
-
-
-# -- census -------------------------------------------------------------------------------
-#: Columns of census.csv.gz, in order (see :func:`census_table`).
-CENSUS_COLUMNS = ["math", *SHAPE_COLUMNS, "shape_id", "grid", "algo", "status", "workspace_bytes",
-                  "heuristic_rank", "heuristic_math_type"]
+#: Census columns that hold whole numbers and may be empty (the algorithm is not supported).
+_CENSUS_OPTIONAL_INTS = ("workspace_bytes", "heuristic_rank", "heuristic_math_type")
+#: Census columns that hold text.
+_CENSUS_TEXT_COLUMNS = frozenset({"math", "shape_id", "grid", "algo", "status"})
 
 
 def census_table(store: RunStore) -> pd.DataFrame:
@@ -370,10 +271,14 @@ def census_table(store: RunStore) -> pd.DataFrame:
     with a workspace within the collection's cap), ``not_supported``,
     ``workspace_too_large`` or ``error``; ``heuristic_rank`` is 1 for cuDNN's first choice
     and ``heuristic_math_type`` the math type it would use (cudnnMathType_t).
+
+    Rows are ordered by shape (its columns in schema order), then algorithm (registry
+    order), then math mode (:data:`seer.schema.MATH_MODES` order): neighbouring rows then
+    share most of their text, which keeps ``census.csv.gz`` small enough to commit.
     """
     records = store.read("census", CENSUS_KEY)
     if records.empty:
-        return pd.DataFrame(columns=CENSUS_COLUMNS)
+        return pd.DataFrame(columns=list(CENSUS_COLUMNS))
     algos = algorithm_names("cudnn")
     rows = []
     for record in records.to_dict("records"):
@@ -401,82 +306,33 @@ def census_table(store: RunStore) -> pd.DataFrame:
             rows.append({"math": record["math"], **shape, "shape_id": record["shape_id"], "grid": record["grid"],
                          "algo": algo, "status": status, "workspace_bytes": workspace.get(algo),
                          "heuristic_rank": ranks.get(algo), "heuristic_math_type": math_types.get(algo)})
-    table = pd.DataFrame(rows, columns=CENSUS_COLUMNS)
-    for column in ("workspace_bytes", "heuristic_rank", "heuristic_math_type"):
+    table = pd.DataFrame(rows, columns=list(CENSUS_COLUMNS))
+    for column in _CENSUS_OPTIONAL_INTS:
         table[column] = table[column].astype("Int64")
-    return table.sort_values(["shape_id", "math", "algo"], kind="stable").reset_index(drop=True)
+    order = {"_algo": table["algo"].map({a: i for i, a in enumerate(algos)}),
+             "_math": table["math"].map({m: i for i, m in enumerate(MATH_MODE_NAMES)})}
+    table = table.assign(**order).sort_values([*SHAPE_COLUMNS, "shape_id", "_algo", "_math"], kind="stable")
+    return table.drop(columns=list(order)).reset_index(drop=True)
 
 
-# -- provenance ---------------------------------------------------------------------------
-def provenance(store: RunStore, table: pd.DataFrame, kernels: pd.DataFrame,
-               census: pd.DataFrame | None = None) -> dict:
-    sessions = store.sessions()
-    probes = [s["probe"] for s in sessions if s.get("probe")]
-    last = probes[-1] if probes else {}
-
-    def distinct(key: str) -> list:
-        return sorted({str(p.get(key)) for p in probes if p.get(key) is not None})
-
-    def distinct_session(key: str) -> list:
-        return sorted({str(s.get(key)) for s in sessions if s.get(key) is not None})
-
-    ok = table[table["status"] == "ok"]
-    return {
-        "gpu": {"device_name": distinct("device_name"), "sm_count": last.get("sm_count"),
-                "memory_bytes": last.get("memory_bytes"), "compute_capability": last.get("compute_capability"),
-                "max_sm_clock_mhz": last.get("max_sm_clock_mhz"), "power_limit_w": last.get("power_limit_w")},
-        "software": {"driver_version": distinct("driver_version"),
-                     "cuda_runtime_version": distinct("cuda_runtime_version"),
-                     "cudnn_version": distinct("cudnn_version"), "cudnn_library": distinct("cudnn_library"),
-                     "ncu_version": distinct_session("ncu_version"), "cupy_version": distinct("cupy_version"),
-                     "python": distinct("python")},
-        "math_modes": {"fma": "CUDNN_FMA_MATH: strict FP32, no tensor cores",
-                       "default": "CUDNN_DEFAULT_MATH: cuDNN may use TF32 tensor cores for fp32 data"},
-        "method": {
-            "data": "fp32 NCHW input and KCRS filter, random normal; cross-correlation, dilation 1",
-            "timing": "timing_protocol 2 (seer.gpu.timing): CUDA events around bursts of back-to-back "
-                      "forward calls (at least min_burst_ms of GPU work each), enqueued behind a spinning "
-                      "kernel so that host work stays outside the timed region; one untimed warm-up "
-                      "burst, then the median per-call time over bursts filling ~budget_ms within "
-                      "[min_reps, max_reps]; same buffers each time (warm L2, as frameworks' benchmark "
-                      "mode). Protocol 1 (one call between two events) is superseded.",
-            "profiling_cap": "runs launching more than max_profile_kernels kernels per call are profiled "
-                             "by the first metric group only (profile_status too_many_kernels)",
-            "check": "relative L2 error of 4096 sampled outputs against a float64 direct computation; "
-                     "output poisoned with NaN before the run; tolerance fma 5e-3, default 1e-2",
-            "profiling": "Nsight Compute, kernel replay, --clock-control none, one NVTX range per run, "
-                         "metrics listed in seer/metrics.py",
-            "split": f"seeded hash of shape_id: {TEST_FRACTION:.0%} of shapes to Test-set-I; "
-                     "grid test-set-ii is Test-set-II",
-            "census": "seer collect --census: per shape and math mode, cudnnGetConvolutionForwardWorkspaceSize "
-                      "for every algorithm and cudnnGetConvolutionForwardAlgorithm_v7's ranking; descriptors "
-                      "only, no tensor allocated, no kernel run; shapes of no timed grid",
-        },
-        "sessions": [{k: s.get(k) for k in ("started_at", "finished_at", "command", "shard", "counts",
-                                             "timing_seconds", "profiling_seconds", "ncu_groups",
-                                             "census_seconds", "interrupted")} for s in sessions],
-        "counts": {
-            "runs": int(len(table)),
-            "shapes": int(table["shape_id"].nunique()),
-            "shapes_by_grid": {g: int(n) for g, n in table.groupby("grid")["shape_id"].nunique().items()},
-            "status": {k: int(v) for k, v in Counter(table["status"]).items()},
-            "ok_runs_by_math": {k: int(v) for k, v in ok.groupby("math").size().items()},
-            "profiled_runs": int((table["profile_status"] == "ok").sum()),
-            "profiled_shapes": int(table.loc[table["profile_status"] == "ok", "shape_id"].nunique()),
-            "kernels": int(len(kernels)),
-            "shapes_by_split": {k: int(v) for k, v in table.groupby("split")["shape_id"].nunique().items()},
-            **({"census_shapes": int(census["shape_id"].nunique()), "census_answers": int(len(census)),
-                "census_status": {k: int(v) for k, v in Counter(census["status"]).items()}}
-               if census is not None and not census.empty else {}),
-        },
-        "first_collected_at": min((s["started_at"] for s in sessions), default=None),
-        "last_collected_at": max((s.get("finished_at") or "" for s in sessions), default=None),
-    }
+# -- Test-set-II --------------------------------------------------------------------------
+def test_set_ii_times(table: pd.DataFrame) -> pd.DataFrame:
+    """Measured time of every algorithm per Test-set-II layer and math mode, and the fastest."""
+    t2 = table[table["split"] == "test2"]
+    ok = t2[t2["status"] == "ok"]
+    wide = ok.pivot_table(index=[*SEER_FIELDS, "math"], columns="algo", values="time_ms")
+    order = [a.name for a in ALGORITHMS if a.name in wide.columns]
+    wide = wide[order]
+    wide["fastest_algo"] = wide.idxmin(axis=1)
+    wide["fastest_ms"] = wide[order].min(axis=1)
+    return wide.reset_index()
 
 
 # -- everything ---------------------------------------------------------------------------
 @dataclass
 class DatasetFiles:
+    """What :func:`build_dataset` wrote; ``rows`` counts the measurement rows."""
+
     measurements: Path
     kernels: Path
     train_xlsx: Path
@@ -487,10 +343,16 @@ class DatasetFiles:
     census: Path | None = None
 
 
-def build_dataset(dataset_dir: str | Path, gpu: str, seed: int = 0, pack: bool = False) -> DatasetFiles:
-    """Write every derived file of a dataset directory from its raw records."""
+def build_dataset(dataset_dir: str | Path, spec: GPUSpec, seed: int = 0, pack: bool = False) -> DatasetFiles:
+    """Write every derived file of a dataset directory from its raw records.
+
+    ``spec`` is the GPU the records were measured on (waves and roofline utilisations
+    need its SM count and peak rates); ``seed`` seeds the train/Test-set-I split;
+    ``pack`` first merges the raw records into one compressed file per kind.
+    """
+    if not isinstance(spec, GPUSpec):
+        raise TypeError(f"spec must be a seer.gpus.GPUSpec (seer.gpus.get_gpu_spec(name)), got {spec!r}")
     dataset_dir = Path(dataset_dir)
-    spec = get_gpu_spec(gpu)
     store = RunStore(dataset_dir)
     if pack:
         store.pack("timing", RUN_KEY, sort_by=("grid", *RUN_KEY))
@@ -499,18 +361,15 @@ def build_dataset(dataset_dir: str | Path, gpu: str, seed: int = 0, pack: bool =
         store.pack("census", CENSUS_KEY)
     statuses = profile_status_table(store)
     kernels = kernels_table(store, statuses)
-    table = measurements_table(store, seed, spec, kernels, statuses)
+    table = measurements_table(store, spec, seed, kernels, statuses)
     out = DatasetFiles(dataset_dir / "measurements.csv.gz", dataset_dir / "kernels.csv.gz",
                        dataset_dir / "train.xlsx", dataset_dir / "test.xlsx", None,
                        dataset_dir / "provenance.json", len(table))
     _write_csv_gz(table, out.measurements)
-    kernel_cols = [c for c in [*RUN_KEY, "kernel_idx", "kernel_name", "kernel_family", "kernel_role",
-                               "kernel_variant", *[m.column for m in METRICS], "gpu", "cudnn_version"]
-                   if c in kernels.columns]
+    kernel_cols = [c for c in KERNEL_COLUMNS if c in kernels.columns]
     _write_csv_gz(kernels[kernel_cols] if not kernels.empty else kernels, out.kernels)
-    sm_count = spec.sm_count
     for split, path in (("train", out.train_xlsx), ("test1", out.test_xlsx)):
-        write_excel(path, seer_sheets(table[table["split"] == split], sm_count))
+        write_excel(path, seer_sheets(table[table["split"] == split], spec))
     if (table["grid"] == TEST_SET_II_GRID).any():
         t2 = table[table["grid"] == TEST_SET_II_GRID].drop_duplicates("shape_id")
         shapes = [ConvShape.from_mapping(r) for r in t2[list(SHAPE_COLUMNS)].astype(int).to_dict("records")]
@@ -522,7 +381,9 @@ def build_dataset(dataset_dir: str | Path, gpu: str, seed: int = 0, pack: bool =
     if not census.empty:
         out.census = dataset_dir / "census.csv.gz"
         _write_csv_gz(census, out.census)
-    out.provenance.write_text(json.dumps(provenance(store, table, kernels, census), indent=2) + "\n")
+    record = provenance(store, table, kernels, census, test_fraction=TEST_FRACTION,
+                        test_set_ii_grid=TEST_SET_II_GRID)
+    out.provenance.write_text(json.dumps(record, indent=2) + "\n")
     return out
 
 
@@ -532,6 +393,186 @@ def _write_csv_gz(frame: pd.DataFrame, path: Path) -> None:
                  compression={"method": "gzip", "compresslevel": 9, "mtime": 0})
 
 
-def load_measurements(path: str | Path) -> pd.DataFrame:
-    """Read measurements.csv.gz with stable dtypes."""
-    return pd.read_csv(path, low_memory=False)
+# -- reading the tables back --------------------------------------------------------------
+def read_measurements(path: str | Path, columns: Iterable[str] | None = None) -> pd.DataFrame:
+    """``measurements.csv.gz``, checked: every column of the schema, or those in ``columns``.
+
+    Columns named in :data:`seer.schema.MEASUREMENT_TEXT_COLUMNS` are read as text, every
+    other column must hold numbers; ``status`` and ``math`` must hold known values.
+
+    Parameters
+    ----------
+    path : str or Path
+        The table (``.csv`` or ``.csv.gz``).
+    columns : iterable of str, optional
+        The columns the caller needs, in the order it wants them; only these are read,
+        checked and returned. Default: all of :data:`seer.schema.MEASUREMENT_COLUMNS`, in
+        schema order (other columns in the file are dropped).
+
+    Returns
+    -------
+    pandas.DataFrame
+
+    Raises
+    ------
+    InputError
+        One line naming file, line and column: a missing, unreadable or empty file, a
+        header without a needed column, a non-numeric value in a numeric column, an
+        unknown status or math mode.
+    """
+    wanted = list(dict.fromkeys(MEASUREMENT_COLUMNS if columns is None else columns))
+    unknown = [c for c in wanted if c not in MEASUREMENT_COLUMNS]
+    if unknown:
+        raise ValueError(f"not measurement columns: {', '.join(unknown)}")
+    frame = _read_table(path, wanted, text=MEASUREMENT_TEXT_COLUMNS)
+    _check_vocabulary(frame, path)
+    return frame
+
+
+#: The old name of :func:`read_measurements`.
+load_measurements = read_measurements
+
+
+def read_census(path: str | Path) -> pd.DataFrame:
+    """``census.csv.gz``, checked, with the dtypes :func:`census_table` gives.
+
+    Shape columns are whole numbers (int64); ``workspace_bytes``, ``heuristic_rank`` and
+    ``heuristic_math_type`` whole numbers or empty (Int64); ``status`` and ``math`` known
+    values.
+
+    Raises
+    ------
+    InputError
+        As :func:`read_measurements`; also for an empty shape field or a number that is not
+        whole.
+    """
+    frame = _read_table(path, list(CENSUS_COLUMNS), text=_CENSUS_TEXT_COLUMNS)
+    _check_vocabulary(frame, path)
+    for column in SHAPE_COLUMNS:
+        _check_whole(frame, column, path, required=True)
+        frame[column] = frame[column].astype(np.int64)
+    for column in _CENSUS_OPTIONAL_INTS:
+        _check_whole(frame, column, path, required=False)
+        frame[column] = frame[column].astype("Int64")
+    return frame
+
+
+#: What reading a damaged ``.gz`` raises: not gzip, cut short, or a corrupt stream.
+_DAMAGED = (gzip.BadGzipFile, EOFError, zlib.error)
+
+
+def _read_table(path: str | Path, columns: list[str], text: Iterable[str]) -> pd.DataFrame:
+    """``columns`` of a CSV table, text columns as text and every other one numeric.
+
+    The header is read first, so that a missing column is reported as such (line 1);
+    then only the needed columns are parsed. Data row ``i`` (0-based) is line ``i + 2``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("no such file" if not path.exists() else "not a file", path=path)
+    header = _guarded(path, lambda: pd.read_csv(path, nrows=0)).columns
+    missing = [c for c in columns if c not in header]
+    if missing:
+        raise InputError("missing from the header" + (f" (and {', '.join(missing[1:])})" if missing[1:] else ""),
+                         path=path, line=1, field=missing[0])
+    text = set(text)
+    # Blank lines are kept (as empty rows) so that row i stays line i + 2.
+    frame = _guarded(path, lambda: pd.read_csv(path, usecols=columns, dtype={c: str for c in columns if c in text},
+                                               skip_blank_lines=False, low_memory=False))
+    frame = frame[columns]
+    _check_numeric(frame, [c for c in columns if c not in text], path)
+    return frame
+
+
+def _guarded(path: Path, read):
+    """Run ``read``; what a damaged or malformed file raises becomes one InputError."""
+    try:
+        return read()
+    except _DAMAGED as exc:
+        if isinstance(exc, EOFError):
+            kind = "cut short"
+        elif isinstance(exc, gzip.BadGzipFile) and str(exc).startswith("Not a gzipped file"):
+            kind = "not a gzip file"
+        else:
+            kind = "damaged"
+        raise InputError(f"cannot be read: {kind} ({_one_line(exc)})", path=path) from None
+    except OSError as exc:  # unreadable: permissions, a device error
+        raise InputError(f"cannot be read ({_one_line(exc)})", path=path) from None
+    except pd.errors.EmptyDataError:
+        raise InputError("empty file: no header", path=path) from None
+    except pd.errors.ParserError as exc:
+        # pandas names a 1-based line ("Expected 9 fields in line 7") or a 0-based row
+        # ("EOF inside string starting at row 6").
+        line = re.search(r"line (\d+)", str(exc))
+        row = re.search(r"row (\d+)", str(exc))
+        number = int(line.group(1)) if line else int(row.group(1)) + 1 if row else None
+        raise InputError(f"malformed CSV ({_one_line(exc)})", path=path, line=number) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not a text file ({_one_line(exc)})", path=path) from None
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _first_true(mask: pd.Series | np.ndarray) -> int:
+    """Position of the first true value of ``mask``."""
+    return int(np.argmax(np.asarray(mask)))
+
+
+def _check_numeric(frame: pd.DataFrame, columns: list[str], path: Path) -> None:
+    """Numeric columns that pandas read as text (or as booleans) become numbers, or the
+    earliest row holding a value that is not a number is reported."""
+    first: tuple[int, str, str] | None = None
+    for column in columns:
+        values = frame[column]
+        if pd.api.types.is_bool_dtype(values):
+            bad = values.notna()
+        elif pd.api.types.is_numeric_dtype(values):
+            continue
+        else:
+            parsed = pd.to_numeric(values.astype(object), errors="coerce")
+            bad = parsed.isna() & values.notna()
+            if not bad.any():
+                frame[column] = parsed.astype(float)
+                continue
+        row = _first_true(bad)
+        if first is None or row < first[0]:
+            first = (row, column, str(values.iloc[row]))
+    if first is not None:
+        row, column, value = first
+        raise InputError(f"not a number {value!r}", path=path, line=row + 2, field=column)
+
+
+def _check_vocabulary(frame: pd.DataFrame, path: Path) -> None:
+    """InputError at the earliest row with a status or math mode outside the schema's."""
+    first: tuple[int, str, str] | None = None
+    for column, known in (("status", STATUSES), ("math", MATH_MODE_NAMES)):
+        if column not in frame.columns:
+            continue
+        bad = ~frame[column].isin(list(known))
+        if not bad.any():
+            continue
+        row = _first_true(bad)
+        value = frame[column].iloc[row]
+        message = ("empty" if pd.isna(value) else f"unknown {column} {value!r}") + \
+            f"; expected one of {', '.join(known)}"
+        if first is None or row < first[0]:
+            first = (row, column, message)
+    if first is not None:
+        row, column, message = first
+        raise InputError(message, path=path, line=row + 2, field=column)
+
+
+def _check_whole(frame: pd.DataFrame, column: str, path: Path, required: bool) -> None:
+    """InputError at the first row of ``column`` that is empty (if ``required``) or not
+    a whole number."""
+    values = frame[column].to_numpy(dtype=float)
+    finite = np.isfinite(values)
+    bad = ~finite if required else np.isinf(values)
+    bad |= finite & (values != np.floor(np.where(finite, values, 0.0)))
+    if bad.any():
+        row = _first_true(bad)
+        value = float(values[row])
+        message = "empty" if np.isnan(value) else f"not a whole number {value!r}"
+        raise InputError(message, path=path, line=row + 2, field=column)

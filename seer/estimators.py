@@ -1,33 +1,32 @@
-"""Estimators that predict every algorithm's time for a layer from its shape alone.
+"""Estimators that learn every algorithm's time for a layer from its shape alone.
 
 Two stages, both scikit-learn estimators that take shapes (SEER's eight columns):
 
-1. :class:`WorkspaceModel` predicts what cuDNN answers before anything runs: per
+1. :class:`WorkspaceModel` learns what cuDNN answers before anything runs: per
    algorithm, whether it runs (supported, workspace within the cap), whether its workspace
    is non-zero, and how large it is. cuDNN settles the kernel path when it sizes the
    workspace: its GEMM asks for an im2col buffer, or for nothing when it falls back to a
-   direct kernel several times slower; IMPLICIT_PRECOMP_GEMM asks for none on its
-   fallback kernel. It is fitted on a census (``seer collect --census``: cuDNN's answers
-   for tens of thousands of shapes that never ran) or on the timed runs' own answers.
-2. :class:`AlgorithmSelector` predicts the time of every algorithm: ``fit(X, Y, W, census)``
+   much slower direct kernel; IMPLICIT_PRECOMP_GEMM asks for none on its fallback kernel.
+   It is fitted on a census (``seer collect --census``: cuDNN's answers for shapes that
+   never ran) or on the timed runs' own answers.
+2. :class:`AlgorithmSelector` learns the time of every algorithm: ``fit(X, Y, W, census)``
    takes the shapes, a frame of measured times with one column per algorithm (NaN where
    the algorithm did not run), the workspaces of those runs and the census. Per algorithm
    it fits a time regressor on shape features and the first stage's answers for it, one
-   per kernel path where the data has both paths (mixed by the predicted probability of
-   each), and chooses each regressor among candidates by cross-validation on the training
-   data it is given.
+   per kernel path where the data has both paths, and chooses each regressor among
+   candidates by cross-validation on the training data it is given. A classifier of the
+   fastest algorithm, weighted by out-of-fold regret, refines the pick.
 
-The regressors do not learn the time itself but its ratio to a physical baseline: the
-algorithm's fixed cost (the 1st percentile of its training times: launches, transforms)
-plus the roofline floor (FP32 FLOPs at peak plus tensor bytes at DRAM bandwidth, from the
-GPU spec). Trees cannot extrapolate: trained on times alone they predict a 150-GFLOP
-layer as fast as the largest layer they saw. On the ratio they extrapolate as a GPU
-does, at the efficiency reached on the largest layers. ``predict`` returns times in
-``algorithms_`` order, NaN where an algorithm is predicted not to run, so that such an
-algorithm is never recommended; ``select`` returns the predicted fastest.
+The regressors learn the time's ratio to a physical baseline (the algorithm's fixed cost
+plus the roofline floor), so that trees, which cannot extrapolate, do so at the efficiency
+reached on the largest layers. Fitting ends by converting what was learned into
+:mod:`seer.predictors` (``predictor_``): prediction, here and from a model file, runs
+there, on seer's own arrays.
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -40,31 +39,25 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import PolynomialFeatures, StandardScaler
 from sklearn.utils.validation import check_is_fitted
 
-from seer.features import ShapeFeatures, log2_flops
-from seer.shapes import SEER_FIELDS
+from seer.features import log2_flops, shape_features
+from seer.gpus import GPUSpec
+from seer.predictors import (ALL_RUNS, ALWAYS, BASELINES, BY_FIRST_STAGE, NEVER, WITH_WORKSPACE, WITHOUT_WORKSPACE,
+                             AlgorithmPredictor, BoostedClassifier, BoostedRegressor, Constant, LogTarget, Part,
+                             QuadraticRegressor, WorkspacePredictor, baseline_ms, mix_paths, path_weight, pick_inputs,
+                             regressor_inputs)
+from seer.shapes import SEER_FIELDS, shape_frame
+from seer.trees import from_hist_gradient_boosting
 
-#: Support decisions that need no classifier: the algorithm ran on every or no training shape.
-ALWAYS, NEVER = "always", "never"
-#: Baselines the time regressors learn a ratio to (see the module docstring).
-BASELINES = ("roofline", "none")
 #: Quantile of an algorithm's training times taken as its fixed cost in the baseline.
 FIXED_COST_QUANTILE = 0.01
 #: Weights of the fastest-algorithm classifier in the pick that cross-validation chooses from.
 PICK_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 0.9)
-#: An algorithm is predicted to run where the probability that it runs is at least this.
-RUNS_THRESHOLD = 0.5
-#: A kernel path less probable than this is left out of the mix (its regressor is not
-#: evaluated there). Leaving out a path of probability p moves a predicted time by at most
-#: p x |ln(ratio of the two paths' times)|: under 0.03% even for paths 13x apart, and it
-#: saves most of the second regressor's work where the first stage is sure of the path.
-NEGLIGIBLE_PATH = 1e-4
-#: Workspace answers of an algorithm predicted not to run, as the pick classifier reads
-#: them: below both answers' ranges (a probability; log2 of at least one byte).
-NOT_RUN = -1.0
+#: A progress callback: called with (steps done, steps in all, what comes next).
+Progress = Callable[[int, int, str], None]
 
 
 def log_time_regressor(regressor) -> TransformedTargetRegressor:
-    """Fit ``regressor`` on log time: errors are relative, and times span six decades."""
+    """Fit ``regressor`` on log time: errors are relative, and times span orders of magnitude."""
     return TransformedTargetRegressor(regressor=regressor, func=np.log, inverse_func=np.exp)
 
 
@@ -87,8 +80,8 @@ def default_candidates() -> dict[str, object]:
 
     Two kinds of boosted trees, one fitting the mean of the log ratio with half the
     features per split (decorrelated trees), one its median (robust to the few runs whose
-    kernel choice the features miss), and a quadratic power law. The trees are compact:
-    63 leaves, 200 and 150 rounds at learning rate 0.1. Prediction walks every tree for
+    kernel choice the features miss), and a quadratic power law. The trees are compact
+    (63 leaves, 200 and 150 rounds at learning rate 0.1): prediction walks every tree for
     every layer, so the number of trees sets its speed; see :func:`accurate_candidates`.
     """
     return _candidates(leaves=63, mean_rounds=200, median_rounds=150, learning_rate=0.1)
@@ -96,8 +89,8 @@ def default_candidates() -> dict[str, object]:
 
 def accurate_candidates() -> dict[str, object]:
     """The same three kinds with four times the trees (31 leaves, 800 and 600 rounds at
-    learning rate 0.05): on the H100 data about half a point lower MAPE and twice the
-    prediction time (``benchmarks/ablation.py``, variant ``accurate_trees``)."""
+    learning rate 0.05): a little more accurate, slower to predict
+    (``benchmarks/ablation.py``, variant ``accurate_trees``; ``benchmarks/predict_speed.py``)."""
     return _candidates(leaves=31, mean_rounds=800, median_rounds=600, learning_rate=0.05)
 
 
@@ -111,8 +104,63 @@ def mape(measured, predicted) -> float:
     return float(np.mean(np.abs(predicted / measured - 1)) * 100)
 
 
-#: Kernel paths of an algorithm, told apart by its workspace (see the module docstring).
-WITH_WORKSPACE, WITHOUT_WORKSPACE, ALL_RUNS = "workspace", "no_workspace", "all"
+# -- from fitted scikit-learn estimators to seer's predictors -------------------------------
+def to_part(estimator) -> Part | str:
+    """The :mod:`seer.predictors` part that predicts as the fitted ``estimator`` does.
+
+    Decisions ``"always"``/``"never"`` stay as they are, and a number becomes a constant.
+    """
+    if isinstance(estimator, str):
+        return estimator
+    if isinstance(estimator, (int, float)):
+        return Constant(float(estimator))
+    if isinstance(estimator, TransformedTargetRegressor):
+        if estimator.func is not np.log or estimator.inverse_func is not np.exp:
+            raise TypeError("only regressors of log values convert")
+        return LogTarget(to_part(estimator.regressor_))
+    if isinstance(estimator, HistGradientBoostingRegressor):
+        return BoostedRegressor(from_hist_gradient_boosting(estimator))
+    if isinstance(estimator, HistGradientBoostingClassifier):
+        return BoostedClassifier(from_hist_gradient_boosting(estimator), [c.item() if hasattr(c, "item") else c
+                                                                          for c in estimator.classes_])
+    if isinstance(estimator, Pipeline) and [type(step) for _, step in estimator.steps] == [
+            StandardScaler, PolynomialFeatures, RidgeCV]:
+        scale, square, ridge = (step for _, step in estimator.steps)
+        return QuadraticRegressor(scale.mean_.astype(float), scale.scale_.astype(float), square.powers_.astype(np.int64),
+                                  np.asarray(ridge.coef_, dtype=float), float(ridge.intercept_))
+    raise TypeError(f"seer cannot convert a fitted {type(estimator).__name__}")
+
+
+class ShapeFeatures(TransformerMixin, BaseEstimator):
+    """Scikit-learn transformer: SEER's shape columns -> :func:`seer.features.shape_features`.
+
+    Parameters
+    ----------
+    gpu : GPUSpec
+        The GPU whose peaks and SM count enter the features.
+    """
+
+    def __init__(self, gpu: GPUSpec | None = None) -> None:
+        self.gpu = gpu
+
+    def fit(self, X, y=None):
+        _require_gpu(self.gpu)
+        frame = shape_frame(X)
+        self.feature_names_out_ = np.array(shape_features(frame.head(1), self.gpu).columns)
+        self.n_features_in_ = len(SEER_FIELDS)
+        return self
+
+    def transform(self, X):
+        check_is_fitted(self, "feature_names_out_")
+        return shape_features(shape_frame(X), self.gpu).to_numpy()
+
+    def get_feature_names_out(self, input_features=None):
+        return self.feature_names_out_
+
+
+def _require_gpu(gpu) -> None:
+    if not isinstance(gpu, GPUSpec):
+        raise ValueError(f"gpu must be a seer.gpus.GPUSpec (see seer.gpus.get_gpu_spec), got {gpu!r}")
 
 
 def _classifier(max_iter: int):
@@ -120,18 +168,16 @@ def _classifier(max_iter: int):
 
 
 class WorkspaceModel(TransformerMixin, BaseEstimator):
-    """What cuDNN answers for a shape before anything runs, predicted from the shape.
+    """What cuDNN answers for a shape before anything runs, learned from the shape.
 
     ``fit(X, W)`` takes shapes and a frame with one column per algorithm: the workspace
     (bytes) cuDNN asked for where the algorithm runs, NaN where it does not (not
-    supported, workspace over the cap). ``transform`` gives, per algorithm, three columns:
-    ``p_runs`` (probability that it runs), ``p_workspace`` (probability that its workspace
-    is non-zero, given that it runs) and ``log2_workspace`` (predicted log2 bytes of a
-    non-zero workspace).
+    supported, workspace over the cap). ``transform`` gives the three answers per
+    algorithm of :class:`seer.predictors.WorkspacePredictor`.
 
     Parameters
     ----------
-    gpu : str, default="h100"
+    gpu : GPUSpec
         GPU spec whose figures enter the shape features.
     min_answers : int, default=20
         Fewer answers of a kind than this: the answer is taken as constant (an algorithm
@@ -147,22 +193,26 @@ class WorkspaceModel(TransformerMixin, BaseEstimator):
         Per algorithm, a fitted classifier or ``"always"`` / ``"never"``.
     log2_bytes_ : dict
         Per algorithm, a fitted regressor of log2 bytes, or the constant log2 bytes.
+    predictor_ : WorkspacePredictor
+        What ``transform`` runs.
     """
 
-    def __init__(self, gpu: str = "h100", min_answers: int = 20, max_iter: int = 300) -> None:
+    def __init__(self, gpu: GPUSpec | None = None, min_answers: int = 20, max_iter: int = 300) -> None:
         self.gpu = gpu
         self.min_answers = min_answers
         self.max_iter = max_iter
 
-    def fit(self, X: pd.DataFrame, W: pd.DataFrame) -> "WorkspaceModel":
-        X = _shapes(X)
+    def fit(self, X: pd.DataFrame, W: pd.DataFrame, progress: Progress | None = None) -> "WorkspaceModel":
+        X = shape_frame(X)
         if len(X) != len(W):
             raise ValueError(f"X has {len(X)} shapes but W has {len(W)} rows")
         self.features_ = ShapeFeatures(self.gpu).fit(X)
         F = self.features_.transform(X)
         self.algorithms_ = [str(a) for a in W.columns]
         self.runs_, self.nonzero_, self.log2_bytes_ = {}, {}, {}
-        for algo in self.algorithms_:
+        for step, algo in enumerate(self.algorithms_):
+            if progress:
+                progress(step, len(self.algorithms_), f"first stage: {algo}")
             workspace = W[algo].to_numpy(dtype=float)
             runs = np.isfinite(workspace)
             self.runs_[algo] = self._decision(F, runs)
@@ -174,6 +224,9 @@ class WorkspaceModel(TransformerMixin, BaseEstimator):
                     max_iter=self.max_iter, max_leaf_nodes=63, random_state=0).fit(F[runs][nonzero], sized)
             else:
                 self.log2_bytes_[algo] = float(sized.mean()) if len(sized) else 0.0
+        self.predictor_ = WorkspacePredictor(
+            self.algorithms_, {a: to_part(d) for a, d in self.runs_.items()},
+            {a: to_part(d) for a, d in self.nonzero_.items()}, {a: to_part(r) for a, r in self.log2_bytes_.items()})
         return self
 
     def _decision(self, F: np.ndarray, labels: np.ndarray):
@@ -185,38 +238,11 @@ class WorkspaceModel(TransformerMixin, BaseEstimator):
         return _classifier(self.max_iter).fit(F, labels)
 
     def transform(self, X) -> np.ndarray:
-        check_is_fitted(self, "runs_")
-        return self._answers(self.features_.transform(_shapes(X)))
-
-    def _answers(self, F: np.ndarray, only_where_runs: bool = False) -> np.ndarray:
-        """The answers per row of features ``F``; with ``only_where_runs``, the workspace
-        answers are left NaN where the algorithm is predicted not to run (they would be
-        the most expensive part of the answers and nothing masked reads them there)."""
-        out = np.full((len(F), 3 * len(self.algorithms_)), np.nan)
-        for j, algo in enumerate(self.algorithms_):
-            p_runs = _probability(self.runs_[algo], F)
-            out[:, 3 * j] = p_runs
-            rows = p_runs >= RUNS_THRESHOLD if only_where_runs else slice(None)
-            F_run = F[rows]
-            out[rows, 3 * j + 1] = _probability(self.nonzero_[algo], F_run)
-            size = self.log2_bytes_[algo]
-            out[rows, 3 * j + 2] = size if isinstance(size, float) else (size.predict(F_run) if len(F_run) else 0.0)
-        return out
+        check_is_fitted(self, "predictor_")
+        return self.predictor_.answers(self.features_.transform(shape_frame(X)))
 
     def get_feature_names_out(self, input_features=None) -> np.ndarray:
-        return np.array([f"{algo}_{name}" for algo in self.algorithms_ for name in ANSWER_NAMES], dtype=object)
-
-
-#: What :class:`WorkspaceModel` answers per algorithm, in its column order.
-ANSWER_NAMES = ("p_runs", "p_workspace", "log2_workspace")
-
-
-def _probability(decision, F: np.ndarray) -> np.ndarray:
-    if isinstance(decision, str):
-        return np.full(len(F), 1.0 if decision == ALWAYS else 0.0)
-    if not len(F):
-        return np.empty(0)
-    return decision.predict_proba(F)[:, list(decision.classes_).index(True)]
+        return np.array(self.predictor_.answer_names(), dtype=object)
 
 
 class AlgorithmSelector(BaseEstimator):
@@ -224,6 +250,8 @@ class AlgorithmSelector(BaseEstimator):
 
     Parameters
     ----------
+    gpu : GPUSpec
+        GPU spec whose SM count and peaks enter the shape features.
     candidates : dict of str to regressor, default=None
         Time regressors to choose from per algorithm (and kernel path) by ``cv``-fold
         cross-validated MAPE on the training data; None means :func:`default_candidates`.
@@ -231,8 +259,6 @@ class AlgorithmSelector(BaseEstimator):
     classifier : classifier, default=None
         Without a census or workspaces, predicts whether an algorithm runs on a shape;
         None means gradient-boosted trees.
-    gpu : str, default="h100"
-        GPU spec whose SM count and peaks enter the shape features.
     cv : int, default=5
         Folds of the cross-validations (regressor choice; first-stage answers for the
         training shapes when no census is given; the pick weight).
@@ -241,7 +267,7 @@ class AlgorithmSelector(BaseEstimator):
         running; a kernel path with fewer runs gets no regressor of its own.
     baseline : {"roofline", "none"}, default="roofline"
         What the regressors predict a ratio to: the algorithm's fixed cost plus the roofline
-        floor (see the module docstring), or nothing (1 ms: they predict time directly).
+        floor, or nothing (1 ms: they predict time directly).
     workspace_model : WorkspaceModel, default=None
         The first stage to clone and fit (its ``gpu`` is set to ``gpu``); None means
         ``WorkspaceModel(min_answers=min_runs)``.
@@ -250,8 +276,6 @@ class AlgorithmSelector(BaseEstimator):
     ----------
     algorithms_ : list of str
         The columns of ``Y``, in the order ``predict`` returns them.
-    features_ : ShapeFeatures
-        The fitted feature transformer.
     workspace_model_ : WorkspaceModel or None
         The first stage (None when fitted without a census or workspaces).
     supports_ : dict
@@ -261,37 +285,46 @@ class AlgorithmSelector(BaseEstimator):
         Per algorithm that runs anywhere, its fitted time regressors by kernel path
         (``"all"``, or ``"workspace"`` and ``"no_workspace"``).
     fixed_cost_ms_ : dict of str to float
-        Per algorithm that runs anywhere, the fixed cost in its baseline (0 with
-        ``baseline="none"``).
+        Per algorithm that runs anywhere, the fixed cost in its baseline.
     choice_ : dict
         Per algorithm and kernel path, the candidate chosen.
     cv_mape_ : dict
         Per algorithm, kernel path and candidate, the cross-validated MAPE (percent).
+    pick_weight_ : float
+        The fastest-algorithm classifier's weight in the pick.
+    pick_cv_regret_ : dict of float to float
+        Out-of-fold mean regret (percent) per candidate weight.
     training_ranges_ : dict of str to [min, max]
         Ranges of the shape fields (and of log2 FLOPs) seen in training.
+    predictor_ : AlgorithmPredictor
+        What the prediction methods run; what a model file stores.
     """
 
-    def __init__(self, candidates=None, classifier=None, gpu: str = "h100", cv: int = 5,
+    def __init__(self, gpu: GPUSpec | None = None, candidates=None, classifier=None, cv: int = 5,
                  min_runs: int = 20, baseline: str = "roofline", workspace_model=None) -> None:
+        self.gpu = gpu
         self.candidates = candidates
         self.classifier = classifier
-        self.gpu = gpu
         self.cv = cv
         self.min_runs = min_runs
         self.baseline = baseline
         self.workspace_model = workspace_model
 
     def fit(self, X: pd.DataFrame, Y: pd.DataFrame, W: pd.DataFrame | None = None,
-            census: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> "AlgorithmSelector":
+            census: tuple[pd.DataFrame, pd.DataFrame] | None = None,
+            progress: Progress | None = None) -> "AlgorithmSelector":
         """Fit on shapes ``X`` and times ``Y`` (one column per algorithm, NaN: did not run).
 
         ``W`` (``Y``'s layout) holds the workspaces of the training runs, which tell their
         kernel paths. ``census`` is ``(shapes, workspaces)`` of shapes cuDNN was only asked
         about, workspaces in ``W``'s layout (NaN: does not run). With a census the first
         stage learns from it; without one, from ``W``, and its answers for the training
-        shapes then come out of fold; with neither there is no first stage.
+        shapes then come out of fold; with neither there is no first stage. ``progress``
+        is told each step as it starts.
         """
-        X = _shapes(X)
+        _require_gpu(self.gpu)
+        X = shape_frame(X)
+        Y = pd.DataFrame(Y)
         if len(X) != len(Y):
             raise ValueError(f"X has {len(X)} shapes but Y has {len(Y)} rows")
         if W is not None and (len(W) != len(Y) or list(W.columns) != list(Y.columns)):
@@ -300,28 +333,42 @@ class AlgorithmSelector(BaseEstimator):
             raise ValueError(f"baseline must be one of {', '.join(BASELINES)}, got {self.baseline!r}")
         self.features_ = ShapeFeatures(self.gpu).fit(X)
         F = self.features_.transform(X)
+        feature_names = list(self.features_.get_feature_names_out())
         self.algorithms_ = [str(a) for a in Y.columns]
+        n_algos = len(self.algorithms_)
+        has_first_stage = census is not None or W is not None
+        steps = (n_algos if has_first_stage else 0) + n_algos + 1
+
+        def first_stage_progress(done: int, total: int, text: str) -> None:
+            if progress:
+                progress(done, steps, text)
+
         folds = KFold(n_splits=self.cv, shuffle=True, random_state=0)
-        answers = self._fit_workspace_model(X, W, census, folds)
+        answers = self._fit_workspace_model(X, W, census, folds, first_stage_progress)
+        done = n_algos if has_first_stage else 0
         candidates = self.candidates if self.candidates is not None else default_candidates()
         classifier = self.classifier if self.classifier is not None else HistGradientBoostingClassifier(
             max_iter=50, max_leaf_nodes=15, random_state=0)
+        roofline_column = feature_names.index("log2_roofline_floor_s")
         self.supports_, self.regressors_, self.choice_, self.cv_mape_ = {}, {}, {}, {}
         self.fixed_cost_ms_ = {}
-        out_of_fold = np.full((len(X), len(self.algorithms_)), np.nan)
+        out_of_fold = np.full((len(X), n_algos), np.nan)
         for j, algo in enumerate(self.algorithms_):
+            if progress:
+                progress(done + j, steps, f"time: {algo}")
             times = Y[algo].to_numpy(dtype=float)
             runs = np.isfinite(times) & (times > 0)
             if runs.sum() < self.min_runs:
                 self.supports_[algo] = NEVER
                 continue
             if self.workspace_model_ is not None:
-                self.supports_[algo] = "workspace model"
+                self.supports_[algo] = BY_FIRST_STAGE
             else:
                 self.supports_[algo] = ALWAYS if runs.all() else clone(classifier).fit(F, runs)
             self.fixed_cost_ms_[algo] = (float(np.quantile(times[runs], FIXED_COST_QUANTILE))
                                          if self.baseline == "roofline" else 0.0)
-            inputs, base = self._inputs(F, answers, algo), self._baseline_ms(F, algo)
+            inputs = regressor_inputs(F, answers, j)
+            base = baseline_ms(F[:, roofline_column], self.fixed_cost_ms_[algo], self.baseline)
             ratio = np.where(runs, times, np.nan) / base
             self.regressors_[algo], self.choice_[algo], self.cv_mape_[algo] = {}, {}, {}
             own_path = {}
@@ -340,14 +387,27 @@ class AlgorithmSelector(BaseEstimator):
             ratios = {path: self.regressors_[algo][path].predict(inputs[runs]) for path in own_path}
             for path, (members, predicted) in own_path.items():
                 ratios[path][members[runs]] = predicted
-            out_of_fold[runs, j] = self._mix(algo, ratios, answers[runs] if answers is not None else None) * base[runs]
-        self._fit_pick(self._pick_inputs(F, answers), Y.to_numpy(dtype=float), out_of_fold, folds)
+            weight = None if ALL_RUNS in ratios else path_weight(answers[runs], j)
+            out_of_fold[runs, j] = mix_paths(ratios, weight) * base[runs]
+        if progress:
+            progress(steps - 1, steps, "pick classifier")
+        self._fit_pick(pick_inputs(F, answers), Y.to_numpy(dtype=float), out_of_fold, folds)
         log_flops = log2_flops(X)
         self.training_ranges_ = {f: [int(X[f].min()), int(X[f].max())] for f in SEER_FIELDS}
         self.training_ranges_["log2_flops"] = [float(log_flops.min()), float(log_flops.max())]
+        self.predictor_ = AlgorithmPredictor(
+            spec=self.gpu, features=feature_names, algorithms=list(self.algorithms_),
+            workspace=self.workspace_model_.predictor_ if self.workspace_model_ is not None else None,
+            supports={a: s if isinstance(s, str) else to_part(s) for a, s in self.supports_.items()},
+            regressors={a: {p: to_part(r) for p, r in paths.items()} for a, paths in self.regressors_.items()},
+            fixed_cost_ms=dict(self.fixed_cost_ms_), baseline=self.baseline,
+            pick_classifier=to_part(self.pick_classifier_) if self.pick_classifier_ is not None else None,
+            pick_weight=float(self.pick_weight_), training_ranges=self.training_ranges_)
+        if progress:
+            progress(steps, steps, "done")
         return self
 
-    def _fit_workspace_model(self, X: pd.DataFrame, W, census, folds) -> np.ndarray | None:
+    def _fit_workspace_model(self, X: pd.DataFrame, W, census, folds, progress) -> np.ndarray | None:
         """Fit the first stage; return its answers for the training shapes (None without one)."""
         self.workspace_model_ = None
         template = (self.workspace_model if self.workspace_model is not None
@@ -355,7 +415,8 @@ class AlgorithmSelector(BaseEstimator):
         template = clone(template).set_params(gpu=self.gpu)
         if census is not None:
             shapes, workspaces = census
-            self.workspace_model_ = clone(template).fit(shapes, workspaces.reindex(columns=self.algorithms_))
+            self.workspace_model_ = clone(template).fit(shapes, workspaces.reindex(columns=self.algorithms_),
+                                                        progress=progress)
             return self.workspace_model_.transform(X)
         if W is None:
             return None
@@ -364,7 +425,7 @@ class AlgorithmSelector(BaseEstimator):
         for fit_rows, held_out in folds.split(X):
             fold = clone(template).fit(X.iloc[fit_rows], W.iloc[fit_rows])
             answers[held_out] = fold.transform(X.iloc[held_out])
-        self.workspace_model_ = clone(template).fit(X, W)
+        self.workspace_model_ = clone(template).fit(X, W, progress=progress)
         return answers
 
     def _paths(self, algo: str, runs: np.ndarray, W) -> dict[str, np.ndarray]:
@@ -377,58 +438,6 @@ class AlgorithmSelector(BaseEstimator):
             if min(with_workspace.sum(), without.sum()) >= self.min_runs:
                 return {WITH_WORKSPACE: with_workspace, WITHOUT_WORKSPACE: without}
         return {ALL_RUNS: runs}
-
-    def _inputs(self, F: np.ndarray, answers: np.ndarray | None, algo: str) -> np.ndarray:
-        """A time regressor's inputs: the shape features and the first stage's workspace answers
-        for ``algo`` (whether it runs is not news to a model of the runs that happened)."""
-        if answers is None:
-            return F
-        j = self.algorithms_.index(algo)
-        return np.hstack([F, answers[:, 3 * j + 1:3 * j + 3]])
-
-    def _pick_inputs(self, F: np.ndarray, answers: np.ndarray | None) -> np.ndarray:
-        """The fastest-algorithm classifier's inputs: the shape features and every algorithm's
-        answers, its workspace answers set to :data:`NOT_RUN` where it is predicted not to
-        run. There its workspace means nothing, and not computing it spares prediction the
-        first stage's costliest part."""
-        if answers is None:
-            return F
-        answers = answers.copy()
-        for j in range(len(self.algorithms_)):
-            answers[answers[:, 3 * j] < RUNS_THRESHOLD, 3 * j + 1:3 * j + 3] = NOT_RUN
-        return np.hstack([F, answers])
-
-    def _path_weight(self, algo: str, answers: np.ndarray) -> np.ndarray:
-        """Weight of the workspace path per row: the first stage's probability of it, with
-        :data:`NEGLIGIBLE_PATH` at either end rounded to certainty."""
-        p = answers[:, 3 * self.algorithms_.index(algo) + 1]
-        return np.where(p < NEGLIGIBLE_PATH, 0.0, np.where(p > 1 - NEGLIGIBLE_PATH, 1.0, p))
-
-    def _mix(self, algo: str, ratios: dict[str, np.ndarray], answers: np.ndarray | None) -> np.ndarray:
-        """One ratio per row from the paths' predictions: geometric mean weighted by the
-        first stage's probability of each path (the paths' times can differ several-fold)."""
-        if ALL_RUNS in ratios:
-            return ratios[ALL_RUNS]
-        weight = self._path_weight(algo, answers)
-        log_ratio = np.zeros(len(weight))
-        for path, path_weight in ((WITH_WORKSPACE, weight), (WITHOUT_WORKSPACE, 1 - weight)):
-            used = path_weight > 0
-            log_ratio[used] += path_weight[used] * np.log(ratios[path][used])
-        return np.exp(log_ratio)
-
-    def _predict_ratios(self, algo: str, inputs: np.ndarray, answers: np.ndarray | None) -> np.ndarray:
-        """The mixed ratio to the baseline per row of ``inputs``, evaluating each path's
-        regressor only on the rows where that path has weight."""
-        regressors = self.regressors_[algo]
-        if ALL_RUNS in regressors:
-            return regressors[ALL_RUNS].predict(inputs)
-        weight = self._path_weight(algo, answers)
-        ratios = {}
-        for path, used in ((WITH_WORKSPACE, weight > 0), (WITHOUT_WORKSPACE, weight < 1)):
-            ratios[path] = np.ones(len(inputs))
-            if used.any():
-                ratios[path][used] = regressors[path].predict(inputs[used])
-        return self._mix(algo, ratios, answers)
 
     def _fit_pick(self, F: np.ndarray, times: np.ndarray, out_of_fold: np.ndarray, folds) -> None:
         """Fit the classifier of the fastest algorithm and the weight it gets in the pick.
@@ -443,8 +452,8 @@ class AlgorithmSelector(BaseEstimator):
         fastest = np.where(ran, times, np.inf).argmin(axis=1)
         labels = np.asarray(self.algorithms_, dtype=object)[fastest]
         self.pick_weight_, self.pick_cv_regret_ = 0.0, {}
+        self.pick_classifier_ = None
         if len(set(labels[has_any])) < 2:
-            self.pick_classifier_ = None
             return
         classifier = HistGradientBoostingClassifier(max_iter=80, learning_rate=0.1, max_leaf_nodes=15,
                                                     random_state=0)
@@ -463,111 +472,29 @@ class AlgorithmSelector(BaseEstimator):
         self.pick_weight_ = min(PICK_WEIGHTS, key=lambda w: (self.pick_cv_regret_[w], w))
         self.pick_classifier_ = clone(classifier).fit(F[has_any], labels[has_any]) if self.pick_weight_ else None
 
-    # Public methods take shapes; each computes the features and the first stage's answers
-    # once and hands them to the private methods below, which the public ones share.
-    def _prepare(self, X, complete: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
-        """Features and the first stage's answers; ``complete=False`` leaves out the workspace
-        answers of algorithms predicted not to run (enough for masked predictions)."""
-        F = self.features_.transform(_shapes(X))
-        model = getattr(self, "workspace_model_", None)
-        # Both stages compute the same stateless features of the same GPU: computed once.
-        return F, (model._answers(F, only_where_runs=not complete) if model is not None else None)
+    # -- prediction: the fitted predictor's -------------------------------------------------
+    def _predictor(self) -> AlgorithmPredictor:
+        check_is_fitted(self, "predictor_")
+        return self.predictor_
 
-    def predict_support(self, X: pd.DataFrame) -> np.ndarray:
-        """Probability that each algorithm runs on each shape, shape (n_shapes, n_algorithms)."""
-        check_is_fitted(self, "supports_")
-        return self._support(*self._prepare(X, complete=False))
-
-    def predict(self, X: pd.DataFrame) -> np.ndarray:
+    def predict(self, X) -> np.ndarray:
         """Predicted time (ms) per shape and algorithm; NaN where predicted not to run."""
-        check_is_fitted(self, "regressors_")
-        return self._times(*self._prepare(X, complete=False))
+        return self._predictor().predict(X)
 
-    def predict_unmasked(self, X: pd.DataFrame) -> np.ndarray:
-        """Predicted time (ms) per shape and algorithm as if every algorithm ran (NaN only for
-        algorithms that never ran in training): to judge the time models on their own."""
-        check_is_fitted(self, "regressors_")
-        return self._times(*self._prepare(X), masked=False)
+    def predict_support(self, X) -> np.ndarray:
+        return self._predictor().predict_support(X)
 
-    def predict_with_scores(self, X: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`predict` and :meth:`pick_scores` together, from one pass over the models."""
-        check_is_fitted(self, "regressors_")
-        F, answers = self._prepare(X, complete=False)
-        times = self._times(F, answers)
-        return times, self._scores(F, answers, times)
+    def predict_unmasked(self, X) -> np.ndarray:
+        return self._predictor().predict_unmasked(X)
 
-    def pick_scores(self, X: pd.DataFrame) -> np.ndarray:
-        """What the pick minimises per shape and algorithm: the predicted time, lowered where
-        the classifier of the fastest algorithm is confident (see ``_fit_pick``); NaN where
-        an algorithm is predicted not to run."""
-        return self.predict_with_scores(X)[1]
+    def predict_with_scores(self, X) -> tuple[np.ndarray, np.ndarray]:
+        return self._predictor().predict_with_scores(X)
 
-    def select(self, X: pd.DataFrame) -> np.ndarray:
-        """The pick per shape: the lowest :meth:`pick_scores` (None where no algorithm is
-        predicted to run)."""
-        times = self.pick_scores(X)
-        best = np.where(np.isfinite(times), times, np.inf).argmin(axis=1)
-        names = np.array(self.algorithms_, dtype=object)[best]
-        names[~np.isfinite(times).any(axis=1)] = None
-        return names
+    def pick_scores(self, X) -> np.ndarray:
+        return self._predictor().pick_scores(X)
 
-    def _support(self, F: np.ndarray, answers: np.ndarray | None) -> np.ndarray:
-        out = np.empty((len(F), len(self.algorithms_)))
-        for j, algo in enumerate(self.algorithms_):
-            support = self.supports_[algo]
-            if support == "workspace model":
-                out[:, j] = answers[:, 3 * j]
-            else:
-                out[:, j] = _probability(support, F)
-        return out
+    def select(self, X) -> np.ndarray:
+        return self._predictor().select(X)
 
-    def _baseline_ms(self, F: np.ndarray, algo: str) -> np.ndarray:
-        """What algorithm ``algo``'s regressor predicts a ratio to, per row of ``F``, in ms."""
-        if self.baseline == "none":
-            return np.ones(len(F))
-        column = list(self.features_.get_feature_names_out()).index("log2_roofline_floor_s")
-        return self.fixed_cost_ms_[algo] + 2.0 ** F[:, column] * 1e3
-
-    def _times(self, F: np.ndarray, answers: np.ndarray | None, masked: bool = True) -> np.ndarray:
-        runs = (self._support(F, answers) >= RUNS_THRESHOLD if masked
-                else np.ones((len(F), len(self.algorithms_)), dtype=bool))
-        out = np.full((len(F), len(self.algorithms_)), np.nan)
-        for j, algo in enumerate(self.algorithms_):
-            rows = runs[:, j]
-            if algo not in self.regressors_ or not rows.any():
-                continue
-            answers_run = answers[rows] if answers is not None else None
-            ratios = self._predict_ratios(algo, self._inputs(F[rows], answers_run, algo), answers_run)
-            out[rows, j] = ratios * self._baseline_ms(F[rows], algo)
-        return out
-
-    def _scores(self, F: np.ndarray, answers: np.ndarray | None, times: np.ndarray) -> np.ndarray:
-        classifier = getattr(self, "pick_classifier_", None)
-        if classifier is None or not len(times):
-            return times
-        proba = np.zeros_like(times)
-        probabilities = classifier.predict_proba(self._pick_inputs(F, answers))
-        for k, name in enumerate(classifier.classes_):
-            proba[:, self.algorithms_.index(name)] = probabilities[:, k]
-        return times * (1 - self.pick_weight_ * proba)
-
-    def extrapolated(self, X: pd.DataFrame) -> np.ndarray:
-        """Whether each shape lies outside the ranges seen in training (any field, or FLOPs)."""
-        check_is_fitted(self, "training_ranges_")
-        X = _shapes(X)
-        outside = np.zeros(len(X), dtype=bool)
-        for field in SEER_FIELDS:
-            low, high = self.training_ranges_[field]
-            outside |= (X[field] < low).to_numpy() | (X[field] > high).to_numpy()
-        low, high = self.training_ranges_["log2_flops"]
-        log_flops = log2_flops(X)
-        return outside | (log_flops < low) | (log_flops > high)
-
-
-def _shapes(X) -> pd.DataFrame:
-    if isinstance(X, pd.DataFrame):
-        missing = [f for f in SEER_FIELDS if f not in X.columns]
-        if missing:
-            raise ValueError(f"shape columns missing: {', '.join(missing)}")
-        return X[list(SEER_FIELDS)].astype(np.int64)
-    return pd.DataFrame(np.asarray(X, dtype=np.int64)[:, : len(SEER_FIELDS)], columns=list(SEER_FIELDS))
+    def extrapolated(self, X) -> np.ndarray:
+        return self._predictor().extrapolated(X)

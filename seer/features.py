@@ -20,16 +20,15 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from sklearn.base import BaseEstimator, TransformerMixin
 
-from seer.gpus import GPUSpec, get_gpu_spec
-from seer.shapes import SEER_FIELDS
+from seer.gpus import GPUSpec
+from seer.shapes import FP32_BYTES, SEER_FIELDS, direct_macs, frame_flops, shape_frame, tensor_elements
 
 #: (rows, columns) tiles of the output matrix that cuDNN's implicit-GEMM kernels use.
 GEMM_TILES = ((32, 32), (64, 64), (128, 64), (128, 128), (256, 64))
-#: Blocks per SM assumed when counting waves of a tile: the median of IMPLICIT_PRECOMP_GEMM's
-#: main kernels on the H100 (data/h100; the other algorithms' medians range from 1 to 16).
-#: Only the fill of the last wave depends on it; trees are indifferent to the scale.
+#: Blocks per SM assumed when counting waves of a tile (a typical figure for cuDNN's
+#: implicit-GEMM main kernels). Only the fill of the last wave depends on it; trees are
+#: indifferent to the scale.
 ASSUMED_BLOCKS_PER_SM = 3
 
 
@@ -39,18 +38,13 @@ def _log2(x) -> np.ndarray:
 
 def shape_features(shapes: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:
     """Feature frame (one row per shape) from SEER's eight shape columns."""
-    missing = [c for c in SEER_FIELDS if c not in shapes.columns]
-    if missing:
-        raise KeyError(f"shape columns missing: {', '.join(missing)}")
+    shapes = shape_frame(shapes)
     n, c, w, k, p, r, s, pad = (shapes[f].to_numpy(dtype=float) for f in SEER_FIELDS)
     out = {}
     for name, value in zip(SEER_FIELDS, (n, c, w, k, p, r, s, pad)):
         out[f"log2_{name}"] = _log2(value + (1 if name == "padding" else 0))
-    macs = n * k * c * r * r * p * p
-    flops = 2 * macs
-    input_bytes = 4 * n * c * w * w
-    filter_bytes = 4 * k * c * r * r
-    output_bytes = 4 * n * k * p * p
+    flops = 2 * direct_macs(n, c, k, r, p)
+    input_bytes, filter_bytes, output_bytes = (FP32_BYTES * e for e in tensor_elements(n, c, w, k, p, r))
     tensor_bytes = input_bytes + filter_bytes + output_bytes
     gemm_m, gemm_n, gemm_k = n * p * p, k, c * r * r
     out |= {
@@ -93,38 +87,10 @@ def shape_features(shapes: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:
 
 
 def log2_flops(shapes: pd.DataFrame) -> np.ndarray:
-    """log2 of the analytic FLOPs, 2*N*K*C*R*S*P*Q, per shape (SEER's shape columns)."""
-    flops = (2.0 * shapes["batch"] * shapes["out_ch"] * shapes["in_ch"]
-             * shapes["kernel_width"] ** 2 * shapes["out_width"] ** 2)
-    return np.log2(flops.to_numpy(dtype=float))
+    """log2 of the analytic FLOPs per shape (:func:`seer.shapes.frame_flops`)."""
+    return np.log2(frame_flops(shapes))
 
 
-class ShapeFeatures(TransformerMixin, BaseEstimator):
-    """Scikit-learn transformer: SEER's shape columns -> :func:`shape_features`.
-
-    Parameters
-    ----------
-    gpu : str, default="h100"
-        Name of the GPU spec whose peaks and SM count enter the features.
-    """
-
-    def __init__(self, gpu: str = "h100") -> None:
-        self.gpu = gpu
-
-    def fit(self, X, y=None):
-        frame = _as_frame(X)
-        self.feature_names_out_ = np.array(shape_features(frame.head(1), get_gpu_spec(self.gpu)).columns)
-        self.n_features_in_ = len(SEER_FIELDS)
-        return self
-
-    def transform(self, X):
-        return shape_features(_as_frame(X), get_gpu_spec(self.gpu)).to_numpy()
-
-    def get_feature_names_out(self, input_features=None):
-        return self.feature_names_out_
-
-
-def _as_frame(X) -> pd.DataFrame:
-    if isinstance(X, pd.DataFrame):
-        return X
-    return pd.DataFrame(np.asarray(X)[:, : len(SEER_FIELDS)], columns=list(SEER_FIELDS))
+def feature_names(spec: GPUSpec) -> list[str]:
+    """The columns :func:`shape_features` returns, in order."""
+    return list(shape_features(pd.DataFrame([[1, 1, 1, 1, 1, 1, 1, 0]], columns=list(SEER_FIELDS)), spec).columns)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from seer.errors import EnvironmentProblem
 
@@ -298,6 +298,15 @@ def parse_gpu_specs(text: str, source: str = "<string>") -> dict[str, GPUSpec]:
     if not data:
         raise ValueError(f"{source}: no GPU specs")
     return {name: _build(name, table, source) for name, table in data.items()}
+
+
+def spec_from_fields(values: Mapping[str, Any], source: str = "<fields>") -> GPUSpec:
+    """A GPUSpec from its fields, as ``dataclasses.asdict`` gives them (and JSON returns
+    them), checked field by field like the packaged table; ValueError names the field."""
+    if not isinstance(values, Mapping) or not isinstance(values.get("name"), str):
+        raise ValueError(f"{source}: a GPU spec needs a name")
+    table = {k: list(v) if isinstance(v, tuple) else v for k, v in values.items() if k != "name"}
+    return _build(values["name"], table, source)
 
 
 def load_gpu_specs(path: str | Path | None = None) -> dict[str, GPUSpec]:

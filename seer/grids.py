@@ -1,4 +1,4 @@
-"""Grids of layer shapes to measure, and SEER's shape-file format (Test-set-II).
+"""Grids of layer shapes to measure.
 
 Named grids:
 
@@ -31,10 +31,9 @@ Named grids:
 ``quick``
     Twenty small shapes for tests and smoke runs.
 
-Any other grid name is read as a file in SEER's format: the first line is the number of
-shapes N, then N lines of ``batch in_ch in_width out_ch out_width kernel_width stride
-padding``. Blank lines and ``#`` comments are allowed. Every mistake is reported with file,
-line and field.
+Any other grid name is read as a layer file in SEER's Test-set-II format (see
+:mod:`seer.layers`, which reads and writes that format; its ConvShape-list functions are
+imported here for older callers).
 """
 
 from __future__ import annotations
@@ -42,12 +41,14 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from seer.errors import InputError
-from seer.shapes import SEER_FIELDS, ConvShape, ShapeError, conv_out_width
+# Imported back for callers that read and write layer files through this module.
+from seer.layers import format_shapes, parse_shapes, read_shapes_file, write_shapes_file  # noqa: F401
+from seer.shapes import ConvShape, conv_out_width
 
 
 @dataclass(frozen=True)
@@ -272,81 +273,3 @@ def resolve_grids(spec: str | Sequence[str]) -> list[GridShape]:
         for shape in shapes:
             seen.setdefault(shape, label)
     return [GridShape(shape, grid) for shape, grid in seen.items()]
-
-
-# -- SEER's shape-file format -------------------------------------------------------------
-def _content_lines(text: str) -> Iterable[tuple[int, list[str]]]:
-    for number, line in enumerate(text.splitlines(), start=1):
-        content = line.split("#", 1)[0].strip()
-        if content:
-            yield number, content.split()
-
-
-def parse_shapes(text: str, path: str | Path = "<input>") -> list[ConvShape]:
-    """Parse SEER's format; raise InputError naming file, line and field on any mistake."""
-    lines = list(_content_lines(text))
-    if not lines:
-        raise InputError("empty file: the first line must be the number of shapes", path=path, line=1)
-    count_line, count_fields = lines[0]
-    if len(count_fields) != 1:
-        raise InputError(f"the first line must hold only the number of shapes, got {' '.join(count_fields)!r}",
-                         path=path, line=count_line, field="count")
-    try:
-        count = int(count_fields[0])
-    except ValueError:
-        raise InputError(f"the number of shapes must be an integer, got {count_fields[0]!r}",
-                         path=path, line=count_line, field="count") from None
-    if count < 0:
-        raise InputError(f"the number of shapes must be >= 0, got {count}", path=path,
-                         line=count_line, field="count")
-    body = lines[1:]
-    if len(body) != count:
-        # Point at the first surplus shape, or at the count that promised more.
-        line = body[count][0] if len(body) > count else count_line
-        raise InputError(f"the first line says {count} shapes, but the file has {len(body)}",
-                         path=path, line=line, field="count")
-    shapes = []
-    for number, fields in body:
-        if len(fields) < len(SEER_FIELDS):
-            missing = SEER_FIELDS[len(fields)]
-            raise InputError(f"missing field (expected {len(SEER_FIELDS)}: {' '.join(SEER_FIELDS)})",
-                             path=path, line=number, field=missing)
-        if len(fields) > len(SEER_FIELDS):
-            raise InputError(f"extra field {fields[len(SEER_FIELDS)]!r} after padding (expected "
-                             f"{len(SEER_FIELDS)}: {' '.join(SEER_FIELDS)})",
-                             path=path, line=number, field="padding")
-        values = {}
-        for name, text_value in zip(SEER_FIELDS, fields):
-            try:
-                values[name] = int(text_value)
-            except ValueError:
-                raise InputError(f"must be an integer, got {text_value!r}", path=path, line=number,
-                                 field=name) from None
-        try:
-            shapes.append(ConvShape(**values))
-        except ShapeError as exc:
-            raise InputError(exc.message, path=path, line=number, field=exc.field) from None
-    return shapes
-
-
-def read_shapes_file(path: str | Path) -> list[ConvShape]:
-    """Read a shape file in SEER's Test-set-II format (see :func:`parse_shapes`)."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise InputError("no such file", path=path) from None
-    except UnicodeDecodeError:
-        raise InputError("not a text file", path=path) from None
-    except IsADirectoryError:
-        raise InputError("is a directory, not a shape file", path=path) from None
-    return parse_shapes(text, path)
-
-
-def format_shapes(shapes: Sequence[ConvShape]) -> str:
-    return "\n".join([str(len(shapes))] + [s.to_seer_line() for s in shapes]) + "\n"
-
-
-def write_shapes_file(path: str | Path, shapes: Sequence[ConvShape]) -> None:
-    """Write shapes in SEER's format (count line, then one shape per line)."""
-    Path(path).write_text(format_shapes(shapes))

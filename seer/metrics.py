@@ -25,14 +25,14 @@ class Metric:
 
 #: Each group is collected by its own ncu run over a chunk of runs, and each must stay one
 #: replay pass per kernel: every extra pass replays the kernel with memory saved and
-#: restored. Measured on the H100 with ncu 2025.3.1 (benchmarks/ncu_cost.py --passes, 289
-#: kernels of 42 runs): launch statistics and SASS counts (instrumented) take one pass and
+#: restored. Measured with benchmarks/ncu_cost.py --passes (README, "Collecting on a GPU"):
+#: launch statistics and SASS counts (instrumented) take one pass and
 #: cost no more than launch statistics alone; all the hardware counters of ``counters``
 #: fit one pass; the TF32 tensor-op counter shares no pass with the tensor-pipe instruction
-#: counter (3 passes together), nor do SASS counts with hardware counters (3 passes). Each
-#: ncu run also costs a fixed ~4 s to start and ~15 ms per kernel however few metrics it
-#: asks for, so fewer groups is faster: three groups take 24 s (fma) and 32 s (default) for
-#: those kernels, against 43 s and 51 s for the five groups used before.
+#: counter, nor do SASS counts with hardware counters. Each
+#: ncu run also costs a fixed time to start and a time per kernel however few metrics it
+#: asks for, so fewer groups is faster: the three ``core`` groups beat the five used before
+#: (benchmarks/results/h100-ncu-cost.json).
 PROFILE_GROUPS = ("launch_sass", "counters", "tensor", "pipes", "throughput")
 #: Groups only default-math runs need: CUDNN_FMA_MATH restricts cuDNN to FMA kernels, so
 #: fma runs execute no tensor-core operations.

@@ -24,11 +24,11 @@ import pandas as pd
 from seer.algorithms import classify_kernel
 from seer.errors import EnvironmentProblem, InputError
 from seer.metrics import METRICS, ncu_metric_names
+from seer.schema import KERNEL_INFO_COLUMNS, RUN_KEY
 
 RANGE_PREFIX = "seer_"
 _RANGE_RE = re.compile(r"seer_(?P<shape_id>[0-9a-f]{12})_(?P<math>[a-z_]+?)_(?P<algo>[A-Z][A-Z0-9_]*)")
 _NVTX_COLUMN_PREFIX = "thread Domain:Push/Pop_Range"
-KERNEL_KEY = ["shape_id", "math", "algo"]
 
 
 def range_name(shape_id: str, math: str, algo: str) -> str:
@@ -121,8 +121,7 @@ def kernels_from_ncu(raw: pd.DataFrame) -> pd.DataFrame:
     kernel_variant`` and one column per entry of :data:`seer.metrics.METRICS` (NaN where
     ncu did not report the metric). Kernels outside a seer range are dropped.
     """
-    columns = KERNEL_KEY + ["kernel_idx", "kernel_name", "kernel_family", "kernel_role",
-                            "kernel_variant"] + [m.column for m in METRICS]
+    columns = [*RUN_KEY, "kernel_idx", *KERNEL_INFO_COLUMNS, *(m.column for m in METRICS)]
     if raw.empty:
         return pd.DataFrame(columns=columns)
     nvtx = _nvtx_column(raw)
@@ -139,7 +138,7 @@ def kernels_from_ncu(raw: pd.DataFrame) -> pd.DataFrame:
         else:
             out[m.column] = np.nan
     out = out.dropna(subset=["shape_id"]).sort_values("ncu_id", kind="stable")
-    out["kernel_idx"] = out.groupby(KERNEL_KEY, sort=False).cumcount()
+    out["kernel_idx"] = out.groupby(list(RUN_KEY), sort=False).cumcount()
     info = out["kernel_name"].map(classify_kernel)
     out["kernel_family"] = info.map(lambda i: i.family)
     out["kernel_role"] = info.map(lambda i: i.role)

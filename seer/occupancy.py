@@ -6,7 +6,10 @@ kernel of every measured run, how many blocks of it one SM can hold under each r
 SEER's waves feature divides the grid by the blocks the whole GPU can hold. The functions
 here compute the same numbers from a kernel's launch configuration and a
 :class:`~seer.gpus.GPUSpec`, so that they can be predicted for a GPU the kernel never ran
-on, and checked against what ncu measured.
+on, and checked against what ncu measured. The dataset stage derives its
+``blocks_per_sm``, ``waves`` and SEER's ``B_max`` and whole waves with
+:func:`blocks_per_sm`, :func:`b_max`, :func:`waves` and :func:`whole_waves`, so that each
+formula is written once.
 
 The rules follow NVIDIA's CUDA Occupancy Calculator and the driver's occupancy API:
 
@@ -27,14 +30,13 @@ The rules follow NVIDIA's CUDA Occupancy Calculator and the driver's occupancy A
   resident.
 
 With the carveout ncu reports (``launch__shared_mem_config_size``), these rules give
-ncu's four limits for every one of the 3,265 kernels profiled on seer's H100
-(tests/test_occupancy.py). cuDNN's kernels often run with a larger carveout than the
-default assumed here, which changes the shared-memory limit but never the resident
-blocks per SM.
+ncu's four limits for every kernel profiled on seer's H100 (tests/test_occupancy.py).
+cuDNN's kernels often run with a larger carveout than the default assumed here, which
+changes the shared-memory limit but never the resident blocks per SM.
 
 Like ncu, each limit is reported on its own (a warps limit of 64 for one-warp blocks is
-not capped at the blocks limit of 32); :attr:`OccupancyLimits.blocks_per_sm` is their
-minimum.
+not capped at the blocks limit of 32); :func:`blocks_per_sm` (and
+:attr:`OccupancyLimits.blocks_per_sm`) is their minimum.
 """
 
 from __future__ import annotations
@@ -80,8 +82,8 @@ class OccupancyLimits:
 
     @property
     def blocks_per_sm(self) -> int:
-        """Resident blocks per SM: the smallest of the four limits."""
-        return min(self.blocks, self.warps, self.registers, self.shared_mem)
+        """Resident blocks per SM: the smallest of the four limits (:func:`blocks_per_sm`)."""
+        return int(blocks_per_sm(self.as_dict()))
 
     @property
     def limiter(self) -> str:
@@ -334,9 +336,9 @@ def default_shared_mem_config(spec: GPUSpec, threads_per_block: int, registers_p
     """The carveout the driver picks by default for a launch, in bytes.
 
     The smallest of ``spec.shared_mem_carveouts_kib`` that lets the most blocks be
-    resident. (cuDNN's kernels often get a larger one: on the H100, 86% of the profiled
-    kernels ran with more; ncu's ``launch__shared_mem_config_size`` tells what a launch
-    really got. The resident blocks per SM are the same either way.)
+    resident. (cuDNN's kernels often get a larger one; ncu's
+    ``launch__shared_mem_config_size`` tells what a launch really got. The resident
+    blocks per SM are the same either way.)
 
     Parameters
     ----------
@@ -428,38 +430,87 @@ def occupancy_limits_frame(spec: GPUSpec, frame: pd.DataFrame, *,
     return pd.DataFrame({COLUMNS[name]: limits[name] for name in LIMIT_NAMES}, index=frame.index)
 
 
+def blocks_per_sm(limits: Mapping[str, Any]) -> np.ndarray:
+    """Resident blocks per SM of each launch: the smallest of its four limits.
+
+    Parameters
+    ----------
+    limits : mapping
+        The four limits by seer's column names (``occupancy_limit_blocks``, ..., e.g. a
+        kernels or measurements frame), or else by limit name (``blocks``, ..., as
+        :func:`occupancy_limits_array` returns them); scalars or arrays.
+
+    Returns
+    -------
+    numpy.ndarray
+        The minimum per launch, of the inputs' dtype. A missing (NaN) limit is skipped,
+        so a run that was not profiled, with all four missing, gets NaN.
+    """
+    # All four by column name, or all four by limit name: a kernels frame also holds
+    # "registers" (per thread), which is no limit.
+    for keys in ([COLUMNS[name] for name in LIMIT_NAMES], list(LIMIT_NAMES)):
+        if all(key in limits for key in keys):
+            break
+    else:
+        raise KeyError(f"the four limits are missing: give {', '.join(COLUMNS.values())} "
+                       f"or {', '.join(LIMIT_NAMES)}")
+    values = [_as_array(limits[key]) for key in keys]
+    # fmin, unlike minimum, skips NaN where another limit is known.
+    return np.fmin.reduce(np.broadcast_arrays(*values))
+
+
+def b_max(blocks_per_sm: Any, sm_count: int) -> Any:
+    """SEER's ``B_max``: the blocks of one kernel the whole GPU holds at once.
+
+    ``blocks_per_sm * sm_count``; NaN where ``blocks_per_sm`` is missing (NaN), of the
+    inputs' dtype otherwise (an int for scalar inputs).
+
+    Raises
+    ------
+    ValueError
+        If ``blocks_per_sm`` or ``sm_count`` is not a positive whole number.
+    """
+    per_sm = _count_array(blocks_per_sm, "blocks_per_sm")
+    sms = _count_array(sm_count, "sm_count")
+    if np.any(per_sm < 1):
+        raise ValueError(f"blocks_per_sm = {_first(per_sm, per_sm < 1)} must be positive "
+                         f"(the kernel cannot launch)")
+    if np.any(sms < 1) or np.any(np.isnan(sms)):
+        raise ValueError(f"sm_count = {sm_count} must be positive")
+    return _scalar_or_array(per_sm * sms)
+
+
 def waves(grid_blocks: Any, blocks_per_sm: Any, sm_count: int) -> Any:
     """SEER's waves: the grid over the blocks the whole GPU holds at once.
 
-    ``grid_blocks / (blocks_per_sm * sm_count)``, where ``blocks_per_sm * sm_count`` is
-    SEER's ``B_max``. A value below 1 means part of the GPU idles.
+    ``grid_blocks / B_max`` (:func:`b_max`). A value below 1 means part of the GPU idles.
 
     Parameters
     ----------
     grid_blocks : int or array-like
-        Blocks in the grid.
+        Blocks in the grid; NaN where unknown (a run that was not profiled).
     blocks_per_sm : int or array-like
-        Resident blocks per SM (:attr:`OccupancyLimits.blocks_per_sm`); must be positive.
+        Resident blocks per SM (:func:`blocks_per_sm`); positive, or NaN where unknown.
     sm_count : int
         SMs on the GPU (:attr:`GPUSpec.sm_count`).
 
     Returns
     -------
     float or numpy.ndarray
-        A float for scalar inputs, else an array of floats.
+        A float for scalar inputs, else an array of floats, NaN where an input is NaN.
 
     Raises
     ------
     ValueError
-        If ``blocks_per_sm`` or ``sm_count`` is not positive, or ``grid_blocks`` negative.
+        If ``blocks_per_sm`` or ``sm_count`` is not positive, ``grid_blocks`` negative,
+        or a known value is not a whole number.
     """
     grid, capacity = _wave_inputs(grid_blocks, blocks_per_sm, sm_count)
-    result = grid / capacity
-    return float(result) if np.ndim(result) == 0 else result
+    return _scalar_or_array(grid / capacity)
 
 
 def whole_waves(grid_blocks: Any, blocks_per_sm: Any, sm_count: int) -> Any:
-    """Whole waves: ``ceil(grid_blocks / (blocks_per_sm * sm_count))``, in exact integers.
+    """Whole waves: ``ceil(grid_blocks / B_max)``.
 
     Parameters
     ----------
@@ -468,23 +519,45 @@ def whole_waves(grid_blocks: Any, blocks_per_sm: Any, sm_count: int) -> Any:
 
     Returns
     -------
-    int or numpy.ndarray
-        An int for scalar inputs, else an array of integers.
+    int, float or numpy.ndarray
+        Exact integers for integer inputs (an int for scalars); for float inputs, floats
+        holding whole numbers, NaN where an input is NaN.
     """
     grid, capacity = _wave_inputs(grid_blocks, blocks_per_sm, sm_count)
-    result = -(-grid // capacity)
-    return int(result) if np.ndim(result) == 0 else result
+    if np.issubdtype(grid.dtype, np.floating) or np.issubdtype(capacity.dtype, np.floating):
+        # Float quotients of integers below 2**53 are never rounded across a whole number.
+        return _scalar_or_array(np.ceil(grid / capacity))
+    return _scalar_or_array(-(-grid // capacity))
+
+
+def _as_array(value: Any) -> np.ndarray:
+    """``value`` as a NumPy array; pandas' nullable integers become float64, NA as NaN."""
+    array = np.asarray(value)
+    if array.dtype == object and hasattr(value, "to_numpy"):
+        array = value.to_numpy(dtype=float, na_value=np.nan)
+    return array
+
+
+def _count_array(value: Any, argument: str) -> np.ndarray:
+    """``value`` as int64, or as float64 where it is float, NaN kept (unknown: a run that
+    was not profiled); a known value that is not a whole number is refused."""
+    array = _as_array(value)
+    if not np.issubdtype(array.dtype, np.floating):
+        return _int_array(array, argument)
+    finite = np.isfinite(array)
+    safe = np.where(finite, array, 0.0)
+    bad = np.isinf(array) | (safe != np.floor(safe))
+    if np.any(bad):
+        raise ValueError(f"{argument} must be whole numbers, got {_first(array, bad)}")
+    return array.astype(np.float64)
+
+
+def _scalar_or_array(result: np.ndarray) -> Any:
+    return result.item() if np.ndim(result) == 0 else result
 
 
 def _wave_inputs(grid_blocks: Any, blocks_per_sm: Any, sm_count: int) -> tuple[np.ndarray, np.ndarray]:
-    grid = _int_array(grid_blocks, "grid_blocks")
-    per_sm = _int_array(blocks_per_sm, "blocks_per_sm")
-    sms = _int_array(sm_count, "sm_count")
+    grid = _count_array(grid_blocks, "grid_blocks")
     if np.any(grid < 0):
         raise ValueError(f"grid_blocks = {_first(grid, grid < 0)} must not be negative")
-    if np.any(per_sm < 1):
-        raise ValueError(f"blocks_per_sm = {_first(per_sm, per_sm < 1)} must be positive "
-                         f"(the kernel cannot launch)")
-    if np.any(sms < 1):
-        raise ValueError(f"sm_count = {_first(sms, sms < 1)} must be positive")
-    return grid, per_sm * sms
+    return grid, np.asarray(b_max(blocks_per_sm, sm_count))

@@ -1,114 +1,333 @@
-"""Compact storage of gradient-boosted tree ensembles inside seer's model files.
+"""Model files: their format, their card, and where seer finds them.
 
-scikit-learn keeps a fitted ``HistGradientBoosting*`` as one ``TreePredictor`` object per
-tree, each with three small arrays. skops writes every array as its own ``.npy`` entry of
-the zip file and reads it back with a header parse: for the ~8,000 trees of one seer model
-that was 24,000 entries, 24 MB and 6 s to load. :func:`pack` replaces each ensemble's
-trees with one :class:`PackedTrees` (one array per node field, all trees end to end) just
-before a dump, and :func:`unpack` rebuilds the ``TreePredictor`` lists right after a load.
+A model set for one GPU is a directory: ``model.json`` (the card: what the models were
+trained on, how, and the SHA-256 of each file) and one file per (family, math mode),
+``ours-fma.zip`` and so on. A model file is a zip archive of plain data:
 
-The nodes' split gains, sample counts and depths are diagnostics that prediction never
-reads; they are stored as zeros, which compress to nothing. Predictions are unchanged
-(``tests/test_models.py`` compares them before and after a round trip).
+``model.json``
+    ``{"format": "seer-model", "version": 1, "root": ...}``, where ``root`` is the model's
+    state: JSON values, ``{"$array": "arrays/<n>.npy"}`` for an array, and
+    ``{"$type": NAME, "state": {...}}`` for a part of a model, NAME one of the exact class
+    names of :mod:`seer.predictors` (:data:`TRUSTED_TYPES`);
+``arrays/<n>.npy``
+    numeric and boolean arrays in NumPy's format, read with ``allow_pickle=False``.
+
+Loading parses JSON and reads arrays; the only objects it builds are seer's own
+predictors, each of which checks its state (shapes, dtypes, tree structure) before it is
+used. No name in a file can reach any other type or any function, so loading a file never
+runs code, and a damaged or hand-made file is refused in one sentence. The card's SHA-256
+catches files that changed after training.
+
+Where models are found (:func:`models_root`): ``models_dir`` when given (``--models-dir``),
+else the directory named by the environment variable ``SEER_MODELS_DIR``, else the models
+shipped inside the package (``seer/data/models``), which is also where ``seer train``
+writes by default.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import hashlib
+import io
+import json
+import os
+import re
+import zipfile
+from pathlib import Path
+from typing import Any, Sequence
 
 import numpy as np
 
-#: Node fields that prediction does not read: stored as zeros.
-DIAGNOSTIC_FIELDS = ("gain", "count", "depth")
+from seer.errors import InputError
+from seer.model import Model
+from seer.predictors import AlgorithmPredictor, Part, SeerFamilyPredictor, StateError
+from seer.trees import TreeError
+
+CARD_FILE = "model.json"
+MODEL_SUFFIX = ".zip"
+FORMAT, FORMAT_VERSION = "seer-model", 1
+#: Model families: seer's own and SEER's (the baseline), and the predictor class of each.
+FAMILIES: dict[str, type] = {"ours": AlgorithmPredictor, "seer": SeerFamilyPredictor}
+#: Every class a model file may name, by exact name.
+TRUSTED_TYPES: dict[str, type] = dict(Part.registry)
+#: Environment variable that names the models directory.
+MODELS_ENV = "SEER_MODELS_DIR"
+#: Array dtypes a model file may hold: booleans, integers, floats.
+_ARRAY_KINDS = "biuf"
+#: Bounds on what a model file may unpack to (seer's own files are far smaller).
+_MAX_MEMBERS, _MAX_BYTES = 100_000, 2**31
+_MEMBER_NAME = re.compile(r"^arrays/[0-9]+\.npy$")
+_MODEL_FILE_NAME = re.compile(rf"^({'|'.join(FAMILIES)})-[a-z0-9_]+{re.escape(MODEL_SUFFIX)}$")
+_GPU_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
-class PackedTrees:
-    """All trees of one boosted ensemble, field by field (see the module docstring).
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
-    ``rounds`` x ``per_round`` trees (one per class and boosting round, as
-    ``_predictors`` holds them), ``nodes_per_tree`` their sizes, ``fields`` one 1-D array
-    per node field, and the two categorical bitset tables with their rows per tree.
+
+def model_file(family: str, math: str) -> str:
+    """Name of the file holding one family's model of one math mode."""
+    return f"{family}-{math}{MODEL_SUFFIX}"
+
+
+# -- writing ------------------------------------------------------------------------------
+def _encode(value: Any, arrays: list[np.ndarray]) -> Any:
+    if isinstance(value, Part):
+        name = type(value).__name__
+        if TRUSTED_TYPES.get(name) is not type(value):
+            raise TypeError(f"{name} is not a registered model part")
+        return {"$type": name, "state": _encode(value.state(), arrays)}
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind not in _ARRAY_KINDS:
+            raise TypeError(f"arrays of {value.dtype} cannot be stored")
+        arrays.append(value)
+        return {"$array": f"arrays/{len(arrays) - 1}.npy"}
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise TypeError("model state keys must be strings")
+        return {k: _encode(v, arrays) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_encode(v, arrays) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    raise TypeError(f"cannot store {type(value).__name__} in a model file")
+
+
+def write_model_file(part: Part, path: Path) -> None:
+    """Write one predictor to ``path`` (through a temporary file: never half-written)."""
+    arrays: list[np.ndarray] = []
+    document = {"format": FORMAT, "version": FORMAT_VERSION, "root": _encode(part, arrays)}
+    text = json.dumps(document, allow_nan=False, separators=(",", ":"))
+    tmp = path.with_name(f".{path.name}.tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as archive:
+        archive.writestr(zipfile.ZipInfo("model.json", date_time=(1980, 1, 1, 0, 0, 0)), text,
+                         compress_type=zipfile.ZIP_DEFLATED)
+        for i, array in enumerate(arrays):
+            buffer = io.BytesIO()
+            np.save(buffer, np.ascontiguousarray(array), allow_pickle=False)
+            # A fixed timestamp: the same model gives the same bytes.
+            archive.writestr(zipfile.ZipInfo(f"arrays/{i}.npy", date_time=(1980, 1, 1, 0, 0, 0)), buffer.getvalue(),
+                             compress_type=zipfile.ZIP_DEFLATED)
+    os.replace(tmp, path)
+
+
+def save(model: Model, directory: Path) -> list[Path]:
+    """Write one file per (family, math mode) and the card into ``directory``; returns the files.
+
+    One file per part, so that ``seer predict`` reads only the model it uses.
     """
-
-    def __init__(self, predictors=None) -> None:
-        if predictors is None:  # skops builds an empty instance, then sets its state
-            return
-        trees = [tree for round_ in predictors for tree in round_]
-        self.rounds, self.per_round = len(predictors), (len(predictors[0]) if predictors else 0)
-        self.nodes_per_tree = np.array([len(t.nodes) for t in trees], dtype=np.int64)
-        nodes = np.concatenate([t.nodes for t in trees]) if trees else np.empty(0)
-        self.dtype = [list(item) for item in nodes.dtype.descr]
-        self.fields = {name: (np.zeros_like(nodes[name]) if name in DIAGNOSTIC_FIELDS else nodes[name].copy())
-                       for name in nodes.dtype.names or ()}
-        for name in ("binned_left_cat_bitsets", "raw_left_cat_bitsets"):
-            tables = [getattr(t, name) for t in trees]
-            setattr(self, f"{name}_rows", np.array([len(b) for b in tables], dtype=np.int64))
-            setattr(self, name, np.concatenate(tables) if tables else np.empty((0, 8), dtype=np.uint32))
-
-    def predictors(self) -> list[list]:
-        """The ``_predictors`` lists of ``TreePredictor`` again."""
-        from sklearn.ensemble._hist_gradient_boosting.predictor import TreePredictor
-
-        nodes = np.empty(int(self.nodes_per_tree.sum()), dtype=[tuple(item) for item in self.dtype])
-        for name, values in self.fields.items():
-            nodes[name] = values
-        node_ends = np.cumsum(self.nodes_per_tree)
-        binned_ends = np.cumsum(self.binned_left_cat_bitsets_rows)
-        raw_ends = np.cumsum(self.raw_left_cat_bitsets_rows)
-        trees = [TreePredictor(nodes[node_end - n_nodes:node_end],
-                               self.binned_left_cat_bitsets[b_end - n_b:b_end],
-                               self.raw_left_cat_bitsets[r_end - n_r:r_end])
-                 for n_nodes, node_end, n_b, b_end, n_r, r_end in zip(
-                     self.nodes_per_tree, node_ends, self.binned_left_cat_bitsets_rows, binned_ends,
-                     self.raw_left_cat_bitsets_rows, raw_ends)]
-        return [trees[i * self.per_round:(i + 1) * self.per_round] for i in range(self.rounds)]
+    directory.mkdir(parents=True, exist_ok=True)
+    for stale in directory.glob(f"*{MODEL_SUFFIX}"):
+        stale.unlink()
+    files = {}
+    for family, parts in (("ours", model.predictors), ("seer", model.baselines)):
+        for math, part in parts.items():
+            path = directory / model_file(family, math)
+            write_model_file(part, path)
+            files[path.name] = sha256(path)
+    card = dict(model.card) | {"model_files": files}
+    tmp = directory / f".{CARD_FILE}.tmp"
+    tmp.write_text(json.dumps(card, indent=2, default=_json_default) + "\n")
+    os.replace(tmp, directory / CARD_FILE)
+    return [directory / name for name in files]
 
 
-def _ensembles(obj: Any, seen: set[int] | None = None):
-    """Every fitted boosted ensemble reachable from ``obj`` through estimators' attributes,
-    dicts, lists and tuples."""
-    from sklearn.base import BaseEstimator
-
-    seen = set() if seen is None else seen
-    if id(obj) in seen:
-        return
-    seen.add(id(obj))
-    if isinstance(obj, dict):
-        children = list(obj.values())
-    elif isinstance(obj, (list, tuple)):
-        children = list(obj)
-    elif isinstance(obj, BaseEstimator):
-        if hasattr(obj, "_predictors"):
-            yield obj
-        children = list(vars(obj).values())
-    else:
-        return
-    for child in children:
-        yield from _ensembles(child, seen)
+def _json_default(value):
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"cannot write {type(value).__name__} to a model card")
 
 
-def _swap(obj: Any, convert: Callable) -> list[tuple[Any, Any]]:
-    swapped = []
-    for ensemble in _ensembles(obj):
-        before = ensemble._predictors
-        ensemble._predictors = convert(before)
-        swapped.append((ensemble, before))
-    return swapped
+# -- reading ------------------------------------------------------------------------------
+class _Decoder:
+    """Rebuilds a model's state from a model file's JSON and arrays (see the module docstring)."""
+
+    def __init__(self, archive: zipfile.ZipFile) -> None:
+        self.archive = archive
+        self.names = set(archive.namelist())
+
+    def decode(self, value: Any) -> Any:
+        if isinstance(value, dict):
+            if "$type" in value:
+                if set(value) != {"$type", "state"} or not isinstance(value["$type"], str):
+                    raise StateError("a part must be {\"$type\": NAME, \"state\": {...}}")
+                cls = TRUSTED_TYPES.get(value["$type"])
+                if cls is None:
+                    raise StateError(f"names a type seer does not trust: {value['$type']!r}")
+                state = self.decode(value["state"])
+                if not isinstance(state, dict):
+                    raise StateError(f"{value['$type']}: its state must be an object")
+                return cls.from_state(state)
+            if "$array" in value:
+                if set(value) != {"$array"}:
+                    raise StateError("an array reference must be {\"$array\": NAME}")
+                return self.array(value["$array"])
+            return {k: self.decode(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.decode(v) for v in value]
+        return value
+
+    def array(self, name: Any) -> np.ndarray:
+        if not isinstance(name, str) or not _MEMBER_NAME.match(name) or name not in self.names:
+            raise StateError(f"refers to an array the file does not hold: {name!r}")
+        try:
+            array = np.load(io.BytesIO(self.archive.read(name)), allow_pickle=False)
+        except ValueError as exc:  # pickled objects, or not NumPy's format at all
+            raise StateError(f"{name} is not a plain array of numbers or booleans ({exc})") from None
+        if array.dtype.kind not in _ARRAY_KINDS:
+            raise StateError(f"{name} holds {array.dtype} values, not numbers or booleans")
+        return array
 
 
-def pack(obj: Any) -> list[tuple[Any, Any]]:
-    """Pack every ensemble in ``obj`` in place; returns what :func:`restore` puts back."""
-    return _swap(obj, lambda predictors: predictors if isinstance(predictors, PackedTrees)
-                 else PackedTrees(predictors))
+def read_model_file(path: Path, expected: type | None = None) -> Part:
+    """The predictor stored in ``path``, checked; InputError in one sentence otherwise.
+
+    ``expected`` is the predictor class the caller needs (a file holding another is refused).
+    """
+    if path.is_dir():
+        raise InputError("is a directory, not a model file", path=path)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            infos = archive.infolist()
+            if len(infos) > _MAX_MEMBERS or sum(i.file_size for i in infos) > _MAX_BYTES:
+                raise StateError("unpacks to more than a model file may")
+            try:
+                document = json.loads(archive.read("model.json"))
+            except KeyError:
+                raise StateError("is not a seer model file (it holds no model.json)") from None
+            if not isinstance(document, dict) or document.get("format") != FORMAT:
+                raise StateError("is not a seer model file (its model.json names no seer format)")
+            if document.get("version") != FORMAT_VERSION:
+                raise StateError(f"has format version {document.get('version')!r}; this seer reads version "
+                                 f"{FORMAT_VERSION} (retrain with `seer train`)")
+            part = _Decoder(archive).decode(document.get("root"))
+    except FileNotFoundError:
+        raise InputError("model file listed in the card is missing; retrain with `seer train --gpu GPU`",
+                         path=path) from None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError):
+        raise InputError("not a seer model file (not a zip archive)", path=path) from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not a seer model file (model.json is not valid JSON: {exc.msg})", path=path) from None
+    except (StateError, TreeError) as exc:
+        message = str(exc)
+        raise InputError(message if message.startswith("is not a seer") else f"not a valid seer model file: {message}",
+                         path=path) from None
+    except (ValueError, TypeError, KeyError, IndexError, OSError, RecursionError) as exc:
+        # Anything else a hand-made file can provoke while its parts check themselves.
+        raise InputError(f"not a valid seer model file ({type(exc).__name__}: {exc})", path=path) from None
+    if expected is not None and type(part) is not expected:
+        raise InputError(f"holds a {type(part).__name__}, where a {expected.__name__} was expected", path=path)
+    return part
 
 
-def restore(swapped: list[tuple[Any, Any]]) -> None:
-    """Undo :func:`pack` on the objects it changed (the fitted model in memory stays whole)."""
-    for ensemble, before in swapped:
-        ensemble._predictors = before
+def read_card(directory: Path) -> dict:
+    """The model card of a model directory, checked; InputError in one sentence otherwise."""
+    card_path = directory / CARD_FILE
+    retrain = "retrain with `seer train --gpu GPU`"
+    if card_path.is_dir():
+        raise InputError("is a directory, not a model card", path=card_path)
+    try:
+        card = json.loads(card_path.read_text())
+    except FileNotFoundError:
+        raise InputError("no trained model here; train one with `seer train --gpu GPU`", path=card_path) from None
+    except (UnicodeDecodeError, OSError) as exc:
+        raise InputError(f"model card cannot be read ({exc})", path=card_path) from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"model card is not valid JSON ({exc.msg})", path=card_path, line=exc.lineno) from None
+    if not isinstance(card, dict):
+        raise InputError(f"model card must be a JSON object, not {type(card).__name__}; {retrain}", path=card_path)
+    files = card.get("model_files")
+    if not isinstance(files, dict) or not files:
+        raise InputError(f"model card lists no model files (written by an older seer?); {retrain}", path=card_path)
+    for name, digest in files.items():
+        if not _MODEL_FILE_NAME.match(name) or not isinstance(digest, str) or not _SHA256.match(digest):
+            raise InputError(f"model card lists {name!r} with {digest!r}: expected FAMILY-MATH{MODEL_SUFFIX} and a "
+                             f"SHA-256; {retrain}", path=card_path)
+    if not isinstance(card.get("gpu"), str) or not _GPU_NAME.match(card["gpu"]):
+        raise InputError(f"model card names no GPU; {retrain}", path=card_path)
+    if not isinstance(card.get("maths"), dict):
+        raise InputError(f"model card lists no math modes; {retrain}", path=card_path)
+    return card
 
 
-def unpack(obj: Any) -> Any:
-    """Rebuild the trees of every packed ensemble in ``obj`` (after a load); returns ``obj``."""
-    _swap(obj, lambda packed: packed.predictors() if isinstance(packed, PackedTrees) else packed)
-    return obj
+def load(directory: Path, maths: Sequence[str] | None = None, families: Sequence[str] = tuple(FAMILIES)) -> Model:
+    """Load a saved model set (only ``maths`` and ``families`` if given), refusing any file
+    whose SHA-256 differs from its card's or that is not a valid seer model file."""
+    card = read_card(directory)
+    maths = list(card["maths"]) if maths is None else list(maths)
+    parts: dict[str, dict] = {family: {} for family in FAMILIES}
+    for family in families:
+        for math in maths:
+            name = model_file(family, math)
+            if name not in card["model_files"]:
+                continue
+            path = directory / name
+            if path.is_file() and sha256(path) != card["model_files"][name]:
+                raise InputError("model file does not match the SHA-256 in its card: refusing to load a file "
+                                 "that changed after training", path=path)
+            parts[family][math] = read_model_file(path, FAMILIES[family])
+    if not parts["ours"]:
+        raise InputError(f"no model for {', '.join(maths)} math here (the card lists: "
+                         f"{', '.join(card['model_files'])})", path=directory / CARD_FILE)
+    for predictor in parts["ours"].values():
+        if predictor.spec.name != card["gpu"]:
+            raise InputError(f"model file is for GPU {predictor.spec.name!r}, the card for {card['gpu']!r}",
+                             path=directory / CARD_FILE)
+    return Model(card["gpu"], card, parts["ours"], parts["seer"])
+
+
+# -- where models live --------------------------------------------------------------------
+def shipped_models() -> Path:
+    """The models directory inside the installed package."""
+    return Path(__file__).resolve().parent / "data" / "models"
+
+
+def models_root(models_dir: str | Path | None = None) -> Path:
+    """The models directory: ``models_dir``, else ``$SEER_MODELS_DIR``, else the shipped one."""
+    if models_dir is not None:
+        return Path(models_dir)
+    if os.environ.get(MODELS_ENV):
+        return Path(os.environ[MODELS_ENV])
+    return shipped_models()
+
+
+def available(root: Path) -> list[str]:
+    """GPU names that have a trained model under ``root``."""
+    return sorted(p.parent.name for p in root.glob(f"*/{CARD_FILE}"))
+
+
+def resolve_gpu(gpu: str | None, root: Path) -> str:
+    """The model's GPU: the one asked for, or the only one there is."""
+    names = available(root)
+    if gpu is None:
+        if len(names) == 1:
+            return names[0]
+        if not names:
+            raise InputError("no trained models; train one with `seer train --gpu GPU`", path=root)
+        raise InputError(f"several trained models ({', '.join(names)}): choose one with --gpu")
+    gpu = gpu.strip().lower()
+    if gpu not in names:
+        raise InputError(f"no trained model for GPU {gpu!r} in {root}; trained models exist for: "
+                         f"{', '.join(names) or 'none'} (train one with `seer train --gpu {gpu}`)")
+    return gpu
+
+
+def load_model(gpu: str | None = None, *, math: str | Sequence[str] | None = None,
+               models_dir: str | Path | None = None, baselines: bool = False) -> Model:
+    """Load the trained models of a GPU (the only one there is when ``gpu`` is None).
+
+    ``math`` limits loading to one or more math modes; ``baselines`` also loads SEER's
+    model (for evaluation). See :func:`models_root` for where models are looked up.
+    """
+    root = models_root(models_dir)
+    name = resolve_gpu(gpu, root)
+    maths = [math] if isinstance(math, str) else math
+    return load(root / name, maths=maths, families=tuple(FAMILIES) if baselines else ("ours",))

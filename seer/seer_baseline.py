@@ -21,13 +21,17 @@ profiled runs. Per algorithm, as its MATLAB code does:
 
 What differs, because SEER's constants belong to the Titan Xp and its cuDNN 7 kernels:
 the grid size, which SEER computes from each variant's hard-coded tile, comes from a
-regression tree per variant (log grid size on the shape, batch included); B_max, which
-SEER took from the occupancy calculator, is the median measured on the variant's runs;
-variants with fewer than ``min_variant_runs`` training runs are pooled per algorithm
-(cuDNN 9 on the H100 launches up to 46 main-kernel variants for one algorithm, SEER saw
-two or three); utilisation is seer's achieved FLOP rate and DRAM bandwidth over their
-peaks (nvprof's utilisation levels are gone). Which algorithms run on a shape is decided by
-the same support decisions as seer's own model, so the two compare on time alone.
+regression tree per variant (log grid size on the shape, batch included); B_max comes,
+as in SEER, from the occupancy calculator (:mod:`seer.occupancy`), applied to each
+training run's launch configuration, and is the median over the variant's runs; variants
+with fewer than ``min_variant_runs`` training runs are pooled per algorithm (cuDNN 9
+launches many more main-kernel variants per algorithm than the two or three SEER saw);
+utilisation is seer's achieved FLOP rate and DRAM bandwidth over their peaks (nvprof's
+utilisation levels are gone). Which algorithms run on a shape is decided by the same
+support decisions as seer's own model, so the two compare on time alone.
+
+Fitting ends in :mod:`seer.predictors` (``predictor_``), which holds SEER's prediction
+steps and is what a model file stores.
 """
 
 from __future__ import annotations
@@ -41,15 +45,16 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 from sklearn.utils.validation import check_is_fitted
 
-from seer.shapes import SEER_FIELDS
+from seer.gpus import GPUSpec
+from seer import occupancy
+from seer.predictors import (COMPUTE, FFT_ALGOS, MEMORY, UNDER, WINOGRAD_ALGOS, SeerAlgorithmPredictor,
+                             SeerFamilyPredictor, SeerVariantPredictor, TreeClassifier, TreeRegressor, dram_features,
+                             fft_bucket, fft_design, grid_features, shape_block, time_design, variant_features)
+from seer.trees import from_decision_tree
 
-FFT_ALGOS = ("FFT", "FFT_TILING")
-WINOGRAD_ALGOS = ("WINOGRAD", "WINOGRAD_NONFUSED")
-FFT_WIDTH_BUCKETS = (16, 32, 64, 128, 256)
-COMPUTE, MEMORY, UNDER = 0, 1, 2
 #: Profile columns the fit needs besides the shape and the time.
-PROFILE_COLUMNS = ("variant", "grid_blocks", "blocks_per_sm", "flops", "dram_read_bytes", "dram_write_bytes",
-                   "sm_util", "dram_util")
+PROFILE_COLUMNS = ("variant", "grid_blocks", "block_threads", "registers", "shared_mem_bytes", "flops",
+                   "dram_read_bytes", "dram_write_bytes", "sm_util", "dram_util")
 
 
 def relative_least_squares(design: np.ndarray, target: np.ndarray) -> np.ndarray:
@@ -72,30 +77,18 @@ def _fit_tree(classifier: bool, X: np.ndarray, y: np.ndarray):
     return GridSearchCV(base, {"min_samples_leaf": leaves}, cv=min(5, n // 2)).fit(X, y).best_estimator_
 
 
-def _shape_block(X: pd.DataFrame) -> dict[str, np.ndarray]:
-    return {"N": X["batch"].to_numpy(float), "C": X["in_ch"].to_numpy(float), "W": X["in_width"].to_numpy(float),
-            "K": X["out_ch"].to_numpy(float), "Q": X["out_width"].to_numpy(float),
-            "R": X["kernel_width"].to_numpy(float), "S": X["stride"].to_numpy(float)}
+def _regressor(tree) -> TreeRegressor:
+    return TreeRegressor(from_decision_tree(tree))
 
 
-def _variant_features(X: pd.DataFrame) -> np.ndarray:
-    s = _shape_block(X)
-    return np.column_stack([s["C"], s["W"], s["K"], s["Q"], s["R"], s["S"]])
+def _classifier(tree) -> TreeClassifier:
+    return TreeClassifier(from_decision_tree(tree), [c.item() if hasattr(c, "item") else c for c in tree.classes_])
 
 
-def _grid_features(X: pd.DataFrame) -> np.ndarray:
-    # SEER's grid formulas use N*Q^2 and K; with batch varying, the tree needs N too.
-    s = _shape_block(X)
-    return np.column_stack([_variant_features(X), s["N"], s["N"] * s["Q"] ** 2])
-
-
-def _dram_features(X: pd.DataFrame, blocks: np.ndarray, winograd: bool) -> np.ndarray:
-    s = _shape_block(X)
-    base = _variant_features(X)
-    if winograd:
-        return base
-    return np.column_stack([base, blocks, s["R"] ** 2 * s["C"], s["R"] ** 2 * s["C"] * s["K"],
-                            s["Q"] ** 2 * s["C"] * s["R"] ** 2])
+def blocks_per_sm(spec: GPUSpec, runs: pd.DataFrame) -> np.ndarray:
+    """Resident blocks per SM of each run's main kernel, by the occupancy calculator."""
+    return occupancy.blocks_per_sm(occupancy.occupancy_limits_array(
+        spec, runs["block_threads"].to_numpy(), runs["registers"].to_numpy(), runs["shared_mem_bytes"].to_numpy()))
 
 
 class SeerAlgorithmModel(BaseEstimator):
@@ -105,58 +98,53 @@ class SeerAlgorithmModel(BaseEstimator):
     ----------
     algo : str
         cuDNN algorithm name; decides the FLOP form (GEMM or Winograd) or the FFT formula.
-    sm_count : int, default=132
-        SMs of the GPU, for B_max = resident blocks per SM x SMs.
+    gpu : GPUSpec
+        The GPU, for B_max (resident blocks per SM x SMs).
     min_variant_runs : int, default=20
         Variants with fewer training runs are pooled as ``"other"``.
     """
 
-    def __init__(self, algo: str = "IMPLICIT_GEMM", sm_count: int = 132, min_variant_runs: int = 20) -> None:
+    def __init__(self, algo: str = "IMPLICIT_GEMM", gpu: GPUSpec | None = None, min_variant_runs: int = 20) -> None:
         self.algo = algo
-        self.sm_count = sm_count
+        self.gpu = gpu
         self.min_variant_runs = min_variant_runs
 
     def fit(self, X: pd.DataFrame, y) -> "SeerAlgorithmModel":
         """``X``: shape columns plus, except for FFT algorithms, :data:`PROFILE_COLUMNS`; ``y``: ms."""
         y = np.asarray(y, dtype=float)
         if self.algo in FFT_ALGOS:
-            return self._fit_fft(X, y)
+            self.predictor_ = SeerAlgorithmPredictor(self.algo, fft_coefficients=self._fit_fft(X, y))
+            return self
+        if not isinstance(self.gpu, GPUSpec):
+            raise ValueError(f"gpu must be a seer.gpus.GPUSpec, got {self.gpu!r}")
         variants = X["variant"].astype(str).to_numpy()
         counts = pd.Series(variants).value_counts()
         keep = set(counts[counts >= self.min_variant_runs].index)
         variants = np.where(np.isin(variants, list(keep)), variants, "other")
-        self.variants_ = sorted(set(variants))
-        self.variant_tree_ = _fit_tree(True, _variant_features(X), variants) if len(self.variants_) > 1 else None
-        self.parts_ = {v: self._fit_variant(X[variants == v], y[variants == v]) for v in self.variants_}
+        names = sorted(set(variants))
+        tree = _fit_tree(True, variant_features(X), variants) if len(names) > 1 else None
+        self.predictor_ = SeerAlgorithmPredictor(
+            self.algo, names, _classifier(tree) if tree is not None else None,
+            {v: self._fit_variant(X[variants == v], y[variants == v]) for v in names})
         return self
 
-    def _fit_fft(self, X: pd.DataFrame, y: np.ndarray) -> "SeerAlgorithmModel":
-        s = _shape_block(X)
-        design = self._fft_design(s)
-        bucket = self._fft_bucket(s["W"])
-        self.fft_coefficients_ = {}
+    def _fit_fft(self, X: pd.DataFrame, y: np.ndarray) -> dict:
+        s = shape_block(X)
+        design = fft_design(s, self.algo)
+        bucket = fft_bucket(s["W"])
+        coefficients = {}
         for b in np.unique(bucket[bucket >= 0]):
             rows = bucket == b
             if rows.sum() >= design.shape[1]:
-                self.fft_coefficients_[int(b)] = relative_least_squares(design[rows], y[rows])
-        return self
+                coefficients[str(int(b))] = relative_least_squares(design[rows], y[rows])
+        return coefficients
 
-    def _fft_design(self, s: dict) -> np.ndarray:
-        design = np.column_stack([s["C"], s["C"] * s["K"], s["K"], np.ones_like(s["C"])])
-        if self.algo == "FFT_TILING":
-            design = design * (np.ceil(s["Q"] / np.maximum(32 - s["R"] + 1, 1)) ** 2)[:, None]
-        return design
-
-    @staticmethod
-    def _fft_bucket(width: np.ndarray) -> np.ndarray:
-        bucket = np.searchsorted(np.array(FFT_WIDTH_BUCKETS), width, side="left")
-        return np.where(bucket < len(FFT_WIDTH_BUCKETS), bucket, -1)
-
-    def _fit_variant(self, X: pd.DataFrame, y: np.ndarray) -> dict:
-        s = _shape_block(X)
+    def _fit_variant(self, X: pd.DataFrame, y: np.ndarray) -> SeerVariantPredictor:
+        s = shape_block(X)
         winograd = self.algo in WINOGRAD_ALGOS
         blocks = X["grid_blocks"].to_numpy(float)
-        b_max = float(np.median(X["blocks_per_sm"])) * self.sm_count
+        # The median of the variant's runs, which may fall between two whole numbers.
+        b_max = float(np.median(blocks_per_sm(self.gpu, X))) * self.gpu.sm_count
         flop_blk = X["flops"].to_numpy(float) / blocks
         read_blk = X["dram_read_bytes"].to_numpy(float) / blocks
         write_blk = X["dram_write_bytes"].to_numpy(float) / blocks
@@ -164,18 +152,10 @@ class SeerAlgorithmModel(BaseEstimator):
         flop_term = np.ceil(s["C"] / 8) if winograd else s["R"] ** 2 * s["C"]
         labels = np.where(X["sm_util"] >= 0.8, COMPUTE, np.where(X["dram_util"] >= 0.8, MEMORY, UNDER))
         positive = flop_blk > 0
-        part = {
-            "b_max": b_max,
-            "grid_tree": _fit_tree(False, _grid_features(X), np.log(blocks)),
-            "flop_coefficients": relative_least_squares(np.column_stack([flop_term, np.ones_like(flop_term)])[positive],
-                                                        flop_blk[positive]) if positive.sum() >= 2 else np.zeros(2),
-            "read_tree": _fit_tree(False, _dram_features(X, blocks, winograd), read_blk / read_scale),
-            "write_tree": _fit_tree(False, _dram_features(X, blocks, winograd), write_blk),
-            "class_tree": (_fit_tree(True, np.column_stack([_variant_features(X), blocks]), labels)
-                           if len(set(labels)) > 1 else int(labels[0])),
-            "time_coefficients": {},
-        }
+        class_tree = (_classifier(_fit_tree(True, np.column_stack([variant_features(X), blocks]), labels))
+                      if len(set(labels)) > 1 else int(labels[0]))
         waves = np.ceil(blocks / b_max)
+        time_coefficients = {}
         for label in (COMPUTE, MEMORY, UNDER):
             rows = labels == label
             if rows.sum() < 4:
@@ -183,65 +163,22 @@ class SeerAlgorithmModel(BaseEstimator):
                 # which turns bytes into milliseconds; here the class's form is fitted on all
                 # of the variant's runs instead.
                 rows = np.ones(len(labels), dtype=bool)
-            design = self._time_design(label, waves[rows], b_max, blocks[rows], flop_blk[rows], read_blk[rows],
-                                       write_blk[rows])
-            part["time_coefficients"][label] = relative_least_squares(design, y[rows])
-        return part
-
-    @staticmethod
-    def _time_design(label: int, waves, b_max, blocks, flop_blk, read_blk, write_blk) -> np.ndarray:
-        if label == COMPUTE:
-            return np.column_stack([waves * b_max * flop_blk, waves])
-        if label == MEMORY:
-            return np.column_stack([blocks * (read_blk + write_blk), np.ones_like(blocks)])
-        return np.column_stack([blocks * read_blk, blocks * write_blk, waves * b_max * flop_blk, np.ones_like(blocks)])
+            design = time_design(label, waves[rows], b_max, blocks[rows], flop_blk[rows], read_blk[rows],
+                                 write_blk[rows])
+            time_coefficients[str(label)] = relative_least_squares(design, y[rows])
+        return SeerVariantPredictor(
+            b_max=b_max,
+            grid_tree=_regressor(_fit_tree(False, grid_features(X), np.log(blocks))),
+            flop_coefficients=(relative_least_squares(np.column_stack([flop_term, np.ones_like(flop_term)])[positive],
+                                                      flop_blk[positive]) if positive.sum() >= 2 else np.zeros(2)),
+            read_tree=_regressor(_fit_tree(False, dram_features(X, blocks, winograd), read_blk / read_scale)),
+            write_tree=_regressor(_fit_tree(False, dram_features(X, blocks, winograd), write_blk)),
+            class_tree=class_tree, time_coefficients=time_coefficients)
 
     def predict(self, X: pd.DataFrame) -> np.ndarray:
-        """Predicted time (ms) per shape; NaN where SEER's model has no answer (FFT beyond
-        width 256 or a width bucket without training runs)."""
-        X = X[list(SEER_FIELDS)].reset_index(drop=True)
-        if self.algo in FFT_ALGOS:
-            check_is_fitted(self, "fft_coefficients_")
-            s = _shape_block(X)
-            design, bucket = self._fft_design(s), self._fft_bucket(s["W"])
-            out = np.full(len(X), np.nan)
-            for b, coefficients in self.fft_coefficients_.items():
-                rows = bucket == b
-                out[rows] = design[rows] @ coefficients
-            return out
-        check_is_fitted(self, "parts_")
-        variants = (self.variant_tree_.predict(_variant_features(X)) if self.variant_tree_ is not None
-                    else np.full(len(X), self.variants_[0], dtype=object))
-        out = np.full(len(X), np.nan)
-        for variant, part in self.parts_.items():
-            rows = variants == variant
-            if rows.any():
-                out[rows] = self._predict_variant(X[rows], part)
-        return out
-
-    def _predict_variant(self, X: pd.DataFrame, part: dict) -> np.ndarray:
-        s = _shape_block(X)
-        winograd = self.algo in WINOGRAD_ALGOS
-        blocks = np.maximum(np.round(np.exp(part["grid_tree"].predict(_grid_features(X)))), 1)
-        b_max = part["b_max"]
-        waves = np.ceil(blocks / b_max)
-        flop_term = np.ceil(s["C"] / 8) if winograd else s["R"] ** 2 * s["C"]
-        flop_blk = np.column_stack([flop_term, np.ones_like(flop_term)]) @ part["flop_coefficients"]
-        read_scale = s["C"] if winograd else s["R"] ** 2 * s["C"]
-        features = _dram_features(X, blocks, winograd)
-        read_blk = part["read_tree"].predict(features) * read_scale
-        write_blk = part["write_tree"].predict(features)
-        tree = part["class_tree"]
-        labels = (tree.predict(np.column_stack([_variant_features(X), blocks])) if not isinstance(tree, int)
-                  else np.full(len(X), tree))
-        out = np.empty(len(X))
-        for label, coefficients in part["time_coefficients"].items():
-            rows = labels == label
-            if rows.any():
-                design = self._time_design(label, waves[rows], b_max, blocks[rows], flop_blk[rows], read_blk[rows],
-                                           write_blk[rows])
-                out[rows] = design @ coefficients
-        return out
+        """Predicted time (ms) per shape; NaN where SEER's model has no answer."""
+        check_is_fitted(self, "predictor_")
+        return self.predictor_.predict(X)
 
 
 class SeerFamily(BaseEstimator):
@@ -252,44 +189,40 @@ class SeerFamily(BaseEstimator):
 
     Parameters
     ----------
-    sm_count : int, default=132
+    gpu : GPUSpec
     min_variant_runs : int, default=20
 
     Attributes
     ----------
     algorithms_ : list of str
         Algorithms with a fitted model.
-    models_ : dict of str to SeerAlgorithmModel
+    predictor_ : SeerFamilyPredictor
     """
 
-    def __init__(self, sm_count: int = 132, min_variant_runs: int = 20) -> None:
-        self.sm_count = sm_count
+    def __init__(self, gpu: GPUSpec | None = None, min_variant_runs: int = 20) -> None:
+        self.gpu = gpu
         self.min_variant_runs = min_variant_runs
 
     def fit(self, runs: pd.DataFrame, y=None) -> "SeerFamily":
-        self.models_ = {}
+        models = {}
         ok = runs[runs["status"] == "ok"]
         for algo, rows in ok.groupby("algo", sort=False):
             if algo not in FFT_ALGOS:
                 rows = rows[rows["profile_status"] == "ok"].dropna(subset=list(PROFILE_COLUMNS))
-                rows = rows[(rows["grid_blocks"] > 0) & (rows["blocks_per_sm"] > 0)]
+                rows = rows[rows["grid_blocks"] > 0]
             if len(rows) < 10:
                 continue
-            model = SeerAlgorithmModel(str(algo), self.sm_count, self.min_variant_runs)
+            model = SeerAlgorithmModel(str(algo), self.gpu, self.min_variant_runs)
             with warnings.catch_warnings():
                 # Rare classes have fewer members than folds; the CV then simply has fewer of them.
                 warnings.filterwarnings("ignore", message="The least populated class", category=UserWarning)
-                self.models_[str(algo)] = model.fit(rows, rows["time_ms"])
-        self.algorithms_ = list(self.models_)
+                models[str(algo)] = model.fit(rows, rows["time_ms"]).predictor_
+        self.algorithms_ = list(models)
+        self.predictor_ = SeerFamilyPredictor(models)
         return self
 
     def predict_times(self, X: pd.DataFrame, algorithms) -> np.ndarray:
-        """Times (ms) per shape for ``algorithms`` in that order; NaN where SEER has no model
-        or no answer. A linear form can go negative far from its data; a time cannot, so
-        predictions are floored at 1 microsecond."""
-        check_is_fitted(self, "models_")
-        out = np.full((len(X), len(algorithms)), np.nan)
-        for j, algo in enumerate(algorithms):
-            if algo in self.models_:
-                out[:, j] = self.models_[algo].predict(X)
-        return np.where(np.isfinite(out), np.maximum(out, 1e-3), np.nan)
+        """Times (ms) per shape for ``algorithms`` in that order (see
+        :meth:`seer.predictors.SeerFamilyPredictor.predict_times`)."""
+        check_is_fitted(self, "predictor_")
+        return self.predictor_.predict_times(X, algorithms)

@@ -3,15 +3,20 @@
 A :class:`ConvShape` is one forward convolution in SEER's terms: square images and
 square filters, ``batch in_ch in_width out_ch out_width kernel_width stride padding``.
 Depth fields are present (all 1 for 2D) so that 3D convolutions need no schema change.
-Everything here is pure Python: analytic FLOPs and tensor bytes, the output-width rule,
-and a stable ``shape_id`` used to key, join and split measurements.
+Here are the output-width rule, the analytic work and traffic (:func:`direct_macs`,
+:func:`tensor_elements`: the one place these formulas live, for one shape or a whole
+frame of them), the check of a frame of shapes (:func:`shape_frame`), and a stable
+``shape_id`` used to key, join and split measurements.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
 
 #: The eight integers of SEER's shape format, in file order.
 SEER_FIELDS: tuple[str, ...] = (
@@ -28,6 +33,8 @@ SEER_FIELDS: tuple[str, ...] = (
 SHAPE_COLUMNS: tuple[str, ...] = SEER_FIELDS + ("in_depth", "kernel_depth", "out_depth")
 
 FP32_BYTES = 4
+#: Every shape field is at most this: cuDNN describes tensors with 32-bit ints.
+MAX_FIELD = 2**31 - 1
 
 
 class ShapeError(ValueError):
@@ -42,6 +49,20 @@ class ShapeError(ValueError):
 def conv_out_width(in_width: int, kernel_width: int, stride: int, padding: int) -> int:
     """Output width of a convolution (dilation 1), as cuDNN and every framework compute it."""
     return (in_width + 2 * padding - kernel_width) // stride + 1
+
+
+# The formulas below take Python ints (exact, for one shape) or numpy arrays (a frame).
+def direct_macs(batch, in_ch, out_ch, kernel_width, out_width, kernel_depth=1, out_depth=1):
+    """Multiply-accumulates of the direct algorithm: N*K*C*R*S*P*Q (times the depths)."""
+    return batch * out_ch * in_ch * kernel_width**2 * kernel_depth * out_width**2 * out_depth
+
+
+def tensor_elements(batch, in_ch, in_width, out_ch, out_width, kernel_width, in_depth=1, kernel_depth=1,
+                    out_depth=1) -> tuple:
+    """Elements of the input, the filter and the output."""
+    return (batch * in_ch * in_width**2 * in_depth,
+            out_ch * in_ch * kernel_width**2 * kernel_depth,
+            batch * out_ch * out_width**2 * out_depth)
 
 
 @dataclass(frozen=True, order=True)
@@ -80,11 +101,9 @@ class ConvShape:
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ShapeError(f.name, f"must be an integer, got {value!r}")
-            if f.name == "padding":
-                if value < 0:
-                    raise ShapeError(f.name, f"must be >= 0, got {value}")
-            elif value <= 0:
-                raise ShapeError(f.name, f"must be a positive integer, got {value}")
+            low = 0 if f.name == "padding" else 1
+            if not low <= value <= MAX_FIELD:
+                raise ShapeError(f.name, f"must be between {low} and {MAX_FIELD}, got {value}")
         if self.kernel_width > self.in_width + 2 * self.padding:
             raise ShapeError(
                 "kernel_width",
@@ -144,12 +163,9 @@ class ConvShape:
 
     @property
     def macs(self) -> int:
-        """Multiply-accumulates of the direct algorithm: N*K*C*R*S*P*Q (times depths)."""
-        return (
-            self.batch * self.out_ch * self.in_ch
-            * self.kernel_width**2 * self.kernel_depth
-            * self.out_width**2 * self.out_depth
-        )
+        """Multiply-accumulates of the direct algorithm (:func:`direct_macs`)."""
+        return direct_macs(self.batch, self.in_ch, self.out_ch, self.kernel_width, self.out_width,
+                           self.kernel_depth, self.out_depth)
 
     @property
     def flops(self) -> int:
@@ -157,21 +173,15 @@ class ConvShape:
         return 2 * self.macs
 
     @property
-    def input_elements(self) -> int:
-        return self.batch * self.in_ch * self.in_width**2 * self.in_depth
-
-    @property
-    def filter_elements(self) -> int:
-        return self.out_ch * self.in_ch * self.kernel_width**2 * self.kernel_depth
-
-    @property
-    def output_elements(self) -> int:
-        return self.batch * self.out_ch * self.out_width**2 * self.out_depth
+    def tensor_elements(self) -> tuple[int, int, int]:
+        """Elements of the input, the filter and the output (:func:`tensor_elements`)."""
+        return tensor_elements(self.batch, self.in_ch, self.in_width, self.out_ch, self.out_width,
+                               self.kernel_width, self.in_depth, self.kernel_depth, self.out_depth)
 
     @property
     def tensor_bytes(self) -> int:
         """Bytes of input, filter and output in fp32: the least DRAM traffic possible."""
-        return FP32_BYTES * (self.input_elements + self.filter_elements + self.output_elements)
+        return FP32_BYTES * sum(self.tensor_elements)
 
     # -- cuDNN descriptors -------------------------------------------------------------
     @property
@@ -232,3 +242,30 @@ class ConvShape:
         if self.is_3d:
             text += f", depth {self.in_depth}->{self.out_depth} k{self.kernel_depth}"
         return text
+
+
+# -- frames of shapes ---------------------------------------------------------------------
+def shape_frame(shapes: pd.DataFrame | np.ndarray | Sequence[ConvShape]) -> pd.DataFrame:
+    """SEER's eight columns as int64, one row per shape, in the given order.
+
+    Takes a frame holding (at least) those columns, an array whose first eight columns are
+    them, or a sequence of :class:`ConvShape`; ``ValueError`` names missing columns.
+    """
+    if isinstance(shapes, pd.DataFrame):
+        missing = [f for f in SEER_FIELDS if f not in shapes.columns]
+        if missing:
+            raise ValueError(f"shape columns missing: {', '.join(missing)}")
+        return shapes[list(SEER_FIELDS)].astype(np.int64)
+    if len(shapes) and isinstance(shapes[0], ConvShape):
+        return pd.DataFrame([[getattr(s, f) for f in SEER_FIELDS] for s in shapes], columns=list(SEER_FIELDS),
+                            dtype=np.int64)
+    array = np.asarray(shapes, dtype=np.int64).reshape(len(shapes), -1)
+    if array.shape[1] < len(SEER_FIELDS):
+        raise ValueError(f"shapes need {len(SEER_FIELDS)} columns ({' '.join(SEER_FIELDS)}), got {array.shape[1]}")
+    return pd.DataFrame(array[:, : len(SEER_FIELDS)], columns=list(SEER_FIELDS))
+
+
+def frame_flops(shapes: pd.DataFrame) -> np.ndarray:
+    """Analytic FLOPs (a multiply-add counts two) per row of a shape frame, as floats."""
+    columns = {f: shapes[f].to_numpy(dtype=float) for f in ("batch", "in_ch", "out_ch", "kernel_width", "out_width")}
+    return 2.0 * direct_macs(**columns)

@@ -5,6 +5,9 @@ It writes, for the runs in the worker's plan, the rows of the ncu raw CSV named 
 FAKE_NCU_CAPTURE (captured on the H100), keeping only the requested metric columns, as
 ncu itself would. FAKE_NCU_DROP=<metric group's first metric> drops one kernel row from
 the run in that ncu invocation, to test that inconsistent groups are refused.
+
+Like ncu, whose launcher starts the application through processes of its own, it starts
+the app through a shell that the orchestrator's parent-death signal does not reach.
 """
 
 import gzip
@@ -21,7 +24,7 @@ if args == ["--version"]:
 log = args[args.index("--log-file") + 1]
 metrics = args[args.index("--metrics") + 1].split(",")
 app = args[args.index("--log-file") + 2:]
-code = subprocess.call(app)
+code = subprocess.call(["sh", "-c", '"$@"; exit $?', "sh", *app])
 plan = app[app.index("--plan") + 1]
 events = app[app.index("--results") + 1]
 keys = set()

@@ -1,8 +1,12 @@
 """A stand-in for the GPU worker, speaking its file protocol, for CPU tests of the orchestrator.
 
 It times nothing: rows carry status "ok" and a made-up time, and are only ever written to
-temporary directories by tests. FAKE_CRASH (``shape_id:math:algo``) makes it die by SIGSEGV
-on that item, FAKE_HANG makes it hang there, FAKE_FAIL_AT_START makes it exit at once.
+temporary directories by tests. Like the real worker it arms the parent-death signal first
+(seer.collect.children.die_with_parent). FAKE_CRASH (``shape_id:math:algo``) makes it die
+by SIGSEGV on that item, FAKE_HANG makes it hang there, FAKE_FAIL_AT_START makes it exit at
+once. FAKE_ITEM_SECONDS is how long each item takes: a number, or ``command=seconds`` pairs
+joined by commas (``profile=30``: only profiling is slow). FAKE_PID_FILE names a file to
+which it appends ``<pid> <command>`` at start-up.
 """
 
 import argparse
@@ -12,6 +16,11 @@ import signal
 import sys
 import time
 
+from seer.collect.children import die_with_parent
+from seer.collect.protocol import CENSUS, DONE, EVENT, PROFILED, ROW, emitter, start_event
+
+die_with_parent()
+
 parser = argparse.ArgumentParser()
 parser.add_argument("command")
 parser.add_argument("--plan")
@@ -20,17 +29,25 @@ parser.add_argument("--out")
 parser.add_argument("--stop-file")
 args, _ = parser.parse_known_args()
 
+if os.environ.get("FAKE_PID_FILE"):
+    with open(os.environ["FAKE_PID_FILE"], "a") as pid_file:
+        pid_file.write(f"{os.getpid()} {args.command}\n")
+
+
+def item_seconds(command):
+    text = os.environ.get("FAKE_ITEM_SECONDS", "0")
+    if "=" not in text:
+        return float(text)
+    return float(dict(pair.split("=") for pair in text.split(",")).get(command, 0))
+
+
+seconds = item_seconds(args.command)
+
 if os.environ.get("FAKE_FAIL_AT_START"):
     print("ImportError: pretend the GPU stack is broken", file=sys.stderr)
     sys.exit(1)
 
-out = open(args.results, "a", buffering=1)
-
-
-def emit(record):
-    out.write(json.dumps(record) + "\n")
-    out.flush()
-
+emit = emitter(args.results)
 
 census = []
 for line in open(args.plan):
@@ -39,12 +56,12 @@ for line in open(args.plan):
         break
     for math, algo in work["items"]:
         key = f"{work['shape_id']}:{math}:{algo}"
-        emit({"event": "start", "shape_id": work["shape_id"], "math": math, "algo": algo})
+        emit(start_event(work["shape_id"], math, algo))
         if key == os.environ.get("FAKE_CRASH"):
             os.kill(os.getpid(), signal.SIGSEGV)
         if key == os.environ.get("FAKE_HANG"):
             time.sleep(3600)
-        time.sleep(float(os.environ.get("FAKE_ITEM_SECONDS", "0")))
+        time.sleep(seconds)
         if args.command == "census":
             # GEMM asks for an im2col buffer on even channel counts, for nothing otherwise;
             # FFT is "not supported" for stride > 1, as cuDNN answers.
@@ -57,18 +74,18 @@ for line in open(args.plan):
                            "status": "ok", "workspace_bytes": workspace, "not_supported": unsupported,
                            "workspace_cap_bytes": 1 << 30, "heuristic": [["GEMM", 0], ["IMPLICIT_GEMM", 1]]})
             if len(census) >= 2:
-                emit({"event": "census", "records": census})
+                emit({EVENT: CENSUS, "records": census})
                 census = []
             continue
         if args.command == "profile":
-            emit({"event": "profiled", "shape_id": work["shape_id"], "math": math, "algo": algo,
+            emit({EVENT: PROFILED, "shape_id": work["shape_id"], "math": math, "algo": algo,
                   "status": "ok"})
             continue
         row = {"shape_id": work["shape_id"], "math": math, "algo": algo, "grid": work["grid"],
                **work["shape"], "status": "ok", "time_ms": 1.0 + len(algo) / 10}
         # FAKE_WIDE names an item whose repetitions spread widely (a host hiccup).
         row["time_ms_iqr"] = 0.5 * row["time_ms"] if key == os.environ.get("FAKE_WIDE") else 0.001
-        emit({"event": "row", "row": row})
+        emit({EVENT: ROW, "row": row})
 if census:
-    emit({"event": "census", "records": census})
-emit({"event": "done"})
+    emit({EVENT: CENSUS, "records": census})
+emit({EVENT: DONE})

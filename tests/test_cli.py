@@ -67,3 +67,39 @@ def test_argparse_usage_errors_are_exit_2(capsys):
     with pytest.raises(SystemExit) as info:
         main(["collect"])
     assert info.value.code == 2
+
+
+def _broken_tables(tmp_path):
+    """Measurement files a user might hand seer train or seer evaluate, each broken one way."""
+    import gzip
+
+    from conftest import DATASET
+
+    good = gzip.decompress((DATASET / "measurements.csv.gz").read_bytes())[:200_000]
+    header, first, second = good.split(b"\n")[:3]
+    columns = header.split(b",")
+    time_ms = columns.index(b"time_ms")
+    row = second.split(b",")
+    row[time_ms] = b"fast"
+    missing = b",".join(c for c in columns if c != b"status")
+    return {
+        "truncated": (gzip.compress(good)[:5000], "measurements.csv.gz"),
+        "not gzip": (good, "measurements.csv.gz"),
+        "empty": (b"", "measurements.csv.gz"),
+        "missing column": (gzip.compress(missing + b"\n"), "status"),
+        "non-numeric time": (gzip.compress(b"\n".join([header, first, b",".join(row)]) + b"\n"),
+                             "measurements.csv.gz:3: time_ms: not a number 'fast'"),
+    }
+
+
+@pytest.mark.parametrize("command", ["train", "evaluate"])
+@pytest.mark.parametrize("case", ["truncated", "not gzip", "empty", "missing column", "non-numeric time"])
+def test_a_broken_measurements_table_is_one_line_and_exit_2(capsys, tmp_path, command, case):
+    content, words = _broken_tables(tmp_path)[case]
+    (tmp_path / "h100").mkdir()
+    (tmp_path / "h100" / "measurements.csv.gz").write_bytes(content)
+    # train writes into a scratch models folder; evaluate reads the shipped models.
+    models = ["--models-dir", str(tmp_path / "models")] if command == "train" else []
+    code, _, err = run(capsys, command, "--gpu", "h100", "--data-dir", str(tmp_path), *models)
+    assert code == 2 and "Traceback" not in err and words in err, err
+    assert not (tmp_path / "models").exists()

@@ -1,8 +1,8 @@
 """The shipped H100 dataset: rebuilt from its raw records, and checked for what it promises."""
 
+import gzip
 import json
 import shutil
-import time
 
 import numpy as np
 import openpyxl
@@ -10,13 +10,14 @@ import pandas as pd
 import pytest
 
 from conftest import REPO
-from seer.collect.store import RunStore
-from seer.dataset import (MEASUREMENT_COLUMNS, STATUSES, build_dataset, load_measurements, rollup_kernels,
-                          split_of, write_excel)
+from seer.dataset import build_dataset, read_census, read_measurements, rollup_kernels, split_of
+from seer.gpus import get_gpu_spec
 from seer.grids import read_shapes_file
+from seer.schema import CENSUS_COLUMNS, MEASUREMENT_COLUMNS, STATUSES
 from seer.shapes import SHAPE_COLUMNS
 
 H100 = REPO / "data" / "h100"
+SPEC = get_gpu_spec("h100")
 ISSUE_COLUMNS = ("gpu cudnn_version math batch in_ch in_width out_ch out_width kernel_width stride padding "
                  "algo status time_ms workspace_bytes heuristic_rank n_kernels main_kernel variant grid_blocks "
                  "block_threads registers shared_mem_bytes blocks_per_sm waves achieved_occupancy flops "
@@ -25,7 +26,7 @@ ISSUE_COLUMNS = ("gpu cudnn_version math batch in_ch in_width out_ch out_width k
 
 @pytest.fixture(scope="module")
 def table():
-    return load_measurements(H100 / "measurements.csv.gz")
+    return read_measurements(H100 / "measurements.csv.gz")
 
 
 @pytest.fixture(scope="module")
@@ -33,20 +34,44 @@ def rebuilt(tmp_path_factory):
     """The dataset rebuilt from the committed raw records into a fresh directory."""
     target = tmp_path_factory.mktemp("h100")
     shutil.copytree(H100 / "raw", target / "raw")
-    files = build_dataset(target, "h100")
+    files = build_dataset(target, SPEC)
     return target, files
 
 
 def test_committed_tables_are_exactly_what_the_raw_records_give(rebuilt, table):
     target, files = rebuilt
-    again = load_measurements(files.measurements)
+    again = read_measurements(files.measurements)
     pd.testing.assert_frame_equal(again, table)
-    assert (target / "Test-set-II.txt").read_text() == (H100 / "Test-set-II.txt").read_text()
-    assert json.loads((target / "provenance.json").read_text()) == json.loads((H100 / "provenance.json").read_text())
+    # Byte for byte once decompressed (gzip's own bytes may differ between zlib versions).
+    for name in ("measurements.csv.gz", "kernels.csv.gz"):
+        assert gzip.decompress((target / name).read_bytes()) == gzip.decompress((H100 / name).read_bytes()), name
+    for name in ("Test-set-II.txt", "Test-set-II-times.csv", "provenance.json"):
+        assert (target / name).read_text() == (H100 / name).read_text(), name
+    for name in ("train.xlsx", "test.xlsx"):  # cell for cell
+        again, committed = (pd.read_excel(d / name, sheet_name=None) for d in (target, H100))
+        assert list(again) == list(committed), name
+        for sheet in committed:
+            pd.testing.assert_frame_equal(again[sheet], committed[sheet], obj=f"{name}:{sheet}")
+
+
+def test_committed_census_is_exactly_what_the_raw_census_records_give(rebuilt):
+    target, files = rebuilt
+    assert files.census == target / "census.csv.gz"
+    assert gzip.decompress(files.census.read_bytes()) == gzip.decompress((H100 / "census.csv.gz").read_bytes())
+    census = read_census(H100 / "census.csv.gz")
+    assert list(census.columns) == list(CENSUS_COLUMNS)
+    # One row per (shape, math, algorithm), as the provenance counts them.
+    counts = json.loads((H100 / "provenance.json").read_text())["counts"]
+    assert len(census) == counts["census_answers"] == 16 * counts["census_shapes"]
+    assert not census.duplicated(["shape_id", "math", "algo"]).any()
+    assert census["status"].value_counts().to_dict() == counts["census_status"]
+    # No census shape is a timed shape.
+    timed = read_measurements(H100 / "measurements.csv.gz", columns=["shape_id"])
+    assert not census["shape_id"].isin(timed["shape_id"]).any()
 
 
 def test_columns_keys_and_statuses(table):
-    assert list(table.columns) == MEASUREMENT_COLUMNS
+    assert list(table.columns) == list(MEASUREMENT_COLUMNS)
     assert set(ISSUE_COLUMNS) <= set(table.columns)
     assert not table.duplicated(["shape_id", "math", "algo"]).any()
     assert set(table["status"]) <= set(STATUSES)
@@ -117,10 +142,16 @@ def test_rollup_sums_traffic_and_takes_launch_config_from_the_longest_compute_ke
                    "occupancy_limit_shared_mem", "occupancy_limit_warps", "waves", "sm_util_pct",
                    "dram_util_pct", "fma_pipe_util_pct", "tensor_pipe_util_pct"):
         kernels[column] = 1.0
-    run = rollup_kernels(kernels).iloc[0]
+    # The main kernel's limits allow 3 blocks per SM (shared memory); the others', 1.
+    kernels[["occupancy_limit_blocks", "occupancy_limit_warps", "occupancy_limit_registers"]] = [4.0, 4.0, 5.0]
+    kernels["occupancy_limit_shared_mem"] = [1.0, 3.0, 1.0]
+    kernels["registers"] = 2.0  # per thread: no occupancy limit, whatever its name
+    run = rollup_kernels(kernels, SPEC).iloc[0]
     assert run["n_kernels"] == 3 and run["duration_ns"] == 1200 and run["dram_read_bytes"] == 60
     assert run["grid_blocks"] == 99 and run["variant"] == "sm80_gemm_cf32cf32_f32f32_32x64x8"
     assert run["main_kernel_share"] == pytest.approx(0.25)
+    # Occupancy and waves from the main kernel: the least of its four limits; SEER's waves.
+    assert run["blocks_per_sm"] == 3 and run["waves"] == 99 / (3 * SPEC.sm_count) and run["ncu_waves"] == 1
 
 
 def test_seer_excel_files(rebuilt, table):
@@ -155,16 +186,3 @@ def test_provenance_names_the_machine_and_software():
         assert prov["software"][field], field
     assert prov["sessions"] and all(s["command"].startswith("seer collect") for s in prov["sessions"])
     assert prov["counts"]["runs"] == sum(prov["counts"]["status"].values())
-
-
-def test_excel_files_depend_only_on_their_sheets(tmp_path):
-    sheets = {"index": pd.DataFrame({"sheet": ["IG_x_fma"], "rows": [2]}),
-              "IG_x_fma": pd.DataFrame({"batch": [1, 8], "time_ms": [0.5, 1.25]})}
-    first, second = tmp_path / "a.xlsx", tmp_path / "b.xlsx"
-    write_excel(first, sheets)
-    time.sleep(1.1)  # zip timestamps have a resolution of two seconds, properties of one
-    write_excel(second, sheets)
-    assert first.read_bytes() == second.read_bytes()
-    back = pd.read_excel(first, sheet_name=None)
-    assert list(back) == ["index", "IG_x_fma"]
-    pd.testing.assert_frame_equal(back["IG_x_fma"], sheets["IG_x_fma"])

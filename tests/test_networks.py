@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import pytest
 
@@ -358,52 +360,32 @@ def test_pool_out_width_rejects_too_small_inputs():
 
 
 # -- torchvision, exactly ------------------------------------------------------------------
-TORCHVISION_KWARGS = {
-    "resnet50": {}, "resnet152": {}, "vgg16": {}, "vgg19": {}, "densenet121": {},
-    "alexnet": {}, "resnet18": {}, "squeezenet1_1": {},
-    "googlenet": {"aux_logits": False, "init_weights": False},
-    "inception_v3": {"aux_logits": False, "init_weights": False},
-}
+#: Every Conv2d call of torchvision's models, recorded by tests/data/capture_torchvision_convs.py.
+CAPTURE = json.loads((Path(__file__).with_name("data") / "torchvision-convs.json").read_text())
 
 
-@pytest.mark.parametrize("name, width", [(name, None) for name in TORCHVISION_KWARGS] + [
-    ("resnet50", 257), ("resnet18", 193), ("vgg16", 250), ("alexnet", 227),
-    ("densenet121", 257), ("googlenet", 193), ("googlenet", 250),
-    ("squeezenet1_1", 257), ("inception_v3", 341),
-])
-def test_matches_torchvision(name, width):
-    torch = pytest.importorskip("torch")
-    models = pytest.importorskip("torchvision").models
-    model = getattr(models, name)(weights=None, **TORCHVISION_KWARGS[name]).eval()
-    batch = 2
-    image_width = NETWORKS[name].default_width if width is None else width
-    seen: list[tuple] = []
-    other: list[str] = []
-
-    def hook(module_name):
-        def record(module, inputs, output):
-            x = inputs[0]
-            assert x.shape[-1] == x.shape[-2] and output.shape[-1] == output.shape[-2]
-            kh, kw = module.kernel_size
-            if module.groups == 1 and kh == kw:
-                assert module.stride[0] == module.stride[1]
-                assert module.padding[0] == module.padding[1]
-                assert module.dilation == (1, 1)
-                seen.append((module_name, x.shape[0], x.shape[1], x.shape[-1],
-                             output.shape[1], output.shape[-1], kh, module.stride[0],
-                             module.padding[0]))
-            else:
-                other.append(module_name)
-        return record
-
-    for module_name, module in model.named_modules():
-        if isinstance(module, torch.nn.Conv2d):
-            module.register_forward_hook(hook(module_name))
-    with torch.no_grad():
-        model(torch.zeros(batch, 3, image_width, image_width))
-
-    ours = [(layer.layer, s.batch, s.in_ch, s.in_width, s.out_ch, s.out_width,
-             s.kernel_width, s.stride, s.padding)
+@pytest.mark.parametrize("case", CAPTURE["cases"], ids=lambda c: f"{c['network']}-{c['width']}")
+def test_matches_torchvision(case):
+    name, width, batch = case["network"], case["width"], case["batch"]
+    if width is None:
+        assert NETWORKS[name].default_width == case["image_width"]
+    seen, other = [], []
+    for conv in case["convs"]:
+        x, y = conv["input"], conv["output"]
+        assert x[-1] == x[-2] and y[-1] == y[-2]  # torchvision feeds square maps everywhere
+        kh, kw = conv["kernel"]
+        if conv["groups"] == 1 and kh == kw:
+            assert conv["stride"][0] == conv["stride"][1] and conv["padding"][0] == conv["padding"][1]
+            assert conv["dilation"] == [1, 1]
+            seen.append((conv["module"], x[0], x[1], x[-1], y[1], y[-1], kh, conv["stride"][0], conv["padding"][0]))
+        else:
+            other.append(conv["module"])
+    ours = [(layer.layer, s.batch, s.in_ch, s.in_width, s.out_ch, s.out_width, s.kernel_width, s.stride, s.padding)
             for layer in network_layers(name, batch, width) for s in [layer.shape]]
     assert ours == seen
     assert [n for n, _ in skipped_layers(name, batch, width)] == other
+
+
+def test_the_torchvision_capture_covers_every_table_checked_against_it():
+    assert len(CAPTURE["cases"]) == 19 and CAPTURE["torchvision"]
+    assert {c["network"] for c in CAPTURE["cases"]} <= set(NETWORKS)

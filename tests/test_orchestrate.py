@@ -4,22 +4,30 @@ Real GPU collection is tested in test_gpu_collect.py (marked gpu); here the chil
 is tests/fake_worker.py so that crash recovery, hangs, resume and time limits can be forced.
 """
 
+import json
+import os
+import signal
+import subprocess
 import sys
+import tempfile
+import threading
+import time
+import _thread
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from seer.collect import orchestrate
-from seer.collect.orchestrate import CollectOptions, Collector, check_device, unstable_keys
 from seer.algorithms import algorithm_names
-from seer.collect.plan import CENSUS_KEY, RUN_KEY
-from seer.collect.store import RunStore, profile_records
+from seer.collect import children, orchestrate, scratch
+from seer.collect.orchestrate import CollectOptions, Collector, check_device, unstable_keys
+from seer.collect.store import TORN_SUFFIX, RunStore, profile_records, read_jsonl
 from seer.dataset import census_table, kernels_table, profile_status_table
 from seer.errors import EnvironmentProblem
 from seer.gpus import get_gpu_spec
 from seer.grids import GridShape
 from seer.metrics import GROUP_COLUMNS
+from seer.schema import CENSUS_KEY, GROUP_KEY, RUN_KEY
 from seer.shapes import ConvShape
 
 FAKE = [sys.executable, str(Path(__file__).with_name("fake_worker.py"))]
@@ -29,17 +37,37 @@ ALGOS = ["IMPLICIT_GEMM", "GEMM", "FFT"]
 
 
 @pytest.fixture
-def fake_worker(monkeypatch):
-    monkeypatch.setattr(orchestrate, "worker_command", lambda: FAKE)
+def fake_worker(monkeypatch, tmp_path):
+    monkeypatch.setattr(children, "worker_command", lambda: FAKE)
     monkeypatch.setattr(orchestrate, "probe_device", lambda workdir: dict(H100_PROBE))
+    # Scratch folders go to a temp directory of the test's own, where they can be counted.
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    return temp
 
 
 def _shapes(n=3):
     return [GridShape(ConvShape.from_layer(1, 8 * (i + 1), 16, 8, 3, 1, 1), "quick") for i in range(n)]
 
 
+def _time_limit_when_stored(monkeypatch, collector, condition):
+    """Make the collector's time limit pass once it stores a record meeting ``condition``:
+    the limit then falls at a known point of the work rather than a moment of the clock."""
+    append = collector.store.append
+
+    def append_then_check(kind, records):
+        records = list(records)
+        written = append(kind, records)
+        if any(condition(kind, r) for r in records):
+            collector.deadline.at = time.monotonic() - 1
+        return written
+
+    monkeypatch.setattr(collector.store, "append", append_then_check)
+
+
 def _options(tmp_path, **kw):
-    base = dict(gpu="h100", shapes=_shapes(), maths=["fma", "default"], algos=ALGOS,
+    base = dict(gpu=get_gpu_spec("h100"), shapes=_shapes(), maths=["fma", "default"], algos=ALGOS,
                 dataset_dir=tmp_path / "h100", profile_shapes=0, item_timeout_s=5.0)
     base.update(kw)
     return CollectOptions(**base)
@@ -71,10 +99,12 @@ def test_a_crashing_item_is_recorded_and_the_rest_continues(tmp_path, fake_worke
 def test_a_hanging_item_times_out(tmp_path, fake_worker, monkeypatch):
     victim = _shapes()[0].shape.shape_id
     monkeypatch.setenv("FAKE_HANG", f"{victim}:default:FFT")
-    Collector(_options(tmp_path, item_timeout_s=1.0)).run()
+    session = Collector(_options(tmp_path, item_timeout_s=1.0)).run()
     frame = RunStore(tmp_path / "h100").read("timing", RUN_KEY).set_index(list(RUN_KEY))
-    assert len(frame) == 18
-    assert "timeout" in frame.loc[(victim, "default", "FFT"), "status_detail"]
+    assert len(frame) == 18 and session["counts"]["worker_restarts"] == 1
+    hung = frame.loc[(victim, "default", "FFT")]
+    assert hung["status"] == "error" and "timeout" in hung["status_detail"]
+    assert (frame.drop(index=(victim, "default", "FFT"))["status"] == "ok").all()
 
 
 def test_retry_measures_failed_items_again(tmp_path, fake_worker, monkeypatch):
@@ -102,14 +132,23 @@ def test_retry_unstable_times_widely_spread_runs_again(tmp_path, fake_worker, mo
 
 
 def test_time_limit_stops_cleanly_and_a_rerun_finishes(tmp_path, fake_worker, monkeypatch):
-    monkeypatch.setenv("FAKE_ITEM_SECONDS", "0.3")
-    first = Collector(_options(tmp_path, stop_after_s=0.5)).run()
-    assert first["stopped_at_time_limit"]
-    done = first["counts"]["timing_rows"]
-    assert 0 < done < 18
+    monkeypatch.setenv("FAKE_ITEM_SECONDS", "0.1")
+    collector = Collector(_options(tmp_path))
+    _time_limit_when_stored(monkeypatch, collector, lambda kind, record: kind == "timing")
+    first = collector.run()
+    assert first["stopped_at_time_limit"] and not first["interrupted"]
+    assert first["counts"]["worker_restarts"] == 0  # asked to stop, not killed
+    store = RunStore(tmp_path / "h100")
+    per_shape = store.read("timing").groupby("shape_id").size()
+    # The worker finished the shape it was on, then stopped: whole shapes, not all of them.
+    assert set(per_shape) == {6} and 0 < len(per_shape) < 3
+    assert first["counts"]["timing_rows"] == per_shape.sum()
     monkeypatch.setenv("FAKE_ITEM_SECONDS", "0")
     second = Collector(_options(tmp_path)).run()
-    assert done + second["counts"]["timing_rows"] == 18
+    assert not second["stopped_at_time_limit"]
+    assert second["counts"]["timing_rows"] == 18 - per_shape.sum()
+    records = store.read("timing")
+    assert len(records) == 18 and not records.duplicated(list(RUN_KEY)).any()  # none measured twice
 
 
 def test_a_worker_that_cannot_start_is_one_clear_error(tmp_path, fake_worker, monkeypatch):
@@ -188,16 +227,27 @@ def test_groups_that_saw_different_kernels_are_refused(tmp_path, fake_ncu, monke
 
 
 def test_a_time_limit_keeps_finished_groups_and_resumes_the_rest(tmp_path, fake_ncu, monkeypatch):
-    monkeypatch.setenv("FAKE_ITEM_SECONDS", "0.05")
-    first = Collector(_profile_options(tmp_path, fake_ncu, stop_after_s=2.0)).run()
-    assert first["stopped_at_time_limit"]
-    partial = profile_status_table(RunStore(tmp_path / "h100"))
-    assert "partial" in set(partial["profile_status"]) or len(partial) < 20
-    monkeypatch.setenv("FAKE_ITEM_SECONDS", "0")
-    Collector(_profile_options(tmp_path, fake_ncu)).run()
-    statuses = profile_status_table(RunStore(tmp_path / "h100"))
+    first_shape, second_shape = CAPTURED_SHAPES  # profiled in this order, one shape per chunk
+    collector = Collector(_profile_options(tmp_path, fake_ncu, profile_chunk_items=10))
+    # The limit passes once the second shape's first metric group is stored.
+    _time_limit_when_stored(monkeypatch, collector,
+                            lambda kind, record: kind == "profiles" and record["shape_id"] == second_shape)
+    first = collector.run()
+    assert first["stopped_at_time_limit"] and first["counts"]["profiled_runs"] == 10
+    store = RunStore(tmp_path / "h100")
+    statuses = profile_status_table(store).set_index("shape_id")["profile_status"]
+    assert set(statuses.loc[first_shape]) == {"ok"} and len(statuses.loc[first_shape]) == 10
+    assert set(statuses.loc[second_shape]) == {"partial"} and len(statuses.loc[second_shape]) == 10
+    assert set(profile_records(store).query("shape_id == @second_shape")["group"]) == {"launch_sass"}
+    # The rerun profiles exactly what the stop left: the second shape's other groups.
+    second = Collector(_profile_options(tmp_path, fake_ncu)).run()
+    assert set(second["ncu_groups"]) == {"counters", "tensor"}
+    assert second["counts"]["profiled_runs"] == 10
+    records = store.read("profiles")
+    assert len(records) == 2 * (10 + 10 + 5) and not records.duplicated(list(GROUP_KEY)).any()
+    statuses = profile_status_table(store)
     assert len(statuses) == 20 and set(statuses["profile_status"]) == {"ok"}
-    assert len(kernels_table(RunStore(tmp_path / "h100"))) == 2 * (13 + 8 + 3 + 4 + 5 + 3)
+    assert len(kernels_table(store)) == 2 * (13 + 8 + 3 + 4 + 5 + 3)
 
 
 def test_rows_timed_under_an_older_protocol_are_measured_again(tmp_path, fake_worker):
@@ -210,8 +260,10 @@ def test_rows_timed_under_an_older_protocol_are_measured_again(tmp_path, fake_wo
     store.close()
     again = Collector(_options(tmp_path)).run()
     assert again["counts"]["timing_rows"] == 1
-    frame = RunStore(tmp_path / "h100").read("timing", RUN_KEY)
-    assert len(frame) == 18
+    # Measured again: the old row's key only (its first record, the old one, the new one).
+    times = RunStore(tmp_path / "h100").read("timing").groupby(list(RUN_KEY)).size()
+    legacy = tuple(old[k] for k in RUN_KEY)
+    assert times[legacy] == 3 and set(times.drop(index=[legacy])) == {1}
 
 
 def test_runs_with_too_many_kernels_get_only_the_first_group(tmp_path, fake_ncu):
@@ -327,3 +379,217 @@ def test_census_records_a_crash_and_goes_on(tmp_path, fake_worker, monkeypatch):
     assert (records.drop(index=(victim, "default"))["status"] == "ok").all()
     table = census_table(RunStore(tmp_path / "h100"))
     assert set(table.loc[(table["shape_id"] == victim) & (table["math"] == "default"), "status"]) == {"error"}
+
+
+# -- torn records --------------------------------------------------------------------------
+def test_a_record_torn_by_a_crash_is_measured_again(tmp_path, fake_worker):
+    Collector(_options(tmp_path)).run()
+    (path,) = (tmp_path / "h100" / "raw").glob("timing-*.jsonl")
+    text = path.read_text()
+    last = json.loads(text.splitlines()[-1])
+    fragment = text.splitlines()[-1][:40]
+    path.write_text(text[: text.rindex("\n", 0, len(text) - 1) + 1] + fragment)  # the crash
+    again = Collector(_options(tmp_path)).run()
+    assert again["counts"]["timing_rows"] == 1
+    records = read_jsonl(path)
+    assert len(records) == 18 and tuple(records[-1][k] for k in RUN_KEY) == tuple(last[k] for k in RUN_KEY)
+    assert path.read_text().endswith("\n") and path.with_name(path.name + TORN_SUFFIX).read_text() == fragment + "\n"
+    assert Collector(_options(tmp_path)).run()["counts"]["timing_rows"] == 0
+
+
+# -- scratch folders -----------------------------------------------------------------------
+def _complete_lines(path: Path) -> list[str]:
+    """The lines of a file another process may be writing, but for an unfinished last one."""
+    text = path.read_text() if path.exists() else ""
+    return text[: text.rfind("\n") + 1].splitlines()
+
+
+def _scratch_folders(temp: Path) -> list[Path]:
+    return sorted(temp.glob(f"{scratch.PREFIX}*"))
+
+
+@pytest.fixture
+def ctrl_c():
+    """``ctrl_c(path)`` presses Ctrl-C in this process once ``path`` holds a whole line (or
+    after a timeout), as a terminal would: KeyboardInterrupt in the main thread."""
+    # Python's own handler, also where the tests were started with SIGINT ignored (a
+    # background job), where the simulated Ctrl-C would do nothing.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    threads = []
+
+    def press_when(path: Path, timeout_s: float = 20.0) -> None:
+        def wait_then_interrupt():
+            deadline = time.monotonic() + timeout_s
+            while not _complete_lines(path) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            _thread.interrupt_main(signal.SIGINT)
+
+        threads.append(threading.Thread(target=wait_then_interrupt, daemon=True))
+        threads[-1].start()
+
+    try:
+        yield press_when
+    finally:
+        for thread in threads:
+            thread.join()
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_the_scratch_folder_is_removed_after_a_run(tmp_path, fake_worker, monkeypatch):
+    seen = []
+    monkeypatch.setattr(orchestrate, "probe_device", lambda workdir: seen.append(workdir) or dict(H100_PROBE))
+    Collector(_options(tmp_path)).run()
+    assert seen and seen[0].parent == fake_worker  # it was made in the temp directory
+    assert seen[0].name.startswith(f"{scratch.PREFIX}{scratch._host()}-{os.getpid()}-")
+    assert _scratch_folders(fake_worker) == []
+
+
+def test_the_scratch_folder_is_removed_after_an_error(tmp_path, fake_worker, monkeypatch):
+    monkeypatch.setenv("FAKE_FAIL_AT_START", "1")
+    with pytest.raises(EnvironmentProblem):
+        Collector(_options(tmp_path)).run()
+    assert _scratch_folders(fake_worker) == []
+
+
+def test_ctrl_c_stops_the_worker_and_removes_the_scratch_folder(tmp_path, fake_worker, monkeypatch, ctrl_c):
+    pids = tmp_path / "pids"
+    monkeypatch.setenv("FAKE_PID_FILE", str(pids))
+    monkeypatch.setenv("FAKE_ITEM_SECONDS", "30")
+    ctrl_c(pids)
+    with pytest.raises(KeyboardInterrupt):
+        Collector(_options(tmp_path, item_timeout_s=60)).run()
+    (worker,) = [int(line.split()[0]) for line in _complete_lines(pids)]
+    assert not children.process_running(worker)
+    assert _scratch_folders(fake_worker) == []
+    assert RunStore(tmp_path / "h100").sessions()[-1]["interrupted"]
+
+
+def test_a_new_run_removes_the_scratch_folders_of_dead_runs_only(tmp_path, fake_worker):
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    host = scratch._host()
+    stale = fake_worker / f"{scratch.PREFIX}{host}-{dead.pid}-abc"
+    alive = fake_worker / f"{scratch.PREFIX}{host}-{os.getpid()}-abc"
+    elsewhere = fake_worker / f"{scratch.PREFIX}otherhost-{dead.pid}-abc"
+    unowned = fake_worker / f"{scratch.PREFIX}k3j2h1x9"  # named before owners were
+    for folder in (stale, alive, elsewhere, unowned):
+        (folder / "results.jsonl").parent.mkdir()
+        (folder / "results.jsonl").write_text("{}\n")
+    Collector(_options(tmp_path)).run()
+    assert _scratch_folders(fake_worker) == sorted([alive, elsewhere, unowned])
+
+
+# -- no child outlives the orchestrator ----------------------------------------------------
+def _gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while children.process_running(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _kill_if_running(*pids: int) -> None:
+    for pid in pids:
+        if children.process_running(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+pdeathsig = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs Linux's parent-death signal")
+
+
+def test_a_child_that_exits_takes_what_it_started_along(tmp_path):
+    pid_file = tmp_path / "grandchild"
+    outcome = children.run_child(["sh", "-c", f"sleep 30 & echo $! > {pid_file}"], tmp_path / "results",
+                                 tmp_path / "log", lambda event: None, item_timeout_s=10)
+    grandchild = int(pid_file.read_text())
+    try:
+        assert outcome.returncode == 0 and not outcome.finished
+        assert _gone_within(grandchild, 2)
+    finally:
+        _kill_if_running(grandchild)
+
+
+def test_ctrl_c_ends_the_child_and_everything_it_started(tmp_path, ctrl_c):
+    pid_file = tmp_path / "pids"
+    command = ["sh", "-c", f"sleep 30 & echo $$ $! > {pid_file}.tmp; mv {pid_file}.tmp {pid_file}; wait"]
+    ctrl_c(pid_file)
+    with pytest.raises(KeyboardInterrupt):
+        children.run_child(command, tmp_path / "results", tmp_path / "log", lambda event: None,
+                           item_timeout_s=30, first_timeout_s=30)
+    shell, grandchild = map(int, pid_file.read_text().split())
+    try:
+        assert not children.process_running(shell) and _gone_within(grandchild, 2)
+    finally:
+        _kill_if_running(shell, grandchild)
+
+
+#: An orchestrator in a process of its own, with the stand-ins for the worker and the probe.
+_ORCHESTRATOR = """
+import json, sys
+from pathlib import Path
+from seer.collect import children, orchestrate
+from seer.collect.orchestrate import CollectOptions, Collector
+from seer.gpus import get_gpu_spec
+from seer.grids import GridShape, quick_grid
+
+spec = json.loads(sys.argv[1])
+children.worker_command = lambda: spec["worker"]
+orchestrate.probe_device = lambda workdir: spec["probe"]
+by_id = {s.shape_id: s for s in quick_grid()}
+Collector(CollectOptions(
+    gpu=get_gpu_spec("h100"), shapes=[GridShape(by_id[sid], "quick") for sid in spec["shapes"]],
+    maths=["fma", "default"], algos=spec["algos"], dataset_dir=Path(spec["dataset"]),
+    profile_shapes=spec["profile_shapes"], ncu=spec["ncu"], item_timeout_s=60)).run()
+"""
+
+
+@pdeathsig
+@pytest.mark.parametrize("under_ncu", [False, True], ids=["worker", "worker-under-ncu"])
+def test_a_worker_whose_orchestrator_is_killed_stops_at_once(tmp_path, monkeypatch, under_ncu):
+    temp, pids = tmp_path / "temp", tmp_path / "pids"
+    temp.mkdir()
+    command = "profile" if under_ncu else "time"
+    spec = {"worker": FAKE, "probe": H100_PROBE, "shapes": list(CAPTURED_SHAPES), "algos": ALGOS,
+            "dataset": str(tmp_path / "h100"), "profile_shapes": None if under_ncu else 0,
+            "ncu": str(Path(__file__).with_name("fake_ncu.py")) if under_ncu else None}
+    env = os.environ | {"TMPDIR": str(temp), "FAKE_PID_FILE": str(pids), "FAKE_ITEM_SECONDS": f"{command}=60",
+                        "FAKE_NCU_CAPTURE": str(CAPTURE)}
+    orchestrator = subprocess.Popen([sys.executable, "-c", _ORCHESTRATOR, json.dumps(spec)], env=env,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = parent = None
+    try:
+        deadline = time.monotonic() + 60
+        while worker is None and time.monotonic() < deadline and orchestrator.poll() is None:
+            worker = next((int(pid) for pid, name in map(str.split, _complete_lines(pids)) if name == command),
+                          None)
+            time.sleep(0.05)
+        assert worker is not None, "the worker never started"
+        parent = int(Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        assert children.process_running(worker) and children.process_running(parent)
+        assert (parent != orchestrator.pid) == under_ncu  # under ncu, its parent is one of ncu's
+        orchestrator.kill()
+        orchestrator.wait()
+        assert _gone_within(worker, 5) and _gone_within(parent, 5)
+    finally:
+        orchestrator.kill()
+        orchestrator.wait()
+        _kill_if_running(*(pid for pid in (worker, parent) if pid is not None))
+    # The killed run could not remove its scratch folder; the next run's sweep does.
+    (left,) = temp.glob(f"{scratch.PREFIX}*-{orchestrator.pid}-*")
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    assert scratch.remove_stale() == [left] and not left.exists()
+
+
+@pdeathsig
+def test_a_worker_started_after_its_orchestrator_died_exits_at_once(tmp_path):
+    plan, pids = tmp_path / "plan.jsonl", tmp_path / "pids"
+    plan.write_text("")
+    command = [*FAKE, "time", "--plan", str(plan), "--results", str(tmp_path / "results.jsonl")]
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    env = children.child_env() | {"FAKE_PID_FILE": str(pids)}
+    orphan = subprocess.run(command, env=env | {children.ORCHESTRATOR_PID: str(dead.pid)}, timeout=60)
+    assert orphan.returncode == children.EXIT_ORPHANED and not pids.exists()
+    # The same worker with its orchestrator alive does its (empty) plan.
+    assert subprocess.run(command, env=env, timeout=60).returncode == 0 and pids.exists()

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from seer.collect.store import RunStore, read_jsonl
+from seer.collect.store import TORN_SUFFIX, RunStore, read_jsonl
 from seer.errors import InputError
 
 KEY = ("shape_id", "math", "algo")
@@ -22,15 +22,94 @@ def test_append_read_and_last_record_wins(tmp_path):
     assert frame.set_index("algo").loc["GEMM", "status"] == "ok"
 
 
-def test_torn_last_line_is_dropped_but_corruption_elsewhere_is_reported(tmp_path):
+def _line(record):
+    return json.dumps(record, separators=(",", ":")) + "\n"
+
+
+#: Ends of a file whose last write was torn by a crash: cut mid-record without a newline,
+#: cut mid-record with one, and a whole record whose newline never came.
+TORN_TAILS = ['{"shape_id": "s2", "ma', '{"shape_id": "s2", "ma\n', json.dumps(_row("s2", "GEMM"))]
+TORN_IDS = ["cut-no-newline", "cut-with-newline", "whole-record-no-newline"]
+
+
+@pytest.mark.parametrize("tail", TORN_TAILS, ids=TORN_IDS)
+def test_readers_skip_a_torn_last_line_and_leave_the_file_alone(tmp_path, tail):
     path = tmp_path / "raw" / "timing-x.jsonl"
     path.parent.mkdir()
-    path.write_text(json.dumps(_row("s1", "GEMM")) + "\n" + '{"shape_id": "s2", "ma')
+    path.write_text(_line(_row("s1", "GEMM")) + tail)
+    before = path.read_bytes()
     assert [r["shape_id"] for r in read_jsonl(path)] == ["s1"]
-    path.write_text('{"broken\n' + json.dumps(_row("s1", "GEMM")) + "\n")
+    # The torn item is not done, so a resumed collection measures it again.
+    assert RunStore(tmp_path).done_keys("timing", KEY) == {("s1", "fma", "GEMM")}
+    assert path.read_bytes() == before and not path.with_name(path.name + TORN_SUFFIX).exists()
+
+
+@pytest.mark.parametrize("tail", TORN_TAILS, ids=TORN_IDS)
+def test_the_writer_sets_a_torn_last_line_aside_and_appends_on_a_clean_line(tmp_path, tail):
+    path = tmp_path / "raw" / "timing-a.jsonl"
+    path.parent.mkdir()
+    path.write_text(_line(_row("s1", "GEMM")) + tail)
+    with RunStore(tmp_path, tag="a") as store:
+        store.append("timing", [_row("s2", "GEMM")])
+    assert path.read_text() == _line(_row("s1", "GEMM")) + _line(_row("s2", "GEMM"))
+    aside = path.with_name(path.name + TORN_SUFFIX)
+    assert aside.read_text() == tail.rstrip("\n") + "\n"
+    # A later tear is set aside after the first; every run after that reads everything.
+    with open(path, "a") as handle:
+        handle.write('{"shape_id": "s3"')
+    with RunStore(tmp_path, tag="a") as store:
+        store.append("timing", [_row("s3", "GEMM")])
+    assert aside.read_text() == tail.rstrip("\n") + "\n" + '{"shape_id": "s3"\n'
+    with RunStore(tmp_path, tag="a") as store:
+        store.append("timing", [_row("s4", "GEMM")])
+    assert [r["shape_id"] for r in read_jsonl(path)] == ["s1", "s2", "s3", "s4"]
+    assert len(path.read_text().splitlines()) == 4
+
+
+def test_a_file_with_no_complete_record_is_emptied_and_a_long_last_record_is_kept(tmp_path):
+    path = tmp_path / "raw" / "kernels-a.jsonl"
+    path.parent.mkdir()
+    path.write_text('{"shape_id": "s1", "ma')
+    with RunStore(tmp_path, tag="a") as store:
+        store.append("kernels", [_row("s1", "GEMM")])
+    assert path.read_text() == _line(_row("s1", "GEMM"))
+    # A record longer than the chunks in which the file's end is searched backwards.
+    long = _row("s2", "GEMM") | {"status_detail": "x" * 200_000}
+    with open(path, "a") as handle:
+        handle.write(_line(long) + '{"shape_id": "s3", "ma')
+    with RunStore(tmp_path, tag="a") as store:
+        store.append("kernels", [_row("s4", "GEMM")])
+    assert [r["shape_id"] for r in read_jsonl(path)] == ["s1", "s2", "s4"]
+    assert path.with_name(path.name + TORN_SUFFIX).read_text() == '{"shape_id": "s1", "ma\n{"shape_id": "s3", "ma\n'
+
+
+def test_a_torn_session_line_is_set_aside_before_the_next_session_is_logged(tmp_path):
+    store = RunStore(tmp_path)
+    store.log_session({"n": 1})
+    path = tmp_path / "raw" / "sessions.jsonl"
+    with open(path, "a") as handle:
+        handle.write('{"n": 2, "gp')
+    assert store.sessions() == [{"n": 1}]
+    store.log_session({"n": 3})
+    assert store.sessions() == [{"n": 1}, {"n": 3}]
+    assert path.read_text() == '{"n": 1}\n{"n": 3}\n'
+    assert path.with_name(path.name + TORN_SUFFIX).read_text() == '{"n": 2, "gp\n'
+
+
+def test_corruption_before_the_last_line_is_reported_and_never_cut(tmp_path):
+    path = tmp_path / "raw" / "timing-a.jsonl"
+    path.parent.mkdir()
+    path.write_text('{"broken\n' + _line(_row("s1", "GEMM")))
     with pytest.raises(InputError) as info:
         read_jsonl(path)
     assert info.value.line == 1 and str(path) in str(info.value)
+    # The writer repairs only a torn end: the damage stays where a person can see it.
+    with RunStore(tmp_path, tag="a") as store:
+        store.append("timing", [_row("s2", "GEMM")])
+    assert path.read_text().startswith('{"broken\n' + _line(_row("s1", "GEMM")))
+    with pytest.raises(InputError, match="corrupt record") as info:
+        RunStore(tmp_path).read("timing", KEY)
+    assert info.value.line == 1 and info.value.path == str(path)
 
 
 def test_done_keys_can_leave_statuses_to_retry(tmp_path):

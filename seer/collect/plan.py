@@ -10,50 +10,50 @@ from __future__ import annotations
 
 import math as _math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterable, Sequence
 
+from seer.collect.protocol import ShapeWork
 from seer.errors import InputError
+from seer.gpus import GPUSpec
 from seer.grids import GridShape
 from seer.shapes import ConvShape
 
-MATH_MODES = ("fma", "default")
-RUN_KEY = ("shape_id", "math", "algo")
-#: A census record answers for every algorithm of one (shape, math mode) at once.
-CENSUS_KEY = ("shape_id", "math")
-#: The ``algo`` of a census work item: all of them.
-CENSUS_ITEM = "*"
-#: Profiles are recorded per run and metric group (one ncu run per group).
-GROUP_KEY = (*RUN_KEY, "group")
+@dataclass
+class CollectOptions:
+    """Everything ``seer collect`` was asked to do (see ``seer collect --help``)."""
+
+    gpu: GPUSpec  # the GPU named by --gpu; the detected device must be this one
+    shapes: list[GridShape]
+    maths: list[str]
+    algos: list[str]
+    dataset_dir: Path
+    shard_index: int = 1
+    shard_count: int = 1
+    profile_shapes: int | None = None  # None: every shape; 0: no profiling
+    workspace_cap_bytes: int = 8 * 2**30
+    budget_ms: float = 10.0
+    min_reps: int = 5
+    max_reps: int = 50
+    min_burst_ms: float = 1.0
+    item_timeout_s: float = 300.0
+    ncu: str | None = None
+    profile_chunk_items: int = 150
+    max_profile_kernels: int = 256
+    ncu_metric_set: str = "core"
+    ncu_replay: str = "kernel"
+    ncu_cache_control: str = "all"
+    retry: tuple[str, ...] = ()
+    seed: int = 0
+    keep_ncu_csv: bool = False
+    stop_after_s: float | None = None  # stop cleanly once this much time has passed
+    census: bool = False  # only cuDNN's support and workspace answers; nothing runs
+    argv: list[str] = field(default_factory=list)
+
+
 #: Tensors larger than this share of device memory are not attempted: cuDNN needs room
 #: for its workspace and the reference check besides input, filter and output.
 MEMORY_SHARE = 0.8
-
-
-@dataclass
-class ShapeWork:
-    """The pending (math, algorithm) items of one shape."""
-
-    shape: ConvShape
-    grid: str
-    items: list[tuple[str, str]] = field(default_factory=list)
-
-    @property
-    def shape_id(self) -> str:
-        return self.shape.shape_id
-
-    def to_record(self) -> dict:
-        return {"shape": self.shape.as_dict(), "shape_id": self.shape_id, "grid": self.grid,
-                "items": [list(item) for item in self.items]}
-
-    def census_head(self, math_mode: str) -> dict:
-        """The fields that name a census record of this shape and math mode (the worker's
-        answers, or the orchestrator's record of a failure, follow them)."""
-        return {"shape_id": self.shape_id, "math": math_mode, "grid": self.grid, **self.shape.as_dict()}
-
-    @classmethod
-    def from_record(cls, record: dict) -> "ShapeWork":
-        return cls(ConvShape.from_mapping(record["shape"]), record["grid"],
-                   [tuple(item) for item in record["items"]])
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -74,15 +74,6 @@ def shard(shapes: Sequence[GridShape], index: int, count: int) -> list[GridShape
     return ordered[index - 1::count]
 
 
-def parse_math(text: str) -> list[str]:
-    modes = [m.strip().lower() for m in text.split(",") if m.strip()]
-    bad = [m for m in modes if m not in MATH_MODES]
-    if bad or not modes:
-        raise InputError(f"unknown math mode {', '.join(bad) or text!r}; use fma, default or fma,default",
-                         field="math")
-    return modes
-
-
 def fits_in_memory(shape: ConvShape, memory_bytes: int) -> bool:
     return shape.tensor_bytes <= MEMORY_SHARE * memory_bytes
 
@@ -97,6 +88,28 @@ def build_plan(shapes: Iterable[GridShape], maths: Sequence[str], algos: Sequenc
         if items:
             plan.append(ShapeWork(gs.shape, gs.grid, items))
     return plan
+
+
+def without(plan: Sequence[ShapeWork], keys: set[tuple]) -> list[ShapeWork]:
+    """The plan less the items whose run key is in ``keys``; shapes left with none drop out."""
+    out = []
+    for work in plan:
+        items = [(m, a) for m, a in work.items if (work.shape_id, m, a) not in keys]
+        if items:
+            out.append(ShapeWork(work.shape, work.grid, items))
+    return out
+
+
+def take_items(plan: Sequence[ShapeWork], limit: int) -> tuple[list[ShapeWork], list[ShapeWork]]:
+    """Whole shapes from the front of the plan, up to about ``limit`` items (at least one
+    shape), and the rest."""
+    taken, count = [], 0
+    for i, work in enumerate(plan):
+        if taken and count + len(work.items) > limit:
+            return taken, list(plan[i:])
+        taken.append(work)
+        count += len(work.items)
+    return taken, []
 
 
 def select_evenly(shapes: Sequence[GridShape], count: int) -> list[GridShape]:

@@ -3,8 +3,13 @@
 Each kind of record (``timing``, ``profiles``, ``kernels``, ``census``) goes to JSON-lines files under
 ``data/<gpu>/raw/``: one file per writer (``<kind>-<tag>.jsonl``, the tag naming host and
 shard, so parallel shards never share a file), one finished record per line, flushed and
-fsync'ed before the next is started. Readers tolerate a torn last line (a crash mid-write)
-and keep the last record of each key, so a retried run supersedes the failed one.
+fsync'ed before the next is started. A record is complete once its newline is written.
+
+A crash mid-write leaves a torn last line. Readers, which may run while a collection
+writes, skip it and change nothing; the file's writer, when it opens the file to append,
+moves the fragment to ``<file>.torn`` and truncates the file to its last complete record,
+so that the torn item is simply measured again and the fragment never ends up mid-file.
+Readers keep the last record of each key, so a retried run supersedes the failed one.
 ``pack`` merges a kind's files into one sorted, compressed ``<kind>.jsonl.gz`` for
 committing; run it only when no collection is writing.
 """
@@ -13,6 +18,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import os
 import re
 import socket
@@ -24,8 +30,17 @@ import pandas as pd
 from seer.errors import InputError
 from seer.metrics import GROUP_COLUMNS, METRICS
 
+try:
+    import fcntl
+except ImportError:  # not POSIX: sessions are logged without a lock
+    fcntl = None
+
 KINDS = ("timing", "profiles", "kernels", "census")
 SESSIONS_FILE = "sessions.jsonl"
+#: Suffix of the file beside a record file that keeps the torn fragments cut from it.
+TORN_SUFFIX = ".torn"
+
+log = logging.getLogger(__name__)
 
 
 def default_tag(shard_index: int = 1, shard_count: int = 1) -> str:
@@ -34,13 +49,21 @@ def default_tag(shard_index: int = 1, shard_count: int = 1) -> str:
 
 
 def _open_text(path: Path):
-    return gzip.open(path, "rt") if path.suffix == ".gz" else open(path)
+    # Lines end at "\n" alone, as the writer's repair sees them; undecodable bytes (a
+    # crash's garbage) fail as a corrupt record, with file and line.
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", newline="", errors="replace")
+    return open(path, newline="", errors="replace")
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    """Records of one JSON-lines file (plain or gzip); a torn last line is dropped."""
+    """Records of one JSON-lines file (plain or gzip); a torn last line is skipped.
+
+    The last line is torn when no newline ends it, or when it does not parse; anything
+    else that does not parse is reported with file and line. The file is not changed.
+    """
     with _open_text(path) as handle:
-        lines = handle.read().splitlines()
+        *lines, _unfinished = handle.read().split("\n")
     records = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -52,6 +75,64 @@ def read_jsonl(path: Path) -> list[dict]:
                 break
             raise InputError(f"corrupt record ({exc.msg})", path=path, line=number) from None
     return records
+
+
+def _previous_newline(handle, end: int, chunk: int = 1 << 16) -> int:
+    """Offset of the last newline before ``end`` in a binary file, or -1."""
+    while end > 0:
+        start = max(0, end - chunk)
+        handle.seek(start)
+        found = handle.read(end - start).rfind(b"\n")
+        if found >= 0:
+            return start + found
+        end = start
+    return -1
+
+
+def _complete_length(handle) -> int:
+    """Bytes of a binary JSON-lines file up to the end of its last complete record,
+    by the rule of :func:`read_jsonl` (reading only the file's end)."""
+    last = _previous_newline(handle, handle.seek(0, os.SEEK_END))
+    if last < 0:
+        return 0
+    before = _previous_newline(handle, last)
+    handle.seek(before + 1)
+    line = handle.read(last - before - 1).decode(errors="replace")
+    try:
+        if line.strip():
+            json.loads(line)
+    except json.JSONDecodeError:
+        return before + 1
+    return last + 1
+
+
+def set_aside_torn_tail(path: Path) -> int:
+    """Move a torn last line of ``path`` to ``<path>.torn`` and cut it off; bytes moved.
+
+    Only for the file's writer: a reader must never change a file a collection may be
+    writing. The fragment is saved (fsync'ed) before the file is truncated, so a crash
+    in between loses nothing.
+    """
+    try:
+        handle = open(path, "r+b")
+    except FileNotFoundError:
+        return 0
+    with handle:
+        size = handle.seek(0, os.SEEK_END)
+        keep = _complete_length(handle)
+        if keep == size:
+            return 0
+        handle.seek(keep)
+        torn = handle.read()
+        with open(path.with_name(path.name + TORN_SUFFIX), "ab") as aside:
+            aside.write(torn if torn.endswith(b"\n") else torn + b"\n")
+            aside.flush()
+            os.fsync(aside.fileno())
+        handle.truncate(keep)
+        handle.flush()
+        os.fsync(handle.fileno())
+    log.warning("%s: set aside a torn last line (%d bytes) in %s%s", path, size - keep, path.name, TORN_SUFFIX)
+    return size - keep
 
 
 class RunStore:
@@ -76,6 +157,7 @@ class RunStore:
         if kind not in self._handles:
             self.raw_dir.mkdir(parents=True, exist_ok=True)
             path = self.raw_dir / f"{kind}-{self.tag}.jsonl"
+            set_aside_torn_tail(path)  # this store is the file's only writer (one per tag)
             self._handles[kind] = open(path, "a", buffering=1)
         return self._handles[kind]
 
@@ -94,9 +176,17 @@ class RunStore:
         return count
 
     def log_session(self, record: dict) -> None:
-        """Append one line about a collection session (what ran, where, when)."""
+        """Append one line about a collection session (what ran, where, when).
+
+        Every writer of the dataset (each shard) logs here: the lock keeps one writer's
+        repair of a torn line from cutting another's line in progress.
+        """
         self.raw_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.raw_dir / SESSIONS_FILE, "a") as handle:
+        path = self.raw_dir / SESSIONS_FILE
+        with open(path, "a") as handle:
+            if fcntl is not None:
+                fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file is closed
+            set_aside_torn_tail(path)
             handle.write(json.dumps(record, default=_json_default) + "\n")
             handle.flush()
             os.fsync(handle.fileno())

@@ -19,14 +19,12 @@ from pathlib import Path
 from typing import Sequence
 
 from seer.errors import EnvironmentProblem
+from seer.schema import get_math_mode
 
 # -- enums (cudnn_graph.h / cudnn_cnn.h, cuDNN 9) ----------------------------------------
 CUDNN_DATA_FLOAT = 0
 CUDNN_TENSOR_NCHW = 0
 CUDNN_CROSS_CORRELATION = 1
-#: cudnnMathType_t by seer's math-mode name. "default" lets cuDNN use TF32 tensor cores
-#: for fp32 data on Ampere and later; "fma" forbids tensor cores (strict FP32).
-MATH_TYPES = {"default": 0, "tensor_op": 1, "tensor_op_allow_conversion": 2, "fma": 3}
 CUDNN_STATUS_SUCCESS = 0
 
 _c_handle = ctypes.c_void_p
@@ -271,7 +269,7 @@ class ConvolutionDescriptor(_Descriptor):
         n = len(padding)
         _call("cudnnSetConvolutionNdDescriptor", self.ptr, n, _ints(padding), _ints(stride),
               _ints([1] * n), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT)
-        _call("cudnnSetConvolutionMathType", self.ptr, MATH_TYPES[math])
+        _call("cudnnSetConvolutionMathType", self.ptr, get_math_mode(math).cudnn_math_type)
 
 
 # -- one convolution problem --------------------------------------------------------------
@@ -293,7 +291,8 @@ class ConvolutionProblem:
         NCHW input and KCRS filter dimensions (5 entries each for 3D).
     padding, stride : sequence of int
         Per spatial dimension.
-    math : {"default", "fma"}
+    math : str
+        A math mode of :data:`seer.schema.MATH_MODES`.
     """
 
     def __init__(self, handle: Handle, x_dims, w_dims, padding, stride, math: str) -> None:

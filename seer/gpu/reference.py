@@ -14,11 +14,6 @@ import numpy as np
 
 from seer.shapes import ConvShape
 
-#: Relative L2 error allowed per math mode. The bounds reject wrong results (unwritten or
-#: misplaced outputs give errors near 1), not less accurate algorithms: on the H100, FP32
-#: direct and GEMM-like algorithms measured ~1e-6, FFT ~4e-7, Winograd's 9x9 tiles up to
-#: 6.4e-4, and TF32 tensor cores ~3e-4. Each run's measured error is kept in rel_error.
-TOLERANCE = {"fma": 5e-3, "default": 1e-2}
 SAMPLES = 4096
 
 _REFERENCE_SOURCE = r"""

@@ -3,8 +3,8 @@
 The first H100 collection timed each forward call alone between two CUDA events. Events
 run on the GPU, but the start event executes as soon as it is enqueued, so the host's own
 work for the call (Python, ctypes, cuDNN's dispatch) lands inside the timed region, and so
-does its jitter. On kernels under 0.3 ms, 15-23% of the pairs of identical kernels timed
-under both math modes differed by more than 10%.
+does its jitter: on short kernels, identical kernels timed under both math modes often
+differed widely (README, "Measured on the H100", timing quality).
 
 Here a small kernel first keeps the GPU busy for longer than the host needs to enqueue a
 burst of calls; the start event, the burst and the end event then run back to back on
@@ -13,10 +13,10 @@ between an algorithm's kernels included. Bursts are at least ``min_burst_ms`` lo
 are repeated for about ``budget_ms``; the median over repetitions is reported.
 
 Now and then the host falls behind the spin (another process, the OS) and some bursts
-include idle GPU time. Such a measurement shows as a wide spread of its repetitions: on
-the first H100 dataset, 1.2% of the runs had an interquartile range over 10% of the
-median (typically it is 0.2%), and re-timed in a fresh process most of them were 1.5 to
-30 times faster. So a measurement whose spread exceeds :data:`MAX_SPREAD` is taken again,
+include idle GPU time. Such a measurement shows as a spread of its repetitions far wider
+than a typical run's, and re-timed in a fresh process most such runs were much faster
+(README, "The shipped H100 dataset", unsteady measurements). So a measurement whose
+spread exceeds :data:`MAX_SPREAD` is taken again,
 up to :data:`MAX_ATTEMPTS` times in all, and the steadiest attempt is kept.
 """
 

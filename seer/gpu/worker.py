@@ -6,7 +6,9 @@ results file: a ``start`` event before each item and a ``row`` (timing) or ``pro
 event after it. If the child dies (segfault, sticky CUDA error, driver reset) the
 orchestrator knows which item killed it from the last ``start``, records that item's
 failure and starts a fresh child for the rest. A CUDA runtime error inside an item ends
-the child on purpose: the context may be unusable afterwards.
+the child on purpose: the context may be unusable afterwards. The worker dies with the
+process that started it (:func:`seer.collect.children.die_with_parent`), so that it never
+keeps the GPU busy for an orchestrator that is gone.
 
 Subcommands: ``probe`` (device, driver, CUDA, cuDNN facts as JSON), ``time``, ``profile``,
 ``census`` (cuDNN's support and workspace answers, without running anything).
@@ -25,25 +27,13 @@ from pathlib import Path
 from typing import Callable
 
 from seer.algorithms import cudnn_algorithm_by_enum, get_algorithm, heuristic_ranks
-from seer.collect.plan import CENSUS_ITEM, ShapeWork
+from seer.collect import protocol
+from seer.collect.children import die_with_parent
+from seer.collect.protocol import CENSUS_ITEM, EVENT, ShapeWork, start_event
 from seer.ncu import range_name
+from seer.schema import get_math_mode
 
 EXIT_CUDA_ERROR = 3
-
-
-def _emitter(path: str) -> Callable[[dict], None]:
-    handle = open(path, "a", buffering=1)
-
-    def emit(record: dict) -> None:
-        handle.write(json.dumps(record, separators=(",", ":")) + "\n")
-        handle.flush()
-
-    return emit
-
-
-def _read_plan(path: str) -> list[ShapeWork]:
-    with open(path) as handle:
-        return [ShapeWork.from_record(json.loads(line)) for line in handle if line.strip()]
 
 
 # -- probe --------------------------------------------------------------------------------
@@ -206,7 +196,7 @@ def _for_each_item(plan: list[ShapeWork], emit, seed: int, per_item,
             tensors = ShapeTensors(work.shape, _shape_seed(work.shape_id, seed), reference=reference)
         except cp.cuda.memory.OutOfMemoryError as exc:
             for math_mode, algo in work.items:
-                emit({"event": "row", "row": _base_row(work, math_mode, algo) | {
+                emit({EVENT: protocol.ROW, "row": _base_row(work, math_mode, algo) | {
                     "status": "oom", "status_detail": f"input/filter/output tensors: {exc}"}})
             pool.free_all_blocks()
             continue
@@ -218,7 +208,7 @@ def _for_each_item(plan: list[ShapeWork], emit, seed: int, per_item,
                                           tensors.stride, math_mode) as problem:
                 ranks, rank_error = _heuristic_ranks(problem)
                 for algo in algos:
-                    emit({"event": "start", "shape_id": work.shape_id, "math": math_mode, "algo": algo})
+                    emit(start_event(work.shape_id, math_mode, algo))
                     record = per_item(problem, tensors, work, math_mode, algo, ranks.get(algo))
                     if rank_error and record.get("row"):
                         record["row"]["heuristic_error"] = rank_error
@@ -261,7 +251,6 @@ def time_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, seed: int,
     import numpy as np
     from cupyx.profiler import benchmark
 
-    from seer.gpu.reference import TOLERANCE
     from seer.gpu.timing import BurstTimer, steadiest
 
     timer = BurstTimer()
@@ -276,9 +265,10 @@ def time_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, seed: int,
             error = _run_checked(forward, tensors)
             first_ms = (time.perf_counter() - started) * 1e3
             row["rel_error"] = error if math.isfinite(error) else None
-            status = "ok" if error <= TOLERANCE[math_mode] else "wrong_result"
+            tolerance = get_math_mode(math_mode).tolerance
+            status = "ok" if error <= tolerance else "wrong_result"
             if status == "wrong_result":
-                row["status_detail"] = (f"relative error {error:.3g} > tolerance {TOLERANCE[math_mode]:g}"
+                row["status_detail"] = (f"relative error {error:.3g} > tolerance {tolerance:g}"
                                         if math.isfinite(error) else "output has NaN/inf (unwritten or overflow)")
             # A warm call, host time included, sizes the bursts; it can only overestimate.
             estimate = benchmark(forward, n_repeat=1, n_warmup=1).gpu_times[0][0] * 1e3
@@ -296,9 +286,9 @@ def time_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, seed: int,
             row |= {"status": exc.status, "status_detail": exc.detail}
         except cp.cuda.runtime.CUDARuntimeError as exc:
             # The context may be unusable: record the item, then let a fresh worker go on.
-            emit({"event": "row", "row": row | {"status": "error", "status_detail": f"CUDA error: {exc}"}})
+            emit({EVENT: protocol.ROW, "row": row | {"status": "error", "status_detail": f"CUDA error: {exc}"}})
             sys.exit(EXIT_CUDA_ERROR)
-        return {"event": "row", "row": row}
+        return {EVENT: protocol.ROW, "row": row}
 
     _for_each_item(plan, emit, seed, per_item, stop_file)
 
@@ -315,7 +305,7 @@ def profile_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, seed: int,
     from cupy.cuda import nvtx
 
     def per_item(problem, tensors, work, math_mode, algo, rank):
-        record = {"event": "profiled", "shape_id": work.shape_id, "math": math_mode, "algo": algo}
+        record = {EVENT: protocol.PROFILED, "shape_id": work.shape_id, "math": math_mode, "algo": algo}
         try:
             forward, workspace, _ = _prepare(problem, tensors, algo, workspace_cap)
             _run_unchecked(forward)  # warm-up: lazy module loading stays out of the profile
@@ -361,7 +351,7 @@ def census_record(problem, work: ShapeWork, math_mode: str, workspace_cap: int) 
             unsupported.append(algo)
         except CudnnError as exc:
             errors[algo] = str(exc)
-    record = work.census_head(math_mode) | {
+    record = work.head(math_mode) | {
         "status": "ok", "workspace_bytes": workspace, "not_supported": unsupported,
         "workspace_cap_bytes": workspace_cap}
     if errors:
@@ -385,7 +375,7 @@ def census_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, stop_file: s
 
     def flush() -> None:
         if batch:
-            emit({"event": "census", "records": list(batch)})
+            emit({EVENT: protocol.CENSUS, "records": list(batch)})
             batch.clear()
 
     with cudnn.Handle() as handle:
@@ -396,19 +386,20 @@ def census_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, stop_file: s
             for math_mode, _ in work.items:
                 if len(batch) >= CENSUS_BATCH:
                     flush()
-                emit({"event": "start", "shape_id": work.shape_id, "math": math_mode, "algo": CENSUS_ITEM})
+                emit(start_event(work.shape_id, math_mode, CENSUS_ITEM))
                 try:
                     with cudnn.ConvolutionProblem(handle, shape.input_dims, shape.filter_dims,
                                                   shape.spatial_padding, shape.spatial_stride,
                                                   math_mode) as problem:
                         batch.append(census_record(problem, work, math_mode, workspace_cap))
                 except cudnn.CudnnError as exc:  # the descriptors themselves were refused
-                    batch.append(work.census_head(math_mode) | {"status": "error", "status_detail": str(exc)})
+                    batch.append(work.head(math_mode) | {"status": "error", "status_detail": str(exc)})
     flush()
 
 
 # -- entry point --------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
+    die_with_parent()  # first: nothing here is worth running for a dead orchestrator
     parser = argparse.ArgumentParser(prog="cudnn_worker", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("probe")
@@ -433,8 +424,8 @@ def main(argv: list[str] | None = None) -> int:
             info = {"error": f"{type(exc).__name__}: {exc}"}
         Path(args.out).write_text(json.dumps(info))
         return 0 if "error" not in info else 1
-    emit = _emitter(args.results)
-    plan = _read_plan(args.plan)
+    emit = protocol.emitter(args.results)
+    plan = protocol.read_plan(args.plan)
     if args.command == "census":
         census_plan(plan, emit, workspace_cap=args.workspace_cap, stop_file=args.stop_file)
     elif args.command == "time":
@@ -444,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         profile_plan(plan, emit, workspace_cap=args.workspace_cap, seed=args.seed,
                      stop_file=args.stop_file)
-    emit({"event": "done"})
+    emit({EVENT: protocol.DONE})
     return 0
 
 

@@ -1,8 +1,9 @@
-"""Progress display for long collections: a rich bar on a terminal, log lines elsewhere.
+"""Progress of long work: a rich bar on a terminal, log lines elsewhere.
 
-On a terminal the bar shows items done, rate and time left. Where output goes to a file
-(batch jobs, remote runs) a bar would print nothing until the end, so a line is logged
-every ``log_every_s`` seconds instead.
+Where output goes to a file (batch jobs, remote runs) a bar would print nothing until the
+end, so lines are logged instead. :class:`CollectionProgress` counts finished items of a
+collection (rate and time left); :class:`StepProgress` names the steps of training and
+evaluation as each starts.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from __future__ import annotations
 import time
 
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                           TimeElapsedColumn, TimeRemainingColumn)
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
 
 
 class CollectionProgress:
@@ -70,3 +71,34 @@ class CollectionProgress:
         if self._progress is not None:
             self._progress.stop()
         self._log_line()
+
+
+class StepProgress:
+    """Context manager: ``update(done, total, text)`` as each step of some work starts."""
+
+    def __init__(self, description: str, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=True)
+        self.description = description
+        self._progress: Progress | None = None
+        self._task = None
+        self._last_text = None
+
+    def __enter__(self) -> "StepProgress":
+        if self.console.is_terminal:
+            self._progress = Progress(TextColumn(f"[bold]{self.description}"), BarColumn(), MofNCompleteColumn(),
+                                      TimeElapsedColumn(), TextColumn("{task.fields[step]}"), console=self.console,
+                                      transient=True)
+            self._progress.start()
+            self._task = self._progress.add_task(self.description, total=None, step="")
+        return self
+
+    def update(self, done: int, total: int, text: str) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, completed=done, total=total, step=text)
+        elif text != self._last_text:
+            self.console.log(f"{self.description}: step {min(done + 1, total)}/{total}: {text}")
+        self._last_text = text
+
+    def __exit__(self, *exc) -> None:
+        if self._progress is not None:
+            self._progress.stop()

@@ -1,0 +1,116 @@
+"""The file protocol between ``seer collect`` (the orchestrator) and its GPU worker child.
+
+The orchestrator writes a *plan file*: one :class:`ShapeWork` per line, a shape and its
+pending (math mode, algorithm) items. The worker appends *events* to a results file, one
+JSON object per line, each naming its kind in :data:`EVENT`:
+
+``start``
+    before each item (``shape_id``, ``math``, ``algo``): if the worker dies, the last
+    ``start`` names the item that killed it;
+``row``
+    a timing result (``row``: the record to store);
+``profiled``
+    an item run once under ncu (``shape_id``, ``math``, ``algo``, ``status``);
+``census``
+    a batch of census answers (``records``); a census item's ``algo`` is
+    :data:`CENSUS_ITEM`, all algorithms at once;
+``done``
+    the worker finished its plan (or stopped early as asked) and exits normally.
+
+The tests' stand-in worker speaks the same protocol through these names.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from seer.schema import RUN_KEY
+from seer.shapes import ConvShape
+
+#: The field that names an event's kind, and the kinds.
+EVENT = "event"
+START, ROW, PROFILED, CENSUS, DONE = "start", "row", "profiled", "census", "done"
+EVENTS = (START, ROW, PROFILED, CENSUS, DONE)
+#: The ``algo`` of a census item: every algorithm, answered at once.
+CENSUS_ITEM = "*"
+
+
+@dataclass
+class ShapeWork:
+    """The pending (math, algorithm) items of one shape: one line of a plan file."""
+
+    shape: ConvShape
+    grid: str
+    items: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def shape_id(self) -> str:
+        return self.shape.shape_id
+
+    def to_record(self) -> dict:
+        return {"shape": self.shape.as_dict(), "shape_id": self.shape_id, "grid": self.grid,
+                "items": [list(item) for item in self.items]}
+
+    @classmethod
+    def from_record(cls, record: dict) -> "ShapeWork":
+        return cls(ConvShape.from_mapping(record["shape"]), record["grid"],
+                   [tuple(item) for item in record["items"]])
+
+    def head(self, math_mode: str) -> dict:
+        """The fields that name a record of this shape and math mode: the worker's census
+        answers, or the orchestrator's record of a failure, follow them."""
+        return {"shape_id": self.shape_id, "math": math_mode, "grid": self.grid, **self.shape.as_dict()}
+
+
+def write_plan(path: Path, plan: Iterable[ShapeWork]) -> None:
+    path.write_text("".join(json.dumps(work.to_record()) + "\n" for work in plan))
+
+
+def read_plan(path: str | Path) -> list[ShapeWork]:
+    with open(path) as handle:
+        return [ShapeWork.from_record(json.loads(line)) for line in handle if line.strip()]
+
+
+def event_key(event: dict) -> tuple:
+    """The run key (shape_id, math, algo) an event names."""
+    return tuple(event[k] for k in RUN_KEY)
+
+
+def start_event(shape_id: str, math_mode: str, algo: str) -> dict:
+    return {EVENT: START, "shape_id": shape_id, "math": math_mode, "algo": algo}
+
+
+def emitter(path: str | Path) -> Callable[[dict], None]:
+    """A function that appends one event to the results file and flushes it at once."""
+    handle = open(path, "a", buffering=1)
+
+    def emit(event: dict) -> None:
+        handle.write(json.dumps(event, separators=(",", ":")) + "\n")
+        handle.flush()
+
+    return emit
+
+
+class EventReader:
+    """Reads the events a worker has appended to a results file since the last call.
+
+    A line is handed over only once its newline has arrived, so an event the worker is
+    still writing is never parsed half-way.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self._buffer = ""
+
+    def new_events(self) -> list[dict]:
+        with open(self.path) as handle:
+            handle.seek(self._offset)
+            chunk = handle.read()
+            self._offset = handle.tell()
+        self._buffer += chunk
+        *lines, self._buffer = self._buffer.split("\n")
+        return [json.loads(line) for line in lines if line.strip()]

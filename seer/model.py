@@ -1,0 +1,127 @@
+"""A trained model set and its predictions, as tidy frames.
+
+:class:`Model` holds, per math mode, seer's predictor (:class:`seer.predictors.AlgorithmPredictor`)
+and optionally SEER's (the baseline), with the card that says how they were trained.
+:meth:`Model.predict` gives one row per (layer, algorithm predicted to run), ranked by
+the model's pick (rank 1 is the pick), with whether the layer lies outside the shapes
+the model was trained on; a layer for which no algorithm is predicted to run keeps a
+row of its own, with no algorithm. Algorithms predicted not to run get no row, so they
+are never recommended. Load one with :func:`seer.load_model`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from seer.errors import InputError
+from seer.predictors import AlgorithmPredictor, SeerFamilyPredictor
+from seer.schema import PREDICTION_COLUMNS
+from seer.shapes import SEER_FIELDS, ConvShape, shape_frame
+
+Layers = pd.DataFrame | np.ndarray | Sequence[ConvShape]
+
+
+@dataclass
+class Model:
+    """seer's trained models of one GPU.
+
+    Attributes
+    ----------
+    gpu : str
+        The GPU the models were trained for.
+    card : dict
+        The model card: training data and its SHA-256, choices made, library versions.
+    predictors : dict of str to AlgorithmPredictor
+        seer's model per math mode.
+    baselines : dict of str to SeerFamilyPredictor
+        SEER's model per math mode, where loaded.
+    """
+
+    gpu: str
+    card: dict
+    predictors: dict[str, AlgorithmPredictor]
+    baselines: dict[str, SeerFamilyPredictor] = field(default_factory=dict)
+
+    @property
+    def maths(self) -> list[str]:
+        return list(self.predictors)
+
+    def predictor(self, math: str) -> AlgorithmPredictor:
+        """seer's model of one math mode; InputError naming the available ones otherwise."""
+        try:
+            return self.predictors[math]
+        except KeyError:
+            raise InputError(f"the {self.gpu} model has no {math!r} math mode (it has {', '.join(self.maths)})",
+                             field="math") from None
+
+    def predict(self, layers: Layers, math: str = "default") -> pd.DataFrame:
+        """Every algorithm's predicted time for each layer, ranked by the pick.
+
+        ``layers``: a frame with SEER's eight columns (``seer.read_layers``), an array of
+        them, or a list of :class:`~seer.shapes.ConvShape`. Returns the columns ``layer``
+        (position in ``layers``) and :data:`seer.schema.PREDICTION_COLUMNS`, one row per
+        (layer, algorithm predicted to run), rank 1 first; a layer with no algorithm
+        predicted to run has one row whose ``algo``, ``predicted_ms`` and ``rank`` are
+        missing.
+        """
+        predictor = self.predictor(math)
+        frame = shape_frame(layers).reset_index(drop=True)
+        times, scores = predictor.predict_with_scores(frame)
+        return ranked(frame, math, predictor.algorithms, times, scores, predictor.extrapolated(frame))
+
+    def pick(self, layers: Layers, math: str = "default") -> pd.DataFrame:
+        """Per layer: the pick and its predicted time, the runner-up, and the extrapolation mark."""
+        frame = shape_frame(layers)
+        return best_per_layer(self.predict(frame, math), len(frame))
+
+
+def ranked(frame: pd.DataFrame, math: str, algorithms: list[str], times: np.ndarray, scores: np.ndarray,
+           extrapolated: np.ndarray) -> pd.DataFrame:
+    """The tidy prediction frame of :meth:`Model.predict` from per-layer arrays of times and
+    pick scores (NaN: predicted not to run)."""
+    runs = np.isfinite(times)
+    # Algorithms by score, those that run first: a stable sort keeps the algorithms' order
+    # on ties, as a first-come rank does. Row-major nonzero then walks (layer, rank).
+    order = np.argsort(np.where(runs, scores, np.inf), axis=1, kind="stable")
+    layer_of, position = np.nonzero(np.take_along_axis(runs, order, axis=1))
+    slots = order[layer_of, position]
+    # A layer with no algorithm predicted to run keeps one row, with no algorithm.
+    none = np.flatnonzero(~runs.any(axis=1))
+    rows = np.concatenate([layer_of, none])
+    has = np.concatenate([np.ones(len(layer_of), dtype=bool), np.zeros(len(none), dtype=bool)])
+    slots = np.concatenate([slots, np.zeros(len(none), dtype=slots.dtype)])
+    rank = np.concatenate([position + 1, np.zeros(len(none), dtype=position.dtype)])
+    sort = np.argsort(rows, kind="stable")
+    rows, has, slots, rank = rows[sort], has[sort], slots[sort], rank[sort]
+    out = frame.iloc[rows].reset_index(drop=True)
+    out.insert(0, "layer", rows)
+    out["math"] = math
+    out["algo"] = pd.array(np.where(has, np.asarray(algorithms, dtype=object)[slots], None), dtype="string")
+    out["predicted_ms"] = np.where(has, times[rows, slots], np.nan)
+    out["rank"] = pd.array(rank, dtype="Int64")
+    out.loc[~has, "rank"] = pd.NA
+    out["extrapolated"] = extrapolated[rows]
+    return out[["layer", *PREDICTION_COLUMNS]]
+
+
+def best_per_layer(predictions: pd.DataFrame, n_layers: int) -> pd.DataFrame:
+    """Per layer: predicted fastest algorithm and time, and the runner-up (missing if none)."""
+    first = predictions[predictions["rank"] == 1].set_index("layer")
+    second = predictions[predictions["rank"] == 2].set_index("layer")
+    out = pd.DataFrame(index=pd.RangeIndex(n_layers, name="layer"))
+    out["best_algo"] = first["algo"]
+    out["best_ms"] = first["predicted_ms"]
+    out["runner_up"] = second["algo"]
+    out["runner_up_ms"] = second["predicted_ms"]
+    marks = predictions.drop_duplicates("layer").set_index("layer")["extrapolated"]
+    out["extrapolated"] = marks.reindex(out.index).fillna(False).astype(bool)
+    return out
+
+
+def layer_description(row) -> str:
+    """A layer in SEER's eight numbers, for tables."""
+    return " ".join(str(int(row[f])) for f in SEER_FIELDS)

@@ -1,0 +1,164 @@
+"""Writing predictions: files that are complete or absent, CSV and JSON streams, the summary.
+
+:class:`AtomicOutput` writes to a temporary file in the target's folder and renames it
+over the target only when everything was written, so a mistake found late in the input,
+a full disk or a kill never leaves a truncated file. :class:`PredictionWriter` appends
+chunks of :meth:`seer.model.Model.predict`'s tidy frame as CSV (one row per (layer,
+algorithm)) or JSON (an array with one object per layer and its algorithms), so that any
+number of layers streams through bounded memory. :class:`PickSummary` counts what a
+terminal shows instead of a table.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import TextIO
+
+import numpy as np
+import pandas as pd
+
+from seer.errors import InputError
+from seer.schema import PREDICTION_COLUMNS
+from seer.shapes import SEER_FIELDS
+
+FORMATS = ("csv", "json")
+#: ``--out`` value that writes to standard output.
+STDOUT = "-"
+
+
+def format_for(path: str | Path | None, requested: str | None) -> str:
+    """The output format: the one asked for, else by the file's extension, else CSV."""
+    if requested is not None:
+        return requested
+    return "json" if path is not None and str(path).lower().endswith(".json") else "csv"
+
+
+def _os_error(exc: OSError, path: Path) -> InputError:
+    reason = {errno.ENOENT: "no such folder", errno.ENOSPC: "no space left on the device",
+              errno.EACCES: "permission denied", errno.EPERM: "permission denied",
+              errno.EROFS: "read-only file system", errno.ENAMETOOLONG: "file name too long",
+              errno.EISDIR: "is a directory", errno.ENOTDIR: "a part of the path is not a folder",
+              errno.EDQUOT: "disk quota exceeded"}.get(exc.errno, exc.strerror or str(exc))
+    return InputError(f"cannot write here: {reason}", path=path)
+
+
+class AtomicOutput:
+    """Context manager: a text file written under a temporary name, renamed into place on
+    success and removed on any failure. Problems with the path are one-line InputErrors."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._tmp: str | None = None
+        self.handle: TextIO | None = None
+
+    def __enter__(self) -> TextIO:
+        path = self.path
+        try:
+            if path.is_dir():
+                raise InputError("is a directory; give a file name", path=path)
+            path.stat()
+        except FileNotFoundError:
+            pass  # the usual case: a new file
+        except OSError as exc:  # a name too long, a file where a folder should be, ...
+            raise _os_error(exc, path) from None
+        try:
+            fd, self._tmp = tempfile.mkstemp(prefix=".seer-", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
+        except OSError as exc:
+            raise _os_error(exc, path) from None
+        self.handle = os.fdopen(fd, "w", newline="")
+        return self.handle
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            if exc_type is None:
+                try:
+                    self.handle.flush()
+                    os.fsync(self.handle.fileno())
+                    self.handle.close()
+                    os.replace(self._tmp, self.path)
+                    self._tmp = None
+                except OSError as error:
+                    raise _os_error(error, self.path) from None
+        finally:
+            if not self.handle.closed:
+                try:
+                    self.handle.close()
+                except OSError:
+                    pass  # a full disk refuses the flush; the file goes anyway
+            if self._tmp is not None:
+                os.unlink(self._tmp)
+        if isinstance(exc, OSError):
+            raise _os_error(exc, self.path) from None
+
+
+class PredictionWriter:
+    """Appends chunks of predictions to a text stream as CSV or JSON (see the module docstring)."""
+
+    def __init__(self, handle: TextIO, fmt: str = "csv") -> None:
+        if fmt not in FORMATS:
+            raise InputError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}", field="format")
+        self.handle, self.format = handle, fmt
+        self._first = True
+
+    def write(self, predictions: pd.DataFrame) -> None:
+        if self.format == "csv":
+            predictions.to_csv(self.handle, columns=list(PREDICTION_COLUMNS), header=self._first, index=False)
+            self._first = False
+            return
+        for layer in layer_objects(predictions):
+            self.handle.write(("[\n" if self._first else ",\n") + json.dumps(layer, separators=(",", ":")))
+            self._first = False
+
+    def close(self) -> None:
+        if self.format == "json":
+            self.handle.write("[]\n" if self._first else "\n]\n")
+        elif self._first:
+            self.handle.write(",".join(PREDICTION_COLUMNS) + "\n")
+
+
+def layer_objects(predictions: pd.DataFrame) -> list[dict]:
+    """One JSON-ready object per layer: its fields, math mode, the pick, the extrapolation
+    mark and every algorithm predicted to run, rank 1 first (``algorithms`` empty if none)."""
+    if predictions.empty:
+        return []
+    layers = predictions["layer"].to_numpy()
+    starts = np.flatnonzero(np.r_[True, layers[1:] != layers[:-1]])
+    ends = np.r_[starts[1:], len(layers)]
+    fields = predictions[list(SEER_FIELDS)].to_numpy(dtype=np.int64)
+    algos = predictions["algo"].to_numpy(dtype=object, na_value=None)
+    times = predictions["predicted_ms"].to_numpy(dtype=float)
+    ranks = predictions["rank"].to_numpy(dtype=float, na_value=np.nan)
+    math = predictions["math"].to_numpy(dtype=object)
+    extrapolated = predictions["extrapolated"].to_numpy(dtype=bool)
+    out = []
+    for start, end in zip(starts, ends):
+        runs = [{"algo": algos[i], "predicted_ms": float(times[i]), "rank": int(ranks[i])}
+                for i in range(start, end) if algos[i] is not None]
+        out.append({"layer": int(layers[start]), **dict(zip(SEER_FIELDS, fields[start].tolist())),
+                    "math": math[start], "pick": runs[0]["algo"] if runs else None,
+                    "extrapolated": bool(extrapolated[start]), "algorithms": runs})
+    return out
+
+
+class PickSummary:
+    """What a run predicted, in counts: layers, picks per algorithm, layers with no
+    algorithm predicted to run, and layers outside the training ranges."""
+
+    def __init__(self) -> None:
+        self.layers = 0
+        self.picks: Counter[str] = Counter()
+        self.none = 0
+        self.extrapolated = 0
+
+    def add(self, predictions: pd.DataFrame) -> None:
+        first = predictions.drop_duplicates("layer")
+        self.layers += len(first)
+        self.extrapolated += int(first["extrapolated"].sum())
+        picked = first["algo"].dropna()
+        self.none += len(first) - len(picked)
+        self.picks.update(picked.tolist())

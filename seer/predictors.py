@@ -1,0 +1,763 @@
+"""Fitted models as seer predicts with them: numpy, numba and plain data, no scikit-learn.
+
+Training (:mod:`seer.estimators`, :mod:`seer.seer_baseline`) fits scikit-learn estimators
+and converts what it learned into the classes here; model files store these classes'
+state (:mod:`seer.persist`) and loading builds them back, so prediction neither imports
+nor depends on the library that trained the model.
+
+Parts (each predicts from a feature matrix):
+
+- :class:`Constant`, :class:`BoostedRegressor` (a boosted-tree sum), :class:`LogTarget`
+  (``exp`` of another part: the time regressors fit log ratios), :class:`QuadraticRegressor`
+  (ridge regression on standardised features and their pairwise products);
+- :class:`BoostedClassifier` (class probabilities of a boosted classifier) and
+  :class:`TreeClassifier` / :class:`TreeRegressor` (single decision trees, SEER's model).
+
+Models: :class:`WorkspacePredictor` (the first stage: what cuDNN answers before anything
+runs), :class:`AlgorithmPredictor` (every algorithm's time and the pick) and
+:class:`SeerAlgorithmPredictor` / :class:`SeerFamilyPredictor` (SEER's model, the baseline).
+Each class's ``state()`` gives its fields as plain data and arrays, and ``from_state``
+checks them before it builds anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, ClassVar
+
+import numpy as np
+import pandas as pd
+
+from seer.features import log2_flops, shape_features
+from seer.gpus import GPUSpec, spec_from_fields
+from seer.shapes import SEER_FIELDS, shape_frame
+from seer.trees import TreeEnsemble, TreeError
+
+#: Support decisions that need no classifier: the algorithm ran on every or no training shape.
+ALWAYS, NEVER = "always", "never"
+#: The support of an algorithm that the first stage decides.
+BY_FIRST_STAGE = "workspace model"
+#: What the time regressors predict a ratio to (see :class:`AlgorithmPredictor`).
+BASELINES = ("roofline", "none")
+#: An algorithm is predicted to run where the probability that it runs is at least this.
+RUNS_THRESHOLD = 0.5
+#: A kernel path less probable than this is left out of the mix, and its regressor is not
+#: evaluated there. Leaving out a path of probability p moves a predicted time by at most
+#: p x |ln(ratio of the two paths' times)|.
+NEGLIGIBLE_PATH = 1e-4
+#: Workspace answers of an algorithm predicted not to run, as the pick classifier reads
+#: them: below both answers' ranges (a probability; log2 of at least one byte).
+NOT_RUN = -1.0
+#: What the first stage answers per algorithm, in its column order.
+ANSWER_NAMES = ("p_runs", "p_workspace", "log2_workspace")
+#: Kernel paths of an algorithm, told apart by its workspace.
+WITH_WORKSPACE, WITHOUT_WORKSPACE, ALL_RUNS = "workspace", "no_workspace", "all"
+PATHS = (WITH_WORKSPACE, WITHOUT_WORKSPACE, ALL_RUNS)
+
+
+class StateError(ValueError):
+    """A model's state that does not describe a valid predictor (a damaged or hand-made file)."""
+
+
+def _require(state: Any, key: str, kinds, where: str):
+    """``state[key]`` if it is one of ``kinds``; StateError otherwise."""
+    if not isinstance(state, dict) or key not in state:
+        raise StateError(f"{where}: missing {key!r}")
+    value = state[key]
+    if isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple) else (kinds,)):
+        raise StateError(f"{where}: {key!r} has the wrong type")
+    if not isinstance(value, kinds):
+        raise StateError(f"{where}: {key!r} has the wrong type")
+    return value
+
+
+def _array(state: dict, key: str, kind: str, ndim: int, where: str) -> np.ndarray:
+    """A numeric array of the given dtype kind ('f' float, 'i' integer) and dimension."""
+    value = _require(state, key, np.ndarray, where)
+    if value.ndim != ndim or value.dtype.kind not in kind:
+        raise StateError(f"{where}: {key!r} must be a {ndim}-D array of kind {kind!r}")
+    return value
+
+
+class Part:
+    """A fitted piece of a model, registered by its exact class name for model files."""
+
+    registry: ClassVar[dict[str, type]] = {}
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        Part.registry[cls.__name__] = cls
+
+    def state(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_state(cls, state: dict) -> "Part":
+        raise NotImplementedError
+
+
+# -- parts --------------------------------------------------------------------------------
+@dataclass
+class Constant(Part):
+    """The same value for every row."""
+
+    value: float
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return np.full(len(X), self.value)
+
+    @classmethod
+    def from_state(cls, state: dict) -> "Constant":
+        return cls(float(_require(state, "value", (int, float), cls.__name__)))
+
+
+@dataclass
+class BoostedRegressor(Part):
+    """A boosted-tree regressor: the ensemble's one raw output."""
+
+    trees: TreeEnsemble
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return self.trees.raw(X)[:, 0]
+
+    def state(self) -> dict:
+        return {"trees": self.trees.arrays(), "n_features": self.trees.n_features}
+
+    @classmethod
+    def from_state(cls, state: dict) -> "BoostedRegressor":
+        trees = _trees(state, cls.__name__)
+        if trees.n_outputs != 1:
+            raise StateError(f"{cls.__name__}: a regressor has one output")
+        return cls(trees)
+
+
+def _trees(state: dict, where: str) -> TreeEnsemble:
+    arrays = _require(state, "trees", dict, where)
+    n_features = _require(state, "n_features", int, where)
+    try:
+        return TreeEnsemble(**{name: arrays.get(name) for name in ("feature", "threshold", "left", "missing_left",
+                                                                   "value", "roots", "output", "base")},
+                            n_features=n_features)
+    except TreeError as exc:
+        raise StateError(f"{where}: {exc}") from None
+
+
+@dataclass
+class LogTarget(Part):
+    """``exp`` of a regressor fitted on log values (times span orders of magnitude; errors are relative)."""
+
+    regressor: Part
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return np.exp(self.regressor.predict(X))
+
+    @classmethod
+    def from_state(cls, state: dict) -> "LogTarget":
+        return cls(_require(state, "regressor", (BoostedRegressor, QuadraticRegressor, Constant), cls.__name__))
+
+
+@dataclass
+class QuadraticRegressor(Part):
+    """A linear model of the standardised features and all their products up to degree 2."""
+
+    mean: np.ndarray
+    scale: np.ndarray
+    powers: np.ndarray  # (n_terms, n_features): each term's exponent of each feature
+    coef: np.ndarray
+    intercept: float
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        Z = (np.asarray(X, dtype=float) - self.mean) / self.scale
+        terms = np.ones((len(Z), len(self.powers)))
+        for j, exponents in enumerate(self.powers):
+            for feature in np.flatnonzero(exponents):
+                terms[:, j] *= Z[:, feature] ** exponents[feature]
+        return terms @ self.coef + self.intercept
+
+    @classmethod
+    def from_state(cls, state: dict) -> "QuadraticRegressor":
+        where = cls.__name__
+        mean, scale = _array(state, "mean", "f", 1, where), _array(state, "scale", "f", 1, where)
+        powers, coef = _array(state, "powers", "iu", 2, where), _array(state, "coef", "f", 1, where)
+        if len(scale) != len(mean) or powers.shape != (len(coef), len(mean)) or np.any(powers < 0) \
+                or np.any(powers > 2):
+            raise StateError(f"{where}: arrays of inconsistent sizes")
+        return cls(mean, scale, powers, coef, float(_require(state, "intercept", (int, float), where)))
+
+
+@dataclass
+class BoostedClassifier(Part):
+    """Class probabilities of a boosted classifier: a sigmoid of one output for two classes,
+    a softmax over one output per class otherwise."""
+
+    trees: TreeEnsemble
+    classes: list
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        raw = self.trees.raw(X)
+        if len(self.classes) == 2:
+            positive = 1.0 / (1.0 + np.exp(-raw[:, 0]))
+            return np.column_stack([1.0 - positive, positive])
+        raw = np.exp(raw - raw.max(axis=1, keepdims=True))
+        return raw / raw.sum(axis=1, keepdims=True)
+
+    def probability_of(self, label, X: np.ndarray) -> np.ndarray:
+        return self.predict_proba(X)[:, self.classes.index(label)]
+
+    def state(self) -> dict:
+        return {"trees": self.trees.arrays(), "n_features": self.trees.n_features, "classes": list(self.classes)}
+
+    @classmethod
+    def from_state(cls, state: dict) -> "BoostedClassifier":
+        trees = _trees(state, cls.__name__)
+        classes = _require(state, "classes", list, cls.__name__)
+        if len(classes) < 2 or trees.n_outputs != (1 if len(classes) == 2 else len(classes)) \
+                or not all(isinstance(c, (str, bool)) for c in classes):
+            raise StateError(f"{cls.__name__}: classes do not match the trees' outputs")
+        return cls(trees, classes)
+
+
+@dataclass
+class TreeRegressor(Part):
+    """One decision tree's prediction. Its inputs are rounded to float32 first, as the
+    library that grew it compares them."""
+
+    trees: TreeEnsemble
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return self.trees.raw(np.asarray(X, dtype=np.float32))[:, 0]
+
+    state = BoostedRegressor.state
+
+    @classmethod
+    def from_state(cls, state: dict) -> "TreeRegressor":
+        trees = _trees(state, cls.__name__)
+        if trees.n_outputs != 1 or trees.n_trees != 1:
+            raise StateError(f"{cls.__name__}: one tree with one output")
+        return cls(trees)
+
+
+@dataclass
+class TreeClassifier(Part):
+    """One decision tree's predicted class: its leaves hold the index of the class."""
+
+    trees: TreeEnsemble
+    classes: list
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        index = self.trees.raw(np.asarray(X, dtype=np.float32))[:, 0].astype(np.int64)
+        return np.asarray(self.classes, dtype=object)[index]
+
+    state = BoostedClassifier.state
+
+    @classmethod
+    def from_state(cls, state: dict) -> "TreeClassifier":
+        trees = _trees(state, cls.__name__)
+        classes = _require(state, "classes", list, cls.__name__)
+        leaves = trees.value[trees.left < 0]
+        if trees.n_trees != 1 or not classes or np.any((leaves < 0) | (leaves >= len(classes))
+                                                       | (leaves != np.floor(leaves))):
+            raise StateError(f"{cls.__name__}: leaves must name one of the classes")
+        return cls(trees, classes)
+
+
+def _decision(value, where: str):
+    """A support or path decision: ALWAYS, NEVER or a boosted classifier of True/False."""
+    if value in (ALWAYS, NEVER) or isinstance(value, BoostedClassifier) and True in value.classes:
+        return value
+    raise StateError(f"{where}: a decision must be {ALWAYS!r}, {NEVER!r} or a classifier of True/False")
+
+
+def probability(decision, X: np.ndarray) -> np.ndarray:
+    """Probability of True per row: 1 or 0 for a constant decision."""
+    if isinstance(decision, str):
+        return np.full(len(X), 1.0 if decision == ALWAYS else 0.0)
+    if not len(X):
+        return np.empty(0)
+    return decision.probability_of(True, X)
+
+
+# -- seer's model -------------------------------------------------------------------------
+@dataclass
+class WorkspacePredictor(Part):
+    """What cuDNN answers for a shape before anything runs (the first stage).
+
+    Per algorithm, three answers from the shape features: ``p_runs`` (probability that it
+    runs: supported, workspace within the cap), ``p_workspace`` (probability that its
+    workspace is non-zero, given that it runs) and ``log2_workspace`` (log2 bytes of a
+    non-zero workspace). cuDNN settles an algorithm's kernel path when it sizes the
+    workspace, so the second answer tells the path.
+    """
+
+    algorithms: list[str]
+    runs: dict = field(default_factory=dict)
+    nonzero: dict = field(default_factory=dict)
+    log2_bytes: dict = field(default_factory=dict)
+
+    def answers(self, F: np.ndarray, only_where_runs: bool = False) -> np.ndarray:
+        """The answers per row of features ``F``, three columns per algorithm; with
+        ``only_where_runs`` the workspace answers are left NaN where the algorithm is
+        predicted not to run (the costliest part, and nothing masked reads them there)."""
+        out = np.full((len(F), 3 * len(self.algorithms)), np.nan)
+        for j, algo in enumerate(self.algorithms):
+            p_runs = probability(self.runs[algo], F)
+            out[:, 3 * j] = p_runs
+            rows = p_runs >= RUNS_THRESHOLD if only_where_runs else slice(None)
+            F_run = F[rows]
+            out[rows, 3 * j + 1] = probability(self.nonzero[algo], F_run)
+            out[rows, 3 * j + 2] = self.log2_bytes[algo].predict(F_run)
+        return out
+
+    def answer_names(self) -> list[str]:
+        return [f"{algo}_{name}" for algo in self.algorithms for name in ANSWER_NAMES]
+
+    @classmethod
+    def from_state(cls, state: dict) -> "WorkspacePredictor":
+        where = cls.__name__
+        algorithms = _names(_require(state, "algorithms", list, where), where)
+        parts = {}
+        for key in ("runs", "nonzero", "log2_bytes"):
+            parts[key] = _require(state, key, dict, where)
+            if set(parts[key]) != set(algorithms):
+                raise StateError(f"{where}: {key!r} must hold one entry per algorithm")
+        for algo in algorithms:
+            _decision(parts["runs"][algo], where)
+            _decision(parts["nonzero"][algo], where)
+            if not isinstance(parts["log2_bytes"][algo], (Constant, BoostedRegressor)):
+                raise StateError(f"{where}: a workspace size must be a constant or a boosted regressor")
+        return cls(algorithms, **parts)
+
+
+def _names(values: list, where: str) -> list[str]:
+    if not values or not all(isinstance(v, str) and v for v in values) or len(set(values)) != len(values):
+        raise StateError(f"{where}: algorithms must be distinct names")
+    return values
+
+
+def regressor_inputs(F: np.ndarray, answers: np.ndarray | None, j: int) -> np.ndarray:
+    """A time regressor's inputs: the shape features and the first stage's workspace answers
+    for algorithm ``j`` (whether it runs is not news to a model of the runs that happened)."""
+    if answers is None:
+        return F
+    return np.hstack([F, answers[:, 3 * j + 1:3 * j + 3]])
+
+
+def pick_inputs(F: np.ndarray, answers: np.ndarray | None) -> np.ndarray:
+    """The fastest-algorithm classifier's inputs: the shape features and every algorithm's
+    answers, the workspace answers set to :data:`NOT_RUN` where the algorithm is predicted
+    not to run (there they mean nothing, and prediction need not compute them)."""
+    if answers is None:
+        return F
+    answers = answers.copy()
+    for j in range(answers.shape[1] // 3):
+        answers[answers[:, 3 * j] < RUNS_THRESHOLD, 3 * j + 1:3 * j + 3] = NOT_RUN
+    return np.hstack([F, answers])
+
+
+def path_weight(answers: np.ndarray, j: int) -> np.ndarray:
+    """Weight of the workspace path per row: the first stage's probability of it, with
+    :data:`NEGLIGIBLE_PATH` at either end rounded to certainty."""
+    p = answers[:, 3 * j + 1]
+    return np.where(p < NEGLIGIBLE_PATH, 0.0, np.where(p > 1 - NEGLIGIBLE_PATH, 1.0, p))
+
+
+def mix_paths(ratios: dict[str, np.ndarray], weight: np.ndarray | None) -> np.ndarray:
+    """One ratio per row from the paths' predictions: their geometric mean weighted by the
+    probability of each path (the paths' times can differ several-fold)."""
+    if ALL_RUNS in ratios:
+        return ratios[ALL_RUNS]
+    log_ratio = np.zeros(len(weight))
+    for path, path_weight_ in ((WITH_WORKSPACE, weight), (WITHOUT_WORKSPACE, 1 - weight)):
+        used = path_weight_ > 0
+        log_ratio[used] += path_weight_[used] * np.log(ratios[path][used])
+    return np.exp(log_ratio)
+
+
+@dataclass
+class AlgorithmPredictor(Part):
+    """Every algorithm's predicted time for a layer, from its shape alone, and the pick.
+
+    Per algorithm: whether it runs (the first stage's answer, or a decision of its own),
+    and its time as a multiple of a physical baseline, the algorithm's fixed cost plus the
+    roofline floor (FP32 FLOPs at peak plus tensor bytes at DRAM bandwidth, from the GPU
+    spec): trees cannot extrapolate beyond the times they saw, but a ratio to the roofline
+    extrapolates as a GPU does. Where the training runs took two kernel paths, each path
+    has a regressor, mixed by the first stage's probability of each. The pick minimises the
+    predicted time x (1 - ``pick_weight`` x P(fastest)), P from a classifier of the fastest
+    algorithm. Times come in ``algorithms`` order, NaN where an algorithm is predicted not
+    to run, so that it is never recommended.
+    """
+
+    spec: GPUSpec
+    features: list[str]
+    algorithms: list[str]
+    workspace: WorkspacePredictor | None
+    supports: dict
+    regressors: dict
+    fixed_cost_ms: dict
+    baseline: str
+    pick_classifier: BoostedClassifier | None
+    pick_weight: float
+    training_ranges: dict
+
+    def __post_init__(self) -> None:
+        self._roofline_column = self.features.index("log2_roofline_floor_s")
+
+    # Public methods take shapes; each computes the features and the first stage's answers
+    # once and hands them to the private methods, which they share.
+    def prepare(self, X, complete: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+        """Features and the first stage's answers; ``complete=False`` leaves out the workspace
+        answers of algorithms predicted not to run (enough for masked predictions)."""
+        F = shape_features(shape_frame(X), self.spec).to_numpy()
+        return F, (self.workspace.answers(F, only_where_runs=not complete) if self.workspace is not None else None)
+
+    def predict_support(self, X) -> np.ndarray:
+        """Probability that each algorithm runs on each shape, shape (n_shapes, n_algorithms)."""
+        return self._support(*self.prepare(X, complete=False))
+
+    def predict(self, X) -> np.ndarray:
+        """Predicted time (ms) per shape and algorithm; NaN where predicted not to run."""
+        return self._times(*self.prepare(X, complete=False))
+
+    def predict_unmasked(self, X) -> np.ndarray:
+        """Predicted time (ms) per shape and algorithm as if every algorithm ran (NaN only for
+        algorithms that never ran in training): to judge the time models on their own."""
+        return self._times(*self.prepare(X), masked=False)
+
+    def predict_with_scores(self, X) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`predict` and :meth:`pick_scores` together, from one pass over the models."""
+        F, answers = self.prepare(X, complete=False)
+        times = self._times(F, answers)
+        return times, self._scores(F, answers, times)
+
+    def pick_scores(self, X) -> np.ndarray:
+        """What the pick minimises per shape and algorithm (NaN where predicted not to run)."""
+        return self.predict_with_scores(X)[1]
+
+    def select(self, X) -> np.ndarray:
+        """The pick per shape: the lowest :meth:`pick_scores` (None where no algorithm is
+        predicted to run)."""
+        return pick(self.pick_scores(X), self.algorithms)
+
+    def extrapolated(self, X) -> np.ndarray:
+        """Whether each shape lies outside the ranges seen in training (any field, or FLOPs)."""
+        X = shape_frame(X)
+        outside = np.zeros(len(X), dtype=bool)
+        for field_ in SEER_FIELDS:
+            low, high = self.training_ranges[field_]
+            outside |= (X[field_] < low).to_numpy() | (X[field_] > high).to_numpy()
+        low, high = self.training_ranges["log2_flops"]
+        log_flops = log2_flops(X)
+        return outside | (log_flops < low) | (log_flops > high)
+
+    def baseline_ms(self, F: np.ndarray, algo: str) -> np.ndarray:
+        """What ``algo``'s regressor predicts a ratio to, per row of features, in ms."""
+        return baseline_ms(F[:, self._roofline_column], self.fixed_cost_ms.get(algo, 0.0), self.baseline)
+
+    def _support(self, F: np.ndarray, answers: np.ndarray | None) -> np.ndarray:
+        out = np.empty((len(F), len(self.algorithms)))
+        for j, algo in enumerate(self.algorithms):
+            support = self.supports[algo]
+            out[:, j] = answers[:, 3 * j] if support == BY_FIRST_STAGE else probability(support, F)
+        return out
+
+    def _ratios(self, j: int, inputs: np.ndarray, answers: np.ndarray | None) -> np.ndarray:
+        """The mixed ratio to the baseline per row, evaluating each path's regressor only on
+        the rows where that path has weight."""
+        regressors = self.regressors[self.algorithms[j]]
+        if ALL_RUNS in regressors:
+            return regressors[ALL_RUNS].predict(inputs)
+        weight = path_weight(answers, j)
+        ratios = {}
+        for path, used in ((WITH_WORKSPACE, weight > 0), (WITHOUT_WORKSPACE, weight < 1)):
+            ratios[path] = np.ones(len(inputs))
+            if used.any():
+                ratios[path][used] = regressors[path].predict(inputs[used])
+        return mix_paths(ratios, weight)
+
+    def _times(self, F: np.ndarray, answers: np.ndarray | None, masked: bool = True) -> np.ndarray:
+        runs = (self._support(F, answers) >= RUNS_THRESHOLD if masked
+                else np.ones((len(F), len(self.algorithms)), dtype=bool))
+        out = np.full((len(F), len(self.algorithms)), np.nan)
+        for j, algo in enumerate(self.algorithms):
+            rows = runs[:, j]
+            if algo not in self.regressors or not rows.any():
+                continue
+            answers_run = answers[rows] if answers is not None else None
+            ratios = self._ratios(j, regressor_inputs(F[rows], answers_run, j), answers_run)
+            out[rows, j] = ratios * self.baseline_ms(F[rows], algo)
+        return out
+
+    def _scores(self, F: np.ndarray, answers: np.ndarray | None, times: np.ndarray) -> np.ndarray:
+        if self.pick_classifier is None or not len(times):
+            return times
+        proba = np.zeros_like(times)
+        probabilities = self.pick_classifier.predict_proba(pick_inputs(F, answers))
+        for k, name in enumerate(self.pick_classifier.classes):
+            proba[:, self.algorithms.index(name)] = probabilities[:, k]
+        return times * (1 - self.pick_weight * proba)
+
+    def state(self) -> dict:
+        out = super().state()
+        out["spec"] = asdict(self.spec)
+        return out
+
+    @classmethod
+    def from_state(cls, state: dict) -> "AlgorithmPredictor":
+        where = cls.__name__
+        try:
+            spec = spec_from_fields(_require(state, "spec", dict, where))
+        except ValueError as exc:
+            raise StateError(f"{where}: GPU spec: {exc}") from None
+        features = _require(state, "features", list, where)
+        if features != list(shape_features(shape_frame(np.ones((1, 8), dtype=np.int64)), spec).columns):
+            raise StateError(f"{where}: the model was trained on other features than this seer computes; retrain it")
+        algorithms = _names(_require(state, "algorithms", list, where), where)
+        workspace = state.get("workspace")
+        if workspace is not None and (not isinstance(workspace, WorkspacePredictor)
+                                      or workspace.algorithms != algorithms):
+            raise StateError(f"{where}: the first stage must answer for the same algorithms")
+        supports = _require(state, "supports", dict, where)
+        regressors = _require(state, "regressors", dict, where)
+        fixed_cost = _require(state, "fixed_cost_ms", dict, where)
+        if set(supports) != set(algorithms) or not set(regressors) <= set(algorithms) \
+                or set(fixed_cost) != set(regressors):
+            raise StateError(f"{where}: supports, regressors and fixed costs must name its algorithms")
+        for algo, support in supports.items():
+            if support == BY_FIRST_STAGE:
+                if workspace is None:
+                    raise StateError(f"{where}: support by a first stage that is missing")
+            else:
+                _decision(support, where)
+        for algo, paths in regressors.items():
+            if not isinstance(paths, dict) or not paths or not (set(paths) == {ALL_RUNS} or set(paths) == {
+                    WITH_WORKSPACE, WITHOUT_WORKSPACE}) or not all(
+                    isinstance(r, (LogTarget, Constant)) for r in paths.values()):
+                raise StateError(f"{where}: {algo}'s regressors must be one per kernel path")
+            if ALL_RUNS not in paths and workspace is None:
+                raise StateError(f"{where}: kernel paths need a first stage")
+            if not isinstance(fixed_cost[algo], (int, float)) or isinstance(fixed_cost[algo], bool):
+                raise StateError(f"{where}: fixed costs must be numbers")
+        baseline = _require(state, "baseline", str, where)
+        if baseline not in BASELINES:
+            raise StateError(f"{where}: unknown baseline {baseline!r}")
+        classifier = state.get("pick_classifier")
+        if classifier is not None and (not isinstance(classifier, BoostedClassifier)
+                                       or not set(classifier.classes) <= set(algorithms)):
+            raise StateError(f"{where}: the pick classifier must choose among its algorithms")
+        weight = float(_require(state, "pick_weight", (int, float), where))
+        ranges = _require(state, "training_ranges", dict, where)
+        if set(ranges) != {*SEER_FIELDS, "log2_flops"} or not all(
+                isinstance(r, list) and len(r) == 2 and all(isinstance(v, (int, float)) for v in r)
+                for r in ranges.values()):
+            raise StateError(f"{where}: training ranges must give [low, high] per shape field and log2_flops")
+        return cls(spec, features, algorithms, workspace, supports, regressors,
+                   {a: float(v) for a, v in fixed_cost.items()}, baseline, classifier, weight, ranges)
+
+
+def baseline_ms(log2_roofline_s: np.ndarray, fixed_cost_ms: float, baseline: str) -> np.ndarray:
+    """What a time regressor predicts a ratio to, in ms: the algorithm's fixed cost plus the
+    roofline floor (``baseline="roofline"``), or 1 ms (``"none"``)."""
+    if baseline == "none":
+        return np.ones(len(log2_roofline_s))
+    return fixed_cost_ms + 2.0 ** log2_roofline_s * 1e3
+
+
+def pick(scores: np.ndarray, algorithms: list[str]) -> np.ndarray:
+    """Per row, the algorithm with the lowest finite score (None where there is none)."""
+    best = np.where(np.isfinite(scores), scores, np.inf).argmin(axis=1)
+    names = np.array(algorithms, dtype=object)[best]
+    names[~np.isfinite(scores).any(axis=1)] = None
+    return names
+
+
+# -- SEER's model -------------------------------------------------------------------------
+#: SEER's labels of a run: compute-bound, memory-bound, under-utilised.
+COMPUTE, MEMORY, UNDER = 0, 1, 2
+FFT_ALGOS = ("FFT", "FFT_TILING")
+WINOGRAD_ALGOS = ("WINOGRAD", "WINOGRAD_NONFUSED")
+FFT_WIDTH_BUCKETS = (16, 32, 64, 128, 256)
+
+
+def shape_block(X: pd.DataFrame) -> dict[str, np.ndarray]:
+    """SEER's letters for the shape fields, as float arrays."""
+    return {"N": X["batch"].to_numpy(float), "C": X["in_ch"].to_numpy(float), "W": X["in_width"].to_numpy(float),
+            "K": X["out_ch"].to_numpy(float), "Q": X["out_width"].to_numpy(float),
+            "R": X["kernel_width"].to_numpy(float), "S": X["stride"].to_numpy(float)}
+
+
+def variant_features(X: pd.DataFrame) -> np.ndarray:
+    s = shape_block(X)
+    return np.column_stack([s["C"], s["W"], s["K"], s["Q"], s["R"], s["S"]])
+
+
+def grid_features(X: pd.DataFrame) -> np.ndarray:
+    # SEER's grid formulas use N*Q^2 and K; with batch varying, the tree needs N too.
+    s = shape_block(X)
+    return np.column_stack([variant_features(X), s["N"], s["N"] * s["Q"] ** 2])
+
+
+def dram_features(X: pd.DataFrame, blocks: np.ndarray, winograd: bool) -> np.ndarray:
+    s = shape_block(X)
+    base = variant_features(X)
+    if winograd:
+        return base
+    return np.column_stack([base, blocks, s["R"] ** 2 * s["C"], s["R"] ** 2 * s["C"] * s["K"],
+                            s["Q"] ** 2 * s["C"] * s["R"] ** 2])
+
+
+def fft_design(s: dict, algo: str) -> np.ndarray:
+    """SEER's FFT time formula's terms: C, C*K, K, 1 (times the tiles for FFT_TILING)."""
+    design = np.column_stack([s["C"], s["C"] * s["K"], s["K"], np.ones_like(s["C"])])
+    if algo == "FFT_TILING":
+        design = design * (np.ceil(s["Q"] / np.maximum(32 - s["R"] + 1, 1)) ** 2)[:, None]
+    return design
+
+
+def fft_bucket(width: np.ndarray) -> np.ndarray:
+    """SEER's input-width bucket of the FFT formulas, -1 beyond the largest."""
+    bucket = np.searchsorted(np.array(FFT_WIDTH_BUCKETS), width, side="left")
+    return np.where(bucket < len(FFT_WIDTH_BUCKETS), bucket, -1)
+
+
+def time_design(label: int, waves, b_max, blocks, flop_blk, read_blk, write_blk) -> np.ndarray:
+    """SEER's time formula's terms for each class of run (see :mod:`seer.seer_baseline`)."""
+    if label == COMPUTE:
+        return np.column_stack([waves * b_max * flop_blk, waves])
+    if label == MEMORY:
+        return np.column_stack([blocks * (read_blk + write_blk), np.ones_like(blocks)])
+    return np.column_stack([blocks * read_blk, blocks * write_blk, waves * b_max * flop_blk, np.ones_like(blocks)])
+
+
+@dataclass
+class SeerVariantPredictor(Part):
+    """SEER's chain for one kernel variant: grid size, work and traffic per block, class, time."""
+
+    b_max: float
+    grid_tree: TreeRegressor
+    flop_coefficients: np.ndarray
+    read_tree: TreeRegressor
+    write_tree: TreeRegressor
+    class_tree: TreeClassifier | int
+    time_coefficients: dict  # str(label) -> coefficients
+
+    def predict(self, X: pd.DataFrame, winograd: bool) -> np.ndarray:
+        s = shape_block(X)
+        blocks = np.maximum(np.round(np.exp(self.grid_tree.predict(grid_features(X)))), 1)
+        waves = np.ceil(blocks / self.b_max)
+        flop_term = np.ceil(s["C"] / 8) if winograd else s["R"] ** 2 * s["C"]
+        flop_blk = np.column_stack([flop_term, np.ones_like(flop_term)]) @ self.flop_coefficients
+        read_scale = s["C"] if winograd else s["R"] ** 2 * s["C"]
+        features = dram_features(X, blocks, winograd)
+        read_blk = self.read_tree.predict(features) * read_scale
+        write_blk = self.write_tree.predict(features)
+        tree = self.class_tree
+        labels = (tree.predict(np.column_stack([variant_features(X), blocks])).astype(int)
+                  if isinstance(tree, TreeClassifier) else np.full(len(X), tree))
+        out = np.empty(len(X))
+        for label, coefficients in self.time_coefficients.items():
+            rows = labels == int(label)
+            if rows.any():
+                design = time_design(int(label), waves[rows], self.b_max, blocks[rows], flop_blk[rows], read_blk[rows],
+                                     write_blk[rows])
+                out[rows] = design @ coefficients
+        return out
+
+    @classmethod
+    def from_state(cls, state: dict) -> "SeerVariantPredictor":
+        where = cls.__name__
+        class_tree = _require(state, "class_tree", (TreeClassifier, int), where)
+        coefficients = _require(state, "time_coefficients", dict, where)
+        if set(coefficients) != {str(COMPUTE), str(MEMORY), str(UNDER)} or not all(
+                isinstance(c, np.ndarray) and c.ndim == 1 and c.dtype.kind == "f" for c in coefficients.values()):
+            raise StateError(f"{where}: one coefficient array per class of run")
+        for label, size in ((COMPUTE, 2), (MEMORY, 2), (UNDER, 4)):
+            if len(coefficients[str(label)]) != size:
+                raise StateError(f"{where}: wrong number of time coefficients")
+        flop = _array(state, "flop_coefficients", "f", 1, where)
+        if len(flop) != 2:
+            raise StateError(f"{where}: two FLOP coefficients")
+        return cls(float(_require(state, "b_max", (int, float), where)),
+                   _require(state, "grid_tree", TreeRegressor, where), flop,
+                   _require(state, "read_tree", TreeRegressor, where), _require(state, "write_tree", TreeRegressor, where),
+                   class_tree, coefficients)
+
+
+@dataclass
+class SeerAlgorithmPredictor(Part):
+    """SEER's model of one algorithm: a variant tree and a chain per variant, or for the
+    FFT algorithms a formula per input-width bucket."""
+
+    algo: str
+    variants: list[str] = field(default_factory=list)
+    variant_tree: TreeClassifier | None = None
+    parts: dict = field(default_factory=dict)
+    fft_coefficients: dict = field(default_factory=dict)  # str(bucket) -> coefficients
+
+    def predict(self, X: pd.DataFrame) -> np.ndarray:
+        """Predicted time (ms) per shape; NaN where SEER's model has no answer (FFT beyond
+        width 256 or a width bucket without training runs)."""
+        X = shape_frame(X).reset_index(drop=True)
+        out = np.full(len(X), np.nan)
+        if self.algo in FFT_ALGOS:
+            s = shape_block(X)
+            design, bucket = fft_design(s, self.algo), fft_bucket(s["W"])
+            for b, coefficients in self.fft_coefficients.items():
+                rows = bucket == int(b)
+                out[rows] = design[rows] @ coefficients
+            return out
+        variants = (self.variant_tree.predict(variant_features(X)) if self.variant_tree is not None
+                    else np.full(len(X), self.variants[0], dtype=object))
+        for variant, part in self.parts.items():
+            rows = variants == variant
+            if rows.any():
+                out[rows] = part.predict(X[rows], self.algo in WINOGRAD_ALGOS)
+        return out
+
+    @classmethod
+    def from_state(cls, state: dict) -> "SeerAlgorithmPredictor":
+        where = cls.__name__
+        algo = _require(state, "algo", str, where)
+        variants = _require(state, "variants", list, where)
+        tree = state.get("variant_tree")
+        parts = _require(state, "parts", dict, where)
+        fft = _require(state, "fft_coefficients", dict, where)
+        if algo in FFT_ALGOS:
+            if not all(k.isdigit() and int(k) < len(FFT_WIDTH_BUCKETS) and isinstance(c, np.ndarray)
+                       and c.shape == (4,) for k, c in fft.items()):
+                raise StateError(f"{where}: FFT coefficients must be four per width bucket")
+        elif not variants or set(parts) != set(variants) or not all(
+                isinstance(p, SeerVariantPredictor) for p in parts.values()) or (
+                tree is not None and (not isinstance(tree, TreeClassifier) or not set(tree.classes) <= set(variants))) \
+                or (tree is None and len(variants) != 1):
+            raise StateError(f"{where}: variants, their tree and their chains do not match")
+        return cls(algo, variants, tree, parts, fft)
+
+
+@dataclass
+class SeerFamilyPredictor(Part):
+    """SEER's model for every algorithm of one math mode."""
+
+    models: dict
+
+    @property
+    def algorithms(self) -> list[str]:
+        return list(self.models)
+
+    def predict_times(self, X, algorithms) -> np.ndarray:
+        """Times (ms) per shape for ``algorithms`` in that order; NaN where SEER has no model
+        or no answer. A linear form can go negative far from its data; a time cannot, so
+        predictions are floored at 1 microsecond."""
+        X = shape_frame(X)
+        out = np.full((len(X), len(algorithms)), np.nan)
+        for j, algo in enumerate(algorithms):
+            if algo in self.models:
+                out[:, j] = self.models[algo].predict(X)
+        return np.where(np.isfinite(out), np.maximum(out, 1e-3), np.nan)
+
+    @classmethod
+    def from_state(cls, state: dict) -> "SeerFamilyPredictor":
+        models = _require(state, "models", dict, cls.__name__)
+        if not all(isinstance(m, SeerAlgorithmPredictor) and m.algo == a for a, m in models.items()):
+            raise StateError(f"{cls.__name__}: one SEER model per algorithm")
+        return cls(models)

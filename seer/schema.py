@@ -1,0 +1,142 @@
+"""The vocabulary of seer's tables: math modes, keys, statuses, splits and columns.
+
+Every stage names these things the same way, so they are defined here once: the
+collector writes records with these keys and statuses, the dataset stage writes tables
+with these columns, training and evaluation read them, and predictions come out with
+:data:`PREDICTION_COLUMNS`. Shape columns are defined with the shape itself
+(:mod:`seer.shapes`), ncu metric columns with their metrics (:mod:`seer.metrics`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from seer.errors import InputError
+from seer.metrics import METRICS
+from seer.shapes import SEER_FIELDS, SHAPE_COLUMNS
+
+
+# -- math modes ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MathMode:
+    """How cuDNN may compute an fp32 convolution, and how closely it must match float64.
+
+    Attributes
+    ----------
+    name : str
+        seer's name, the ``math`` column of every table.
+    cudnn_math_type : int
+        The ``cudnnMathType_t`` value set on the convolution descriptor.
+    cudnn_name : str
+        That value's name in cuDNN's headers.
+    tolerance : float
+        Relative L2 error against the float64 reference above which a run is recorded as
+        ``wrong_result``. The bounds reject wrong results (unwritten or misplaced outputs
+        give errors near 1), not less accurate algorithms; each run's error is kept in
+        ``rel_error``.
+    description : str
+    """
+
+    name: str
+    cudnn_math_type: int
+    cudnn_name: str
+    tolerance: float
+    description: str
+
+
+MATH_MODES: tuple[MathMode, ...] = (
+    MathMode("fma", 3, "CUDNN_FMA_MATH", 5e-3, "strict FP32, no tensor cores"),
+    MathMode("default", 0, "CUDNN_DEFAULT_MATH", 1e-2, "cuDNN may use TF32 tensor cores for fp32 data"),
+)
+MATH_MODE_NAMES: tuple[str, ...] = tuple(m.name for m in MATH_MODES)
+_MATH_BY_NAME = {m.name: m for m in MATH_MODES}
+
+
+def get_math_mode(name: str) -> MathMode:
+    """The math mode called ``name``; InputError naming the known ones otherwise."""
+    try:
+        return _MATH_BY_NAME[name]
+    except KeyError:
+        raise InputError(f"unknown math mode {name!r}; use {' or '.join(MATH_MODE_NAMES)}", field="math") from None
+
+
+def parse_math_modes(text: str) -> list[str]:
+    """Comma-separated math modes, as ``--math`` takes them (``fma``, ``default`` or both)."""
+    modes = [m.strip().lower() for m in text.split(",") if m.strip()]
+    bad = [m for m in modes if m not in _MATH_BY_NAME]
+    if bad or not modes:
+        raise InputError(f"unknown math mode {', '.join(bad) or text!r}; use "
+                         f"{', '.join(MATH_MODE_NAMES)} or {','.join(MATH_MODE_NAMES)}", field="math")
+    return list(dict.fromkeys(modes))
+
+
+# -- keys ---------------------------------------------------------------------------------
+#: One run: a shape, a math mode and an algorithm.
+RUN_KEY: tuple[str, ...] = ("shape_id", "math", "algo")
+#: One census answer covers every algorithm of a (shape, math mode).
+CENSUS_KEY: tuple[str, ...] = ("shape_id", "math")
+#: Profiles are recorded per run and metric group (one ncu run per group).
+GROUP_KEY: tuple[str, ...] = (*RUN_KEY, "group")
+#: One kernel of a profiled run, in launch order.
+KERNEL_KEY: tuple[str, ...] = (*RUN_KEY, "kernel_idx")
+
+# -- statuses -----------------------------------------------------------------------------
+#: What became of a run (``status``), and of a census answer per algorithm.
+STATUSES: dict[str, str] = {
+    "ok": "ran, and matched the float64 reference",
+    "not_supported": "cuDNN refused the algorithm for this shape",
+    "workspace_too_large": "the algorithm asked for more workspace than the collection's cap",
+    "oom": "the GPU ran out of memory",
+    "wrong_result": "ran, but its output differed from the float64 reference beyond the math mode's tolerance",
+    "error": "anything else went wrong (status_detail says what); the worker went on with the next run",
+    "too_large": "input, filter and output do not fit the GPU's memory: not attempted",
+}
+#: What became of a run's profile (``profile_status``).
+PROFILE_STATUSES: dict[str, str] = {
+    "ok": "every metric the run needs was recorded, and every metric group saw the same kernels",
+    "partial": "some metric group has not profiled the run yet",
+    "inconsistent": "metric groups saw different kernel sequences",
+    "error": "the profiled call failed",
+    "no_kernels": "the call ran inside its NVTX range, but ncu recorded no kernel",
+    "too_many_kernels": "the call launched more kernels than the cap: only the first metric group profiled it",
+}
+
+# -- splits -------------------------------------------------------------------------------
+#: The ``split`` column's values and how reports name them.
+SPLITS: dict[str, str] = {"train": "training", "test1": "Test-set-I", "test2": "Test-set-II"}
+TEST_SPLITS: tuple[str, ...] = ("test1", "test2")
+
+# -- columns ------------------------------------------------------------------------------
+#: Columns of measurements.csv.gz, one row per run, in order. Units: ``*_ms`` milliseconds,
+#: ``*_bytes`` bytes; fractions (achieved_occupancy, sm_util, dram_util, ...) in [0, 1].
+MEASUREMENT_COLUMNS: tuple[str, ...] = (
+    "gpu", "cudnn_version", "math", *SHAPE_COLUMNS, "shape_id", "grid", "algo", "status",
+    "status_detail", "time_ms", "time_ms_iqr", "time_ms_min", "n_reps", "timing_attempts",
+    "workspace_bytes",
+    "heuristic_rank", "rel_error", "timing_protocol", "burst", "sm_clock_mhz", "profile_status",
+    "profile_detail", "n_kernels", "main_kernel", "variant",
+    "main_kernel_share", "ncu_time_ms", "grid_blocks", "block_threads", "registers",
+    "shared_mem_bytes", "occupancy_limit_blocks", "occupancy_limit_registers",
+    "occupancy_limit_shared_mem", "occupancy_limit_warps", "blocks_per_sm", "waves", "ncu_waves",
+    "achieved_occupancy", "flops", "flops_analytic", "flops_ratio", "thread_flops", "tensor_flops",
+    "inst_ffma", "inst_fadd", "inst_fmul", "inst_hfma", "inst_tensor", "dram_read_bytes",
+    "dram_write_bytes", "l2_bytes", "l1_bytes", "sm_util", "dram_util", "fma_pipe_util",
+    "tensor_pipe_util", "sm_throughput_util", "dram_throughput_util", "sm_clock_hz",
+    "split", "collected_at",
+)
+#: Columns of measurements.csv.gz that hold text; every other column is numeric.
+MEASUREMENT_TEXT_COLUMNS: frozenset[str] = frozenset({
+    "gpu", "cudnn_version", "math", "shape_id", "grid", "algo", "status", "status_detail", "profile_status",
+    "profile_detail", "main_kernel", "variant", "split", "collected_at"})
+#: What the kernel rules tell about a kernel (:func:`seer.algorithms.classify_kernel`).
+KERNEL_INFO_COLUMNS: tuple[str, ...] = ("kernel_name", "kernel_family", "kernel_role", "kernel_variant")
+#: Columns of kernels.csv.gz, one row per profiled kernel, in order.
+KERNEL_COLUMNS: tuple[str, ...] = (*KERNEL_KEY, *KERNEL_INFO_COLUMNS, *(m.column for m in METRICS),
+                                   "gpu", "cudnn_version")
+#: Columns of census.csv.gz, one row per (census shape, math mode, algorithm), in order.
+CENSUS_COLUMNS: tuple[str, ...] = ("math", *SHAPE_COLUMNS, "shape_id", "grid", "algo", "status", "workspace_bytes",
+                                   "heuristic_rank", "heuristic_math_type")
+#: Columns of a prediction, one row per (layer, algorithm predicted to run); a layer with
+#: no algorithm predicted to run has one row with ``algo``, ``predicted_ms`` and ``rank``
+#: empty.
+PREDICTION_COLUMNS: tuple[str, ...] = (*SEER_FIELDS, "math", "algo", "predicted_ms", "rank", "extrapolated")

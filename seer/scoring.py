@@ -1,0 +1,182 @@
+"""How good the models are on held-out layers, beside cuDNN's heuristic and fixed choices: the figures.
+
+Two test sets: Test-set-I (the 30% of grid shapes held out by the split) and Test-set-II
+(layers of networks not in the training grids). For each and each math mode:
+
+- per algorithm, the time model's error on the runs that succeeded: MAPE, median APE, the
+  share within +-10%, and R^2 of log time;
+- selection: top-1 accuracy (the pick is the measured fastest), regret (time of the pick /
+  fastest measured - 1: mean, p95, max) and picks of algorithms that did not run, for our
+  model, cuDNN's heuristic top pick and each single fixed algorithm; the measured fastest
+  is the oracle;
+- on Test-set-II, the total time of each network at each batch if every layer used the
+  policy's pick.
+
+Everything comes out as tidy frames; :mod:`seer.report` writes them up with plots.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from seer.model import Model
+from seer.schema import SPLITS, TEST_SPLITS
+from seer.shapes import SEER_FIELDS, shape_frame
+from seer.training import training_frames
+
+#: Measurement columns the evaluation reads.
+EVALUATION_COLUMNS = (*SEER_FIELDS, "shape_id", "math", "algo", "status", "time_ms", "split", "heuristic_rank")
+
+
+def regression_metrics(measured, predicted) -> dict[str, float]:
+    """MAPE, median APE and share within +-10% (percent), and R^2 of log time."""
+    measured, predicted = np.asarray(measured, float), np.asarray(predicted, float)
+    ape = np.abs(predicted / measured - 1)
+    log_m, log_p = np.log(measured), np.log(predicted)
+    total = ((log_m - log_m.mean()) ** 2).sum()
+    r2 = 1 - ((log_m - log_p) ** 2).sum() / total if total > 0 else float("nan")
+    return {"n": int(len(measured)), "mape_pct": float(ape.mean() * 100), "median_ape_pct": float(np.median(ape) * 100),
+            "within_10pct": float((ape <= 0.10).mean() * 100), "r2_log": float(r2)}
+
+
+def regrets(measured: pd.DataFrame, picks: pd.Series) -> np.ndarray:
+    """Per layer, time of the pick / fastest measured - 1; NaN where the pick did not run.
+
+    ``measured`` has one row per layer and one column per algorithm (NaN: did not run);
+    ``picks`` names an algorithm per layer (None or NaN: no pick).
+    """
+    picks = picks.reindex(measured.index)
+    chosen = np.array([measured.at[i, a] if isinstance(a, str) and a in measured.columns else np.nan
+                       for i, a in zip(measured.index, picks)], dtype=float)
+    return chosen / measured.min(axis=1).to_numpy() - 1
+
+
+def selection_metrics(measured: pd.DataFrame, picks: pd.Series) -> dict[str, float]:
+    """Top-1 accuracy and regret statistics of one pick per layer (see :func:`regrets`).
+
+    A pick that did not run, or no pick, counts as a miss and is left out of the regret
+    statistics (``picks_not_run`` counts them).
+    """
+    regret = regrets(measured, picks)
+    ran = np.isfinite(regret)
+    r = regret[ran]
+    return {"layers": int(len(measured)), "top1_pct": float(np.mean(ran & (regret <= 0)) * 100),
+            "mean_regret_pct": float(r.mean() * 100) if ran.any() else float("nan"),
+            "p95_regret_pct": float(np.percentile(r, 95) * 100) if ran.any() else float("nan"),
+            "max_regret_pct": float(r.max() * 100) if ran.any() else float("nan"),
+            "picks_not_run": int((~ran).sum())}
+
+
+def heuristic_picks(table: pd.DataFrame, shape_ids, math: str) -> pd.Series:
+    """cuDNN's pick per shape: the best-ranked algorithm of cudnnGetConvolutionForwardAlgorithm_v7
+    that ran (a framework falls back down the list when the first choice fails)."""
+    rows = table[(table["math"] == math) & table["shape_id"].isin(shape_ids) & (table["status"] == "ok")
+                 & table["heuristic_rank"].notna()]
+    best = rows.sort_values("heuristic_rank").drop_duplicates("shape_id")
+    return best.set_index("shape_id")["algo"].reindex(shape_ids)
+
+
+def evaluate(model: Model, table: pd.DataFrame,
+             progress: Callable[[int, int, str], None] | None = None) -> dict[str, pd.DataFrame]:
+    """Every figure of the report, as tidy frames: ``regression``, ``selection``, ``networks``
+    and ``points`` (predicted and measured time per test run, for plots). ``progress`` is
+    told each step (split and math mode) as it starts."""
+    regression, selection, points, per_layer = [], [], [], []
+    steps = len(TEST_SPLITS) * len(model.predictors) + 1
+    for number, (split, math) in enumerate((s, m) for s in TEST_SPLITS for m in model.predictors):
+        if progress:
+            progress(number, steps, f"{SPLITS[split]}, {math} math")
+        split_name = SPLITS[split]
+        predictor = model.predictors[math]
+        shapes, measured = training_frames(table, math, split)
+        if shapes.empty:
+            continue
+        families = {"ours": pd.DataFrame(predictor.predict_unmasked(shapes), index=shapes.index,
+                                         columns=predictor.algorithms)}
+        if math in model.baselines:
+            families["seer"] = pd.DataFrame(model.baselines[math].predict_times(shapes, predictor.algorithms),
+                                            index=shapes.index, columns=predictor.algorithms)
+        for family, predicted in families.items():
+            for algo in predictor.algorithms:
+                ran = measured[algo].notna() & predicted[algo].notna()
+                if ran.sum() == 0:
+                    continue
+                regression.append({"split": split_name, "math": math, "algo": algo, "family": family,
+                                   "runs": int(measured[algo].notna().sum())}
+                                  | regression_metrics(measured.loc[ran, algo], predicted.loc[ran, algo]))
+                points.append(pd.DataFrame({"split": split_name, "math": math, "algo": algo, "family": family,
+                                            "measured_ms": measured.loc[ran, algo],
+                                            "predicted_ms": predicted.loc[ran, algo]}))
+        policies = _model_picks(model, math, shapes, table)
+        seer_picks = policies.pop("seer", None)  # the report lists it after the oracle
+        policies["oracle"] = measured.idxmin(axis=1)
+        if seer_picks is not None:
+            policies["seer"] = seer_picks
+        policies |= {f"always {a}": pd.Series(a, index=shapes.index) for a in measured.columns
+                     if measured[a].notna().any()}
+        for name, picks in policies.items():
+            selection.append({"split": split_name, "math": math, "policy": name}
+                             | selection_metrics(measured, picks))
+            if split == "test2" and name in ("ours", "seer", "cudnn heuristic"):
+                per_layer.append(pd.DataFrame({"math": math, "policy": name,
+                                               "regret_pct": regrets(measured, picks) * 100}))
+    if progress:
+        progress(steps - 1, steps, "Test-set-II networks")
+    return {"regression": pd.DataFrame(regression), "selection": pd.DataFrame(selection),
+            "points": pd.concat(points, ignore_index=True) if points else pd.DataFrame(),
+            "networks": network_totals(model, table),
+            "regret_per_layer": pd.concat(per_layer, ignore_index=True) if per_layer else pd.DataFrame()}
+
+
+def _model_picks(model: Model, math: str, shapes: pd.DataFrame, table: pd.DataFrame) -> dict[str, pd.Series]:
+    """Picks per shape (aligned with ``shapes``, whose index holds shape ids) of our model,
+    SEER's model and cuDNN's heuristic."""
+    predictor = model.predictors[math]
+    times, scores = (pd.DataFrame(a, index=shapes.index, columns=predictor.algorithms)
+                     for a in predictor.predict_with_scores(shapes))
+    picks = {"ours": _fastest(scores),
+             "cudnn heuristic": heuristic_picks(table, shapes.index, math).set_axis(shapes.index)}
+    if math in model.baselines:
+        seer_times = pd.DataFrame(model.baselines[math].predict_times(shapes, predictor.algorithms),
+                                  index=shapes.index, columns=predictor.algorithms)
+        # SEER's times, over the algorithms seer's support decisions expect to run.
+        picks["seer"] = _fastest(seer_times.where(times.notna()))
+    return picks
+
+
+def _fastest(times: pd.DataFrame) -> pd.Series:
+    """Name of the smallest finite time per row (NaN where there is none)."""
+    finite = np.isfinite(times)
+    return times.where(finite, np.inf).idxmin(axis=1).where(finite.any(axis=1))
+
+
+def network_totals(model: Model, table: pd.DataFrame) -> pd.DataFrame:
+    """Total time of each Test-set-II network and batch, every layer using a policy's pick."""
+    from seer.grids import NETWORK_BATCHES
+    from seer.networks import TEST_SET_II_NETWORKS, network_layers
+
+    rows = []
+    for math, predictor in model.predictors.items():
+        measured = training_frames(table, math, split=None)[1][predictor.algorithms]
+        for network in TEST_SET_II_NETWORKS:
+            for batch in NETWORK_BATCHES:
+                layers = [layer.shape for layer in network_layers(network, batch)]
+                ids = [s.shape_id for s in layers]
+                known = [i for i in ids if i in measured.index]
+                if len(known) < len(ids):
+                    continue  # a layer without measurements: no honest total
+                times = measured.loc[ids].reset_index(drop=True)
+                # A network repeats shapes: the picks come back one per layer, by position.
+                frame = shape_frame(layers).set_axis(pd.Index(ids, name="shape_id"))
+                picks = {name: policy.reset_index(drop=True)
+                         for name, policy in _model_picks(model, math, frame, table).items()}
+                row = {"math": math, "network": network, "batch": batch, "layers": len(ids),
+                       "oracle_ms": float(times.min(axis=1).sum())}
+                for name, policy in picks.items():
+                    chosen = [times.at[i, a] if isinstance(a, str) else np.nan for i, a in policy.items()]
+                    row[f"{name}_ms"] = float(np.sum(chosen)) if np.all(np.isfinite(chosen)) else float("nan")
+                rows.append(row)
+    return pd.DataFrame(rows)

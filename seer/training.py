@@ -1,0 +1,141 @@
+"""Train a GPU's model set from its dataset: the tidy tables in, a :class:`seer.model.Model` out.
+
+Per math mode, seer's :class:`seer.estimators.AlgorithmSelector` and SEER's
+:class:`seer.seer_baseline.SeerFamily` are fitted on the ``train`` split of
+``data/<gpu>/measurements.csv.gz`` (Test-set-I and Test-set-II stay unseen); seer's first
+stage learns from the dataset's census table (``census.csv.gz``, written by ``seer parse``)
+where there is one. The card records the data's SHA-256, the choices cross-validation
+made and the library versions.
+"""
+
+from __future__ import annotations
+
+import platform
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+import sklearn
+from sklearn.base import clone
+
+import seer
+from seer.dataset import read_census, read_measurements
+from seer.errors import InputError
+from seer.estimators import CANDIDATE_SETS, AlgorithmSelector
+from seer.gpus import GPUSpec
+from seer.model import Model
+from seer.persist import FORMAT_VERSION, sha256
+from seer.schema import MATH_MODE_NAMES
+from seer.seer_baseline import PROFILE_COLUMNS, SeerFamily
+from seer.shapes import SEER_FIELDS
+
+#: Measurement columns training reads.
+TRAINING_COLUMNS = (*SEER_FIELDS, "shape_id", "math", "algo", "status", "time_ms", "workspace_bytes", "split",
+                    "profile_status", *PROFILE_COLUMNS)
+#: Called with (steps done, steps in all, what comes next).
+Progress = Callable[[int, int, str], None]
+
+
+def training_frames(table: pd.DataFrame, math: str, split: str | None = "train",
+                    value: str = "time_ms") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Shapes (SEER's eight columns, indexed by shape_id) and one column per algorithm of
+    ``value`` (the time, or ``workspace_bytes``), NaN where the run did not succeed, of one
+    split (None: every split; a census table has none) and math mode."""
+    rows = table[table["math"] == math]
+    if split is not None:
+        rows = rows[rows["split"] == split]
+    values = rows.assign(**{value: rows[value].where(rows["status"] == "ok").astype(float)}).pivot(
+        index="shape_id", columns="algo", values=value)
+    algos = [a for a in pd.unique(table["algo"]) if a in values.columns]
+    shapes = rows.drop_duplicates("shape_id").set_index("shape_id").loc[values.index, list(SEER_FIELDS)]
+    return shapes, values[algos]
+
+
+def training_inputs(table: pd.DataFrame, census: pd.DataFrame, math: str, split: str = "train"):
+    """What :meth:`AlgorithmSelector.fit` takes for one math mode: shapes, times and
+    workspaces of the split's runs, and the census as (shapes, workspaces), None if empty."""
+    shapes, times = training_frames(table, math, split)
+    workspaces = training_frames(table, math, split, value="workspace_bytes")[1].reindex(
+        index=times.index, columns=times.columns)
+    asked = None
+    if not census.empty:
+        census_shapes, census_workspaces = training_frames(census, math, split=None, value="workspace_bytes")
+        asked = (census_shapes, census_workspaces.reindex(columns=times.columns))
+    return shapes, times, workspaces, asked
+
+
+def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAMES,
+          selector: AlgorithmSelector | None = None, progress: Progress | None = None, use_census: bool = True,
+          trees: str = "compact") -> Model:
+    """Fit one selector and one SEER model per math mode on the dataset's train split.
+
+    seer's first stage learns from the dataset's census table where there is one (and
+    ``use_census``), else from the training runs' own answers. ``trees`` names the time
+    regressors' candidate set (:data:`seer.estimators.CANDIDATE_SETS`) of the default
+    selector; a given ``selector`` keeps its own candidates.
+    """
+    if trees not in CANDIDATE_SETS:
+        raise InputError(f"unknown tree set {trees!r}; choose one of: {', '.join(CANDIDATE_SETS)}")
+    measurements = dataset_dir / "measurements.csv.gz"
+    if not measurements.exists():
+        raise InputError(f"no dataset; run `seer parse --gpu {spec.name}` first", path=measurements)
+    table = read_measurements(measurements, columns=TRAINING_COLUMNS)
+    census_path = dataset_dir / "census.csv.gz"
+    census = read_census(census_path) if use_census and census_path.exists() else pd.DataFrame()
+    template = selector if selector is not None else AlgorithmSelector(candidates=CANDIDATE_SETS[trees]())
+    predictors, baselines, per_math = {}, {}, {}
+    n_algos = table["algo"].nunique()
+    per_math_steps = 2 * n_algos + 2  # first stage and time per algorithm, the pick, SEER's model
+    total = per_math_steps * len(maths)
+    for index, math in enumerate(maths):
+        shapes, times, workspaces, asked = training_inputs(table, census, math)
+        if shapes.empty:
+            raise InputError(f"no {math}-math rows in the train split", path=measurements)
+        offset = index * per_math_steps
+
+        def step(done: int, steps: int, text: str, offset=offset, math=math) -> None:
+            if progress and done < steps:
+                progress(offset + done, total, f"{math} math, {text}")
+
+        fitted = clone(template).set_params(gpu=spec).fit(shapes, times, workspaces, asked, progress=step)
+        predictors[math] = fitted.predictor_
+        step(per_math_steps - 1, per_math_steps, "SEER's model")  # the selector took the steps before
+        rows = table[(table["split"] == "train") & (table["math"] == math)]
+        family = SeerFamily(gpu=spec).fit(rows)
+        baselines[math] = family.predictor_
+        per_math[math] = {"shapes": len(shapes), "algorithms": fitted.algorithms_,
+                          "support": {a: s if isinstance(s, str) else "classifier" for a, s in fitted.supports_.items()},
+                          "first_stage": ("census" if asked else "training runs (out of fold)"),
+                          "census_shapes": len(asked[0]) if asked else 0,
+                          "regressor": fitted.choice_, "cv_mape_percent": fitted.cv_mape_,
+                          "pick_weight": fitted.pick_weight_,
+                          "pick_cv_regret_percent": {str(w): r for w, r in fitted.pick_cv_regret_.items()},
+                          "seer_baseline_algorithms": family.algorithms_}
+    if progress:
+        progress(total, total, "done")
+
+    first = next(iter(predictors.values()))
+    card = {
+        "gpu": spec.name, "format_version": FORMAT_VERSION, "families": ["ours", "seer"],
+        "trees": trees if selector is None else "given",
+        "trained_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "training_data": {"file": _shown(measurements), "sha256": sha256(measurements), "split": "train",
+                          **({"census": _shown(census_path), "census_sha256": sha256(census_path)}
+                             if not census.empty else {})},
+        "features": first.features,
+        "training_ranges": first.training_ranges,
+        "maths": per_math,
+        "versions": {"seer": seer.__version__, "scikit-learn": sklearn.__version__, "numpy": np.__version__,
+                     "pandas": pd.__version__, "python": platform.python_version()},
+    }
+    return Model(spec.name, card, predictors, baselines)
+
+
+def _shown(path: Path) -> str:
+    """A path as the card records it: relative to the working directory where it lies below it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)

@@ -1,0 +1,272 @@
+"""Decision-tree ensembles as seer's own arrays, and the compiled loop that evaluates them.
+
+Every tree seer predicts with, boosted or single, is stored in one :class:`TreeEnsemble`:
+plain arrays, documented below, that a model file holds as they are. Reading them needs
+numpy alone and builds no object of any other library, so a model loads whatever
+scikit-learn version is installed, or none. Evaluation walks the trees in a loop
+compiled by numba, since every layer walks every tree and no numpy expression does that
+at compiled speed.
+
+Layout (``n`` nodes of all trees, ``t`` trees):
+
+``feature`` (int32, n)
+    The feature an internal node splits on.
+``threshold`` (float64, n)
+    A sample goes to the left child if its feature is ``<= threshold``, to the right one
+    if it is ``>``; a missing (NaN) value goes where ``missing_left`` says.
+``left`` (int32, n)
+    The left child's index; the right child is ``left + 1``. ``-1`` marks a leaf. Every
+    child comes after its parent, inside its own tree, so a walk always ends.
+``missing_left`` (bool, n)
+``value`` (float64, n)
+    What a leaf adds to its tree's output (0 for internal nodes).
+``roots`` (int32, t)
+    The first node of each tree; a tree's nodes are contiguous and the trees follow one
+    another, so ``roots[0] == 0``.
+``output`` (int32, t)
+    The output column each tree adds to (boosted classifiers grow one tree per class).
+``base`` (float64, outputs)
+    Every output's starting value (a boosted model's baseline prediction).
+
+The raw prediction is ``base`` plus, tree after tree in order, each tree's leaf value,
+the same additions in the same order as scikit-learn's, so a converted model gives the
+same numbers.
+
+:func:`from_hist_gradient_boosting` and :func:`from_decision_tree` convert fitted
+scikit-learn models; the first reads the trees of ``HistGradientBoosting*``, which that
+library keeps in private attributes, so it checks their fields and names the version it
+cannot read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Fields of the arrays, their dtypes and lengths ("nodes", "trees" or "outputs").
+ARRAYS: dict[str, tuple[type, str]] = {
+    "feature": (np.int32, "nodes"), "threshold": (np.float64, "nodes"), "left": (np.int32, "nodes"),
+    "missing_left": (np.bool_, "nodes"), "value": (np.float64, "nodes"), "roots": (np.int32, "trees"),
+    "output": (np.int32, "trees"), "base": (np.float64, "outputs"),
+}
+#: Bits of the packed node word the compiled loop reads (see ``_pack``).
+_FEATURE_BITS, _CHILD_SHIFT = 16, 17
+
+
+class TreeError(ValueError):
+    """Arrays that do not form valid trees (a damaged or hand-made model file)."""
+
+
+@dataclass(frozen=True, eq=False)
+class TreeEnsemble:
+    """Trees over ``n_features`` inputs adding up to ``len(base)`` outputs (see the module docstring)."""
+
+    feature: np.ndarray
+    threshold: np.ndarray
+    left: np.ndarray
+    missing_left: np.ndarray
+    value: np.ndarray
+    roots: np.ndarray
+    output: np.ndarray
+    base: np.ndarray
+    n_features: int
+
+    def __post_init__(self) -> None:
+        self._check()
+        object.__setattr__(self, "_packed", _pack(self.feature, self.left, self.missing_left))
+
+    @property
+    def n_trees(self) -> int:
+        return len(self.roots)
+
+    @property
+    def n_outputs(self) -> int:
+        return len(self.base)
+
+    def _check(self) -> None:
+        if isinstance(self.n_features, bool) or not isinstance(self.n_features, int) \
+                or not 0 < self.n_features < 2**_FEATURE_BITS:
+            raise TreeError(f"n_features must be an integer in 1..{2**_FEATURE_BITS - 1}, got {self.n_features!r}")
+        lengths = {"nodes": len(self.feature) if isinstance(self.feature, np.ndarray) else -1,
+                   "trees": len(self.roots) if isinstance(self.roots, np.ndarray) else -1,
+                   "outputs": len(self.base) if isinstance(self.base, np.ndarray) else -1}
+        for name, (dtype, length) in ARRAYS.items():
+            array = getattr(self, name)
+            if not isinstance(array, np.ndarray) or array.dtype != dtype or array.ndim != 1:
+                raise TreeError(f"{name} must be a 1-D {np.dtype(dtype).name} array")
+            if len(array) != lengths[length]:
+                raise TreeError(f"{name} has {len(array)} entries, expected one per {length[:-1]} ({lengths[length]})")
+        n, trees = lengths["nodes"], lengths["trees"]
+        if trees == 0 or n == 0 or lengths["outputs"] == 0:
+            raise TreeError("an ensemble needs at least one tree, one node and one output")
+        if self.roots[0] != 0 or np.any(np.diff(self.roots) <= 0) or self.roots[-1] >= n:
+            raise TreeError("roots must start at 0 and increase, each tree holding at least one node")
+        if np.any((self.output < 0) | (self.output >= lengths["outputs"])):
+            raise TreeError("output names a column the ensemble does not have")
+        # Each node's tree ends where the next tree starts: a child must lie after its
+        # parent and before that end, so that every walk moves forward and stops.
+        ends = np.append(self.roots[1:], n)[np.searchsorted(self.roots, np.arange(n), side="right") - 1]
+        internal = self.left >= 0
+        nodes = np.flatnonzero(internal)
+        children = self.left[internal].astype(np.int64)
+        if np.any(self.left[~internal] != -1):
+            raise TreeError("left must be -1 at leaves and a node index elsewhere")
+        if np.any((children <= nodes) | (children + 1 >= ends[internal])):
+            raise TreeError("a child lies outside its tree or before its parent")
+        if np.any((self.feature[internal] < 0) | (self.feature[internal] >= self.n_features)):
+            raise TreeError("a split names a feature the ensemble does not have")
+
+    def raw(self, X: np.ndarray) -> np.ndarray:
+        """The raw outputs, shape (n_samples, n_outputs): ``base`` plus the leaf values reached."""
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        if X.ndim != 2 or X.shape[1] != self.n_features:
+            raise ValueError(f"expected {self.n_features} features, got an array of shape {X.shape}")
+        out = np.empty((len(X), self.n_outputs))
+        out[:] = self.base
+        if len(X):
+            _evaluate()(X, self._packed, self.threshold, self.value, self.roots, self.output, out)
+        return out
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The arrays of the module docstring, by name."""
+        return {name: getattr(self, name) for name in ARRAYS}
+
+
+def _pack(feature: np.ndarray, left: np.ndarray, missing_left: np.ndarray) -> np.ndarray:
+    """One int64 word per node for the loop: child index, missing direction, feature; -1 at leaves."""
+    packed = ((left.astype(np.int64) << _CHILD_SHIFT) | (missing_left.astype(np.int64) << _FEATURE_BITS)
+              | feature.astype(np.int64))
+    return np.where(left < 0, np.int64(-1), packed)
+
+
+_COMPILED = None
+
+
+def _evaluate():
+    """The compiled loop, built (or read from numba's cache) at first use."""
+    global _COMPILED
+    if _COMPILED is None:
+        import numba
+
+        def evaluate(X, packed, threshold, value, roots, output, out):
+            n = X.shape[0]
+            chunks = min(n, 64)
+            size = (n + chunks - 1) // chunks
+            for c in numba.prange(chunks):
+                lo = c * size
+                hi = min(n, lo + size)
+                # Tree by tree over a block of samples: one tree's nodes stay in cache.
+                for t in range(roots.shape[0]):
+                    root, column = roots[t], output[t]
+                    for i in range(lo, hi):
+                        k = root
+                        word = packed[k]
+                        while word >= 0:
+                            x = X[i, word & 0xFFFF]
+                            child = word >> 17
+                            if x <= threshold[k]:
+                                k = child
+                            elif x > threshold[k]:
+                                k = child + 1
+                            elif (word >> 16) & 1:
+                                k = child
+                            else:
+                                k = child + 1
+                            word = packed[k]
+                        out[i, column] += value[k]
+
+        options = dict(parallel=True, nogil=True)
+        try:
+            _COMPILED = numba.njit(cache=True, **options)(evaluate)
+        except RuntimeError:  # no writable cache location: compile in this process only
+            _COMPILED = numba.njit(**options)(evaluate)
+    return _COMPILED
+
+
+# -- from scikit-learn --------------------------------------------------------------------
+#: Node fields of scikit-learn's boosted trees that the conversion reads.
+_HGB_NODE_FIELDS = ("value", "feature_idx", "num_threshold", "missing_go_to_left", "left", "right", "is_leaf")
+
+
+def _renumber(children: list[tuple[int, int]]) -> list[int]:
+    """Node order in which each node's two children are adjacent: breadth first from the root."""
+    order, position = [0], 0
+    while position < len(order):
+        left, right = children[order[position]]
+        position += 1
+        if left >= 0:
+            order += [left, right]
+    return order
+
+
+def _build(trees: list[dict], outputs: list[int], base: np.ndarray, n_features: int) -> TreeEnsemble:
+    """An ensemble from per-tree arrays (children_left/right, feature, threshold, missing_left, value)."""
+    parts = {name: [] for name in ("feature", "threshold", "left", "missing_left", "value")}
+    roots, offset = [], 0
+    for tree in trees:
+        left, right = tree["children_left"], tree["children_right"]
+        order = _renumber(list(zip(left.tolist(), right.tolist())))
+        new_index = np.empty(len(left), dtype=np.int64)
+        new_index[order] = np.arange(len(order)) + offset
+        order = np.asarray(order)
+        leaf = left[order] < 0
+        parts["left"].append(np.where(leaf, -1, new_index[np.where(leaf, 0, left[order])]))
+        parts["feature"].append(np.where(leaf, 0, tree["feature"][order]))
+        parts["threshold"].append(np.where(leaf, 0.0, tree["threshold"][order]))
+        parts["missing_left"].append(np.where(leaf, False, tree["missing_left"][order]))
+        parts["value"].append(np.where(leaf, tree["value"][order], 0.0))
+        roots.append(offset)
+        offset += len(order)
+    arrays = {name: np.concatenate(values).astype(ARRAYS[name][0]) for name, values in parts.items()}
+    return TreeEnsemble(**arrays, roots=np.asarray(roots, dtype=np.int32), output=np.asarray(outputs, dtype=np.int32),
+                        base=np.asarray(base, dtype=np.float64).ravel(), n_features=int(n_features))
+
+
+def from_hist_gradient_boosting(model) -> TreeEnsemble:
+    """The trees of a fitted ``HistGradientBoostingRegressor`` or ``...Classifier``.
+
+    One output per tree of a boosting round (one for regression and binary
+    classification, one per class otherwise). Categorical splits are refused.
+    """
+    import sklearn
+
+    rounds = getattr(model, "_predictors", None)
+    baseline = getattr(model, "_baseline_prediction", None)
+    if rounds is None or baseline is None or not rounds or not all(
+            hasattr(tree, "nodes") and set(_HGB_NODE_FIELDS) <= set(tree.nodes.dtype.names or ())
+            for trees in rounds for tree in trees):
+        raise TreeError(f"scikit-learn {sklearn.__version__} stores boosted trees in a way seer cannot read "
+                        f"(it reads the node fields {', '.join(_HGB_NODE_FIELDS)})")
+    trees, outputs = [], []
+    for trees_of_round in rounds:
+        for column, tree in enumerate(trees_of_round):
+            nodes = tree.nodes
+            if "is_categorical" in nodes.dtype.names and nodes["is_categorical"].any():
+                raise TreeError("categorical splits are not supported")
+            leaf = nodes["is_leaf"].astype(bool)
+            trees.append({"children_left": np.where(leaf, -1, nodes["left"].astype(np.int64)),
+                          "children_right": np.where(leaf, -1, nodes["right"].astype(np.int64)),
+                          "feature": nodes["feature_idx"], "threshold": nodes["num_threshold"],
+                          "missing_left": nodes["missing_go_to_left"].astype(bool), "value": nodes["value"]})
+            outputs.append(column)
+    return _build(trees, outputs, np.asarray(baseline), model.n_features_in_)
+
+
+def from_decision_tree(model, leaf_values: np.ndarray | None = None) -> TreeEnsemble:
+    """A fitted ``DecisionTreeRegressor`` (its predictions) or ``DecisionTreeClassifier``.
+
+    For a classifier the one output is the index in ``classes_`` of the class predicted
+    at each leaf (the first of the most probable, as ``predict`` picks); ``leaf_values``
+    overrides the leaf values.
+    """
+    tree = model.tree_
+    values = tree.value[:, 0, :]
+    if leaf_values is None:
+        leaf_values = values.argmax(axis=1).astype(float) if hasattr(model, "classes_") else values[:, 0]
+    missing = getattr(tree, "missing_go_to_left", None)
+    arrays = {"children_left": tree.children_left.astype(np.int64), "children_right": tree.children_right.astype(np.int64),
+              "feature": tree.feature, "threshold": tree.threshold,
+              "missing_left": (np.ones(tree.node_count, dtype=bool) if missing is None else missing.astype(bool)),
+              "value": np.asarray(leaf_values, dtype=float)}
+    return _build([arrays], [0], np.zeros(1), model.n_features_in_)

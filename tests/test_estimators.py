@@ -1,0 +1,285 @@
+"""The estimators on samples of the committed H100 data: what each part of the model buys."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import small_selector
+from seer import predictors
+from seer.estimators import CANDIDATE_SETS, AlgorithmSelector, ShapeFeatures, WorkspaceModel, mape
+from seer.features import log2_flops
+from seer.gpus import get_gpu_spec
+from seer.predictors import NOT_RUN, path_weight, pick_inputs, regressor_inputs
+from seer.shapes import SEER_FIELDS
+from seer.training import training_frames, training_inputs
+
+H100 = get_gpu_spec("h100")
+
+
+def _sample(shapes: pd.DataFrame, values: pd.DataFrame, n: int, seed: int = 0):
+    rows = np.random.default_rng(seed).choice(len(shapes), size=min(n, len(shapes)), replace=False)
+    return shapes.iloc[np.sort(rows)], values.iloc[np.sort(rows)]
+
+
+def _small(**params) -> AlgorithmSelector:
+    return small_selector().set_params(gpu=H100, **params)
+
+
+def test_each_algorithms_model_beats_a_constant_on_held_out_layers(table):
+    shapes, times = _sample(*training_frames(table, "fma", "train"), 3000)
+    test_shapes, test_times = _sample(*training_frames(table, "fma", "test1"), 1500, seed=1)
+    selector = _small().fit(shapes, times)
+    predicted = pd.DataFrame(selector.predict_unmasked(test_shapes), index=test_shapes.index,
+                             columns=selector.algorithms_)
+    for algo in ("IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "FFT_TILING"):
+        ran = test_times[algo].notna()
+        constant = np.full(ran.sum(), times[algo].median())
+        assert mape(test_times.loc[ran, algo], predicted.loc[ran, algo]) < 0.5 * mape(test_times.loc[ran, algo], constant)
+    # Algorithms that never ran are never predicted to.
+    assert selector.supports_["DIRECT"] == "never" and selector.supports_["WINOGRAD"] == "never"
+    assert np.isnan(selector.predict(test_shapes)[:, selector.algorithms_.index("DIRECT")]).all()
+
+
+@pytest.mark.parametrize("algo", ["IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM"])
+def test_the_roofline_baseline_lets_trees_extrapolate_to_larger_layers(table, algo):
+    """Trained on layers under 10 GFLOP, judged on measured layers over 20 GFLOP: trees on
+    time saturate at the largest training time; trees on the ratio to the roofline do not."""
+    shapes, times = training_frames(table, "fma", None)
+    gflops = 2.0 ** log2_flops(shapes) / 1e9
+    small, large = gflops < 10, (gflops > 20) & times[algo].notna().to_numpy()
+    train_shapes, train_times = _sample(shapes[small], times.loc[small, [algo]], 4000)
+    errors = {}
+    for baseline in ("roofline", "none"):
+        selector = _small(baseline=baseline).fit(train_shapes, train_times)
+        errors[baseline] = mape(times.loc[large, algo], selector.predict_unmasked(shapes[large])[:, 0])
+    assert errors["roofline"] < 35 and errors["roofline"] < 0.8 * errors["none"], errors
+
+
+def test_the_quadratic_power_law_beats_a_constant_too(table):
+    shapes, times = _sample(*training_frames(table, "default", "train"), 1500)
+    test_shapes, test_times = training_frames(table, "default", "test1")
+    power_law = {"quadratic_power_law": CANDIDATE_SETS["compact"]()["quadratic_power_law"]}
+    selector = AlgorithmSelector(H100, candidates=power_law, cv=2).fit(shapes, times[["IMPLICIT_GEMM"]])
+    assert selector.choice_["IMPLICIT_GEMM"] == {"all": "quadratic_power_law"}
+    ran = test_times["IMPLICIT_GEMM"].notna()
+    predicted = selector.predict_unmasked(test_shapes)[:, 0][ran.to_numpy()]
+    constant = np.full(ran.sum(), times["IMPLICIT_GEMM"].median())
+    assert mape(test_times.loc[ran, "IMPLICIT_GEMM"], predicted) < 0.5 * mape(test_times.loc[ran, "IMPLICIT_GEMM"],
+                                                                               constant)
+    # The converted power law predicts what scikit-learn's pipeline does.
+    inputs = selector.features_.transform(test_shapes)
+    np.testing.assert_allclose(selector.predictor_.regressors["IMPLICIT_GEMM"]["all"].predict(inputs),
+                               selector.regressors_["IMPLICIT_GEMM"]["all"].predict(inputs), rtol=1e-9)
+
+
+def test_the_first_stage_learns_cudnns_answers_from_the_census(table, census):
+    """Support and GEMM's kernel path (im2col buffer or none) on timed layers it never saw."""
+    shapes, workspaces = _sample(*training_frames(census, "fma", split=None, value="workspace_bytes"), 20000)
+    model = WorkspaceModel(H100, max_iter=60).fit(shapes, workspaces)
+    assert model.runs_["DIRECT"] == "never" and model.runs_["WINOGRAD"] == "never"
+    assert model.nonzero_["IMPLICIT_GEMM"] == "never"  # IMPLICIT_GEMM never asks for a workspace
+    test_shapes, test_workspaces = training_frames(table, "fma", "test1", value="workspace_bytes")
+    answers = pd.DataFrame(model.transform(test_shapes), columns=model.get_feature_names_out())
+    ran = test_workspaces.notna().to_numpy()
+    support = answers[[f"{a}_p_runs" for a in model.algorithms_]].to_numpy() >= 0.5
+    assert (support == ran[:, [list(test_workspaces.columns).index(a) for a in model.algorithms_]]).mean() > 0.99
+    gemm = test_workspaces["GEMM"].notna().to_numpy()
+    im2col = test_workspaces["GEMM"].to_numpy()[gemm] > 0
+    assert ((answers["GEMM_p_workspace"].to_numpy()[gemm] >= 0.5) == im2col).mean() > 0.95
+    # The size of FFT's workspace, where it asks for one, within a factor of two for most layers.
+    fft = test_workspaces["FFT"].to_numpy()
+    sized = np.isfinite(fft) & (fft > 0)
+    assert (np.abs(answers["FFT_log2_workspace"].to_numpy()[sized] - np.log2(fft[sized])) < 1).mean() > 0.9
+
+
+@pytest.fixture(scope="module")
+def path_selector(table, census):
+    """A small selector of IMPLICIT_GEMM (one path) and GEMM (two), fitted with a census."""
+    shapes, times, workspaces, asked = training_inputs(table, census, "fma")
+    keep = ["IMPLICIT_GEMM", "GEMM"]
+    rows = np.sort(np.random.default_rng(0).choice(len(shapes), size=4000, replace=False))
+    asked = (asked[0].iloc[:15000], asked[1].iloc[:15000][keep])
+    shapes, times, workspaces = shapes.iloc[rows], times.iloc[rows][keep], workspaces.iloc[rows][keep]
+    return _small().fit(shapes, times, workspaces, asked), shapes, times
+
+
+def test_kernel_paths_get_their_own_regressors_where_the_workspace_tells_them_apart(table, path_selector):
+    selector, shapes, times = path_selector
+    assert set(selector.regressors_["GEMM"]) == {"workspace", "no_workspace"}
+    assert set(selector.regressors_["IMPLICIT_GEMM"]) == {"all"}
+    assert selector.supports_["GEMM"] == "workspace model"
+    test_shapes, test_times = training_frames(table, "fma", "test1")
+    gemm = test_times["GEMM"].notna()
+    predicted = selector.predict_unmasked(test_shapes[gemm])[:, 1]
+    without = _small().fit(shapes, times)
+    assert set(without.regressors_["GEMM"]) == {"all"} and without.workspace_model_ is None
+    baseline = without.predict_unmasked(test_shapes[gemm])[:, 1]
+    # Knowing GEMM's kernel path cuts its error by at least a quarter.
+    assert mape(test_times.loc[gemm, "GEMM"], predicted) < 0.75 * mape(test_times.loc[gemm, "GEMM"], baseline)
+
+
+def test_the_path_mix_leaves_out_only_negligible_paths_and_masking_changes_no_time(table, path_selector,
+                                                                                   monkeypatch):
+    # The small first stage is less sure of itself than the shipped one: a larger threshold
+    # gives both kinds of row.
+    negligible = 0.02
+    monkeypatch.setattr(predictors, "NEGLIGIBLE_PATH", negligible)
+    selector, _, _ = path_selector
+    predictor = selector.predictor_
+    test_shapes, _ = training_frames(table, "fma", "test1")
+    unmasked = predictor.predict_unmasked(test_shapes)
+    masked = predictor.predict(test_shapes)
+    runs = predictor.predict_support(test_shapes) >= 0.5
+    # Masked predictions skip the first stage's work where an algorithm does not run, and
+    # change nothing where it does.
+    np.testing.assert_array_equal(masked[runs], unmasked[runs])
+    assert np.isnan(masked[~runs]).all()
+    # GEMM's time against the exact geometric mix of both paths' predictions.
+    F, answers = predictor.prepare(test_shapes)
+    j = predictor.algorithms.index("GEMM")
+    inputs = regressor_inputs(F, answers, j)
+    with_ws, without_ws = (predictor.regressors["GEMM"][path].predict(inputs) for path in ("workspace", "no_workspace"))
+    p = answers[:, 3 * j + 1]
+    exact = np.exp(p * np.log(with_ws) + (1 - p) * np.log(without_ws)) * predictor.baseline_ms(F, "GEMM")
+    gemm = unmasked[:, j]
+    sure = (p < negligible) | (p > 1 - negligible)
+    assert sure.any() and (~sure).any()
+    np.testing.assert_allclose(gemm[~sure], exact[~sure], rtol=1e-12)
+    bound = negligible * np.abs(np.log(with_ws / without_ws))
+    assert (np.abs(np.log(gemm / exact))[sure] <= bound[sure] * (1 + 1e-9)).all()
+    assert np.array_equal(path_weight(answers, j) == 0, p < negligible)
+
+
+def test_the_pick_weight_is_chosen_by_out_of_fold_regret_and_only_lowers_scores(small_models):
+    from seer import persist
+    from seer.estimators import PICK_WEIGHTS
+
+    model = persist.load(small_models / "h100")
+    card = model.card["maths"]["fma"]
+    assert set(card["pick_cv_regret_percent"]) == {str(w) for w in PICK_WEIGHTS}
+    assert card["pick_cv_regret_percent"][str(card["pick_weight"])] == min(card["pick_cv_regret_percent"].values())
+    predictor = model.predictors["fma"]
+    frame = pd.DataFrame([[8, 64, 56, 64, 56, 3, 1, 1], [32, 256, 14, 512, 7, 3, 2, 1]], columns=list(SEER_FIELDS))
+    times, scores = predictor.predict(frame), predictor.pick_scores(frame)
+    assert np.array_equal(np.isnan(times), np.isnan(scores))
+    assert (scores[np.isfinite(scores)] <= times[np.isfinite(times)]).all()  # a confident class only lowers
+
+
+def test_the_pick_classifier_reads_the_same_inputs_whether_or_not_the_first_stage_skipped_work(table, small_models):
+    from seer import persist
+
+    predictor = persist.load(small_models / "h100", maths=["fma"], families=["ours"]).predictors["fma"]
+    shapes, _ = training_frames(table, "fma", "test1")
+    F, complete = predictor.prepare(shapes, complete=True)
+    _, masked = predictor.prepare(shapes, complete=False)
+    assert np.isnan(masked).any() and not np.isnan(complete).any()
+    inputs = pick_inputs(F, complete)
+    np.testing.assert_array_equal(inputs, pick_inputs(F, masked))
+    # Algorithms predicted not to run (FFT on many shapes) show as NOT_RUN, nowhere else.
+    not_run = inputs[:, F.shape[1]:] == NOT_RUN
+    runs = complete[:, 0::3] >= 0.5
+    assert not_run.any()
+    assert not (not_run[:, 1::3] & runs).any() and (not_run[:, 1::3] == ~runs).all()
+
+
+def test_an_algorithm_predicted_not_to_run_is_never_recommended(small_models):
+    from seer import persist
+
+    model = persist.load(small_models / "h100")
+    frame = pd.DataFrame([[32, 64, 56, 128, 28, 3, 2, 1], [8, 64, 56, 64, 56, 7, 1, 3]], columns=list(SEER_FIELDS))
+    predictions = model.predict(frame, "fma")
+    assert "DIRECT" not in set(predictions["algo"]) and "WINOGRAD" not in set(predictions["algo"])
+    predictor = model.predictors["fma"]
+    support = predictor.predict_support(frame)
+    for layer, algo in predictions[["layer", "algo"]].itertuples(index=False):
+        assert support[layer, predictor.algorithms.index(algo)] >= 0.5
+
+
+def test_extrapolated_flags_layers_outside_the_training_ranges(small_models):
+    from seer import persist
+
+    predictor = persist.load(small_models / "h100").predictors["default"]
+    frame = pd.DataFrame([[16, 64, 56, 64, 56, 3, 1, 1], [512, 64, 56, 64, 56, 3, 1, 1]], columns=list(SEER_FIELDS))
+    assert predictor.extrapolated(frame).tolist() == [False, True]
+
+
+def test_seers_model_beats_a_constant_on_held_out_layers(table):
+    from seer.seer_baseline import SeerFamily
+
+    family = SeerFamily(H100).fit(table[(table["split"] == "train") & (table["math"] == "fma")])
+    assert {"IMPLICIT_GEMM", "GEMM", "FFT", "FFT_TILING"} <= set(family.algorithms_)
+    shapes, times = training_frames(table, "fma", "test1")
+    _, train_times = training_frames(table, "fma", "train")
+    predicted = family.predict_times(shapes, list(times.columns))
+    for algo in ("IMPLICIT_GEMM", "GEMM", "FFT"):
+        j = list(times.columns).index(algo)
+        ran = times[algo].notna().to_numpy() & np.isfinite(predicted[:, j])
+        assert ran.sum() > 100
+        constant = np.full(ran.sum(), train_times[algo].median())
+        assert mape(times[algo].to_numpy()[ran], predicted[ran, j]) < 0.5 * mape(times[algo].to_numpy()[ran], constant)
+
+
+def test_relative_least_squares_recovers_a_linear_law_and_weighs_errors_relatively():
+    from seer.seer_baseline import relative_least_squares
+
+    x = np.array([1.0, 2.0, 4.0, 8.0, 16.0])
+    design = np.column_stack([x, np.ones_like(x)])
+    assert np.allclose(relative_least_squares(design, 3 * x + 0.5), [3.0, 0.5])
+    # A 10% error on the smallest point costs as much as 10% on the largest: the fit
+    # through (1, 1.1) and (16, 16) under relative weights differs from plain least squares.
+    y = x.copy()
+    y[0] = 1.1
+    relative = relative_least_squares(design, y)
+    plain, *_ = np.linalg.lstsq(design, y, rcond=None)
+
+    def relative_error(coefficients):
+        return np.sum(((design @ coefficients) - y) ** 2 / y ** 2)
+
+    assert relative_error(relative) < relative_error(plain)
+
+
+def test_train_names_its_tree_sets_as_the_estimators_do(tmp_path):
+    from seer import training
+    from seer.cli import build_parser
+    from seer.errors import InputError
+
+    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    trees = next(a for a in train._actions if a.dest == "trees")
+    assert set(trees.choices) == set(CANDIDATE_SETS) and trees.default == "compact"
+    with pytest.raises(InputError, match="unknown tree set"):
+        training.train(tmp_path, H100, trees="huge")
+
+
+def test_a_gpu_must_be_given_as_a_spec():
+    with pytest.raises(ValueError, match="GPUSpec"):
+        AlgorithmSelector().fit(pd.DataFrame([[1, 1, 1, 1, 1, 1, 1, 0]], columns=list(SEER_FIELDS)),
+                                pd.DataFrame({"GEMM": [1.0]}))
+
+
+# scikit-learn's common checks that apply. seer's estimators take layer shapes (SEER's eight
+# integer columns) and, for the selector and the first stage, a frame with one column per
+# algorithm; the checks' random float matrices are neither, so the checks that fit on them
+# do not apply. The estimator contract does: parameters, cloning, repr, tags, unfitted use.
+CONTRACT_CHECKS = ("check_no_attributes_set_in_init", "check_parameters_default_constructible",
+                   "check_get_params_invariance", "check_set_params", "check_estimator_repr",
+                   "check_do_not_raise_errors_in_init_or_set_params", "check_estimators_unfitted",
+                   "check_mixin_order", "check_valid_tag_types", "check_estimator_tags_renamed")
+
+
+def _estimators():
+    from seer.seer_baseline import SeerAlgorithmModel, SeerFamily
+
+    return [ShapeFeatures(H100), WorkspaceModel(H100), AlgorithmSelector(H100), SeerFamily(H100),
+            SeerAlgorithmModel(gpu=H100)]
+
+
+@pytest.mark.parametrize("estimator", _estimators(), ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize("name", CONTRACT_CHECKS)
+def test_scikit_learn_estimator_contract(estimator, name):
+    from sklearn.base import clone
+    from sklearn.utils import estimator_checks
+
+    check = getattr(estimator_checks, name)
+    check(type(estimator).__name__, clone(estimator))

@@ -1,0 +1,303 @@
+"""Layer files: strict parsing, located messages, standard input, streaming, writing."""
+
+import io
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import assume, example, given, settings
+from hypothesis import strategies as st
+
+from seer import layers
+from seer.errors import InputError
+from seer.grids import quick_grid
+from seer.layers import (check_layers, format_layers, format_shapes, invalid_rows, iter_layer_chunks,
+                         parse_shapes, read_layers, read_shapes_file, write_layers, write_shapes_file)
+from seer.shapes import MAX_FIELD, SEER_FIELDS, ConvShape, ShapeError
+
+GOOD = """3
+# batch in_ch in_width out_ch out_width kernel_width stride padding
+128 16 128 16 128 3 1 1
+1\t3\t224\t64\t112\t7\t2\t3
+
+32 512 7 2048 7 1 1 0   # a 1x1 layer
+"""
+ROWS = [[128, 16, 128, 16, 128, 3, 1, 1], [1, 3, 224, 64, 112, 7, 2, 3], [32, 512, 7, 2048, 7, 1, 1, 0]]
+LAYER = "1 3 8 4 8 3 1 1"
+
+
+def layer_file(n: int, seed: int = 0) -> str:
+    """n valid layers, with comments and blank lines between some of them."""
+    rng = np.random.default_rng(seed)
+    lines = [f"# {n} layers", str(n)]
+    for i in range(n):
+        width, kernel, stride = int(rng.integers(7, 64)), int(rng.choice([1, 3, 5, 7])), int(rng.integers(1, 5))
+        shape = ConvShape.from_layer(int(rng.integers(1, 65)), int(rng.integers(1, 513)), width,
+                                     int(rng.integers(1, 513)), kernel, stride, kernel // 2)
+        lines.append(shape.to_seer_line() + ("  # note" if i % 7 == 0 else ""))
+        if i % 5 == 0:
+            lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def test_reads_seer_format_with_comments_blank_lines_and_tabs():
+    frame = read_layers(io.StringIO(GOOD))
+    assert list(frame.columns) == list(SEER_FIELDS)
+    assert (frame.dtypes == np.int64).all() and list(frame.index) == [0, 1, 2]
+    assert frame.to_numpy().tolist() == ROWS
+    assert parse_shapes(GOOD) == [ConvShape(*row) for row in ROWS]
+
+
+def test_edge_values_are_accepted():
+    text = f"0002\n{MAX_FIELD} 3 8 4 8 3 1 1\r\n1 1 1 1 1 1 {MAX_FIELD} 0\n"
+    assert read_layers(io.StringIO(text)).to_numpy().tolist() == [
+        [MAX_FIELD, 3, 8, 4, 8, 3, 1, 1], [1, 1, 1, 1, 1, 1, MAX_FIELD, 0]]
+    assert read_layers(io.StringIO("0\n# nothing\n")).shape == (0, 8)
+
+
+@pytest.mark.parametrize("text, line, field, words", [
+    # Today's mistakes, today's messages.
+    ("2\n1 3 8 4 8 3 1 1\n", 1, "count", "says 2 shapes, but the file has 1"),
+    ("1\n1 3 8 4 8 3 1 1\n1 3 8 4 8 3 1 1\n", 3, "count", "says 1 shapes, but the file has 2"),
+    ("x\n1 3 8 4 8 3 1 1\n", 1, "count", "the number of shapes must be an integer"),
+    ("1 2\n1 3 8 4 8 3 1 1\n", 1, "count", "only the number"),
+    ("1\n1 3 8 4 8 3 1\n", 2, "padding", "missing field"),
+    ("1\n1 3 8 4 8\n", 2, "kernel_width", "missing field"),
+    ("1\n1 3 8 4 8 3 1 1 0\n", 2, "padding", "extra field '0'"),
+    ("1\n1 3 8.5 4 8 3 1 1\n", 2, "in_width", "integer"),
+    ("1\n1 three 8 4 8 3 1 1\n", 2, "in_ch", "integer"),
+    ("1\n0 3 8 4 8 3 1 1\n", 2, "batch", f"between 1 and {MAX_FIELD}, got 0"),
+    ("1\n1 3 8 -4 8 3 1 1\n", 2, "out_ch", f"between 1 and {MAX_FIELD}, got -4"),
+    ("1\n1 3 8 4 8 3 0 1\n", 2, "stride", f"between 1 and {MAX_FIELD}, got 0"),
+    ("1\n1 3 8 4 8 3 1 -1\n", 2, "padding", f"between 0 and {MAX_FIELD}, got -1"),
+    ("1\n1 3 8 4 7 3 1 1\n", 2, "out_width", "give 8"),
+    ("1\n1 3 4 4 1 9 1 0\n", 2, "kernel_width", "wider"),
+    ("", 1, None, "empty"),
+    ("# only a comment\n\n", 1, None, "empty"),
+    # What int() takes but a layer file must not.
+    ("1\n6_4 3 8 4 8 3 1 1\n", 2, "batch", "ASCII digits 0-9 only), got '6_4'"),
+    ("1\n+8 3 8 4 8 3 1 1\n", 2, "batch", "got '+8'"),
+    ("1\n1 ８ 8 4 8 3 1 1\n", 2, "in_ch", "got '８'"),  # full-width
+    ("1\n1 3 ٨ 4 8 3 1 1\n", 2, "in_width", "got '٨'"),  # Arabic-Indic
+    ("1\n1 3 8 4 8 3 1 0x10\n", 2, "padding", "got '0x10'"),
+    ("1\n1 3 8 4 8 3 1 1e0\n", 2, "padding", "got '1e0'"),
+    ("1\n1 3 8 x4 8 3 1 1\n", 2, "out_ch", "got 'x4'"),
+    ("1\n1 3 8 4 8 3 1 1;\n", 2, "padding", "got '1;'"),
+    ("1\n1 3 8 4 8 3 1 -0\n", 2, "padding", "got '-0'"),
+    ("1\n1 3 8 4 8 3 1\u00a01\n", 2, "stride", "got '1\\xa01'"),  # a no-break space glues two
+    ("1\n1 3 8 4 8 3 1\x1c1\n", 2, "stride", "got '1\\x1c1'"),
+    # Values beyond what cuDNN's 32-bit descriptors hold; the message gives the range.
+    ("1\n9223372036854775808 3 8 4 8 3 1 1\n", 2, "batch",
+     f"between 1 and {MAX_FIELD}, got 9223372036854775808"),
+    (f"1\n1 {MAX_FIELD + 1} 8 4 8 3 1 1\n", 2, "in_ch", f"between 1 and {MAX_FIELD}, got {MAX_FIELD + 1}"),
+    ("1\n" + "7" * 5000 + " 3 8 4 8 3 1 1\n", 2, "batch", f"at most {MAX_FIELD}, got a number of 5000 digits"),
+    # The count line follows the same rules.
+    ("+1\n1 3 8 4 8 3 1 1\n", 1, "count", "got '+1'"),
+    ("１\n1 3 8 4 8 3 1 1\n", 1, "count", "got '１'"),
+    ("1_0\n", 1, "count", "got '1_0'"),
+    ("0x1\n1 3 8 4 8 3 1 1\n", 1, "count", "got '0x1'"),
+    ("-1\n", 1, "count", f"between 0 and {MAX_FIELD}, got -1"),
+    (f"{MAX_FIELD + 1}\n", 1, "count", f"between 0 and {MAX_FIELD}, got {MAX_FIELD + 1}"),
+    # The first mistake in file order, wherever it is.
+    ("\n# c\n3\n" + LAYER + "\n\n" + LAYER + " # c\n1 3 8 4 8 3 1 2\n" + "1 3 8 4 8 3 1 +1\n",
+     7, "out_width", "give 10"),
+])
+def test_every_mistake_names_file_line_and_field(text, line, field, words):
+    with pytest.raises(InputError) as info:
+        parse_shapes(text, "layers.txt")
+    err = info.value
+    assert (err.path, err.line, err.field) == ("layers.txt", line, field)
+    assert words in str(err)
+    assert str(err).startswith(f"layers.txt:{line}: {field + ': ' if field else ''}")
+    assert "\n" not in str(err)
+
+
+def test_a_file_names_itself_and_its_problems_in_one_line(tmp_path):
+    path = tmp_path / "bad.txt"
+    path.write_text("2\n1 3 8 4 8 3 1 1\n1 3 8 4 8 3 1 1 1\n", encoding="utf-8")
+    with pytest.raises(InputError, match=f"^{path}:3: padding: extra field '1'"):
+        read_layers(path)
+    with pytest.raises(InputError, match=f"^{tmp_path / 'nope.txt'}: no such file$"):
+        read_layers(tmp_path / "nope.txt")
+    with pytest.raises(InputError, match=f"^{tmp_path}: is a directory"):
+        read_layers(tmp_path)
+    binary = tmp_path / "b.txt"
+    binary.write_bytes(b"1\n1 3 8 4 8 3 1 1 # caf\xe9\n")  # Latin-1, not UTF-8
+    with pytest.raises(InputError) as info:
+        read_shapes_file(binary)
+    assert str(info.value) == f"{binary}: not a text file: it is not valid UTF-8"
+
+
+def test_a_byte_order_mark_is_not_content(tmp_path):
+    path = tmp_path / "bom.txt"
+    path.write_bytes(b"\xef\xbb\xbf1\r\n1 3 8 4 8 3 1 1\r\n")
+    assert read_shapes_file(path) == [ConvShape(1, 3, 8, 4, 8, 3, 1, 1)]
+
+
+def test_standard_input_is_read_and_named(monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.StringIO(GOOD))
+    assert read_layers("-").to_numpy().tolist() == ROWS
+    monkeypatch.setattr(sys, "stdin", io.StringIO("1\n1 3 8 4 8 3 1 ８\n"))
+    with pytest.raises(InputError, match="^<stdin>:2: padding: must be an integer"):
+        read_layers("-")
+
+
+def test_standard_input_bytes_are_decoded_as_utf8_and_left_open(monkeypatch):
+    buffer = io.BytesIO("1\n1 3 8 4 8 3 1 1 # é\n".encode())
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(buffer, encoding="ascii"))
+    assert read_layers("-").shape == (1, 8)
+    assert not buffer.closed
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"1\n\xff\n"), encoding="utf-8"))
+    with pytest.raises(InputError, match="^<stdin>: not a text file"):
+        read_layers("-")
+
+
+@pytest.mark.parametrize("chunk_layers", [1, 2, 7, 64, 300, 301, 10_000])
+def test_chunked_reading_equals_whole_file_reading(tmp_path, chunk_layers):
+    path = tmp_path / "l.txt"
+    path.write_text(layer_file(300))
+    whole = read_layers(path)
+    chunks = list(iter_layer_chunks(path, chunk_layers))
+    assert all(0 < len(c) <= chunk_layers for c in chunks)
+    assert len(chunks) == -(-300 // chunk_layers)
+    pd.testing.assert_frame_equal(pd.concat(chunks), whole)
+    assert [ConvShape(*row) for row in whole.itertuples(index=False)] == parse_shapes(path.read_text())
+
+
+@pytest.mark.parametrize("promised, line", [(5, 8), (9, 2)])
+def test_a_wrong_count_is_found_at_the_end_of_the_stream(promised, line):
+    # Seven layers on lines 3-9 (line 1 a comment, line 2 the count).
+    text = f"# layers\n{promised}\n" + "\n".join([LAYER] * 7) + "\n"
+    with pytest.raises(InputError) as whole:
+        read_layers(io.StringIO(text), name="l.txt")
+    seen = []
+    with pytest.raises(InputError) as streamed:
+        for chunk in iter_layer_chunks(io.StringIO(text), 2, name="l.txt"):
+            seen.append(len(chunk))
+    assert str(streamed.value) == str(whole.value)
+    assert str(whole.value) == f"l.txt:{line}: count: the first line says {promised} shapes, but the file has 7"
+    assert sum(seen) >= 6  # the chunks before the end were all yielded (and validated)
+
+
+def test_a_mistake_deep_in_a_stream_is_raised_with_its_line_before_later_chunks():
+    lines = ["2000"] + [LAYER] * 2000
+    lines[1500] = "1 3 8 4 8 3 1 ８"
+    lines[1700] = "1 3 8 4 8"
+    chunks = iter_layer_chunks(io.StringIO("\n".join(lines)), 256, name="big.txt")
+    for _ in range(5):  # layers 1-1280 are fine
+        next(chunks)
+    with pytest.raises(InputError, match=r"^big.txt:1501: padding: must be an integer"):
+        next(chunks)
+
+
+def test_chunk_size_must_be_positive():
+    with pytest.raises(ValueError, match="chunk_layers"):
+        next(iter_layer_chunks(io.StringIO(GOOD), 0))
+
+
+def test_write_then_read_round_trip(tmp_path):
+    shapes = quick_grid()
+    path = tmp_path / "grid.txt"
+    write_shapes_file(path, shapes)
+    assert read_shapes_file(path) == shapes
+    assert path.read_text().splitlines()[0] == str(len(shapes))
+    frame = read_layers(path)
+    stream = io.StringIO()
+    write_layers(stream, frame)
+    assert stream.getvalue() == path.read_text() == format_layers(frame.to_numpy())
+
+
+def test_format_matches_seer_layout_and_writes_to_stdout(capsys):
+    shape = ConvShape.from_layer(128, 16, 128, 16, 3, 1, 1)
+    assert format_shapes([shape]) == "1\n128 16 128 16 128 3 1 1\n"
+    assert format_layers([]) == "0\n"
+    assert format_layers(pd.DataFrame(columns=list(SEER_FIELDS))) == "0\n"
+    write_layers("-", [shape])
+    assert capsys.readouterr().out == "1\n128 16 128 16 128 3 1 1\n"
+
+
+def test_an_impossible_layer_is_not_written(tmp_path):
+    frame = pd.DataFrame(ROWS, columns=list(SEER_FIELDS))
+    frame.loc[1, "out_width"] = 111
+    with pytest.raises(ShapeError) as info:
+        write_layers(tmp_path / "x.txt", frame)
+    assert info.value.field == "out_width" and "(layer 2)" in str(info.value)
+    assert not (tmp_path / "x.txt").exists()
+    pd.testing.assert_frame_equal(check_layers(frame.iloc[[0, 2]]), frame.iloc[[0, 2]])
+
+
+# -- the two paths agree, and nothing but InputError escapes ---------------------------------------
+# A valid shape with up to two fields replaced, so that every rule is met both ways.
+VALID_ROWS = st.builds(
+    lambda batch, in_ch, width, out_ch, kernel, stride, padding:
+        [getattr(ConvShape.from_layer(batch, in_ch, width + kernel, out_ch, kernel, stride, padding), f)
+         for f in SEER_FIELDS],
+    st.integers(1, 9), st.integers(1, 9), st.integers(0, 9), st.integers(1, 9), st.integers(1, 7),
+    st.integers(1, 4), st.integers(0, 3))
+EDGE_VALUES = st.one_of(
+    st.integers(-3, 12),
+    st.sampled_from([MAX_FIELD - 1, MAX_FIELD, MAX_FIELD + 1, 2**62, 2**63 - 1, -(2**63)]),
+)
+ROW_EDITS = st.dictionaries(st.integers(0, 7), EDGE_VALUES, max_size=2)
+
+
+def edited(row: list, edits: dict) -> list:
+    return [edits.get(i, value) for i, value in enumerate(row)]
+
+
+@settings(max_examples=1000, deadline=None)
+@given(VALID_ROWS, ROW_EDITS)
+def test_vectorised_rules_agree_with_convshape(row, edits):
+    row = edited(row, edits)
+    try:
+        ConvShape(*row)
+        valid = True
+    except ShapeError:
+        valid = False
+    assert bool(invalid_rows(np.array([row], dtype=np.int64))[0]) == (not valid)
+
+
+ODD_TOKENS = st.sampled_from(["00", "007", "-1", "-0", "+1", "1_0", "８", "٣", "0x1", "1e1", "x", "1.0", "",
+                              str(MAX_FIELD), str(MAX_FIELD + 1), "9" * 25, "0" * 25 + "3", "1\u00a02",
+                              "1\x1c2", "1 2", "1#2"])
+SEPARATORS = st.sampled_from([" ", "  ", "\t", " \t ", "\v", "\f", "\r", "\u3000", "\x1c", "\u00a0"])
+
+
+@settings(max_examples=1000, deadline=None)
+@given(VALID_ROWS, ROW_EDITS, st.dictionaries(st.integers(0, 8), ODD_TOKENS, max_size=2),
+       st.lists(SEPARATORS, min_size=9, max_size=9), st.integers(6, 9))
+@example([1, 3, 8, 4, 8, 3, 1, 1], {}, {}, [" "] * 9, 8)
+def test_vectorised_line_check_agrees_with_the_convshape_check(row, edits, odd, seps, length):
+    tokens = [odd.get(i, str(v)) for i, v in enumerate(edited(row, edits) + [1])][:length]
+    # Mostly the usual blanks between fields, sometimes a stranger one.
+    line = "".join(t + (s if i % 3 == 0 else " ") for i, (t, s) in enumerate(zip(tokens, seps))).lstrip()
+    assume(line and not line.isspace() and "#" not in line)  # blank and comment lines never get here
+    fast = layers._fast_values([line])
+    try:
+        layers._check_line(line, 1, "f")
+        slow = True
+    except InputError:
+        slow = False
+    assert (fast is not None) == slow
+    if slow:
+        assert fast.tolist() == [[int(t) for t in line.split()]]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(
+    st.text(alphabet="0123456789 -+_.\n\r\t#abx８٣\u00a0\u3000\x1c\x0c", max_size=120),
+    st.text(max_size=80),
+    st.lists(st.lists(st.integers(0, 40), min_size=7, max_size=9), max_size=4).map(
+        lambda rows: f"{len(rows)}\n" + "\n".join(" ".join(map(str, r)) for r in rows)),
+))
+def test_fuzzed_input_is_either_parsed_or_an_input_error(text):
+    for chunk_layers in (1, 3):
+        try:
+            frame = pd.concat(list(iter_layer_chunks(io.StringIO(text), chunk_layers, name="fuzz.txt")) or
+                              [read_layers(io.StringIO("0\n"))])
+        except InputError as err:
+            assert err.path == "fuzz.txt" and err.line is not None and "\n" not in str(err)
+        else:
+            assert not invalid_rows(frame.to_numpy()).any()
+            assert all(isinstance(s, ConvShape) for s in parse_shapes(text))

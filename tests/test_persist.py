@@ -1,0 +1,245 @@
+"""Model files: a round trip changes nothing, and no file, however made, runs code or a traceback."""
+
+from __future__ import annotations
+
+import io
+import json
+import pickle
+import shutil
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import DATASET
+from seer import persist
+from seer.cli import main
+from seer.errors import InputError
+from seer.layers import read_layers
+
+LAYERS = str(DATASET / "Test-set-II.txt")
+
+
+def _copy(small_models: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "models"
+    shutil.copytree(small_models, target)
+    return target / "h100"
+
+
+def _predict(capsys, models_root: Path, *extra) -> tuple[int, str]:
+    code = main(["predict", LAYERS, "--models-dir", str(models_root), *extra])
+    err = capsys.readouterr().err
+    return code, err
+
+
+def _one_line_refusal(code: int, err: str, *words: str) -> None:
+    assert code == 2, err
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    for word in words:
+        assert word in err, (word, err)
+
+
+def _rehash(directory: Path, name: str) -> None:
+    """Make the card vouch for a file, as an attacker who can write the folder would."""
+    card = json.loads((directory / persist.CARD_FILE).read_text())
+    card["model_files"][name] = persist.sha256(directory / name)
+    (directory / persist.CARD_FILE).write_text(json.dumps(card))
+
+
+def test_a_round_trip_predicts_the_same_and_the_card_vouches_for_every_file(small_models, tmp_path):
+    directory = small_models / "h100"
+    card = json.loads((directory / persist.CARD_FILE).read_text())
+    assert set(card["model_files"]) == {f"{f}-{m}.zip" for f in ("ours", "seer") for m in ("fma", "default")}
+    for name, digest in card["model_files"].items():
+        assert digest == persist.sha256(directory / name)
+    assert card["training_data"]["census_sha256"] and card["maths"]["fma"]["first_stage"] == "census"
+    model = persist.load(directory)
+    again = tmp_path / "again"
+    persist.save(model, again)
+    for name in card["model_files"]:  # the format is byte-stable: same model, same bytes
+        assert (again / name).read_bytes() == (directory / name).read_bytes()
+    layers = read_layers(LAYERS)
+    pd.testing.assert_frame_equal(model.predict(layers, "fma"), persist.load(again).predict(layers, "fma"))
+    only = persist.load(directory, maths=["default"], families=["ours"])
+    assert set(only.predictors) == {"default"} and not only.baselines
+
+
+def test_a_file_changed_after_training_is_refused(small_models, tmp_path, capsys):
+    directory = _copy(small_models, tmp_path)
+    with open(directory / persist.model_file("ours", "default"), "ab") as handle:
+        handle.write(b"\0")
+    _one_line_refusal(*_predict(capsys, directory.parent), "SHA-256")
+
+
+class _Payload:
+    """Unpickling this writes a marker file: what a pickled model file can do on load."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.write_text, (self.marker, "code ran"))
+
+
+def _skops_style_exploit(path: Path, marker: Path) -> None:
+    """A skops-format file whose types all start with ``numpy.`` or ``sklearn.``: a Pipeline of
+    FunctionTransformers, one building a command, the next calling a function reachable under
+    ``numpy.``. A loader trusting those prefixes builds it and, on predict, runs it."""
+    def function(module: str, name: str) -> dict:
+        return {"__class__": "function", "__module__": module, "__loader__": "FunctionNode", "content": name}
+
+    def step(func: dict) -> dict:
+        return {"__class__": "FunctionTransformer", "__module__": "sklearn.preprocessing._function_transformer",
+                "__loader__": "ObjectNode", "content": {"__class__": "dict", "__module__": "builtins",
+                                                        "__loader__": "DictNode", "content": {"func": func}}}
+    schema = {"__class__": "Pipeline", "__module__": "sklearn.pipeline", "__loader__": "ObjectNode",
+              "protocol": 2, "_skops_version": "0.10",
+              "content": {"__class__": "dict", "__module__": "builtins", "__loader__": "DictNode", "content": {
+                  "steps": [["build", step(function("numpy", "char.add"))],
+                            ["run", step(function("numpy.distutils.exec_command", "exec_command"))]],
+                  "marker": str(marker)}}}
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("schema.json", json.dumps(schema))
+
+
+@pytest.mark.parametrize("kind", ["pickle", "skops"])
+def test_an_exploit_with_a_matching_hash_is_refused_and_runs_nothing(small_models, tmp_path, capsys, kind):
+    directory = _copy(small_models, tmp_path)
+    marker = tmp_path / "marker"
+    name = persist.model_file("ours", "default")
+    if kind == "pickle":
+        payload = pickle.dumps(_Payload(marker))
+        pickle.loads(payload)  # the payload is live: loading it the unsafe way runs it
+        assert marker.read_text() == "code ran"
+        marker.unlink()
+        (directory / name).write_bytes(payload)
+    else:
+        _skops_style_exploit(directory / name, marker)
+    _rehash(directory, name)
+    _one_line_refusal(*_predict(capsys, directory.parent), "not a seer model file", name)
+    assert not marker.exists()
+
+
+def _rewrite_model_json(path: Path, edit) -> None:
+    """Rewrite a model file with ``edit`` applied to its model.json document (arrays kept)."""
+    with zipfile.ZipFile(path) as archive:
+        members = {n: archive.read(n) for n in archive.namelist()}
+    document = json.loads(members["model.json"])
+    edit(document, members)
+    members["model.json"] = json.dumps(document).encode()
+    with zipfile.ZipFile(path, "w") as archive:
+        for n, data in members.items():
+            archive.writestr(n, data)
+
+
+def _find(value, test):
+    """The first dict inside a JSON document for which ``test`` holds."""
+    if isinstance(value, dict):
+        if test(value):
+            return value
+        children = value.values()
+    elif isinstance(value, list):
+        children = value
+    else:
+        return None
+    for child in children:
+        found = _find(child, test)
+        if found is not None:
+            return found
+    return None
+
+
+def _retype(name: str):
+    def edit(document, members):
+        _find(document, lambda d: d.get("$type") == "BoostedRegressor")["$type"] = name
+    return edit
+
+
+def _object_array(document, members):
+    buffer = io.BytesIO()
+    np.save(buffer, np.array([{"pickled": "object"}], dtype=object), allow_pickle=True)
+    members[_find(document, lambda d: "$array" in d)["$array"]] = buffer.getvalue()
+
+
+def _escape(document, members):
+    _find(document, lambda d: "$array" in d)["$array"] = "../../../etc/passwd"
+
+
+def _loop(document, members):
+    trees = _find(document, lambda d: d.get("$type") == "BoostedRegressor")["state"]["trees"]
+    left = np.load(io.BytesIO(members[trees["left"]["$array"]]))
+    left[0] = 0  # the root becomes its own child: a walk that never ends
+    buffer = io.BytesIO()
+    np.save(buffer, left)
+    members[trees["left"]["$array"]] = buffer.getvalue()
+
+
+def _version(document, members):
+    document["version"] = 99
+
+
+@pytest.mark.parametrize("edit, words", [
+    (_retype("os.system"), "does not trust: 'os.system'"),
+    (_retype("numpy.testing._private.utils.runstring"), "does not trust"),
+    (_retype("TreeEnsemble"), "does not trust"),
+    (_object_array, "not a plain array of numbers or booleans"),
+    (_escape, "array the file does not hold"),
+    (_loop, "before its parent"),
+    (_version, "format version 99"),
+])
+def test_hand_made_seer_files_are_refused_in_one_sentence(small_models, tmp_path, capsys, edit, words):
+    directory = _copy(small_models, tmp_path)
+    name = persist.model_file("ours", "default")
+    _rewrite_model_json(directory / name, edit)
+    _rehash(directory, name)
+    _one_line_refusal(*_predict(capsys, directory.parent), words)
+
+
+def test_a_file_holding_another_kind_of_model_is_refused(small_models, tmp_path, capsys):
+    directory = _copy(small_models, tmp_path)
+    ours, seers = persist.model_file("ours", "default"), persist.model_file("seer", "default")
+    shutil.copy(directory / seers, directory / ours)
+    _rehash(directory, ours)
+    _one_line_refusal(*_predict(capsys, directory.parent), "holds a SeerFamilyPredictor", "AlgorithmPredictor")
+
+
+@pytest.mark.parametrize("card, words", [
+    ("[]", "must be a JSON object, not list"),
+    ("null", "must be a JSON object, not NoneType"),
+    ("{}", "lists no model files"),
+    ('{"model_files": {"ours-default.zip": "abc"}}', "expected FAMILY-MATH.zip and a SHA-256"),
+    ('{"gpu": "h100", "maths": {}, "model_files": {"../../x.zip": "' + "0" * 64 + '"}}', "expected FAMILY-MATH"),
+    ('{"gpu": 7, "maths": {}, "model_files": {"ours-default.zip": "' + "0" * 64 + '"}}', "names no GPU"),
+    ('{"gpu": "h100", "model_files": {"ours-default.zip": "' + "0" * 64 + '"}}', "lists no math modes"),
+    ("{not json", "not valid JSON"),
+])
+def test_malformed_cards_are_one_sentence(small_models, tmp_path, capsys, card, words):
+    directory = _copy(small_models, tmp_path)
+    (directory / persist.CARD_FILE).write_text(card)
+    _one_line_refusal(*_predict(capsys, directory.parent), words)
+
+
+def test_directories_in_place_of_files_are_one_sentence(small_models, tmp_path, capsys):
+    directory = _copy(small_models, tmp_path)
+    name = directory / persist.model_file("ours", "default")
+    name.unlink()
+    name.mkdir()
+    _one_line_refusal(*_predict(capsys, directory.parent), "is a directory")
+    card = directory / persist.CARD_FILE
+    card.unlink()
+    card.mkdir()
+    _one_line_refusal(*_predict(capsys, directory.parent), "is a directory")
+
+
+def test_models_are_found_by_the_documented_rule(small_models, tmp_path, monkeypatch):
+    monkeypatch.delenv(persist.MODELS_ENV, raising=False)
+    assert persist.models_root() == persist.shipped_models()
+    assert (persist.shipped_models() / "h100" / persist.CARD_FILE).exists()
+    monkeypatch.setenv(persist.MODELS_ENV, str(small_models))
+    assert persist.models_root() == small_models
+    assert persist.load_model("h100").card == persist.read_card(small_models / "h100")
+    assert persist.models_root(tmp_path) == tmp_path  # an explicit folder wins
+    with pytest.raises(InputError, match="trained models exist for: none"):
+        persist.load_model("h100", models_dir=tmp_path)

@@ -1,0 +1,207 @@
+"""``seer predict``: what it writes, what it shows, and one line with exit code 2 for every mistake."""
+
+from __future__ import annotations
+
+import errno
+import io
+import json
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import DATASET
+from seer import output, persist
+from seer.cli import main
+from seer.schema import PREDICTION_COLUMNS
+from seer.shapes import SEER_FIELDS
+
+LAYERS = DATASET / "Test-set-II.txt"
+N_LAYERS = int(LAYERS.read_text().split()[0])
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _refused(code: int, err: str, where: str) -> None:
+    assert code == 2 and "Traceback" not in err and err.count("\n") == 1, err
+    assert where in err, err
+
+
+def test_csv_has_the_promised_columns_ranks_and_the_models_picks(small_models, tmp_path, capsys):
+    out = tmp_path / "pred.csv"
+    code, shown, _ = run(capsys, "predict", LAYERS, "--models-dir", small_models, "--math", "fma", "-o", out)
+    assert code == 0
+    frame = pd.read_csv(out)
+    assert list(frame.columns) == list(PREDICTION_COLUMNS) and set(frame["math"]) == {"fma"}
+    layers = frame.groupby(list(SEER_FIELDS), sort=False)
+    assert layers.ngroups == len(frame.drop_duplicates(list(SEER_FIELDS)))
+    for _, group in layers:
+        assert sorted(group["rank"]) == list(range(1, len(group) + 1))
+    assert frame["predicted_ms"].gt(0).all()
+    model = persist.load(small_models / "h100")
+    shapes = pd.read_csv(out).drop_duplicates(list(SEER_FIELDS))[list(SEER_FIELDS)].reset_index(drop=True)
+    assert list(frame.loc[frame["rank"] == 1, "algo"]) == list(model.predictors["fma"].select(shapes))
+    # With --out the terminal shows counts, not every layer.
+    assert f"{N_LAYERS} layers predicted (written to {out})" in " ".join(shown.split())
+    assert "IMPLICIT" in shown and "lie outside the shapes" in shown
+
+
+def test_json_is_one_object_per_layer_with_its_algorithms(small_models, tmp_path, capsys):
+    out = tmp_path / "pred.json"
+    assert run(capsys, "predict", LAYERS, "--models-dir", small_models, "-o", out)[0] == 0
+    layers = json.loads(out.read_text())
+    csv = tmp_path / "pred.csv"
+    assert run(capsys, "predict", LAYERS, "--models-dir", small_models, "-o", csv, "--format", "csv")[0] == 0
+    frame = pd.read_csv(csv)
+    assert len(layers) == N_LAYERS and [layer["layer"] for layer in layers] == list(range(N_LAYERS))
+    for layer in layers[:20]:
+        ranks = [a["rank"] for a in layer["algorithms"]]
+        assert ranks == list(range(1, len(ranks) + 1)) and layer["pick"] == layer["algorithms"][0]["algo"]
+        assert set(layer) >= {*SEER_FIELDS, "math", "extrapolated", "algorithms"}
+    assert sum(len(layer["algorithms"]) for layer in layers) == len(frame)
+
+
+def test_standard_input_and_standard_output(small_models, capsys, monkeypatch):
+    lines = LAYERS.read_text().splitlines()
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(["3", *lines[1:4]]) + "\n"))
+    code, out, err = run(capsys, "predict", "-", "--models-dir", small_models, "-o", "-")
+    assert code == 0
+    frame = pd.read_csv(io.StringIO(out))
+    assert list(frame.columns) == list(PREDICTION_COLUMNS) and frame.drop_duplicates(list(SEER_FIELDS)).shape[0] == 3
+    assert "3 layers predicted (written to standard output)" in " ".join(err.split())
+
+
+def test_a_table_up_to_fifty_layers_a_summary_beyond_unless_asked(small_models, tmp_path, capsys):
+    few = tmp_path / "few.txt"
+    few.write_text("\n".join(["5", *LAYERS.read_text().splitlines()[1:6]]) + "\n")
+    code, out, _ = run(capsys, "predict", few, "--models-dir", small_models)
+    assert code == 0 and "fastest" in out and "runner-up" in out and "layers predicted" not in out
+    code, out, _ = run(capsys, "predict", LAYERS, "--models-dir", small_models)
+    assert code == 0 and f"{N_LAYERS} layers predicted" in out and "runner-up" not in out
+    code, out, _ = run(capsys, "predict", LAYERS, "--models-dir", small_models, "--table", "all")
+    assert code == 0 and "runner-up" in out and str(N_LAYERS) in out
+    code, out, _ = run(capsys, "predict", few, "--models-dir", small_models, "--table", "summary")
+    assert code == 0 and "5 layers predicted" in out
+
+
+def test_a_layer_with_no_algorithm_predicted_to_run_keeps_a_row(small_models, tmp_path, capsys):
+    model = persist.load(small_models / "h100")
+    predictor = model.predictors["default"]
+    predictor.supports = {algo: "never" for algo in predictor.algorithms}
+    persist.save(model, tmp_path / "never" / "h100")
+    few = tmp_path / "few.txt"
+    few.write_text("\n".join(["2", *LAYERS.read_text().splitlines()[1:3]]) + "\n")
+    code, out, _ = run(capsys, "predict", few, "--models-dir", tmp_path / "never")
+    assert code == 0 and out.count("no algorithm predicted to run") == 2 and "nan" not in out
+    assert run(capsys, "predict", few, "--models-dir", tmp_path / "never", "-o", tmp_path / "p.csv")[0] == 0
+    rows = (tmp_path / "p.csv").read_text().splitlines()
+    assert len(rows) == 3 and all(",default,,,," in row for row in rows[1:]) and "nan" not in "".join(rows)
+    assert run(capsys, "predict", few, "--models-dir", tmp_path / "never", "-o", tmp_path / "p.json")[0] == 0
+    layers = json.loads((tmp_path / "p.json").read_text())
+    assert [(layer["pick"], layer["algorithms"]) for layer in layers] == [(None, []), (None, [])]
+
+
+def test_zero_layers_give_an_empty_table_not_a_traceback(small_models, tmp_path, capsys):
+    source = tmp_path / "none.txt"
+    source.write_text("0\n")
+    assert run(capsys, "predict", source, "--models-dir", small_models, "-o", tmp_path / "none.csv")[0] == 0
+    assert list(pd.read_csv(tmp_path / "none.csv").columns) == list(PREDICTION_COLUMNS)
+    assert run(capsys, "predict", source, "--models-dir", small_models, "-o", tmp_path / "none.json")[0] == 0
+    assert json.loads((tmp_path / "none.json").read_text()) == []
+
+
+@pytest.mark.parametrize("content, where", [
+    ("2\n1 64 56 64 56 3 1 1\n", "pred.txt:1: count"),
+    ("1\n1 64 56 64 56 3 1\n", "pred.txt:2: padding"),
+    ("1\n1 64 56 64 56 3 1 1 9\n", "pred.txt:2: padding"),
+    ("1\n1 64 5x6 64 56 3 1 1\n", "pred.txt:2: in_width"),
+    ("1\n0 64 56 64 56 3 1 1\n", "pred.txt:2: batch"),
+    ("1\n1 64 56 64 55 3 1 1\n", "pred.txt:2: out_width"),
+    ("1\n1 6_4 56 64 56 3 1 1\n", "pred.txt:2: in_ch"),
+    ("1\n+8 64 56 64 56 3 1 1\n", "pred.txt:2: batch"),
+    ("1\n1 64 56 ６４ 56 3 1 1\n", "pred.txt:2: out_ch"),
+    ("1\n9223372036854775808 64 56 64 56 3 1 1\n", "pred.txt:2: batch: must be between 1 and 2147483647"),
+])
+def test_malformed_files_name_file_line_and_field_and_write_nothing(small_models, tmp_path, capsys, content, where):
+    source = tmp_path / "pred.txt"
+    source.write_text(content)
+    out = tmp_path / "out.csv"
+    code, _, err = run(capsys, "predict", source, "--models-dir", small_models, "--out", out)
+    _refused(code, err, where)
+    assert not out.exists() and list(tmp_path.iterdir()) == [source]  # no temporary file either
+
+
+def test_a_mistake_after_many_good_layers_leaves_no_output(small_models, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("seer.cli.PREDICT_CHUNK", 64)  # the good layers are written before the bad one is read
+    lines = LAYERS.read_text().splitlines()[1:]
+    source = tmp_path / "late.txt"
+    source.write_text("\n".join([str(len(lines) + 1), *lines, "1 64 56 64 99 3 1 1"]) + "\n")
+    code, _, err = run(capsys, "predict", source, "--models-dir", small_models, "-o", tmp_path / "out.csv")
+    _refused(code, err, f"late.txt:{len(lines) + 2}: out_width")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["late.txt"]
+
+
+def test_unusable_output_paths_are_one_line(small_models, tmp_path, capsys):
+    cases = [(tmp_path / "no-such-folder" / "p.csv", "no such folder"),
+             (tmp_path, "is a directory"),
+             (tmp_path / ("p" * 300 + ".csv"), "file name too long")]
+    for out, words in cases:
+        code, _, err = run(capsys, "predict", LAYERS, "--models-dir", small_models, "-o", out)
+        _refused(code, err, words)
+
+
+@pytest.mark.parametrize("failure, words", [
+    (OSError(errno.ENOSPC, "No space left on device"), "no space left on the device"),
+    (PermissionError(errno.EACCES, "Permission denied"), "permission denied"),
+    (OSError(errno.EROFS, "Read-only file system"), "read-only file system"),
+])
+def test_a_full_or_read_only_disk_leaves_nothing_behind(small_models, tmp_path, capsys, monkeypatch, failure, words):
+    # Tests run as root, for whom permissions do not apply: the failing call is simulated
+    # where the real one would fail (creating the file, or writing the rows).
+    if isinstance(failure, PermissionError) or failure.errno == errno.EROFS:
+        def refuse(*args, **kwargs):
+            raise failure
+        monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    else:
+        def full(self, predictions):
+            raise failure
+        monkeypatch.setattr(output.PredictionWriter, "write", full)
+    out = tmp_path / "p.csv"
+    code, _, err = run(capsys, "predict", LAYERS, "--models-dir", small_models, "-o", out)
+    _refused(code, err, words)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unknown_gpu_lists_the_trained_models_and_a_missing_model_says_how_to_train(small_models, tmp_path, capsys):
+    code, _, err = run(capsys, "predict", LAYERS, "--models-dir", small_models, "--gpu", "v100")
+    _refused(code, err, "v100")
+    assert "h100" in err and "seer train" in err
+    code, _, err = run(capsys, "predict", LAYERS, "--models-dir", tmp_path / "none")
+    _refused(code, err, "seer train")
+
+
+def test_the_shipped_model_predicts_right_after_install(tmp_path, capsys):
+    out = tmp_path / "shipped.csv"
+    assert run(capsys, "predict", LAYERS, "--out", out)[0] == 0
+    frame = pd.read_csv(out)
+    assert set(frame["math"]) == {"default"} and (frame["rank"] == 1).sum() == N_LAYERS
+
+
+def test_the_python_api(small_models):
+    import seer
+
+    model = seer.load_model("h100", models_dir=small_models)
+    layers = seer.read_layers(LAYERS)
+    predictions = model.predict(layers, math="fma")
+    assert list(predictions.columns) == ["layer", *PREDICTION_COLUMNS]
+    assert predictions["layer"].nunique() == len(layers) == N_LAYERS
+    picks = model.pick(layers.head(3), math="fma")
+    assert list(picks["best_algo"]) == list(predictions.query("rank == 1")["algo"][:3])
+    assert isinstance(model, seer.Model) and model.maths == ["fma", "default"]
+    with pytest.raises(seer.InputError, match="has no 'fp16' math mode"):
+        model.predict(layers, math="fp16")

@@ -1,0 +1,79 @@
+"""Evaluation: the metrics on hand-checked cases, and the report against cuDNN's heuristic."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from seer import persist
+from seer.cli import main
+from seer.dataset import read_measurements
+from seer.report import write_report
+from seer.scoring import EVALUATION_COLUMNS, evaluate, regression_metrics, regrets, selection_metrics
+
+
+def test_metrics_on_a_hand_checked_case():
+    measured = pd.DataFrame({"A": [1.0, 2.0, np.nan], "B": [2.0, 1.0, 4.0]}, index=["x", "y", "z"])
+    picks = pd.Series({"x": "A", "y": "A", "z": "A"})
+    # x: best (regret 0); y: 2/1 - 1 = 100%; z: A did not run.
+    assert np.allclose(regrets(measured, picks), [0.0, 1.0, np.nan], equal_nan=True)
+    m = selection_metrics(measured, picks)
+    assert m["top1_pct"] == pytest.approx(100 / 3) and m["picks_not_run"] == 1
+    assert m["mean_regret_pct"] == pytest.approx(50.0) and m["max_regret_pct"] == pytest.approx(100.0)
+    r = regression_metrics([1.0, 2.0, 4.0], [1.05, 2.0, 3.0])
+    assert r["mape_pct"] == pytest.approx((5 + 0 + 25) / 3)
+    assert r["median_ape_pct"] == pytest.approx(5.0) and r["within_10pct"] == pytest.approx(200 / 3)
+    # R^2 of log time: 1 - SS_res / SS_tot.
+    log_m, log_p = np.log([1.0, 2.0, 4.0]), np.log([1.05, 2.0, 3.0])
+    expected = 1 - ((log_m - log_p) ** 2).sum() / ((log_m - log_m.mean()) ** 2).sum()
+    assert r["r2_log"] == pytest.approx(expected)
+
+
+def test_the_evaluation_compares_every_policy_with_the_measured_fastest(small_models, small_dataset, tmp_path):
+    model = persist.load(small_models / "h100")
+    table = read_measurements(small_dataset / "measurements.csv.gz", columns=EVALUATION_COLUMNS)
+    steps = []
+    results = evaluate(model, table, progress=lambda done, total, text: steps.append((done, total, text)))
+    assert [s[0] for s in steps] == list(range(len(steps))) and steps[-1][1] == len(steps)
+    selection = results["selection"]
+    assert {"ours", "seer", "cudnn heuristic", "oracle", "always IMPLICIT_GEMM"} <= set(selection["policy"])
+    assert set(selection["split"]) == {"Test-set-I", "Test-set-II"}
+    oracle = selection[selection["policy"] == "oracle"]
+    assert (oracle["top1_pct"] == 100).all() and (oracle["mean_regret_pct"] == 0).all()
+    ours = selection[selection["policy"] == "ours"].set_index(["split", "math"])
+    heuristic = selection[selection["policy"] == "cudnn heuristic"].set_index(["split", "math"])
+    # Even the small model picks better than cuDNN's heuristic under strict FP32.
+    assert (ours.loc[("Test-set-II", "fma"), "mean_regret_pct"]
+            < heuristic.loc[("Test-set-II", "fma"), "mean_regret_pct"])
+    networks = results["networks"]
+    assert not networks.empty and (networks["ours_ms"] >= networks["oracle_ms"] - 1e-9).all()
+    files = write_report(results, model, tmp_path / "h100-evaluation.md")
+    assert all(f.exists() and f.stat().st_size > 0 for f in files)
+    assert "## Test-set-II" in files[0].read_text()
+
+
+def test_the_evaluate_command_writes_the_report_and_plots(small_models, small_dataset, tmp_path, capsys):
+    out = tmp_path / "reports" / "h100-evaluation.md"
+    data_dir = str(small_dataset.parent)
+    assert main(["evaluate", "--gpu", "h100", "--models-dir", str(small_models), "--data-dir", data_dir,
+                 "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "## Test-set-I" in text and "## Test-set-II" in text and "cudnn heuristic" in text
+    assert len(list(out.parent.glob("h100-evaluation-*.png"))) == 5
+    printed = capsys.readouterr()
+    assert "Test-set-II" in printed.out and "top-1" in printed.out
+    assert "evaluating: step 1/" in printed.err  # progress, as log lines without a terminal
+    assert main(["evaluate", "--gpu", "a100", "--models-dir", str(small_models)]) == 2
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"not gzip at all", "measurements.csv.gz"),
+    (b"", "measurements.csv.gz"),
+])
+def test_evaluate_on_a_broken_table_is_one_line(small_models, tmp_path, capsys, content, words):
+    (tmp_path / "h100").mkdir()
+    (tmp_path / "h100" / "measurements.csv.gz").write_bytes(content)
+    code = main(["evaluate", "--gpu", "h100", "--models-dir", str(small_models), "--data-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err and words in err
