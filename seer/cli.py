@@ -325,8 +325,8 @@ def _print_table(console, gpu: str, math: str, rows) -> None:
     console.print(table, crop=False)  # never cut a number off at the edge
     extrapolated = int(rows["extrapolated"].sum()) if len(rows) else 0
     if extrapolated:
-        console.print(f"* {extrapolated} layers lie outside the shapes the model was trained on: treat their "
-                      "predictions with care.")
+        console.print(f"* {_layers(extrapolated)} outside the shapes the model was trained on: treat "
+                      f"{'its prediction' if extrapolated == 1 else 'their predictions'} with care.")
 
 
 def _print_summary(console, gpu: str, math: str, summary, out) -> None:
@@ -341,8 +341,13 @@ def _print_summary(console, gpu: str, math: str, summary, out) -> None:
     if summary.none:
         table.add_row("no algorithm predicted to run", str(summary.none))
     console.print(table, crop=False)
-    console.print(f"{summary.extrapolated} of {summary.layers} layers lie outside the shapes the model was trained "
+    console.print(f"{summary.extrapolated} of {_layers(summary.layers)} outside the shapes the model was trained "
                   "on" + (": treat their predictions with care." if summary.extrapolated else "."))
+
+
+def _layers(count: int) -> str:
+    """``count`` layers and the verb that follows, in agreement: '1 layer lies', '3 layers lie'."""
+    return f"{count} layer lies" if count == 1 else f"{count} layers lie"
 
 
 def _add_evaluate(sub) -> None:

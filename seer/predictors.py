@@ -196,7 +196,8 @@ class BoostedClassifier(Part):
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
         raw = self.trees.raw(X)
         if len(self.classes) == 2:
-            positive = 1.0 / (1.0 + np.exp(-raw[:, 0]))
+            with np.errstate(over="ignore"):  # exp(-raw) = inf gives the right limit, 0
+                positive = 1.0 / (1.0 + np.exp(-raw[:, 0]))
             return np.column_stack([1.0 - positive, positive])
         raw = np.exp(raw - raw.max(axis=1, keepdims=True))
         return raw / raw.sum(axis=1, keepdims=True)
