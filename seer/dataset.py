@@ -42,7 +42,7 @@ import pandas as pd
 
 from seer.algorithms import (ALGORITHMS, algorithm_names, canonical_kernel_name, classify_kernel,
                              heuristic_ranks)
-from seer.collect.store import ALL_GROUPS, RunStore, profile_records, recorded_columns
+from seer.collect.store import RunStore, grouped_records, profile_records, recorded_columns
 from seer.errors import InputError
 from seer.excel import seer_sheets, write_excel
 from seer.gpus import GPUSpec
@@ -177,12 +177,9 @@ def measurements_table(store: RunStore, spec: GPUSpec, seed: int = 0, kernels: p
 
 def _group_records(store: RunStore) -> pd.DataFrame:
     """Kernel records, the latest profile of each (run, group) only."""
-    raw = store.read("kernels")
+    raw = grouped_records(store, "kernels")
     if raw.empty:
         return raw
-    if "group" not in raw.columns:
-        raw["group"] = ALL_GROUPS
-    raw["group"] = raw["group"].fillna(ALL_GROUPS)
     latest = raw.groupby([*RUN_KEY, "group"])["collected_at"].transform("max")
     return raw[raw["collected_at"] == latest].drop_duplicates([*KERNEL_KEY, "group"], keep="last")
 

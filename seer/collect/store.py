@@ -29,6 +29,7 @@ import pandas as pd
 
 from seer.errors import InputError
 from seer.metrics import GROUP_COLUMNS, METRICS
+from seer.schema import GROUP_KEY
 
 try:
     import fcntl
@@ -297,12 +298,21 @@ def recorded_columns(group: str) -> frozenset[str]:
     return GROUP_COLUMNS.get(group, frozenset())
 
 
-def profile_records(store: RunStore) -> pd.DataFrame:
-    """Latest profile record per (run, metric group); older records count for all groups."""
-    frame = store.read("profiles")
+def grouped_records(store: RunStore, kind: str) -> pd.DataFrame:
+    """Every record of a profiling kind (``profiles``, ``kernels``) with its metric group;
+    records from before metric groups belong to :data:`ALL_GROUPS`."""
+    frame = store.read(kind)
     if frame.empty:
         return frame
     if "group" not in frame.columns:
         frame["group"] = ALL_GROUPS
     frame["group"] = frame["group"].fillna(ALL_GROUPS)
-    return frame.drop_duplicates(subset=["shape_id", "math", "algo", "group"], keep="last").reset_index(drop=True)
+    return frame
+
+
+def profile_records(store: RunStore) -> pd.DataFrame:
+    """Latest profile record per (run, metric group); older records count for all groups."""
+    frame = grouped_records(store, "profiles")
+    if frame.empty:
+        return frame
+    return frame.drop_duplicates(subset=list(GROUP_KEY), keep="last").reset_index(drop=True)
