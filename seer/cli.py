@@ -187,8 +187,7 @@ def _parse(data_dir: Path, gpu: str, pack: bool = False, seed: int = 0) -> int:
 
 
 # -- train, predict, evaluate -------------------------------------------------------------
-def _models_dir_help() -> str:
-    return "models directory (default: $SEER_MODELS_DIR, else the models shipped in the package)"
+MODELS_DIR_HELP = "models directory (default: $SEER_MODELS_DIR, else the models shipped in the package)"
 
 
 #: ``seer train --trees`` choices: the names of :data:`seer.estimators.CANDIDATE_SETS`
@@ -202,7 +201,7 @@ def _add_train(sub) -> None:
                                    "and save it in the models directory, under GPU/.")
     p.add_argument("--gpu", required=True)
     p.add_argument("--data-dir", type=Path, default=Path("data"))
-    p.add_argument("--models-dir", type=Path, default=None, help=_models_dir_help())
+    p.add_argument("--models-dir", type=Path, default=None, help=MODELS_DIR_HELP)
     p.add_argument("--trees", choices=TREE_SETS, default="compact",
                    help="time regressors' boosted trees: compact (default; faster to predict) or "
                         "accurate (four times the trees, slightly lower error)")
@@ -246,7 +245,7 @@ def _add_predict(sub) -> None:
     p.add_argument("--table", choices=("auto", "all", "summary"), default="auto",
                    help=f"what the terminal shows: a table of every layer (all), counts (summary), or the "
                         f"table up to {TABLE_LAYERS} layers without --out (auto, the default)")
-    p.add_argument("--models-dir", type=Path, default=None, help=_models_dir_help())
+    p.add_argument("--models-dir", type=Path, default=None, help=MODELS_DIR_HELP)
     p.set_defaults(func=_cmd_predict)
 
 
@@ -288,7 +287,7 @@ def _cmd_predict(args) -> int:
                 writer.write(predictions)
             summary.add(predictions)
             if show_all or (summary.layers <= TABLE_LAYERS and not args.out and args.table == "auto"):
-                best = best_per_layer(predictions, offset + len(chunk)).iloc[offset:]
+                best = best_per_layer(predictions)
                 shown.append(chunk.set_index(best.index).join(best))
             offset += len(chunk)
         if writer is not None:
@@ -306,7 +305,7 @@ def _print_table(console, gpu: str, math: str, rows) -> None:
     from rich import box
     from rich.table import Table
 
-    from seer.model import layer_description
+    from seer.shapes import ConvShape
 
     table = Table("#", title=f"{gpu}, {math} math: predicted times", box=box.SIMPLE_HEAD, padding=(0, 1),
                   collapse_padding=True, pad_edge=False,
@@ -317,7 +316,7 @@ def _print_table(console, gpu: str, math: str, rows) -> None:
         table.add_column(header, no_wrap=header != "ms", overflow="fold", min_width=6 if header == "ms" else None)
     for i, row in rows.iterrows():
         mark = " *" if row["extrapolated"] else ""
-        table.add_row(str(i + 1), layer_description(row) + mark,
+        table.add_row(str(i + 1), ConvShape.from_mapping(row).to_seer_line() + mark,
                       "no algorithm predicted to run" if pd.isna(row["best_algo"]) else str(row["best_algo"]),
                       "" if pd.isna(row["best_ms"]) else f"{row['best_ms']:.3g}",
                       "" if pd.isna(row["runner_up"]) else str(row["runner_up"]),
@@ -333,7 +332,9 @@ def _print_summary(console, gpu: str, math: str, summary, out) -> None:
     from rich import box
     from rich.table import Table
 
-    where = "" if not out else (" (written to standard output)" if out == "-" else f" (written to {out})")
+    from seer.output import STDOUT
+
+    where = "" if not out else (" (written to standard output)" if out == STDOUT else f" (written to {out})")
     console.print(f"{gpu}, {math} math: {summary.layers} layers predicted{where}", soft_wrap=True)
     table = Table("pick", "layers", box=box.SIMPLE_HEAD, pad_edge=False)
     for algo, count in summary.picks.most_common():
@@ -354,7 +355,7 @@ def _add_evaluate(sub) -> None:
     p = sub.add_parser("evaluate", help="report accuracy on Test-set-I and Test-set-II against cuDNN's heuristic")
     p.add_argument("--gpu", required=True)
     p.add_argument("--data-dir", type=Path, default=Path("data"))
-    p.add_argument("--models-dir", type=Path, default=None, help=_models_dir_help())
+    p.add_argument("--models-dir", type=Path, default=None, help=MODELS_DIR_HELP)
     p.add_argument("--out", type=Path, default=None, help="report path (default: reports/GPU-evaluation.md)")
     p.set_defaults(func=_cmd_evaluate)
 

@@ -426,10 +426,6 @@ def read_measurements(path: str | Path, columns: Iterable[str] | None = None) ->
     return frame
 
 
-#: The old name of :func:`read_measurements`.
-load_measurements = read_measurements
-
-
 def read_census(path: str | Path) -> pd.DataFrame:
     """``census.csv.gz``, checked, with the dtypes :func:`census_table` gives.
 

@@ -39,7 +39,7 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import PolynomialFeatures, StandardScaler
 from sklearn.utils.validation import check_is_fitted
 
-from seer.features import log2_flops, shape_features
+from seer.features import feature_names, log2_flops, shape_features
 from seer.gpus import GPUSpec
 from seer.predictors import (ALL_RUNS, ALWAYS, BASELINES, BY_FIRST_STAGE, NEVER, WITH_WORKSPACE, WITHOUT_WORKSPACE,
                              AlgorithmPredictor, BoostedClassifier, BoostedRegressor, Constant, LogTarget, Part,
@@ -145,8 +145,8 @@ class ShapeFeatures(TransformerMixin, BaseEstimator):
 
     def fit(self, X, y=None):
         _require_gpu(self.gpu)
-        frame = shape_frame(X)
-        self.feature_names_out_ = np.array(shape_features(frame.head(1), self.gpu).columns)
+        shape_frame(X)  # the columns a transform will need
+        self.feature_names_out_ = np.array(feature_names(self.gpu))
         self.n_features_in_ = len(SEER_FIELDS)
         return self
 

@@ -20,7 +20,7 @@ import pandas as pd
 from seer.errors import InputError
 from seer.predictors import AlgorithmPredictor, SeerFamilyPredictor
 from seer.schema import PREDICTION_COLUMNS
-from seer.shapes import SEER_FIELDS, ConvShape, shape_frame
+from seer.shapes import ConvShape, shape_frame
 
 Layers = pd.DataFrame | np.ndarray | Sequence[ConvShape]
 
@@ -75,8 +75,7 @@ class Model:
 
     def pick(self, layers: Layers, math: str = "default") -> pd.DataFrame:
         """Per layer: the pick and its predicted time, the runner-up, and the extrapolation mark."""
-        frame = shape_frame(layers)
-        return best_per_layer(self.predict(frame, math), len(frame))
+        return best_per_layer(self.predict(layers, math))
 
 
 def ranked(frame: pd.DataFrame, math: str, algorithms: list[str], times: np.ndarray, scores: np.ndarray,
@@ -108,20 +107,16 @@ def ranked(frame: pd.DataFrame, math: str, algorithms: list[str], times: np.ndar
     return out[["layer", *PREDICTION_COLUMNS]]
 
 
-def best_per_layer(predictions: pd.DataFrame, n_layers: int) -> pd.DataFrame:
-    """Per layer: predicted fastest algorithm and time, and the runner-up (missing if none)."""
-    first = predictions[predictions["rank"] == 1].set_index("layer")
+def best_per_layer(predictions: pd.DataFrame) -> pd.DataFrame:
+    """Per layer of :meth:`Model.predict`'s frame (every layer has a row there): the predicted
+    fastest algorithm and its time, the runner-up (missing where there is none) and the
+    extrapolation mark."""
+    first = predictions.drop_duplicates("layer").set_index("layer")
     second = predictions[predictions["rank"] == 2].set_index("layer")
-    out = pd.DataFrame(index=pd.RangeIndex(n_layers, name="layer"))
+    out = pd.DataFrame(index=first.index)
     out["best_algo"] = first["algo"]
     out["best_ms"] = first["predicted_ms"]
     out["runner_up"] = second["algo"]
     out["runner_up_ms"] = second["predicted_ms"]
-    marks = predictions.drop_duplicates("layer").set_index("layer")["extrapolated"]
-    out["extrapolated"] = marks.reindex(out.index).fillna(False).astype(bool)
+    out["extrapolated"] = first["extrapolated"].astype(bool)
     return out
-
-
-def layer_description(row) -> str:
-    """A layer in SEER's eight numbers, for tables."""
-    return " ".join(str(int(row[f])) for f in SEER_FIELDS)

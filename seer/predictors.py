@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
-from seer.features import log2_flops, shape_features
+from seer.features import feature_names, log2_flops, shape_features
 from seer.gpus import GPUSpec, spec_from_fields
 from seer.shapes import SEER_FIELDS, shape_frame
 from seer.trees import TreeEnsemble, TreeError
@@ -89,7 +89,18 @@ class Part:
         Part.registry[cls.__name__] = cls
 
     def state(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """The fields as plain data: an ensemble as its arrays (:mod:`seer.trees`) and
+        ``n_features``, a GPU spec as its fields; everything else as it is."""
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, TreeEnsemble):
+                out[f.name], out["n_features"] = value.arrays(), value.n_features
+            elif isinstance(value, GPUSpec):
+                out[f.name] = asdict(value)
+            else:
+                out[f.name] = value
+        return out
 
     @classmethod
     def from_state(cls, state: dict) -> "Part":
@@ -119,9 +130,6 @@ class BoostedRegressor(Part):
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         return self.trees.raw(X)[:, 0]
-
-    def state(self) -> dict:
-        return {"trees": self.trees.arrays(), "n_features": self.trees.n_features}
 
     @classmethod
     def from_state(cls, state: dict) -> "BoostedRegressor":
@@ -205,9 +213,6 @@ class BoostedClassifier(Part):
     def probability_of(self, label, X: np.ndarray) -> np.ndarray:
         return self.predict_proba(X)[:, self.classes.index(label)]
 
-    def state(self) -> dict:
-        return {"trees": self.trees.arrays(), "n_features": self.trees.n_features, "classes": list(self.classes)}
-
     @classmethod
     def from_state(cls, state: dict) -> "BoostedClassifier":
         trees = _trees(state, cls.__name__)
@@ -228,8 +233,6 @@ class TreeRegressor(Part):
     def predict(self, X: np.ndarray) -> np.ndarray:
         return self.trees.raw(np.asarray(X, dtype=np.float32))[:, 0]
 
-    state = BoostedRegressor.state
-
     @classmethod
     def from_state(cls, state: dict) -> "TreeRegressor":
         trees = _trees(state, cls.__name__)
@@ -248,8 +251,6 @@ class TreeClassifier(Part):
     def predict(self, X: np.ndarray) -> np.ndarray:
         index = self.trees.raw(np.asarray(X, dtype=np.float32))[:, 0].astype(np.int64)
         return np.asarray(self.classes, dtype=object)[index]
-
-    state = BoostedClassifier.state
 
     @classmethod
     def from_state(cls, state: dict) -> "TreeClassifier":
@@ -498,11 +499,6 @@ class AlgorithmPredictor(Part):
             proba[:, self.algorithms.index(name)] = probabilities[:, k]
         return times * (1 - self.pick_weight * proba)
 
-    def state(self) -> dict:
-        out = super().state()
-        out["spec"] = asdict(self.spec)
-        return out
-
     @classmethod
     def from_state(cls, state: dict) -> "AlgorithmPredictor":
         where = cls.__name__
@@ -511,7 +507,7 @@ class AlgorithmPredictor(Part):
         except ValueError as exc:
             raise StateError(f"{where}: GPU spec: {exc}") from None
         features = _require(state, "features", list, where)
-        if features != list(shape_features(shape_frame(np.ones((1, 8), dtype=np.int64)), spec).columns):
+        if features != feature_names(spec):
             raise StateError(f"{where}: the model was trained on other features than this seer computes; retrain it")
         algorithms = _names(_require(state, "algorithms", list, where), where)
         workspace = state.get("workspace")
