@@ -231,9 +231,11 @@ def _add_predict(sub) -> None:
 
     p = sub.add_parser(
         "predict", help="predict every algorithm's time for the layers of a file (no GPU needed)",
-        description="FILE in SEER's Test-set-II format (- for standard input): the number of layers, then one "
-                    "line per layer: batch in_ch in_width out_ch out_width kernel_width stride padding. Up to "
-                    f"{TABLE_LAYERS} layers are shown as a table; more, or with --out, as a summary.")
+        description="FILE (- for standard input) is a layer CSV with a header line naming its columns "
+                    "(batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w and optional groups, stride_h, pad_h, "
+                    "dilation_h, ..., in_d, kernel_d, ... for 3D), or SEER's Test-set-II format: the number of "
+                    "layers, then one line per layer: batch in_ch in_width out_ch out_width kernel_width stride "
+                    f"padding. Up to {TABLE_LAYERS} layers are shown as a table; more, or with --out, as a summary.")
     p.add_argument("file", help="layer file, or - to read standard input")
     p.add_argument("--gpu", default=None, help="model to use (default: the only trained one)")
     p.add_argument("--math", choices=list(MATH_MODE_NAMES), default="default",
@@ -305,18 +307,19 @@ def _print_table(console, gpu: str, math: str, rows) -> None:
     from rich import box
     from rich.table import Table
 
-    from seer.shapes import ConvShape
+    from seer.shapes import describe
 
     table = Table("#", title=f"{gpu}, {math} math: predicted times", box=box.SIMPLE_HEAD, padding=(0, 1),
                   collapse_padding=True, pad_edge=False,
-                  caption="layer = batch in_ch in_width out_ch out_width kernel_width stride padding")
+                  caption="layer = batch x in_ch x input size -> out_ch, kernel, stride s, padding p, "
+                          "dilation d, groups g")
     table.add_column("layer", min_width=12)
     for header in ("fastest", "ms", "runner-up", "ms"):
         # Names and numbers are never cut short: a narrow terminal wraps the layer instead.
         table.add_column(header, no_wrap=header != "ms", overflow="fold", min_width=6 if header == "ms" else None)
     for i, row in rows.iterrows():
         mark = " *" if row["extrapolated"] else ""
-        table.add_row(str(i + 1), ConvShape.from_mapping(row).to_seer_line() + mark,
+        table.add_row(str(i + 1), describe(row) + mark,
                       "no algorithm predicted to run" if pd.isna(row["best_algo"]) else str(row["best_algo"]),
                       "" if pd.isna(row["best_ms"]) else f"{row['best_ms']:.3g}",
                       "" if pd.isna(row["runner_up"]) else str(row["runner_up"]),

@@ -46,16 +46,43 @@ from seer.collect.store import RunStore, grouped_records, profile_records, recor
 from seer.errors import InputError
 from seer.excel import seer_sheets, write_excel
 from seer.gpus import GPUSpec
-from seer.grids import write_shapes_file
+from seer.layers import write_layers
 from seer.metrics import GROUP_COLUMNS, METRIC_SETS, METRICS, columns_with_rollup, required_columns, thread_flops
 from seer.occupancy import blocks_per_sm, waves
 from seer.provenance import provenance
 from seer.schema import (CENSUS_COLUMNS, CENSUS_KEY, KERNEL_COLUMNS, KERNEL_INFO_COLUMNS, KERNEL_KEY,
-                         MATH_MODE_NAMES, MEASUREMENT_COLUMNS, MEASUREMENT_TEXT_COLUMNS, RUN_KEY, STATUSES)
-from seer.shapes import SEER_FIELDS, SHAPE_COLUMNS, ConvShape
+                         MATH_MODE_NAMES, MEASUREMENT_COLUMNS, MEASUREMENT_TEXT_COLUMNS, RUN_KEY, STATUSES,
+                         TRACE_FIELDS, TRACED_KERNEL_COLUMNS)
+from seer.shapes import LAYER_COLUMNS, LAYER_FIELDS, SEER_FIELDS, frame_flops, is_seer_layer, layer_frame
 
 TEST_FRACTION = 0.3
 TEST_SET_II_GRID = "test-set-ii"
+#: The held-out networks' layers of every kind (:func:`seer.grids.test_set_ii_general_grid`).
+TEST_SET_II_GENERAL_GRID = "test-set-ii-general"
+#: Grids whose shapes form Test-set-II.
+TEST_SET_II_GRIDS = (TEST_SET_II_GRID, TEST_SET_II_GENERAL_GRID)
+#: Shape fields of records written before seer 0.3 (SEER's eight and three depths).
+_OLD_SHAPE_FIELDS = (*SEER_FIELDS, "in_depth", "kernel_depth", "out_depth")
+
+
+def with_layer_columns(records: pd.DataFrame) -> pd.DataFrame:
+    """Records with seer's layer columns (:data:`~seer.shapes.LAYER_COLUMNS`), int64.
+
+    Records written before seer 0.3 carry SEER's eight fields instead (all 2D and square);
+    both kinds may be mixed in one store.
+    """
+    if records.empty:
+        return records
+    old = records["in_h"].isna().to_numpy() if "in_h" in records.columns else np.ones(len(records), dtype=bool)
+    parts = []
+    if old.any():
+        parts.append(layer_frame(records.loc[old, list(SEER_FIELDS)].astype(np.int64)))
+    if (~old).any():
+        new = records.loc[~old, [c for c in LAYER_FIELDS if c in records.columns]]
+        parts.append(layer_frame(new.astype(np.int64)))
+    layers = pd.concat(parts).loc[records.index]
+    out = records.drop(columns=[c for c in (*_OLD_SHAPE_FIELDS, *LAYER_COLUMNS) if c in records.columns])
+    return pd.concat([out, layers], axis=1)
 
 
 # -- splitting ----------------------------------------------------------------------------
@@ -65,7 +92,7 @@ def split_of(shape_id: str, grid: str, seed: int = 0, test_fraction: float = TES
     A hash, unlike a shuffled split, keeps every shape on its side when the dataset grows,
     and the same shape is never on both sides (all its algorithms and math modes follow).
     """
-    if grid == TEST_SET_II_GRID:
+    if grid in TEST_SET_II_GRIDS:
         return "test2"
     digest = hashlib.blake2b(f"{seed}:{shape_id}".encode(), digest_size=8).digest()
     u = int.from_bytes(digest, "big") / 2**64
@@ -140,24 +167,78 @@ def rollup_kernels(kernels: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:
     return runs
 
 
+# -- CUPTI traces of the timed runs -------------------------------------------------------
+def traced_kernels_table(timing: pd.DataFrame) -> pd.DataFrame:
+    """One row per (run, kernel name) of the timing records' CUPTI traces, in order of first
+    launch, launches of a name summed, each kernel classified by the kernel rules
+    (:func:`seer.algorithms.classify_kernel`).
+
+    Records hold per kernel name ``[name, launches, total ns, grid blocks, block threads,
+    registers, shared memory bytes]``; the first traced records (2026-11-23, before 23:31 UTC)
+    held one entry per launch, ``[name, ns, grid blocks, block threads, registers, shared
+    memory bytes]``, and are summed here the same way.
+    """
+    rows = []
+    if "traced_kernels" in timing.columns:
+        for key, kernels in zip(timing[list(RUN_KEY)].itertuples(index=False), timing["traced_kernels"]):
+            if not isinstance(kernels, list):
+                continue
+            by_name: dict[str, list] = {}
+            for kernel in kernels:
+                if len(kernel) == 6:  # one launch
+                    name, ns, blocks, threads, registers, smem = kernel
+                    launches = 1
+                else:
+                    name, launches, ns, blocks, threads, registers, smem = kernel
+                entry = by_name.setdefault(name, [name, 0, 0, blocks, threads, registers, smem])
+                entry[1] += launches
+                entry[2] += ns
+            rows.extend((*key, i, *entry) for i, entry in enumerate(by_name.values()))
+    table = pd.DataFrame(rows, columns=[*RUN_KEY, "kernel_idx", *TRACE_FIELDS])
+    table["kernel_name"] = table["kernel_name"].map(canonical_kernel_name)
+    info = {name: classify_kernel(name) for name in table["kernel_name"].unique()}
+    table["kernel_family"] = table["kernel_name"].map(lambda n: info[n].family)
+    table["kernel_role"] = table["kernel_name"].map(lambda n: info[n].role)
+    table["kernel_variant"] = table["kernel_name"].map(lambda n: info[n].variant)
+    return table[list(TRACED_KERNEL_COLUMNS)]
+
+
+def trace_rollup(traced: pd.DataFrame) -> pd.DataFrame:
+    """Per traced run: kernels launched, their summed time, and the main kernel (the longest
+    compute kernel, else the longest) with its variant."""
+    if traced.empty:
+        return pd.DataFrame(columns=[*RUN_KEY, "trace_n_kernels", "trace_time_ms", "trace_main_kernel",
+                                     "trace_variant"])
+    ranked = traced.assign(_compute=traced["kernel_role"] == "compute").sort_values(
+        [*RUN_KEY, "_compute", "duration_ns"], ascending=[True] * len(RUN_KEY) + [False, False], kind="stable")
+    main = ranked.drop_duplicates(list(RUN_KEY)).set_index(list(RUN_KEY))
+    sums = traced.groupby(list(RUN_KEY))[["launches", "duration_ns"]].sum()
+    out = pd.DataFrame({"trace_n_kernels": sums["launches"], "trace_time_ms": sums["duration_ns"] / 1e6,
+                        "trace_main_kernel": main["kernel_name"], "trace_variant": main["kernel_variant"]})
+    return out.reset_index()
+
+
 # -- the tidy tables ----------------------------------------------------------------------
 def measurements_table(store: RunStore, spec: GPUSpec, seed: int = 0, kernels: pd.DataFrame | None = None,
-                       statuses: pd.DataFrame | None = None) -> pd.DataFrame:
+                       statuses: pd.DataFrame | None = None, traced: pd.DataFrame | None = None) -> pd.DataFrame:
     """The runs table of a dataset directory (see the module docstring).
 
-    ``kernels`` and ``statuses`` (from :func:`kernels_table` and
-    :func:`profile_status_table`) are computed here unless given.
+    ``kernels``, ``statuses`` and ``traced`` (from :func:`kernels_table`,
+    :func:`profile_status_table` and :func:`traced_kernels_table`) are computed here unless given.
     """
-    timing = store.read("timing", RUN_KEY)
+    records = store.read("timing", RUN_KEY)
+    timing = with_layer_columns(records)
     if timing.empty:
         return pd.DataFrame(columns=list(MEASUREMENT_COLUMNS))
+    traced = traced_kernels_table(records) if traced is None else traced
+    timing = timing.drop(columns=["traced_kernels"], errors="ignore").merge(trace_rollup(traced), on=list(RUN_KEY),
+                                                                           how="left")
     statuses = profile_status_table(store) if statuses is None else statuses
     kernels = kernels_table(store, statuses) if kernels is None else kernels
     runs = rollup_kernels(kernels, spec)
     table = timing.merge(runs, on=list(RUN_KEY), how="left")
     table = table.merge(statuses, on=list(RUN_KEY), how="left")
-    shapes = table[list(SHAPE_COLUMNS)].astype(int)
-    table["flops_analytic"] = [ConvShape.from_mapping(r).flops for r in shapes.to_dict("records")]
+    table["flops_analytic"] = frame_flops(table)
     if "flops" in table.columns:
         table["flops_ratio"] = table["flops"] / table["flops_analytic"]
     table["split"] = [split_of(s, g, seed) for s, g in zip(table["shape_id"], table["grid"])]
@@ -273,13 +354,13 @@ def census_table(store: RunStore) -> pd.DataFrame:
     order), then math mode (:data:`seer.schema.MATH_MODES` order): neighbouring rows then
     share most of their text, which keeps ``census.csv.gz`` small enough to commit.
     """
-    records = store.read("census", CENSUS_KEY)
+    records = with_layer_columns(store.read("census", CENSUS_KEY))
     if records.empty:
         return pd.DataFrame(columns=list(CENSUS_COLUMNS))
     algos = algorithm_names("cudnn")
     rows = []
     for record in records.to_dict("records"):
-        shape = {c: int(record[c]) for c in SHAPE_COLUMNS}
+        shape = {c: int(record[c]) for c in LAYER_COLUMNS}
         workspace = record.get("workspace_bytes")
         workspace = workspace if isinstance(workspace, dict) else {}
         errors = record.get("errors")
@@ -308,7 +389,7 @@ def census_table(store: RunStore) -> pd.DataFrame:
         table[column] = table[column].astype("Int64")
     order = {"_algo": table["algo"].map({a: i for i, a in enumerate(algos)}),
              "_math": table["math"].map({m: i for i, m in enumerate(MATH_MODE_NAMES)})}
-    table = table.assign(**order).sort_values([*SHAPE_COLUMNS, "shape_id", "_algo", "_math"], kind="stable")
+    table = table.assign(**order).sort_values([*LAYER_COLUMNS, "shape_id", "_algo", "_math"], kind="stable")
     return table.drop(columns=list(order)).reset_index(drop=True)
 
 
@@ -317,7 +398,7 @@ def test_set_ii_times(table: pd.DataFrame) -> pd.DataFrame:
     """Measured time of every algorithm per Test-set-II layer and math mode, and the fastest."""
     t2 = table[table["split"] == "test2"]
     ok = t2[t2["status"] == "ok"]
-    wide = ok.pivot_table(index=[*SEER_FIELDS, "math"], columns="algo", values="time_ms")
+    wide = ok.pivot_table(index=[*LAYER_COLUMNS, "math"], columns="algo", values="time_ms")
     order = [a.name for a in ALGORITHMS if a.name in wide.columns]
     wide = wide[order]
     wide["fastest_algo"] = wide.idxmin(axis=1)
@@ -338,6 +419,7 @@ class DatasetFiles:
     provenance: Path
     rows: int
     census: Path | None = None
+    traced_kernels: Path | None = None
 
 
 def build_dataset(dataset_dir: str | Path, spec: GPUSpec, seed: int = 0, pack: bool = False) -> DatasetFiles:
@@ -358,28 +440,38 @@ def build_dataset(dataset_dir: str | Path, spec: GPUSpec, seed: int = 0, pack: b
         store.pack("census", CENSUS_KEY)
     statuses = profile_status_table(store)
     kernels = kernels_table(store, statuses)
-    table = measurements_table(store, spec, seed, kernels, statuses)
+    traced = traced_kernels_table(store.read("timing", RUN_KEY))
+    table = measurements_table(store, spec, seed, kernels, statuses, traced)
     out = DatasetFiles(dataset_dir / "measurements.csv.gz", dataset_dir / "kernels.csv.gz",
                        dataset_dir / "train.xlsx", dataset_dir / "test.xlsx", None,
                        dataset_dir / "provenance.json", len(table))
     _write_csv_gz(table, out.measurements)
     kernel_cols = [c for c in KERNEL_COLUMNS if c in kernels.columns]
     _write_csv_gz(kernels[kernel_cols] if not kernels.empty else kernels, out.kernels)
+    if not traced.empty:
+        out.traced_kernels = dataset_dir / "traced_kernels.csv.gz"
+        _write_csv_gz(traced, out.traced_kernels)
     for split, path in (("train", out.train_xlsx), ("test1", out.test_xlsx)):
         write_excel(path, seer_sheets(table[table["split"] == split], spec))
-    if (table["grid"] == TEST_SET_II_GRID).any():
-        t2 = table[table["grid"] == TEST_SET_II_GRID].drop_duplicates("shape_id")
-        shapes = [ConvShape.from_mapping(r) for r in t2[list(SHAPE_COLUMNS)].astype(int).to_dict("records")]
+    if (table["split"] == "test2").any():
+        # SEER's held-out layers in SEER's format; the held-out networks of every kind in the layer CSV.
+        for grid, name, fmt in ((TEST_SET_II_GRID, "Test-set-II.txt", "seer"),
+                                (TEST_SET_II_GENERAL_GRID, "Test-set-II-general.csv", "csv")):
+            held_out = table[table["grid"] == grid].drop_duplicates("shape_id")
+            if len(held_out):
+                write_layers(dataset_dir / name, layer_frame(held_out), fmt)
         out.test_set_ii = dataset_dir / "Test-set-II.txt"
-        write_shapes_file(out.test_set_ii, shapes)
         test_set_ii_times(table).to_csv(dataset_dir / "Test-set-II-times.csv", index=False,
                                         float_format="%.6g")
     census = census_table(store)
+    # The first stage learns cuDNN's answers from shapes that never ran; a census shape that a
+    # grid drawn later also timed (grids are redrawn when their bounds change) is left out.
+    census = census[~census["shape_id"].isin(table["shape_id"])].reset_index(drop=True)
     if not census.empty:
         out.census = dataset_dir / "census.csv.gz"
         _write_csv_gz(census, out.census)
     record = provenance(store, table, kernels, census, test_fraction=TEST_FRACTION,
-                        test_set_ii_grid=TEST_SET_II_GRID)
+                        test_set_ii_grids=TEST_SET_II_GRIDS)
     out.provenance.write_text(json.dumps(record, indent=2) + "\n")
     return out
 
@@ -441,7 +533,7 @@ def read_census(path: str | Path) -> pd.DataFrame:
     """
     frame = _read_table(path, list(CENSUS_COLUMNS), text=_CENSUS_TEXT_COLUMNS)
     _check_vocabulary(frame, path)
-    for column in SHAPE_COLUMNS:
+    for column in LAYER_COLUMNS:
         _check_whole(frame, column, path, required=True)
         frame[column] = frame[column].astype(np.int64)
     for column in _CENSUS_OPTIONAL_INTS:

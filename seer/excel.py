@@ -19,6 +19,7 @@ import pandas as pd
 from seer.algorithms import get_algorithm
 from seer.gpus import GPUSpec
 from seer.occupancy import b_max, whole_waves
+from seer.shapes import is_seer_layer, seer_frame
 
 #: SEER's column order, and seer's column each comes from; seer reports bytes, not
 #: 32-byte transactions.
@@ -52,11 +53,15 @@ def _sheet_name(algo: str, variant: str, math: str, taken: set[str]) -> str:
 def seer_sheets(table: pd.DataFrame, spec: GPUSpec) -> dict[str, pd.DataFrame]:
     """SEER-style sheets of a measurements table and an ``index`` sheet, first.
 
-    One sheet per (algorithm, variant, math mode) of the runs that succeeded and were
-    profiled. ``b_max`` (blocks the whole GPU holds) and ``waves`` (whole waves, as SEER
+    One sheet per (algorithm, variant, math mode) of the runs of square 2D layers (those
+    SEER's eight numbers describe) that succeeded and were profiled. ``b_max`` (blocks the whole GPU holds) and ``waves`` (whole waves, as SEER
     counts them) come from the run's resident blocks per SM and ``spec``'s SM count.
     """
-    profiled = table[(table["status"] == "ok") & (table["profile_status"] == "ok")].copy()
+    profiled = table[(table["status"] == "ok") & (table["profile_status"] == "ok")]
+    profiled = profiled[is_seer_layer(profiled)].copy()  # SEER's sheets describe square 2D layers
+    eight = seer_frame(profiled)
+    for name in ("in_width", "out_width", "kernel_width", "stride", "padding"):
+        profiled[name] = eight[name]
     profiled["seer_algo_index"] = profiled["algo"].map(lambda a: get_algorithm(a).seer_index)
     profiled["b_max"] = b_max(profiled["blocks_per_sm"], spec.sm_count)
     profiled["whole_waves"] = whole_waves(profiled["grid_blocks"], profiled["blocks_per_sm"], spec.sm_count)

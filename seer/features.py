@@ -1,10 +1,12 @@
 """Shape-only features: what a model may know about a layer before it has ever run.
 
-Everything here is computed from the eight shape integers and a GPU spec, so prediction
-needs no GPU and no profile. The features follow how the algorithms work:
+Everything here is computed from a layer's fields (:data:`seer.shapes.LAYER_COLUMNS`) and a
+GPU spec, so prediction needs no GPU and no profile. The features follow how the
+algorithms work:
 
-- sizes and work: analytic FLOPs, tensor bytes, the implicit-GEMM problem (M = N*P*Q,
-  N = K, K = C*R*S), the explicit GEMM's im2col buffer;
+- sizes and work, per axis and in total: analytic FLOPs, tensor bytes, channels per
+  group, the implicit-GEMM problem of one group (M = N*P*Q, N = K/G, K = (C/G)*R*S), the
+  explicit GEMM's im2col buffer;
 - a roofline: the time floors FLOPs / peak and bytes / bandwidth, for FP32 and TF32, and
   their sum (``log2_roofline_floor_s``), the scale that :class:`~seer.estimators.AlgorithmSelector`
   measures every time against;
@@ -22,7 +24,8 @@ import numpy as np
 import pandas as pd
 
 from seer.gpus import GPUSpec
-from seer.shapes import FP32_BYTES, SEER_FIELDS, direct_macs, frame_flops, shape_frame, tensor_elements
+from seer.shapes import (AXES, FP32_BYTES, LAYER_COLUMNS, direct_macs, frame_flops, frame_volumes, layer_frame,
+                          tensor_elements)
 
 #: (rows, columns) tiles of the output matrix that cuDNN's implicit-GEMM kernels use.
 GEMM_TILES = ((32, 32), (64, 64), (128, 64), (128, 128), (256, 64))
@@ -36,24 +39,35 @@ def _log2(x) -> np.ndarray:
     return np.log2(np.maximum(np.asarray(x, dtype=float), 1e-12))
 
 
-def shape_features(shapes: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:
-    """Feature frame (one row per shape) from SEER's eight shape columns."""
-    shapes = shape_frame(shapes)
-    n, c, w, k, p, r, s, pad = (shapes[f].to_numpy(dtype=float) for f in SEER_FIELDS)
+def shape_features(layers: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:
+    """Feature frame (one row per layer) from a layer frame (:func:`seer.shapes.layer_frame`)."""
+    f = layer_frame(layers)
+    col = {name: f[name].to_numpy(dtype=float) for name in LAYER_COLUMNS}
     out = {}
-    for name, value in zip(SEER_FIELDS, (n, c, w, k, p, r, s, pad)):
-        out[f"log2_{name}"] = _log2(value + (1 if name == "padding" else 0))
-    flops = 2 * direct_macs(n, c, k, r, p)
-    input_bytes, filter_bytes, output_bytes = (FP32_BYTES * e for e in tensor_elements(n, c, w, k, p, r))
+    for name in LAYER_COLUMNS:
+        out[f"log2_{name}"] = _log2(col[name] + (1 if name.startswith("pad_") else 0))
+    n, c, k, g = col["batch"], col["in_ch"], col["out_ch"], col["groups"]
+    c_g, k_g = c / g, k / g
+    vol = frame_volumes(f)
+    out["log2_in_ch_per_group"] = _log2(c_g)
+    out["log2_out_ch_per_group"] = _log2(k_g)
+    out["depthwise"] = ((g > 1) & (g == c)).astype(float)
+    for q in ("in", "kernel", "out"):
+        out[f"log2_{q}_volume"] = _log2(vol[q])
+    flops = 2 * direct_macs(n, c, k, g, vol["kernel"], vol["out"])
+    input_bytes, filter_bytes, output_bytes = (
+        FP32_BYTES * e for e in tensor_elements(n, c, k, g, vol["in"], vol["kernel"], vol["out"]))
     tensor_bytes = input_bytes + filter_bytes + output_bytes
-    gemm_m, gemm_n, gemm_k = n * p * p, k, c * r * r
+    # The implicit GEMM of one group: M = N*(output volume), N = K/G, K = (C/G)*(kernel volume).
+    gemm_m, gemm_n, gemm_k = n * vol["out"], k_g, c_g * vol["kernel"]
     out |= {
         "log2_flops": _log2(flops),
         "log2_input_bytes": _log2(input_bytes),
         "log2_filter_bytes": _log2(filter_bytes),
         "log2_output_bytes": _log2(output_bytes),
-        "log2_im2col_bytes": _log2(4 * gemm_m * gemm_k),
+        "log2_im2col_bytes": _log2(FP32_BYTES * gemm_m * gemm_k * g),
         "log2_gemm_m": _log2(gemm_m),
+        "log2_gemm_n": _log2(gemm_n),
         "log2_gemm_k": _log2(gemm_k),
         "log2_intensity": _log2(flops / tensor_bytes),
         "log2_fp32_floor_s": _log2(flops / spec.peak_fp32_flops_per_s),
@@ -65,7 +79,7 @@ def shape_features(shapes: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:
                                        + tensor_bytes / spec.memory_bandwidth_bytes_per_s),
     }
     for tm, tn in GEMM_TILES:
-        blocks = np.ceil(gemm_m / tm) * np.ceil(gemm_n / tn)
+        blocks = np.ceil(gemm_m / tm) * np.ceil(gemm_n / tn) * g
         waves = blocks / (ASSUMED_BLOCKS_PER_SM * spec.sm_count)
         out[f"log2_blocks_{tm}x{tn}"] = _log2(blocks)
         out[f"waves_{tm}x{tn}"] = np.minimum(waves, 64.0)
@@ -73,17 +87,22 @@ def shape_features(shapes: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:
         out[f"tail_{tm}x{tn}"] = waves / np.maximum(np.ceil(waves), 1)
         # Work the tiles pad out, as a fraction of the useful work.
         out[f"tile_waste_{tm}x{tn}"] = np.ceil(gemm_m / tm) * tm * np.ceil(gemm_n / tn) * tn / (gemm_m * gemm_n)
-    padded = w + 2 * pad
+    padded = np.maximum(col["in_h"] + 2 * col["pad_h"], col["in_w"] + 2 * col["pad_w"])
     out["log2_fft_size"] = _log2(2 ** np.ceil(np.log2(np.maximum(padded, 1))))
-    out["log2_fft_tiles_32"] = _log2(np.ceil(p / np.maximum(32 - r + 1, 1)) ** 2)
-    out["log2_winograd_tiles_4"] = _log2(n * np.ceil(p / 4) ** 2)
-    out["log2_winograd_tiles_2"] = _log2(n * np.ceil(p / 2) ** 2)
+    out["log2_fft_tiles_32"] = _log2(np.ceil(col["out_h"] / np.maximum(32 - col["kernel_h"] + 1, 1))
+                                     * np.ceil(col["out_w"] / np.maximum(32 - col["kernel_w"] + 1, 1)) * col["out_d"])
+    for tile in (4, 2):
+        out[f"log2_winograd_tiles_{tile}"] = _log2(n * np.ceil(col["out_h"] / tile) * np.ceil(col["out_w"] / tile)
+                                                   * col["out_d"])
     for m in (4, 8, 32):
-        out[f"in_ch_mult_{m}"] = (c % m == 0).astype(float)
-        out[f"out_ch_mult_{m}"] = (k % m == 0).astype(float)
-    out["same_padding"] = (pad == r // 2).astype(float)
-    out["output_pixels_per_input"] = (p * p) / (w * w)
-    return pd.DataFrame(out, index=shapes.index)
+        out[f"in_ch_mult_{m}"] = (c_g % m == 0).astype(float)
+        out[f"out_ch_mult_{m}"] = (k_g % m == 0).astype(float)
+    same = np.ones(len(f), dtype=bool)
+    for a in AXES:
+        same &= col[f"pad_{a}"] == col[f"dilation_{a}"] * (col[f"kernel_{a}"] - 1) // 2
+    out["same_padding"] = same.astype(float)
+    out["output_pixels_per_input"] = vol["out"] / vol["in"]
+    return pd.DataFrame(out, index=f.index)
 
 
 def log2_flops(shapes: pd.DataFrame) -> np.ndarray:
@@ -93,4 +112,6 @@ def log2_flops(shapes: pd.DataFrame) -> np.ndarray:
 
 def feature_names(spec: GPUSpec) -> list[str]:
     """The columns :func:`shape_features` returns, in order."""
-    return list(shape_features(pd.DataFrame([[1, 1, 1, 1, 1, 1, 1, 0]], columns=list(SEER_FIELDS)), spec).columns)
+    one = pd.DataFrame({"batch": [1], "in_ch": [1], "out_ch": [1], "in_h": [1], "in_w": [1], "kernel_h": [1],
+                        "kernel_w": [1]})
+    return list(shape_features(one, spec).columns)

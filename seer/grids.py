@@ -48,7 +48,7 @@ import numpy as np
 from seer.errors import InputError
 # Imported back for callers that read and write layer files through this module.
 from seer.layers import format_shapes, parse_shapes, read_shapes_file, write_shapes_file  # noqa: F401
-from seer.shapes import ConvShape, conv_out_width
+from seer.shapes import ConvShape, ShapeError, conv_out_width
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def _seer_candidates() -> list[ConvShape]:
         for padding in sorted({0, kernel // 2}):
             if kernel > width + 2 * padding:
                 continue
-            shape = ConvShape(batch, in_ch, width, out_ch,
+            shape = ConvShape.seer(batch, in_ch, width, out_ch,
                               conv_out_width(width, kernel, stride, padding), kernel, stride, padding)
             if shape.flops <= SEER_MAX_FLOPS and shape.tensor_bytes <= SEER_MAX_TENSOR_BYTES:
                 out.append(shape)
@@ -97,7 +97,7 @@ def seer_grid(size: int = SEER_DEFAULT_SIZE, seed: int = 0) -> list[ConvShape]:
     rng = np.random.default_rng(seed)
     strata: dict[tuple[int, int], list[ConvShape]] = {}
     for shape in candidates:
-        strata.setdefault((shape.kernel_width, shape.stride), []).append(shape)
+        strata.setdefault((shape.kernel_w, shape.stride_w), []).append(shape)
     chosen: list[ConvShape] = []
     for (kernel, stride), members in sorted(strata.items()):
         share = SEER_STRIDE_WEIGHTS[stride] / len(SEER_KERNELS)
@@ -165,9 +165,16 @@ def census_grid(size: int = CENSUS_DEFAULT_SIZE, seed: int = 3) -> list[ConvShap
                         CENSUS_MAX_TENSOR_BYTES, seer_share=CENSUS_SEER_SHARE)
 
 
+_DEFAULT_GRIDS: dict = {}
+
+
 def _shapes_of(*grids) -> set[ConvShape]:
-    """Every shape of the given grid functions (at their default sizes)."""
-    return set().union(*(grid() for grid in grids))
+    """Every shape of the given grid functions (at their default sizes), each computed once
+    per process: grids exclude one another's shapes, and drawing them is not free."""
+    for grid in grids:
+        if grid not in _DEFAULT_GRIDS:
+            _DEFAULT_GRIDS[grid] = frozenset(grid())
+    return set().union(*(_DEFAULT_GRIDS[grid] for grid in grids))
 
 
 def _draw_shapes(rng: np.random.Generator, size: int, excluded: set[ConvShape], max_flops: float,
@@ -195,7 +202,7 @@ def _draw_shapes(rng: np.random.Generator, size: int, excluded: set[ConvShape], 
             in_ch, out_ch = _random_channels(rng), _random_channels(rng)
         if kernel > width + 2 * padding:
             continue
-        shape = ConvShape(batch, in_ch, width, out_ch, conv_out_width(width, kernel, stride, padding),
+        shape = ConvShape.seer(batch, in_ch, width, out_ch, conv_out_width(width, kernel, stride, padding),
                           kernel, stride, padding)
         if shape.flops <= max_flops and shape.tensor_bytes <= max_tensor_bytes and shape not in excluded:
             chosen.setdefault(shape)
@@ -212,12 +219,12 @@ def quick_grid() -> list[ConvShape]:
         in_ch, out_ch = ((16, 32), (32, 64), (64, 64), (128, 64))[i % 4]
         width = (14, 28, 32, 56)[(i // 2) % 4]
         padding = kernel // 2 if padding_same else 0
-        shapes.append(ConvShape.from_layer(batch, in_ch, width, out_ch, kernel, stride, padding))
+        shapes.append(ConvShape.square(batch, in_ch, width, out_ch, kernel, stride, padding))
     # A few real-network layers, so the quick grid includes TF32-friendly channel counts.
-    shapes.append(ConvShape.from_layer(8, 64, 56, 64, 3, 1, 1))
-    shapes.append(ConvShape.from_layer(8, 256, 14, 256, 3, 1, 1))
-    shapes.append(ConvShape.from_layer(1, 3, 224, 64, 7, 2, 3))
-    shapes.append(ConvShape.from_layer(32, 512, 7, 2048, 1, 1, 0))
+    shapes.append(ConvShape.square(8, 64, 56, 64, 3, 1, 1))
+    shapes.append(ConvShape.square(8, 256, 14, 256, 3, 1, 1))
+    shapes.append(ConvShape.square(1, 3, 224, 64, 7, 2, 3))
+    shapes.append(ConvShape.square(32, 512, 7, 2048, 1, 1, 0))
     return shapes
 
 
@@ -240,6 +247,214 @@ def test_set_ii_grid(batches: Sequence[int] = NETWORK_BATCHES) -> list[ConvShape
     return [s for s in networks_grid(batches, TEST_SET_II_NETWORKS) if s not in training]
 
 
+# -- every layer kind ---------------------------------------------------------------------
+#: Bounds of the general and 3D grids: as SEER's, in work and memory.
+GENERAL_MAX_FLOPS = SEER_MAX_FLOPS
+GENERAL_DEFAULT_SIZE = 12000
+GRID_3D_DEFAULT_SIZE = 3000
+#: 3D layers are bounded tighter: cuDNN's FFT_TILING ran a 50 GFLOP 3D layer for a second.
+GRID_3D_MAX_FLOPS = SEER_MAX_FLOPS / 10
+#: Shares of the general grid's layer kinds (a layer may also be dilated, 1xN or non-square).
+GENERAL_KIND_WEIGHTS = {"plain": 0.5, "depthwise": 0.3, "grouped": 0.2}
+#: Width over height of non-square inputs, as networks have them (detection 800x1216,
+#: video 16:9, segmentation crops, spectrograms); reciprocals too.
+ASPECT_RATIOS = (4 / 3, 3 / 2, 16 / 9, 2.0, 3.0, 4.0, 8.0)
+#: Non-square kernels: factorised (Inception, separable) and a few odd ones.
+FACTORISED_KERNELS = ((1, 3), (3, 1), (1, 5), (5, 1), (1, 7), (7, 1), (3, 5), (5, 3), (1, 2), (2, 2))
+NETWORKS_DIR = Path(__file__).parent / "data" / "networks"
+#: Batch sizes of the general networks grids, 2D and 3D.
+GENERAL_NETWORK_BATCHES = (1, 8, 32)
+NETWORK_BATCHES_3D = (1, 4)
+#: Network layers beyond this are left out: one call would take tens of milliseconds or more.
+NETWORK_MAX_FLOPS = 4 * SEER_MAX_FLOPS
+
+
+def _general_2d(rng: np.random.Generator) -> ConvShape | None:
+    """One random 2D layer of any kind (see :func:`general_grid`), or None if impossible."""
+    batch = int(rng.choice(SEER_BATCHES[:-1])) if rng.random() < 0.7 else int(rng.integers(1, 65))
+    height = int(round(float(np.exp(rng.uniform(np.log(4), np.log(320))))))
+    width = height
+    if rng.random() < 0.4:
+        ratio = float(rng.choice(ASPECT_RATIOS)) * float(np.exp(rng.normal(0, 0.05)))
+        width = max(1, int(round(height * (ratio if rng.random() < 0.6 else 1 / ratio))))
+    if rng.random() < 0.2:
+        kh, kw = (int(v) for v in FACTORISED_KERNELS[rng.integers(len(FACTORISED_KERNELS))])
+    else:
+        kh = kw = int(rng.choice(tuple(RANDOM_KERNEL_WEIGHTS), p=tuple(RANDOM_KERNEL_WEIGHTS.values())))
+    strides, stride_p = zip(*RANDOM_STRIDE_WEIGHTS.items())
+    sh = sw = int(rng.choice(strides, p=stride_p))
+    if rng.random() < 0.05:
+        sw = int(rng.choice(strides))
+    dh = dw = 1
+    if rng.random() < 0.15:
+        dh = dw = int(rng.choice((2, 3, 4), p=(0.5, 0.25, 0.25)))
+        if rng.random() < 0.2:
+            dw = int(rng.choice((1, 2, 3, 4)))
+    same = rng.random() < 0.7
+    ph, pw = ((dh * (kh - 1) // 2, dw * (kw - 1) // 2) if same
+              else (int(rng.integers(0, kh // 2 + 1)), int(rng.integers(0, kw // 2 + 1))))
+    kind = rng.choice(tuple(GENERAL_KIND_WEIGHTS), p=tuple(GENERAL_KIND_WEIGHTS.values()))
+    if kind == "depthwise":
+        groups = in_ch = _random_channels(rng)
+        out_ch = in_ch * int(rng.choice((1, 2, 4), p=(0.85, 0.1, 0.05)))
+    elif kind == "grouped":
+        groups = int(rng.choice((2, 4, 8, 16, 32, 64)))
+        per_group = int(rng.choice((2, 4, 8, 16, 24, 32, 48, 64, 128)))
+        in_ch = groups * per_group
+        out_ch = groups * max(1, int(round(per_group * float(rng.choice((0.5, 1, 1, 2))))))
+    else:
+        groups, in_ch, out_ch = 1, _random_channels(rng), _random_channels(rng)
+    try:
+        return ConvShape(batch, in_ch, out_ch, groups, 2, 1, height, width, 1, kh, kw, 1, sh, sw, 0, ph, pw, 1, dh, dw)
+    except ShapeError:
+        return None
+
+
+def _general_3d(rng: np.random.Generator) -> ConvShape | None:
+    """One random 3D layer (see :func:`grid_3d`), or None if impossible."""
+    batch = int(rng.choice((1, 2, 4, 8, 16), p=(0.3, 0.25, 0.2, 0.15, 0.1)))
+    if rng.random() < 0.5:  # volumes: CosmoFlow, 3D U-Nets (cubes)
+        d = h = w = int(round(float(np.exp(rng.uniform(np.log(4), np.log(160))))))
+    else:  # video: few frames, larger images
+        d = int(rng.choice((4, 8, 16, 32)))
+        h = int(round(float(np.exp(rng.uniform(np.log(7), np.log(224))))))
+        w = h if rng.random() < 0.7 else int(round(h * 4 / 3))
+    shape = rng.random()
+    if shape < 0.6:
+        kd = kh = kw = int(rng.choice((1, 3, 5, 7), p=(0.25, 0.6, 0.1, 0.05)))
+    else:
+        kd, kh, kw = ((1, 3, 3), (3, 1, 1), (3, 3, 3), (1, 7, 7), (3, 7, 7), (5, 1, 1), (1, 5, 5))[rng.integers(7)]
+    stride = int(rng.choice((1, 2), p=(0.75, 0.25)))
+    sd, sh, sw = stride, stride, stride
+    if rng.random() < 0.15:
+        sd = 1
+    dil = int(rng.choice((1, 2), p=(0.95, 0.05)))
+    same = rng.random() < 0.7
+    pads = [dil * (k - 1) // 2 if same else 0 for k in (kd, kh, kw)]
+    kind = rng.random()
+    if kind < 0.1:
+        groups = in_ch = _random_channels(rng) if rng.random() < 0.8 else int(rng.choice((16, 32, 64)))
+        out_ch = in_ch
+    elif kind < 0.15:
+        groups = int(rng.choice((2, 4, 8, 32)))
+        in_ch, out_ch = groups * int(rng.choice((4, 8, 16))), groups * int(rng.choice((4, 8, 16)))
+    else:
+        groups = 1
+        in_ch = int(rng.choice((1, 2, 3, 4))) if rng.random() < 0.1 else _random_channels(rng) // 2 or 1
+        out_ch = max(1, _random_channels(rng) // 2)
+    try:
+        return ConvShape(batch, in_ch, out_ch, groups, 3, d, h, w, kd, kh, kw, sd, sh, sw, *pads, dil, dil, dil)
+    except ShapeError:
+        return None
+
+
+def _draw(draw_one, rng: np.random.Generator, size: int, excluded: set[ConvShape], max_flops: float,
+          max_tensor_bytes: float) -> list[ConvShape]:
+    chosen: dict[ConvShape, None] = {}
+    while len(chosen) < size:
+        shape = draw_one(rng)
+        if (shape is not None and shape.flops <= max_flops and shape.tensor_bytes <= max_tensor_bytes
+                and shape not in excluded):
+            chosen.setdefault(shape)
+    return list(chosen)
+
+
+def general_grid(size: int = GENERAL_DEFAULT_SIZE, seed: int = 5) -> list[ConvShape]:
+    """``size`` seeded random 2D layers of every kind, in draw order.
+
+    Half plain, 30% depthwise (channel multiplier 1, 2 or 4), 20% grouped (2 to 64 groups
+    of 2 to 128 channels); kernels as ``random`` draws them or factorised (1xN, Nx1,
+    :data:`FACTORISED_KERNELS`, 20%); 15% dilated (2 to 4, now and then per axis); 40% of
+    inputs non-square with the aspect ratios of :data:`ASPECT_RATIOS`; strides 1 to 4, per
+    axis now and then. None is a layer of the networks grids or of Test-set-II.
+    """
+    excluded = _shapes_of(networks_general_grid, test_set_ii_general_grid)
+    return _draw(_general_2d, np.random.default_rng(seed), size, excluded, GENERAL_MAX_FLOPS, SEER_MAX_TENSOR_BYTES)
+
+
+def grid_3d(size: int = GRID_3D_DEFAULT_SIZE, seed: int = 6) -> list[ConvShape]:
+    """``size`` seeded random 3D layers, in draw order: volumes (cubes, as CosmoFlow and 3D
+    U-Nets have) and video clips (4 to 32 frames); kernels 1 to 7, cubic or factorised
+    (1x3x3, 3x1x1, 3x7x7, ...); batch 1 to 16; some strided, grouped, depthwise or dilated."""
+    excluded = _shapes_of(networks_general_grid, test_set_ii_general_grid)
+    return _draw(_general_3d, np.random.default_rng(seed), size, excluded, GRID_3D_MAX_FLOPS, SEER_MAX_TENSOR_BYTES)
+
+
+CENSUS_GENERAL_DEFAULT_SIZE = 40000
+
+
+def census_general_grid(size: int = CENSUS_GENERAL_DEFAULT_SIZE, seed: int = 7) -> list[ConvShape]:
+    """Layers of every kind to ask cuDNN about (4 in 5 drawn as ``general``, 1 in 5 as ``3d``),
+    up to 8 times more work than the timed grids and none of them in one."""
+    excluded = _shapes_of(general_grid, grid_3d, networks_general_grid, test_set_ii_general_grid)
+    rng = np.random.default_rng(seed)
+    return _draw(lambda r: _general_3d(r) if r.random() < 0.2 else _general_2d(r), rng, size, excluded,
+                 CENSUS_MAX_FLOPS, CENSUS_MAX_TENSOR_BYTES)
+
+
+def network_tables(role: str | None = None) -> dict[str, "pd.DataFrame"]:
+    """The captured layer tables of real networks (``seer/data/networks``), by network name;
+    ``role``: ``train`` or ``test`` (held out), None for all. See ``networks.json`` there."""
+    import json
+
+    from seer.layers import read_layers
+
+    index = json.loads((NETWORKS_DIR / "networks.json").read_text())
+    return {entry["file"].removesuffix(".csv"): read_layers(NETWORKS_DIR / entry["file"])
+            for entry in index["files"] if role is None or entry["role"] == role}
+
+
+def _network_layers(role: str) -> list[ConvShape]:
+    from seer.layers import frame_shapes
+
+    shapes: dict[ConvShape, None] = {}
+    for frame in network_tables(role).values():
+        batches = NETWORK_BATCHES_3D if (frame["dims"] == 3).any() else GENERAL_NETWORK_BATCHES
+        for batch in batches:
+            for shape in frame_shapes(frame.assign(batch=batch)):
+                if shape.tensor_bytes <= SEER_MAX_TENSOR_BYTES and shape.flops <= NETWORK_MAX_FLOPS:
+                    shapes.setdefault(shape)
+    return list(shapes)
+
+
+def networks_general_grid() -> list[ConvShape]:
+    """Unique layers of the training networks of ``seer/data/networks`` (role ``train``), at
+    batches 1, 8 and 32 (3D networks 1 and 4), within SEER's memory bound and
+    :data:`NETWORK_MAX_FLOPS`."""
+    return _network_layers("train")
+
+
+def test_set_ii_general_grid() -> list[ConvShape]:
+    """Unique layers of the held-out networks (role ``test``) that no training grid has:
+    Test-set-II of every layer kind (its square layers included)."""
+    training = _shapes_of(networks_general_grid, seer_grid, networks_grid)
+    return [s for s in _network_layers("test") if s not in training]
+
+
+def quick_general_grid() -> list[ConvShape]:
+    """Twelve small layers, one or two of each kind: for tests and smoke runs."""
+    return [
+        ConvShape(8, 32, 32, groups=32, in_h=28, in_w=28, kernel_h=3, kernel_w=3, pad_h=1, pad_w=1),
+        ConvShape(4, 64, 64, groups=64, in_h=14, in_w=14, kernel_h=5, kernel_w=5, stride_h=2, stride_w=2,
+                  pad_h=2, pad_w=2),
+        ConvShape(8, 64, 128, groups=8, in_h=28, in_w=28, kernel_h=3, kernel_w=3, pad_h=1, pad_w=1),
+        ConvShape(4, 128, 128, groups=32, in_h=14, in_w=14, kernel_h=3, kernel_w=3, stride_h=2, stride_w=2,
+                  pad_h=1, pad_w=1),
+        ConvShape(4, 64, 64, in_h=17, in_w=17, kernel_h=1, kernel_w=7, pad_w=3),
+        ConvShape(4, 64, 64, in_h=17, in_w=17, kernel_h=7, kernel_w=1, pad_h=3),
+        ConvShape(2, 32, 32, in_h=24, in_w=40, kernel_h=3, kernel_w=3, pad_h=1, pad_w=1),
+        ConvShape(2, 64, 64, in_h=32, in_w=32, kernel_h=3, kernel_w=3, pad_h=2, pad_w=2, dilation_h=2,
+                  dilation_w=2),
+        ConvShape(2, 16, 32, in_d=16, in_h=32, in_w=32, kernel_d=3, kernel_h=3, kernel_w=3, pad_d=1, pad_h=1,
+                  pad_w=1),
+        ConvShape(1, 4, 16, in_d=32, in_h=32, in_w=32, kernel_d=3, kernel_h=3, kernel_w=3, stride_d=2,
+                  stride_h=2, stride_w=2, pad_d=1, pad_h=1, pad_w=1),
+        ConvShape(2, 32, 32, in_d=8, in_h=28, in_w=28, kernel_d=1, kernel_h=3, kernel_w=3, pad_h=1, pad_w=1),
+        ConvShape(2, 32, 32, groups=32, in_d=8, in_h=14, in_w=14, kernel_d=3, kernel_h=3, kernel_w=3, pad_d=1,
+                  pad_h=1, pad_w=1),
+    ]
+
+
 NAMED_GRIDS = {
     "seer": seer_grid,
     "seer-extra": seer_extra_grid,
@@ -249,6 +464,12 @@ NAMED_GRIDS = {
     "networks": networks_grid,
     "test-set-ii": test_set_ii_grid,
     "quick": quick_grid,
+    "general": general_grid,
+    "3d": grid_3d,
+    "census-general": census_general_grid,
+    "networks-general": networks_general_grid,
+    "test-set-ii-general": test_set_ii_general_grid,
+    "quick-general": quick_general_grid,
 }
 
 

@@ -1,6 +1,21 @@
-"""Layer files in SEER's Test-set-II format: reading (whole or streamed) and writing.
+"""Layer files: reading (whole or streamed) and writing, in two formats.
 
-The first line is the number of layers N, then N lines of eight integers::
+**Layer CSV** (any layer kind): a header line naming the columns, then one layer per line::
+
+    batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w,stride_h,stride_w,pad_h,pad_w,groups
+    32,128,128,56,56,3,3,1,1,1,1,32
+
+``batch, in_ch, out_ch`` are required, and ``in_h, in_w, kernel_h, kernel_w`` (or
+``in_width, kernel_width`` for a square layer). Optional columns take their defaults when
+left out or left empty: ``groups`` (1), ``stride_h, stride_w`` (1), ``pad_h, pad_w`` (0),
+``dilation_h, dilation_w`` (1). A 3D layer gives ``in_d`` and ``kernel_d`` (a row that leaves
+them empty is 2D), and may give ``stride_d, pad_d, dilation_d``. Output sizes
+(``out_d, out_h, out_w``, or ``out_width``) are computed, and checked where given. A
+``name`` column labels layers and is kept as text. A file is read as CSV when its name ends
+in ``.csv`` or its first line holds a comma (a count line never does).
+
+**SEER's Test-set-II format** (square 2D layers only): the first line is the number of
+layers N, then N lines of eight integers::
 
     batch in_ch in_width out_ch out_width kernel_width stride padding
 
@@ -11,7 +26,8 @@ least 1; the filter fits the padded input and ``out_width`` follows from the oth
 (:func:`seer.shapes.conv_out_width`). Every mistake is an :class:`~seer.errors.InputError`
 that reads ``file:line: field: message``.
 
-Two paths check a layer line, and they agree (the tests fuzz them against each other):
+Both readers return :func:`seer.shapes.layer_frame` frames. For SEER's format, two paths
+check a layer line, and they agree (the tests fuzz them against each other):
 a vectorised one (:func:`_fast_values`, :func:`invalid_rows`) that checks a whole chunk
 of lines with numpy, and :func:`_check_line`, which builds a :class:`ConvShape` and so
 words every message exactly as :mod:`seer.shapes` does. The second runs only once a chunk
@@ -20,6 +36,7 @@ is known to hold a mistake, to find and explain the first one.
 
 from __future__ import annotations
 
+import csv
 import io
 import os
 import re
@@ -31,7 +48,9 @@ import numpy as np
 import pandas as pd
 
 from seer.errors import InputError
-from seer.shapes import MAX_FIELD, SEER_FIELDS, ConvShape, ShapeError, conv_out_width, shape_frame
+from seer.shapes import (AXES, LAYER_COLUMNS, LAYER_DEFAULTS, LAYER_FIELDS, MAX_FIELD, OUTPUT_FIELDS, SEER_FIELDS,
+                         ConvShape, ShapeError, check_layer_frame, conv_out_width, invalid_layer_rows, is_seer_layer,
+                         layer_frame, seer_frame)
 
 #: Layers per chunk when a whole file is read: enough to amortise numpy's per-call cost,
 #: small enough that a chunk's text and arrays stay a few megabytes.
@@ -65,14 +84,15 @@ _LOW = np.array([0 if name == "padding" else 1 for name in SEER_FIELDS], dtype=n
 
 # -- reading ------------------------------------------------------------------------------
 def read_layers(source: LayerSource, *, name: str | None = None) -> pd.DataFrame:
-    """All layers of a file: SEER's eight columns as int64, one row per layer, in file order.
+    """All layers of a file as a layer frame (:data:`~seer.shapes.LAYER_COLUMNS`, int64, and
+    ``name`` where a CSV gives it), one row per layer, in file order.
 
     ``source`` is a path, ``"-"`` for standard input, or an open text stream; ``name``
     overrides the file name used in messages. Raises :class:`InputError` on any mistake.
     """
     chunks = list(iter_layer_chunks(source, DEFAULT_CHUNK_LAYERS, name=name))
     if not chunks:
-        return _frame(np.empty((0, len(SEER_FIELDS)), dtype=np.int64), 0)
+        return layer_frame(pd.DataFrame(np.empty((0, len(SEER_FIELDS)), dtype=np.int64), columns=list(SEER_FIELDS)))
     return pd.concat(chunks) if len(chunks) > 1 else chunks[0]
 
 
@@ -89,7 +109,12 @@ def iter_layer_chunks(source: LayerSource, chunk_layers: int = DEFAULT_CHUNK_LAY
         raise ValueError(f"chunk_layers must be a positive integer, got {chunk_layers!r}")
     stream, label, close = _open(source, name)
     try:
-        yield from _read_chunks(stream, label, chunk_layers)
+        lines = _content_lines(stream)
+        first = next(lines, None)
+        if first is not None and (label.lower().endswith(".csv") or "," in first[1]):
+            yield from _read_csv_chunks(first, lines, label, chunk_layers)
+        else:
+            yield from _read_chunks(first, lines, label, chunk_layers)
     except UnicodeDecodeError:
         # A text stream decodes ahead in blocks, so no line number would be exact.
         raise InputError("not a text file: it is not valid UTF-8", path=label) from None
@@ -135,21 +160,28 @@ def _stream_name(stream) -> str:
     return found if isinstance(found, str) else "<input>"
 
 
-def _read_chunks(stream: TextIO, path: str, chunk_layers: int) -> Iterator[pd.DataFrame]:
-    count = count_line = None
-    done = 0  # layers already yielded
-    surplus_line = None  # line of the first layer beyond the count
-    contents: list[str] = []
-    numbers: list[int] = []
+def _content_lines(stream: TextIO) -> Iterator[tuple[int, str]]:
+    """(line number, content) of every line that holds more than blanks and a ``#`` comment."""
     # The hot loop: one pass of cheap string calls per line; all checks wait for the chunk.
     for number, line in enumerate(stream, start=1):
         if "#" in line:
             line = line[: line.index("#")]
         if not line or line.isspace():
             continue
-        if count is None:
-            count, count_line = _check_count(line.lstrip("\ufeff"), number, path), number
-            continue
+        yield number, line
+
+
+def _read_chunks(first: tuple[int, str] | None, lines: Iterator[tuple[int, str]], path: str,
+                 chunk_layers: int) -> Iterator[pd.DataFrame]:
+    """SEER's format: the count line ``first``, then the layers."""
+    count = count_line = None
+    done = 0  # layers already yielded
+    surplus_line = None  # line of the first layer beyond the count
+    contents: list[str] = []
+    numbers: list[int] = []
+    if first is not None:
+        count, count_line = _check_count(first[1].lstrip("\ufeff"), first[0], path), first[0]
+    for number, line in lines:
         contents.append(line)
         numbers.append(number)
         if len(contents) == chunk_layers:
@@ -173,8 +205,8 @@ def _read_chunks(stream: TextIO, path: str, chunk_layers: int) -> Iterator[pd.Da
 
 
 def _frame(values: np.ndarray, start: int) -> pd.DataFrame:
-    return pd.DataFrame(values, columns=list(SEER_FIELDS),
-                        index=pd.RangeIndex(start, start + len(values)))
+    """A layer frame from SEER's eight columns, indexed by layer number - 1."""
+    return layer_frame(pd.DataFrame(values, columns=list(SEER_FIELDS), index=pd.RangeIndex(start, start + len(values))))
 
 
 def _check_count(content: str, number: int, path: str) -> int:
@@ -248,7 +280,7 @@ def invalid_rows(values: np.ndarray) -> np.ndarray:
     """Which rows of an (n, 8) integer array (SEER's field order) are not valid shapes.
 
     The vectorised twin of :class:`ConvShape`'s checks: a row is flagged exactly when
-    ``ConvShape(*row)`` would raise :class:`ShapeError`.
+    ``ConvShape.seer(*row)`` would raise :class:`ShapeError`.
     """
     values = np.asarray(values, dtype=np.int64)
     bad = ((values < _LOW) | (values > MAX_FIELD)).any(axis=1)
@@ -275,39 +307,210 @@ def _check_line(content: str, number: int, path: str) -> None:
         raise InputError(f"extra field {tokens[len(SEER_FIELDS)]!r} after padding (expected {_FIELD_LIST})",
                          path=path, line=number, field="padding")
     try:
-        ConvShape(**values)
+        ConvShape.seer(**values)
     except ShapeError as exc:
         raise InputError(exc.message, path=path, line=number, field=exc.field) from None
 
 
-# -- writing ------------------------------------------------------------------------------
-def check_layers(layers: Layers) -> pd.DataFrame:
-    """The layers as a frame of SEER's eight int64 columns; ShapeError names the first bad row."""
-    if isinstance(layers, pd.DataFrame) or len(layers):
-        frame = shape_frame(layers)
-    else:  # shape_frame cannot tell the columns of an empty list
-        frame = _frame(np.empty((0, len(SEER_FIELDS)), dtype=np.int64), 0)
-    bad = np.flatnonzero(invalid_rows(frame.to_numpy()))
-    if len(bad):
-        row = frame.iloc[bad[0]]
+# -- layer CSV ----------------------------------------------------------------------------
+#: Square aliases a CSV may use instead of the per-axis 2D columns.
+_SQUARE_ALIASES = {"in_width": ("in_h", "in_w"), "kernel_width": ("kernel_h", "kernel_w"),
+                   "out_width": ("out_h", "out_w")}
+_CSV_COLUMNS = ("name", *[f for f in LAYER_FIELDS if f != "dims"], *OUTPUT_FIELDS, *_SQUARE_ALIASES)
+_REQUIRED = ("batch", "in_ch", "out_ch")
+
+
+def _read_csv_chunks(header: tuple[int, str], lines: Iterator[tuple[int, str]], path: str,
+                     chunk_layers: int) -> Iterator[pd.DataFrame]:
+    columns = _check_header(header[1].lstrip("\ufeff"), header[0], path)
+    done = 0
+    contents: list[str] = []
+    numbers: list[int] = []
+    for number, line in lines:
+        contents.append(line)
+        numbers.append(number)
+        if len(contents) == chunk_layers:
+            yield _csv_chunk(contents, numbers, columns, path, done)
+            done += len(contents)
+            contents, numbers = [], []
+    if contents:
+        yield _csv_chunk(contents, numbers, columns, path, done)
+
+
+def _check_header(content: str, number: int, path: str) -> list[str]:
+    names = [c.strip() for c in next(csv.reader([content]))]
+    for name in names:
+        if name not in _CSV_COLUMNS:
+            raise InputError(f"unknown column {name!r}; a layer CSV's columns are {', '.join(_CSV_COLUMNS)}",
+                             path=path, line=number, field=name or "header")
+        if names.count(name) > 1:
+            raise InputError(f"column {name!r} appears twice", path=path, line=number, field=name)
+    for alias, (h, w) in _SQUARE_ALIASES.items():
+        if alias in names and (h in names or w in names):
+            raise InputError(f"give {alias} or {h},{w}, not both", path=path, line=number, field=alias)
+    needed = [*_REQUIRED, *(("in_h", "in_w") if "in_width" not in names else ()),
+              *(("kernel_h", "kernel_w") if "kernel_width" not in names else ())]
+    for name in needed:
+        if name not in names:
+            raise InputError(f"missing column {name!r} (required: batch, in_ch, out_ch, and in_h, in_w, kernel_h, "
+                             "kernel_w or in_width, kernel_width)", path=path, line=number, field=name)
+    if ("in_d" in names) != ("kernel_d" in names):
+        raise InputError("a 3D layer file needs both in_d and kernel_d", path=path, line=number,
+                         field="kernel_d" if "in_d" in names else "in_d")
+    return names
+
+
+def _csv_chunk(contents: list[str], numbers: list[int], columns: list[str], path: str, start: int) -> pd.DataFrame:
+    """The layer frame of a chunk of CSV lines, or the InputError of its first mistake."""
+    rows = list(csv.reader(contents))
+    for row, number in zip(rows, numbers):
+        if len(row) != len(columns):
+            more = len(row) > len(columns)
+            raise InputError(f"{'more' if more else 'fewer'} fields ({len(row)}) than the header's {len(columns)} "
+                             "columns", path=path, line=number,
+                             field=columns[len(columns) - 1] if more else columns[len(row)])
+    if not "".join(contents).isascii():  # str.isdigit takes other scripts' digits: refuse them first
+        for row, number in zip(rows, numbers):
+            for name, cell in zip(columns, row):
+                if name != "name" and not cell.strip().isascii():
+                    raise InputError(f"{_SYNTAX}, got {cell.strip()!r}", path=path, line=number, field=name)
+    cells = np.array(rows, dtype=str).reshape(len(rows), len(columns))
+    index = pd.RangeIndex(start, start + len(rows))
+    values: dict[str, np.ndarray] = {}
+    given: dict[str, np.ndarray] = {}
+    for j, name in enumerate(columns):
+        if name == "name":
+            continue
+        column = np.char.strip(cells[:, j])
+        empty = column == ""
+        ok = np.char.isdigit(column) | empty
+        required = name in _REQUIRED or name in _SQUARE_ALIASES and name != "out_width" or (
+            name in ("in_h", "in_w", "kernel_h", "kernel_w"))
+        if required:
+            ok &= ~empty
+        if not ok.all():
+            i = int(np.flatnonzero(~ok)[0])
+            if empty[i]:
+                raise InputError("missing value (this column is required)", path=path, line=numbers[i], field=name)
+            _parse_int(str(column[i]), path, numbers[i], name)  # raises, worded as in SEER's format
+            raise InputError(f"{_SYNTAX}, got {str(column[i])!r}", path=path, line=numbers[i], field=name)
+        too_long = np.char.str_len(column) > 10
+        if too_long.any():
+            i = int(np.flatnonzero(too_long)[0])
+            raise InputError(f"must be at most {MAX_FIELD}, got a number of {len(column[i])} digits",
+                             path=path, line=numbers[i], field=name)
+        number = np.where(empty, "0", column).astype(np.int64)
+        given[name] = ~empty
+        for target in _SQUARE_ALIASES.get(name, (name,)):
+            default = LAYER_DEFAULTS.get(target, 0)
+            values[target] = np.where(empty, default, number)
+            given[target] = ~empty
+    deep = np.zeros(len(rows), dtype=bool)
+    for name in ("in_d", "kernel_d"):
+        if name in given:
+            deep |= given[name]
+    for name in ("in_d", "kernel_d"):
+        if name in given:
+            missing = deep & ~given[name]
+            if missing.any():
+                i = int(np.flatnonzero(missing)[0])
+                raise InputError("missing value (a 3D layer gives both in_d and kernel_d)", path=path,
+                                 line=numbers[i], field=name)
+    frame = layer_frame(pd.DataFrame({k: v for k, v in values.items() if k in LAYER_FIELDS}, index=index)
+                        .assign(dims=np.where(deep, 3, 2)))
+    bad = invalid_layer_rows(frame)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
         try:
-            ConvShape(*(int(v) for v in row))
+            check_layer_frame(frame.iloc[[i]])
         except ShapeError as exc:
-            raise ShapeError(exc.field, f"{exc.message} (layer {bad[0] + 1})") from None
-        raise AssertionError(f"layer {bad[0] + 1} failed the vectorised check only")
+            field = _alias_of(exc.field, columns)
+            raise InputError(exc.message.rsplit(" (layer", 1)[0], path=path, line=numbers[i], field=field) from None
+    for name in OUTPUT_FIELDS:
+        if name in given:
+            wrong = given[name] & (values[name] != frame[name].to_numpy())
+            if wrong.any():
+                i = int(np.flatnonzero(wrong)[0])
+                raise InputError(f"is {values[name][i]}, but the layer's other fields give {frame[name].iloc[i]}",
+                                 path=path, line=numbers[i], field=_alias_of(name, columns))
+    if "name" in columns:
+        frame["name"] = cells[:, columns.index("name")].astype(object)
     return frame
 
 
-def format_layers(layers: Layers) -> str:
-    """The layers (frame, array or ConvShape list) as the text of a SEER layer file."""
+def _alias_of(field: str, columns: list[str]) -> str:
+    """The column a CSV used for ``field`` (``in_width`` for ``in_h``, say)."""
+    for alias, targets in _SQUARE_ALIASES.items():
+        if field in targets and alias in columns:
+            return alias
+    return field
+
+
+# -- writing ------------------------------------------------------------------------------
+#: Formats :func:`format_layers` writes.
+LAYER_FORMATS = ("seer", "csv")
+
+
+def check_layers(layers: Layers) -> pd.DataFrame:
+    """The layers as a layer frame; ShapeError names the first bad row.
+
+    SEER's eight columns (a frame or an array of them) are checked by SEER's rules,
+    ``out_width`` included.
+    """
+    if not isinstance(layers, pd.DataFrame) and not len(layers):  # an empty list has no columns to tell
+        return _frame(np.empty((0, len(SEER_FIELDS)), dtype=np.int64), 0)
+    seer_columns = (not isinstance(layers, pd.DataFrame) and not isinstance(layers[0], ConvShape)) or (
+        isinstance(layers, pd.DataFrame) and "in_width" in layers.columns and "in_h" not in layers.columns)
+    if seer_columns:
+        values = (layers[list(SEER_FIELDS)] if isinstance(layers, pd.DataFrame) else
+                  pd.DataFrame(np.asarray(layers, dtype=np.int64).reshape(len(layers), -1)[:, :len(SEER_FIELDS)],
+                               columns=list(SEER_FIELDS))).to_numpy(dtype=np.int64)
+        bad = np.flatnonzero(invalid_rows(values))
+        if len(bad):
+            try:
+                ConvShape.seer(*(int(v) for v in values[bad[0]]))
+            except ShapeError as exc:
+                raise ShapeError(exc.field, f"{exc.message} (layer {bad[0] + 1})") from None
+    frame = layer_frame(layers)
+    check_layer_frame(frame)
+    return frame
+
+
+def format_layers(layers: Layers, fmt: str = "auto") -> str:
+    """The layers (frame, array or ConvShape list) as the text of a layer file.
+
+    ``fmt``: ``seer`` (SEER's format; every layer must be square 2D, ungrouped and
+    undilated), ``csv`` (the layer CSV, every column), or ``auto``: SEER's where it can
+    describe every layer, else CSV.
+    """
     frame = check_layers(layers)
-    body = frame.to_csv(sep=" ", header=False, index=False, lineterminator="\n") if len(frame) else ""
-    return f"{len(frame)}\n{body}"
+    seer = is_seer_layer(frame).all()
+    if fmt == "auto":
+        fmt = "seer" if seer else "csv"
+    if fmt == "seer":
+        if not seer:
+            bad = int(np.flatnonzero(~is_seer_layer(frame))[0])
+            raise ShapeError("format", f"SEER's format cannot describe layer {bad + 1} ({ConvShape.from_mapping(frame.iloc[bad])}): "
+                                       "write it as CSV")
+        eight = seer_frame(frame)
+        body = eight.to_csv(sep=" ", header=False, index=False, lineterminator="\n") if len(eight) else ""
+        return f"{len(eight)}\n{body}"
+    if fmt != "csv":
+        raise ValueError(f"unknown layer format {fmt!r}; use {', '.join(LAYER_FORMATS)} or auto")
+    columns = [c for c in LAYER_COLUMNS if c != "dims"]
+    text = frame[columns].astype(str)
+    flat = frame["dims"].to_numpy() == 2
+    for name in columns:
+        if name.endswith("_d"):
+            text.loc[flat, name] = ""  # a 2D layer leaves its depth empty
+    if "name" in frame.columns:
+        text.insert(0, "name", frame["name"].astype(str))
+    return text.to_csv(index=False, lineterminator="\n")
 
 
-def write_layers(target: LayerTarget, layers: Layers) -> None:
-    """Write layers in SEER's format to a path, ``"-"`` (standard output) or a text stream."""
-    text = format_layers(layers)  # a bad layer fails before anything is written
+def write_layers(target: LayerTarget, layers: Layers, fmt: str = "auto") -> None:
+    """Write layers (:func:`format_layers`) to a path, ``"-"`` (standard output) or a text stream."""
+    text = format_layers(layers, fmt)  # a bad layer fails before anything is written
     if isinstance(target, (str, os.PathLike)) and os.fspath(target) == STDIN:
         sys.stdout.write(text)
     elif isinstance(target, (str, os.PathLike)):
@@ -317,22 +520,27 @@ def write_layers(target: LayerTarget, layers: Layers) -> None:
 
 
 # -- lists of ConvShape (the API grids and older callers use) ---------------------------------
+def frame_shapes(frame: pd.DataFrame) -> list[ConvShape]:
+    """One :class:`ConvShape` per row of a layer frame."""
+    fields_ = frame[list(LAYER_FIELDS)].to_numpy(dtype=np.int64).tolist()
+    return [ConvShape(*row) for row in fields_]
+
+
 def parse_shapes(text: str, path: str | Path = "<input>") -> list[ConvShape]:
     """Parse the text of a layer file; raise InputError naming file, line and field."""
-    frame = read_layers(io.StringIO(text, newline=None), name=str(path))
-    return [ConvShape(*row) for row in frame.itertuples(index=False)]
+    return frame_shapes(read_layers(io.StringIO(text, newline=None), name=str(path)))
 
 
 def read_shapes_file(path: str | Path) -> list[ConvShape]:
     """Read a layer file (a path, or ``"-"`` for standard input) as a list of ConvShape."""
-    return [ConvShape(*row) for row in read_layers(path).itertuples(index=False)]
+    return frame_shapes(read_layers(path))
 
 
 def format_shapes(shapes: Sequence[ConvShape]) -> str:
-    """Shapes as the text of a SEER layer file (count line, then one shape per line)."""
+    """Shapes as the text of a layer file (:func:`format_layers`)."""
     return format_layers(shapes)
 
 
 def write_shapes_file(path: str | Path, shapes: Sequence[ConvShape]) -> None:
-    """Write shapes in SEER's format (count line, then one shape per line)."""
+    """Write shapes as a layer file (:func:`format_layers`)."""
     write_layers(path, shapes)

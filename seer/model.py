@@ -20,7 +20,7 @@ import pandas as pd
 from seer.errors import InputError
 from seer.predictors import AlgorithmPredictor, SeerFamilyPredictor
 from seer.schema import PREDICTION_COLUMNS
-from seer.shapes import ConvShape, shape_frame
+from seer.shapes import ConvShape, ShapeError, check_layer_frame, layer_frame
 
 Layers = pd.DataFrame | np.ndarray | Sequence[ConvShape]
 
@@ -61,15 +61,20 @@ class Model:
     def predict(self, layers: Layers, math: str = "default") -> pd.DataFrame:
         """Every algorithm's predicted time for each layer, ranked by the pick.
 
-        ``layers``: a frame with SEER's eight columns (``seer.read_layers``), an array of
-        them, or a list of :class:`~seer.shapes.ConvShape`. Returns the columns ``layer``
+        ``layers``: a frame with the layer columns (``seer.read_layers``; optional ones may be
+        missing) or SEER's eight, an array of SEER's eight, or a list of
+        :class:`~seer.shapes.ConvShape`; an impossible layer raises :class:`InputError`. Returns the columns ``layer``
         (position in ``layers``) and :data:`seer.schema.PREDICTION_COLUMNS`, one row per
         (layer, algorithm predicted to run), rank 1 first; a layer with no algorithm
         predicted to run has one row whose ``algo``, ``predicted_ms`` and ``rank`` are
         missing.
         """
         predictor = self.predictor(math)
-        frame = shape_frame(layers).reset_index(drop=True)
+        try:
+            frame = layer_frame(layers).reset_index(drop=True)
+            check_layer_frame(frame)
+        except (ShapeError, ValueError) as exc:  # a caller's frame, not a file: no line to name
+            raise InputError(str(exc), field=getattr(exc, "field", None)) from None
         times, scores = predictor.predict_with_scores(frame)
         return ranked(frame, math, predictor.algorithms, times, scores, predictor.extrapolated(frame))
 

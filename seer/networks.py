@@ -626,7 +626,7 @@ def network_layers(name: str, batch: int, image_width: int | None = None) -> lis
     """
     spec, convs = _convs(name, image_width)
     return [
-        NetworkLayer(spec.name, c.name, ConvShape.from_layer(
+        NetworkLayer(spec.name, c.name, ConvShape.square(
             batch, c.in_ch, c.in_width, c.out_ch, c.kernel, c.stride, c.padding))
         for c in convs if c.skip is None
     ]

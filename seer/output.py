@@ -24,7 +24,7 @@ import pandas as pd
 
 from seer.errors import InputError
 from seer.schema import PREDICTION_COLUMNS
-from seer.shapes import SEER_FIELDS
+from seer.shapes import LAYER_COLUMNS
 
 FORMATS = ("csv", "json")
 #: ``--out`` value that writes to standard output.
@@ -129,7 +129,7 @@ def layer_objects(predictions: pd.DataFrame) -> list[dict]:
     layers = predictions["layer"].to_numpy()
     starts = np.flatnonzero(np.r_[True, layers[1:] != layers[:-1]])
     ends = np.r_[starts[1:], len(layers)]
-    fields = predictions[list(SEER_FIELDS)].to_numpy(dtype=np.int64)
+    fields = predictions[list(LAYER_COLUMNS)].to_numpy(dtype=np.int64)
     algos = predictions["algo"].to_numpy(dtype=object, na_value=None)
     times = predictions["predicted_ms"].to_numpy(dtype=float)
     ranks = predictions["rank"].to_numpy(dtype=float, na_value=np.nan)
@@ -139,7 +139,7 @@ def layer_objects(predictions: pd.DataFrame) -> list[dict]:
     for start, end in zip(starts, ends):
         runs = [{"algo": algos[i], "predicted_ms": float(times[i]), "rank": int(ranks[i])}
                 for i in range(start, end) if algos[i] is not None]
-        out.append({"layer": int(layers[start]), **dict(zip(SEER_FIELDS, fields[start].tolist())),
+        out.append({"layer": int(layers[start]), **dict(zip(LAYER_COLUMNS, fields[start].tolist())),
                     "math": math[start], "pick": runs[0]["algo"] if runs else None,
                     "extrapolated": bool(extrapolated[start]), "algorithms": runs})
     return out

@@ -30,7 +30,7 @@ import pandas as pd
 
 from seer.features import feature_names, log2_flops, shape_features
 from seer.gpus import GPUSpec, spec_from_fields
-from seer.shapes import SEER_FIELDS, shape_frame
+from seer.shapes import LAYER_COLUMNS, is_seer_layer, layer_frame
 from seer.trees import TreeEnsemble, TreeError
 
 #: Support decisions that need no classifier: the algorithm ran on every or no training shape.
@@ -410,7 +410,7 @@ class AlgorithmPredictor(Part):
     def prepare(self, X, complete: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
         """Features and the first stage's answers; ``complete=False`` leaves out the workspace
         answers of algorithms predicted not to run (enough for masked predictions)."""
-        F = shape_features(shape_frame(X), self.spec).to_numpy()
+        F = shape_features(layer_frame(X), self.spec).to_numpy()
         return F, (self.workspace.answers(F, only_where_runs=not complete) if self.workspace is not None else None)
 
     def predict_support(self, X) -> np.ndarray:
@@ -443,9 +443,9 @@ class AlgorithmPredictor(Part):
 
     def extrapolated(self, X) -> np.ndarray:
         """Whether each shape lies outside the ranges seen in training (any field, or FLOPs)."""
-        X = shape_frame(X)
+        X = layer_frame(X)
         outside = np.zeros(len(X), dtype=bool)
-        for field_ in SEER_FIELDS:
+        for field_ in LAYER_COLUMNS:
             low, high = self.training_ranges[field_]
             outside |= (X[field_] < low).to_numpy() | (X[field_] > high).to_numpy()
         low, high = self.training_ranges["log2_flops"]
@@ -544,7 +544,7 @@ class AlgorithmPredictor(Part):
             raise StateError(f"{where}: the pick classifier must choose among its algorithms")
         weight = float(_require(state, "pick_weight", (int, float), where))
         ranges = _require(state, "training_ranges", dict, where)
-        if set(ranges) != {*SEER_FIELDS, "log2_flops"} or not all(
+        if set(ranges) != {*LAYER_COLUMNS, "log2_flops"} or not all(
                 isinstance(r, list) and len(r) == 2 and all(isinstance(v, (int, float)) for v in r)
                 for r in ranges.values()):
             raise StateError(f"{where}: training ranges must give [low, high] per shape field and log2_flops")
@@ -577,10 +577,10 @@ FFT_WIDTH_BUCKETS = (16, 32, 64, 128, 256)
 
 
 def shape_block(X: pd.DataFrame) -> dict[str, np.ndarray]:
-    """SEER's letters for the shape fields, as float arrays."""
-    return {"N": X["batch"].to_numpy(float), "C": X["in_ch"].to_numpy(float), "W": X["in_width"].to_numpy(float),
-            "K": X["out_ch"].to_numpy(float), "Q": X["out_width"].to_numpy(float),
-            "R": X["kernel_width"].to_numpy(float), "S": X["stride"].to_numpy(float)}
+    """SEER's letters for the fields of square 2D layers (a layer frame's width axis), as float arrays."""
+    return {"N": X["batch"].to_numpy(float), "C": X["in_ch"].to_numpy(float), "W": X["in_w"].to_numpy(float),
+            "K": X["out_ch"].to_numpy(float), "Q": X["out_w"].to_numpy(float),
+            "R": X["kernel_w"].to_numpy(float), "S": X["stride_w"].to_numpy(float)}
 
 
 def variant_features(X: pd.DataFrame) -> np.ndarray:
@@ -694,7 +694,7 @@ class SeerAlgorithmPredictor(Part):
     def predict(self, X: pd.DataFrame) -> np.ndarray:
         """Predicted time (ms) per shape; NaN where SEER's model has no answer (FFT beyond
         width 256 or a width bucket without training runs)."""
-        X = shape_frame(X).reset_index(drop=True)
+        X = layer_frame(X).reset_index(drop=True)
         out = np.full(len(X), np.nan)
         if self.algo in FFT_ALGOS:
             s = shape_block(X)
@@ -743,13 +743,16 @@ class SeerFamilyPredictor(Part):
 
     def predict_times(self, X, algorithms) -> np.ndarray:
         """Times (ms) per shape for ``algorithms`` in that order; NaN where SEER has no model
-        or no answer. A linear form can go negative far from its data; a time cannot, so
-        predictions are floored at 1 microsecond."""
-        X = shape_frame(X)
+        or no answer. SEER's inputs exist only for square, ungrouped, undilated 2D layers:
+        other layers get NaN. A linear form can go negative far from its data; a time
+        cannot, so predictions are floored at 1 microsecond."""
+        X = layer_frame(X)
         out = np.full((len(X), len(algorithms)), np.nan)
-        for j, algo in enumerate(algorithms):
-            if algo in self.models:
-                out[:, j] = self.models[algo].predict(X)
+        square = is_seer_layer(X)
+        if square.any():
+            for j, algo in enumerate(algorithms):
+                if algo in self.models:
+                    out[square, j] = self.models[algo].predict(X[square])
         return np.where(np.isfinite(out), np.maximum(out, 1e-3), np.nan)
 
     @classmethod

@@ -31,7 +31,7 @@ def _census_counts(census: pd.DataFrame) -> dict[str, Any]:
 
 
 def provenance(store: RunStore, table: pd.DataFrame, kernels: pd.DataFrame, census: pd.DataFrame | None = None,
-               *, test_fraction: float, test_set_ii_grid: str) -> dict[str, Any]:
+               *, test_fraction: float, test_set_ii_grids: tuple[str, ...]) -> dict[str, Any]:
     """The provenance record of a dataset, as JSON-ready values.
 
     Parameters
@@ -43,8 +43,8 @@ def provenance(store: RunStore, table: pd.DataFrame, kernels: pd.DataFrame, cens
         None or empty where none was collected).
     test_fraction : float
         Share of the training grids' shapes the split puts into Test-set-I.
-    test_set_ii_grid : str
-        The grid whose shapes are Test-set-II.
+    test_set_ii_grids : tuple of str
+        The grids whose shapes are Test-set-II.
     """
     sessions = store.sessions()
     probes = [s["probe"] for s in sessions if s.get("probe")]
@@ -68,7 +68,8 @@ def provenance(store: RunStore, table: pd.DataFrame, kernels: pd.DataFrame, cens
                      "python": distinct("python")},
         "math_modes": {m.name: f"{m.cudnn_name}: {m.description}" for m in MATH_MODES},
         "method": {
-            "data": "fp32 NCHW input and KCRS filter, random normal; cross-correlation, dilation 1",
+            "data": "fp32 NCHW (NCDHW) input and K,C/groups,(T),R,S filter, random normal; cross-correlation; "
+                    "cuDNN's Nd descriptors with per-axis padding, stride and dilation and a group count",
             "timing": "timing_protocol 2 (seer.gpu.timing): CUDA events around bursts of back-to-back "
                       "forward calls (at least min_burst_ms of GPU work each), enqueued behind a spinning "
                       "kernel so that host work stays outside the timed region; one untimed warm-up "
@@ -80,10 +81,14 @@ def provenance(store: RunStore, table: pd.DataFrame, kernels: pd.DataFrame, cens
             "check": "relative L2 error of 4096 sampled outputs against a float64 direct computation; "
                      "output poisoned with NaN before the run; tolerance "
                      + ", ".join(f"{m.name} {_tolerance(m.tolerance)}" for m in MATH_MODES),
+            "tracing": "after timing, one more call of each timed run under CUPTI's kernel activity "
+                       "(seer.gpu.tracing, cupti-python): every kernel's name, duration and launch "
+                       "configuration, launches of one name summed (traced_kernels.csv.gz); runs timed "
+                       "before tracing existed have trace_status empty",
             "profiling": "Nsight Compute, kernel replay, --clock-control none, one NVTX range per run, "
                          "metrics listed in seer/metrics.py",
             "split": f"seeded hash of shape_id: {test_fraction:.0%} of shapes to Test-set-I; "
-                     f"grid {test_set_ii_grid} is Test-set-II",
+                     f"grids {', '.join(test_set_ii_grids)} are Test-set-II",
             "census": "seer collect --census: per shape and math mode, cudnnGetConvolutionForwardWorkspaceSize "
                       "for every algorithm and cudnnGetConvolutionForwardAlgorithm_v7's ranking; descriptors "
                       "only, no tensor allocated, no kernel run; shapes of no timed grid",
@@ -100,6 +105,7 @@ def provenance(store: RunStore, table: pd.DataFrame, kernels: pd.DataFrame, cens
             "profiled_runs": int((table["profile_status"] == "ok").sum()),
             "profiled_shapes": int(table.loc[table["profile_status"] == "ok", "shape_id"].nunique()),
             "kernels": int(len(kernels)),
+            "traced_runs": int((table["trace_status"] == "ok").sum()) if "trace_status" in table else 0,
             "shapes_by_split": {k: int(v) for k, v in table.groupby("split")["shape_id"].nunique().items()},
             **(_census_counts(census) if census is not None and not census.empty else {}),
         },

@@ -59,7 +59,8 @@ def write_report(results: dict[str, pd.DataFrame], model: Model, path: Path) -> 
              f"Models: seer's own (`ours`) and SEER's (`seer`), trained {model.card.get('trained_at')} on "
              f"`{model.card['training_data']['file']}` (sha256 {model.card['training_data']['sha256'][:12]}...).",
              "Regret = time of the pick / fastest measured - 1. A pick that did not run counts as a miss "
-             "and is left out of the regret figures.", ""]
+             "and is left out of the regret figures. SEER's model (`seer`) is scored on the square, "
+             "ungrouped, undilated 2D layers only (`layers` says how many): its inputs describe no other kind.", ""]
     for split in (SPLITS[s] for s in TEST_SPLITS):
         if sel.empty or split not in set(sel["split"]):
             continue
@@ -70,6 +71,14 @@ def write_report(results: dict[str, pd.DataFrame], model: Model, path: Path) -> 
                   "", "### Time per algorithm (runs that succeeded)", ""]
         reg = results["regression"]
         lines += [_markdown(reg[reg["split"] == split].drop(columns="split"), ".2f"), ""]
+    kinds = results.get("by_kind", pd.DataFrame())
+    if not kinds.empty:
+        lines += ["## Per layer kind", "",
+                  "A layer may be of several kinds (a dilated depthwise layer counts under both). SEER's model "
+                  "is scored on square layers only: its inputs describe no other kind. `time_mape_pct` is our "
+                  "time model's MAPE over every algorithm's successful runs on the kind's layers.", ""]
+        for split in kinds["split"].unique():
+            lines += [f"### {split}", "", _markdown(kinds[kinds["split"] == split].drop(columns="split"), ".2f"), ""]
     if not results["networks"].empty:
         lines += ["## Test-set-II networks, every layer using the pick", "", _markdown(results["networks"], ".2f"), ""]
     lines += ["Plots: " + ", ".join(f"`{p.name}`" for p in written), ""]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from seer.errors import InputError
 from seer.metrics import METRICS
-from seer.shapes import SEER_FIELDS, SHAPE_COLUMNS
+from seer.shapes import LAYER_COLUMNS
 
 
 # -- math modes ---------------------------------------------------------------------------
@@ -110,7 +110,7 @@ TEST_SPLITS: tuple[str, ...] = ("test1", "test2")
 #: Columns of measurements.csv.gz, one row per run, in order. Units: ``*_ms`` milliseconds,
 #: ``*_bytes`` bytes; fractions (achieved_occupancy, sm_util, dram_util, ...) in [0, 1].
 MEASUREMENT_COLUMNS: tuple[str, ...] = (
-    "gpu", "cudnn_version", "math", *SHAPE_COLUMNS, "shape_id", "grid", "algo", "status",
+    "gpu", "cudnn_version", "math", *LAYER_COLUMNS, "shape_id", "grid", "algo", "status",
     "status_detail", "time_ms", "time_ms_iqr", "time_ms_min", "n_reps", "timing_attempts",
     "workspace_bytes",
     "heuristic_rank", "rel_error", "timing_protocol", "burst", "sm_clock_mhz", "profile_status",
@@ -122,21 +122,29 @@ MEASUREMENT_COLUMNS: tuple[str, ...] = (
     "inst_ffma", "inst_fadd", "inst_fmul", "inst_hfma", "inst_tensor", "dram_read_bytes",
     "dram_write_bytes", "l2_bytes", "l1_bytes", "sm_util", "dram_util", "fma_pipe_util",
     "tensor_pipe_util", "sm_throughput_util", "dram_throughput_util", "sm_clock_hz",
+    "trace_status", "trace_n_kernels", "trace_time_ms", "trace_main_kernel", "trace_variant",
     "split", "collected_at",
 )
 #: Columns of measurements.csv.gz that hold text; every other column is numeric.
 MEASUREMENT_TEXT_COLUMNS: frozenset[str] = frozenset({
     "gpu", "cudnn_version", "math", "shape_id", "grid", "algo", "status", "status_detail", "profile_status",
-    "profile_detail", "main_kernel", "variant", "split", "collected_at"})
+    "profile_detail", "main_kernel", "variant", "trace_status", "trace_main_kernel", "trace_variant", "split",
+    "collected_at"})
 #: What the kernel rules tell about a kernel (:func:`seer.algorithms.classify_kernel`).
 KERNEL_INFO_COLUMNS: tuple[str, ...] = ("kernel_name", "kernel_family", "kernel_role", "kernel_variant")
 #: Columns of kernels.csv.gz, one row per profiled kernel, in order.
 KERNEL_COLUMNS: tuple[str, ...] = (*KERNEL_KEY, *KERNEL_INFO_COLUMNS, *(m.column for m in METRICS),
                                    "gpu", "cudnn_version")
+#: What the CUPTI trace of one timed call recorded per kernel name (launches summed).
+TRACE_FIELDS: tuple[str, ...] = ("kernel_name", "launches", "duration_ns", "grid_blocks", "block_threads",
+                                 "registers", "shared_mem_bytes")
+#: Columns of traced_kernels.csv.gz, one row per (run, kernel name), in launch order.
+TRACED_KERNEL_COLUMNS: tuple[str, ...] = (*RUN_KEY, "kernel_idx", *TRACE_FIELDS, "kernel_family", "kernel_role",
+                                          "kernel_variant")
 #: Columns of census.csv.gz, one row per (census shape, math mode, algorithm), in order.
-CENSUS_COLUMNS: tuple[str, ...] = ("math", *SHAPE_COLUMNS, "shape_id", "grid", "algo", "status", "workspace_bytes",
+CENSUS_COLUMNS: tuple[str, ...] = ("math", *LAYER_COLUMNS, "shape_id", "grid", "algo", "status", "workspace_bytes",
                                    "heuristic_rank", "heuristic_math_type")
 #: Columns of a prediction, one row per (layer, algorithm predicted to run); a layer with
 #: no algorithm predicted to run has one row with ``algo``, ``predicted_ms`` and ``rank``
 #: empty.
-PREDICTION_COLUMNS: tuple[str, ...] = (*SEER_FIELDS, "math", "algo", "predicted_ms", "rank", "extrapolated")
+PREDICTION_COLUMNS: tuple[str, ...] = (*LAYER_COLUMNS, "math", "algo", "predicted_ms", "rank", "extrapolated")

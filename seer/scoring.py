@@ -9,6 +9,9 @@ Two test sets: Test-set-I (the 30% of grid shapes held out by the split) and Tes
   fastest measured - 1: mean, p95, max) and picks of algorithms that did not run, for our
   model, cuDNN's heuristic top pick and each single fixed algorithm; the measured fastest
   is the oracle;
+- per layer kind (square, grouped, depthwise, 1xN, non-square input, dilated, 3D): the
+  selection figures and the time models' MAPE; SEER's model only on square layers, the
+  only ones its inputs describe;
 - on Test-set-II, the total time of each network at each batch if every layer used the
   policy's pick.
 
@@ -24,11 +27,11 @@ import pandas as pd
 
 from seer.model import Model
 from seer.schema import SPLITS, TEST_SPLITS
-from seer.shapes import SEER_FIELDS, shape_frame
+from seer.shapes import LAYER_COLUMNS, is_seer_layer, layer_frame, layer_kind_flags
 from seer.training import training_frames
 
 #: Measurement columns the evaluation reads.
-EVALUATION_COLUMNS = (*SEER_FIELDS, "shape_id", "math", "algo", "status", "time_ms", "split", "heuristic_rank")
+EVALUATION_COLUMNS = (*LAYER_COLUMNS, "shape_id", "math", "algo", "status", "time_ms", "split", "heuristic_rank")
 
 
 def regression_metrics(measured, predicted) -> dict[str, float]:
@@ -84,7 +87,7 @@ def evaluate(model: Model, table: pd.DataFrame,
     """Every figure of the report, as tidy frames: ``regression``, ``selection``, ``networks``
     and ``points`` (predicted and measured time per test run, for plots). ``progress`` is
     told each step (split and math mode) as it starts."""
-    regression, selection, points, per_layer = [], [], [], []
+    regression, selection, points, per_layer, by_kind = [], [], [], [], []
     steps = len(TEST_SPLITS) * len(model.predictors) + 1
     for number, (split, math) in enumerate((s, m) for s in TEST_SPLITS for m in model.predictors):
         if progress:
@@ -117,18 +120,49 @@ def evaluate(model: Model, table: pd.DataFrame,
             policies["seer"] = seer_picks
         policies |= {f"always {a}": pd.Series(a, index=shapes.index) for a in measured.columns
                      if measured[a].notna().any()}
+        square = is_seer_layer(layer_frame(shapes))
         for name, picks in policies.items():
+            # SEER's model is scored where its inputs exist: square, ungrouped, undilated 2D layers.
+            scored = measured[square] if name == "seer" else measured
             selection.append({"split": split_name, "math": math, "policy": name}
-                             | selection_metrics(measured, picks))
+                             | selection_metrics(scored, picks))
             if split == "test2" and name in ("ours", "seer", "cudnn heuristic"):
                 per_layer.append(pd.DataFrame({"math": math, "policy": name,
                                                "regret_pct": regrets(measured, picks) * 100}))
+        by_kind += _by_kind(split_name, math, shapes, measured, families["ours"], policies)
     if progress:
         progress(steps - 1, steps, "Test-set-II networks")
     return {"regression": pd.DataFrame(regression), "selection": pd.DataFrame(selection),
             "points": pd.concat(points, ignore_index=True) if points else pd.DataFrame(),
             "networks": network_totals(model, table),
-            "regret_per_layer": pd.concat(per_layer, ignore_index=True) if per_layer else pd.DataFrame()}
+            "regret_per_layer": pd.concat(per_layer, ignore_index=True) if per_layer else pd.DataFrame(),
+            "by_kind": pd.DataFrame(by_kind)}
+
+
+#: Policies compared per layer kind; SEER's model only on square layers, where its inputs exist.
+KIND_POLICIES = ("ours", "cudnn heuristic", "seer", "oracle")
+
+
+def _by_kind(split: str, math: str, shapes: pd.DataFrame, measured: pd.DataFrame, predicted: pd.DataFrame,
+             policies: dict[str, pd.Series]) -> list[dict]:
+    """Per layer kind (:data:`seer.shapes.LAYER_KINDS`; a layer may be of several): the
+    selection figures of each policy, and our time model's MAPE over every run that succeeded."""
+    rows = []
+    kinds = layer_kind_flags(layer_frame(shapes))
+    for kind in kinds.columns:
+        mask = kinds[kind].to_numpy()
+        if not mask.any():
+            continue
+        m, p = measured[mask], predicted[mask].reindex(columns=measured.columns)
+        ran = m.notna() & p.notna()
+        fit = regression_metrics(m.to_numpy()[ran.to_numpy()], p.to_numpy()[ran.to_numpy()]) if ran.any().any() else {}
+        for name in KIND_POLICIES:
+            if name not in policies or (name == "seer" and kind != "square"):
+                continue
+            rows.append({"split": split, "math": math, "kind": kind, "layers": int(mask.sum()), "policy": name}
+                        | selection_metrics(m, policies[name][mask])
+                        | ({"time_mape_pct": fit.get("mape_pct"), "runs": fit.get("n")} if name == "ours" else {}))
+    return rows
 
 
 def _model_picks(model: Model, math: str, shapes: pd.DataFrame, table: pd.DataFrame) -> dict[str, pd.Series]:
@@ -170,7 +204,7 @@ def network_totals(model: Model, table: pd.DataFrame) -> pd.DataFrame:
                     continue  # a layer without measurements: no honest total
                 times = measured.loc[ids].reset_index(drop=True)
                 # A network repeats shapes: the picks come back one per layer, by position.
-                frame = shape_frame(layers).set_axis(pd.Index(ids, name="shape_id"))
+                frame = layer_frame(layers).set_axis(pd.Index(ids, name="shape_id"))
                 picks = {name: policy.reset_index(drop=True)
                          for name, policy in _model_picks(model, math, frame, table).items()}
                 row = {"math": math, "network": network, "batch": batch, "layers": len(ids),

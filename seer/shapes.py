@@ -1,44 +1,57 @@
-"""Convolution layer shapes: the first stage of seer's data flow.
+"""Convolution layers: the first stage of seer's data flow.
 
-A :class:`ConvShape` is one forward convolution in SEER's terms: square images and
-square filters, ``batch in_ch in_width out_ch out_width kernel_width stride padding``.
-Depth fields are present (all 1 for 2D) so that 3D convolutions need no schema change.
-Here are the output-width rule, the analytic work and traffic (:func:`direct_macs`,
-:func:`tensor_elements`: the one place these formulas live, for one shape or a whole
-frame of them), the check of a frame of shapes (:func:`shape_frame`), and a stable
-``shape_id`` used to key, join and split measurements.
+A :class:`ConvShape` is one forward convolution of any kind seer handles: 2D or 3D, with
+its own input size, kernel size, stride, padding and dilation per spatial axis, and a
+group count (``groups == in_ch`` is depthwise). SEER's square 2D layer, the eight numbers
+``batch in_ch in_width out_ch out_width kernel_width stride padding``, is the special case
+(:meth:`ConvShape.seer`, :attr:`ConvShape.is_seer`).
+
+Here are the output-size rule, the analytic work and traffic (:func:`direct_macs`,
+:func:`tensor_elements`: the one place these formulas live, for one layer or a whole frame
+of them), the layer kinds reports group by (:data:`LAYER_KINDS`), frames of layers
+(:func:`layer_frame`, :func:`invalid_layer_rows`), and a stable ``shape_id`` used to key,
+join and split measurements.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass, fields
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 #: The eight integers of SEER's shape format, in file order.
 SEER_FIELDS: tuple[str, ...] = (
-    "batch",
-    "in_ch",
-    "in_width",
-    "out_ch",
-    "out_width",
-    "kernel_width",
-    "stride",
-    "padding",
+    "batch", "in_ch", "in_width", "out_ch", "out_width", "kernel_width", "stride", "padding",
 )
-#: All shape columns of seer's tidy tables (SEER's eight, then the 3D extension).
-SHAPE_COLUMNS: tuple[str, ...] = SEER_FIELDS + ("in_depth", "kernel_depth", "out_depth")
+#: Spatial axes, outermost first; a 2D layer has only the last two.
+AXES: tuple[str, ...] = ("d", "h", "w")
+#: Per-axis quantities and the value an axis a layer does not have takes.
+PER_AXIS: dict[str, int] = {"in": 1, "kernel": 1, "stride": 1, "pad": 0, "dilation": 1}
+#: What defines a layer, in table order: the constructor's fields.
+LAYER_FIELDS: tuple[str, ...] = (
+    "batch", "in_ch", "out_ch", "groups", "dims",
+    *(f"{q}_{a}" for q in PER_AXIS for a in AXES),
+)
+#: Output sizes, derived from the fields.
+OUTPUT_FIELDS: tuple[str, ...] = ("out_d", "out_h", "out_w")
+#: The layer columns of every tidy table and prediction.
+LAYER_COLUMNS: tuple[str, ...] = (*LAYER_FIELDS, *OUTPUT_FIELDS)
+#: Fields a layer file or frame may leave out, and their values then.
+LAYER_DEFAULTS: dict[str, int] = {
+    "groups": 1, **{f"{q}_{a}": v for q, v in PER_AXIS.items() for a in AXES if q not in ("in", "kernel")},
+    "in_d": 1, "kernel_d": 1,
+}
 
 FP32_BYTES = 4
-#: Every shape field is at most this: cuDNN describes tensors with 32-bit ints.
+#: Every field is at most this: cuDNN describes tensors with 32-bit ints.
 MAX_FIELD = 2**31 - 1
 
 
 class ShapeError(ValueError):
-    """An impossible shape; ``field`` names the offending field."""
+    """An impossible layer; ``field`` names the offending field."""
 
     def __init__(self, field: str, message: str) -> None:
         self.field = field
@@ -46,126 +59,142 @@ class ShapeError(ValueError):
         super().__init__(f"{field}: {message}")
 
 
-def conv_out_width(in_width: int, kernel_width: int, stride: int, padding: int) -> int:
-    """Output width of a convolution (dilation 1), as cuDNN and every framework compute it."""
-    return (in_width + 2 * padding - kernel_width) // stride + 1
+# The formulas below take Python ints (exact, for one layer) or numpy arrays (a frame).
+def conv_out_width(in_width, kernel_width, stride, padding, dilation=1):
+    """Output size along one axis, as cuDNN and every framework compute it."""
+    return (in_width + 2 * padding - dilation * (kernel_width - 1) - 1) // stride + 1
 
 
-# The formulas below take Python ints (exact, for one shape) or numpy arrays (a frame).
-def direct_macs(batch, in_ch, out_ch, kernel_width, out_width, kernel_depth=1, out_depth=1):
-    """Multiply-accumulates of the direct algorithm: N*K*C*R*S*P*Q (times the depths)."""
-    return batch * out_ch * in_ch * kernel_width**2 * kernel_depth * out_width**2 * out_depth
+def direct_macs(batch, in_ch, out_ch, groups, kernel_volume, out_volume):
+    """Multiply-accumulates of the direct algorithm: N*K*(C/G)*(kernel volume)*(output volume)."""
+    return batch * out_ch * (in_ch // groups) * kernel_volume * out_volume
 
 
-def tensor_elements(batch, in_ch, in_width, out_ch, out_width, kernel_width, in_depth=1, kernel_depth=1,
-                    out_depth=1) -> tuple:
+def tensor_elements(batch, in_ch, out_ch, groups, in_volume, kernel_volume, out_volume) -> tuple:
     """Elements of the input, the filter and the output."""
-    return (batch * in_ch * in_width**2 * in_depth,
-            out_ch * in_ch * kernel_width**2 * kernel_depth,
-            batch * out_ch * out_width**2 * out_depth)
+    return (batch * in_ch * in_volume, out_ch * (in_ch // groups) * kernel_volume, batch * out_ch * out_volume)
 
 
 @dataclass(frozen=True, order=True)
 class ConvShape:
-    """One forward convolution: NCHW input, KCRS filter, square images and filters.
+    """One forward convolution: NC[D]HW input, K(C/G)[T]RS filter, cross-correlation.
 
     Parameters
     ----------
-    batch, in_ch, in_width, out_ch, out_width, kernel_width, stride, padding : int
-        SEER's eight fields. ``out_width`` must equal
-        ``(in_width + 2*padding - kernel_width) // stride + 1``.
-    in_depth, kernel_depth : int, default=1
-        Depth of a 3D input and filter; both 1 for 2D. A 3D convolution uses the same
-        stride and padding along depth as along width.
+    batch, in_ch, out_ch : int
+    groups : int, default=1
+        Both channel counts must be multiples of it; ``groups == in_ch`` is depthwise.
+    dims : int, default=0
+        2 or 3 spatial dimensions; 0 means 3 if any depth field differs from its default.
+    in_d, in_h, in_w, kernel_d, kernel_h, kernel_w, stride_*, pad_*, dilation_* : int
+        Per spatial axis. A 2D layer leaves the ``_d`` fields at 1 (``pad_d`` at 0).
 
     Raises
     ------
     ShapeError
-        If a size is not a positive integer, padding is negative, the filter does not fit
-        the padded input, or ``out_width`` does not follow from the other fields.
+        If a size is not a positive integer, a padding is negative, a channel count is not
+        a multiple of ``groups``, or the (dilated) filter does not fit the padded input.
     """
 
     batch: int
     in_ch: int
-    in_width: int
     out_ch: int
-    out_width: int
-    kernel_width: int
-    stride: int
-    padding: int
-    in_depth: int = 1
-    kernel_depth: int = 1
+    groups: int = 1
+    dims: int = 0
+    in_d: int = 1
+    in_h: int = 1
+    in_w: int = 1
+    kernel_d: int = 1
+    kernel_h: int = 1
+    kernel_w: int = 1
+    stride_d: int = 1
+    stride_h: int = 1
+    stride_w: int = 1
+    pad_d: int = 0
+    pad_h: int = 0
+    pad_w: int = 0
+    dilation_d: int = 1
+    dilation_h: int = 1
+    dilation_w: int = 1
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 raise ShapeError(f.name, f"must be an integer, got {value!r}")
-            low = 0 if f.name == "padding" else 1
-            if not low <= value <= MAX_FIELD:
-                raise ShapeError(f.name, f"must be between {low} and {MAX_FIELD}, got {value}")
-        if self.kernel_width > self.in_width + 2 * self.padding:
-            raise ShapeError(
-                "kernel_width",
-                f"{self.kernel_width} is wider than the padded input "
-                f"({self.in_width} + 2*{self.padding})",
-            )
-        expected = conv_out_width(self.in_width, self.kernel_width, self.stride, self.padding)
-        if self.out_width != expected:
-            raise ShapeError(
-                "out_width",
-                f"is {self.out_width}, but in_width={self.in_width}, kernel_width="
-                f"{self.kernel_width}, stride={self.stride}, padding={self.padding} "
-                f"give {expected}",
-            )
-        if self.is_3d and self.kernel_depth > self.in_depth + 2 * self.padding:
-            raise ShapeError("kernel_depth", "is deeper than the padded input")
+            object.__setattr__(self, f.name, int(value))
+        if self.dims == 0:
+            depth_default = all(getattr(self, f"{q}_d") == v for q, v in PER_AXIS.items())
+            object.__setattr__(self, "dims", 2 if depth_default else 3)
+        problem = _first_problem({f.name: getattr(self, f.name) for f in fields(self)})
+        if problem:
+            raise ShapeError(*problem)
 
     # -- construction ------------------------------------------------------------------
     @classmethod
-    def from_layer(
-        cls,
-        batch: int,
-        in_ch: int,
-        in_width: int,
-        out_ch: int,
-        kernel_width: int,
-        stride: int = 1,
-        padding: int = 0,
-        *,
-        in_depth: int = 1,
-        kernel_depth: int = 1,
-    ) -> "ConvShape":
-        """Build a shape from a layer definition, deriving ``out_width``."""
-        out_width = conv_out_width(in_width, kernel_width, stride, padding)
-        return cls(batch, in_ch, in_width, out_ch, out_width, kernel_width, stride, padding,
-                   in_depth, kernel_depth)
+    def seer(cls, batch: int, in_ch: int, in_width: int, out_ch: int, out_width: int, kernel_width: int,
+             stride: int, padding: int) -> "ConvShape":
+        """A layer from SEER's eight numbers (square 2D); ``out_width`` must follow from the rest.
+
+        Mistakes are named by SEER's field names, checked in SEER's field order.
+        """
+        values = dict(zip(SEER_FIELDS, (batch, in_ch, in_width, out_ch, out_width, kernel_width, stride, padding)))
+        for name, value in values.items():
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise ShapeError(name, f"must be an integer, got {value!r}")
+            low = 0 if name == "padding" else 1
+            if not low <= value <= MAX_FIELD:
+                raise ShapeError(name, f"must be between {low} and {MAX_FIELD}, got {value}")
+        if kernel_width > in_width + 2 * padding:
+            raise ShapeError("kernel_width", f"{kernel_width} is wider than the padded input "
+                                             f"({in_width} + 2*{padding})")
+        expected = conv_out_width(in_width, kernel_width, stride, padding)
+        if out_width != expected:
+            raise ShapeError("out_width", f"is {out_width}, but in_width={in_width}, kernel_width={kernel_width}, "
+                                          f"stride={stride}, padding={padding} give {expected}")
+        return cls.square(batch, in_ch, in_width, out_ch, kernel_width, stride, padding)
+
+    @classmethod
+    def square(cls, batch: int, in_ch: int, in_width: int, out_ch: int, kernel_width: int, stride: int = 1,
+               padding: int = 0, **more: int) -> "ConvShape":
+        """A 2D layer with a square input and kernel, equal stride and padding on both axes."""
+        return cls(batch=batch, in_ch=in_ch, out_ch=out_ch, in_h=in_width, in_w=in_width, kernel_h=kernel_width,
+                   kernel_w=kernel_width, stride_h=stride, stride_w=stride, pad_h=padding, pad_w=padding, **more)
 
     @classmethod
     def from_mapping(cls, row: Mapping[str, Any]) -> "ConvShape":
-        """Build a shape from a dict or a table row holding (at least) SEER's eight fields."""
-        values = {name: int(row[name]) for name in SEER_FIELDS}
-        for name in ("in_depth", "kernel_depth"):
-            if name in row and row[name] is not None:
-                values[name] = int(row[name])
-        return cls(**values)
+        """A layer from a dict or table row: seer's layer fields, or SEER's eight."""
+        if "in_h" in row:
+            return cls(**{name: int(row[name]) for name in LAYER_FIELDS if name in row and not _missing(row[name])})
+        return cls.seer(*(int(row[name]) for name in SEER_FIELDS))
 
     # -- derived sizes -----------------------------------------------------------------
     @property
     def is_3d(self) -> bool:
-        return self.in_depth > 1 or self.kernel_depth > 1
+        return self.dims == 3
 
     @property
-    def out_depth(self) -> int:
-        if not self.is_3d:
-            return 1
-        return conv_out_width(self.in_depth, self.kernel_depth, self.stride, self.padding)
+    def out_d(self) -> int:
+        return conv_out_width(self.in_d, self.kernel_d, self.stride_d, self.pad_d, self.dilation_d)
+
+    @property
+    def out_h(self) -> int:
+        return conv_out_width(self.in_h, self.kernel_h, self.stride_h, self.pad_h, self.dilation_h)
+
+    @property
+    def out_w(self) -> int:
+        return conv_out_width(self.in_w, self.kernel_w, self.stride_w, self.pad_w, self.dilation_w)
+
+    def _axis(self, quantity: str) -> tuple[int, ...]:
+        """A per-axis quantity over the layer's spatial axes, outermost first."""
+        axes = AXES if self.is_3d else AXES[1:]
+        return tuple(getattr(self, f"{quantity}_{a}") for a in axes)
 
     @property
     def macs(self) -> int:
         """Multiply-accumulates of the direct algorithm (:func:`direct_macs`)."""
-        return direct_macs(self.batch, self.in_ch, self.out_ch, self.kernel_width, self.out_width,
-                           self.kernel_depth, self.out_depth)
+        return direct_macs(self.batch, self.in_ch, self.out_ch, self.groups, int(np.prod(self._axis("kernel"))),
+                           int(np.prod(self._axis("out"))))
 
     @property
     def flops(self) -> int:
@@ -175,8 +204,8 @@ class ConvShape:
     @property
     def tensor_elements(self) -> tuple[int, int, int]:
         """Elements of the input, the filter and the output (:func:`tensor_elements`)."""
-        return tensor_elements(self.batch, self.in_ch, self.in_width, self.out_ch, self.out_width,
-                               self.kernel_width, self.in_depth, self.kernel_depth, self.out_depth)
+        return tensor_elements(self.batch, self.in_ch, self.out_ch, self.groups, int(np.prod(self._axis("in"))),
+                               int(np.prod(self._axis("kernel"))), int(np.prod(self._axis("out"))))
 
     @property
     def tensor_bytes(self) -> int:
@@ -187,85 +216,274 @@ class ConvShape:
     @property
     def input_dims(self) -> tuple[int, ...]:
         """NCHW (NCDHW for 3D) dimensions of the input tensor."""
-        depth = (self.in_depth,) if self.is_3d else ()
-        return (self.batch, self.in_ch, *depth, self.in_width, self.in_width)
+        return (self.batch, self.in_ch, *self._axis("in"))
 
     @property
     def filter_dims(self) -> tuple[int, ...]:
-        """KCRS (KCTRS for 3D) dimensions of the filter."""
-        depth = (self.kernel_depth,) if self.is_3d else ()
-        return (self.out_ch, self.in_ch, *depth, self.kernel_width, self.kernel_width)
+        """K, C/groups, then the kernel's spatial sizes: cuDNN's grouped filter layout."""
+        return (self.out_ch, self.in_ch // self.groups, *self._axis("kernel"))
 
     @property
     def output_dims(self) -> tuple[int, ...]:
         """NKPQ (NKOPQ for 3D) dimensions of the output tensor."""
-        depth = (self.out_depth,) if self.is_3d else ()
-        return (self.batch, self.out_ch, *depth, self.out_width, self.out_width)
+        return (self.batch, self.out_ch, *self._axis("out"))
 
     @property
     def spatial_padding(self) -> tuple[int, ...]:
-        """Padding per spatial dimension, as cuDNN's descriptors take it."""
-        return (self.padding,) * (3 if self.is_3d else 2)
+        return self._axis("pad")
 
     @property
     def spatial_stride(self) -> tuple[int, ...]:
-        """Stride per spatial dimension, as cuDNN's descriptors take it."""
-        return (self.stride,) * (3 if self.is_3d else 2)
+        return self._axis("stride")
+
+    @property
+    def spatial_dilation(self) -> tuple[int, ...]:
+        return self._axis("dilation")
+
+    # -- SEER's special case -----------------------------------------------------------
+    @property
+    def is_seer(self) -> bool:
+        """Whether SEER's eight numbers describe the layer: square 2D, ungrouped, undilated."""
+        return (self.dims == 2 and self.groups == 1 and self.in_h == self.in_w and self.kernel_h == self.kernel_w
+                and self.stride_h == self.stride_w and self.pad_h == self.pad_w
+                and self.dilation_h == self.dilation_w == 1)
+
+    @property
+    def seer_fields(self) -> dict[str, int]:
+        """SEER's eight numbers; ValueError for a layer they cannot describe."""
+        if not self.is_seer:
+            raise ValueError(f"SEER's format cannot describe {self}")
+        return dict(zip(SEER_FIELDS, (self.batch, self.in_ch, self.in_w, self.out_ch, self.out_w, self.kernel_w,
+                                      self.stride_w, self.pad_w)))
 
     # -- identity and formats ----------------------------------------------------------
     @property
     def key(self) -> tuple[int, ...]:
-        return tuple(getattr(self, name) for name in SHAPE_COLUMNS)
+        return tuple(getattr(self, name) for name in LAYER_FIELDS)
 
     @property
     def shape_id(self) -> str:
-        """Stable 12-hex-digit id of the shape (same on every machine and run)."""
-        text = "-".join(str(v) for v in self.key)
+        """Stable 12-hex-digit id of the layer (same on every machine and run).
+
+        A layer SEER's format describes keeps the id seer 0.2 gave it (its eight numbers
+        and three depths of 1), so that measurements taken then still join.
+        """
+        if self.is_seer:
+            text = "-".join(str(v) for v in (*self.seer_fields.values(), 1, 1, 1))
+        else:
+            text = "layer-" + "-".join(str(v) for v in self.key)
         return hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
 
     def as_dict(self) -> dict[str, int]:
-        """All shape columns, ``out_depth`` included."""
-        d = asdict(self)
-        d["out_depth"] = self.out_depth
-        return {name: d[name] for name in SHAPE_COLUMNS}
+        """Every layer column (:data:`LAYER_COLUMNS`), output sizes included."""
+        return {name: getattr(self, name) for name in LAYER_COLUMNS}
 
     def to_seer_line(self) -> str:
-        """The shape as one line of SEER's Test-set-II format."""
-        return " ".join(str(getattr(self, name)) for name in SEER_FIELDS)
+        """The layer as one line of SEER's Test-set-II format."""
+        return " ".join(str(v) for v in self.seer_fields.values())
 
     def __str__(self) -> str:
-        text = (
-            f"N{self.batch} C{self.in_ch} {self.in_width}px -> K{self.out_ch} "
-            f"{self.out_width}px, {self.kernel_width}x{self.kernel_width}/s{self.stride}"
-            f"/p{self.padding}"
-        )
-        if self.is_3d:
-            text += f", depth {self.in_depth}->{self.out_depth} k{self.kernel_depth}"
-        return text
+        return describe(self.as_dict())
 
 
-# -- frames of shapes ---------------------------------------------------------------------
-def shape_frame(shapes: pd.DataFrame | np.ndarray | Sequence[ConvShape]) -> pd.DataFrame:
-    """SEER's eight columns as int64, one row per shape, in the given order.
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and np.isnan(value))
 
-    Takes a frame holding (at least) those columns, an array whose first eight columns are
-    them, or a sequence of :class:`ConvShape`; ``ValueError`` names missing columns.
+
+def _first_problem(v: Mapping[str, int]) -> tuple[str, str] | None:
+    """(field, message) of the first rule a layer's fields break, or None."""
+    for name in LAYER_FIELDS:
+        value = v[name]
+        low = 0 if name.startswith("pad_") else 1
+        if name == "dims":
+            if value not in (2, 3):
+                return name, f"must be 2 or 3, got {value}"
+        elif not low <= value <= MAX_FIELD:
+            return name, f"must be between {low} and {MAX_FIELD}, got {value}"
+    for name in ("in_ch", "out_ch"):
+        if v[name] % v["groups"]:
+            return name, f"{v[name]} is not a multiple of groups={v['groups']}"
+    if v["dims"] == 2:
+        for q, default in PER_AXIS.items():
+            if v[f"{q}_d"] != default:
+                return f"{q}_d", f"is {v[f'{q}_d']}, but a 2D layer has no depth (leave it {default})"
+    for a in (AXES if v["dims"] == 3 else AXES[1:]):
+        span = v[f"dilation_{a}"] * (v[f"kernel_{a}"] - 1) + 1
+        if span > v[f"in_{a}"] + 2 * v[f"pad_{a}"]:
+            dilated = f" dilated by {v[f'dilation_{a}']}" if v[f"dilation_{a}"] > 1 else ""
+            return f"kernel_{a}", (f"{v[f'kernel_{a}']}{dilated} is larger than the padded input "
+                                   f"({v[f'in_{a}']} + 2*{v[f'pad_{a}']})")
+    return None
+
+
+def describe(layer: Mapping[str, int]) -> str:
+    """A readable one-line description, e.g. ``32x128x56x56 -> 128, 3x3 s1 p1 g32``."""
+    axes = AXES if int(layer["dims"]) == 3 else AXES[1:]
+
+    def per_axis(quantity: str, sep: str = "x") -> str:
+        values = [str(int(layer[f"{quantity}_{a}"])) for a in axes]
+        return values[0] if len(set(values)) == 1 and quantity != "kernel" and quantity != "in" else sep.join(values)
+
+    text = (f"{layer['batch']}x{layer['in_ch']}x{per_axis('in')} -> {layer['out_ch']}, "
+            f"{per_axis('kernel')} s{per_axis('stride', ',')} p{per_axis('pad', ',')}")
+    if any(int(layer[f"dilation_{a}"]) != 1 for a in axes):
+        text += f" d{per_axis('dilation', ',')}"
+    if int(layer["groups"]) != 1:
+        text += f" g{layer['groups']}"
+    return text
+
+
+# -- layer kinds --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LayerKind:
+    """A kind of layer that reports group by; a layer may be of several kinds."""
+
+    name: str
+    description: str
+    test: Callable[[pd.DataFrame], np.ndarray]
+
+
+def _spatial_pairs_differ(frame: pd.DataFrame, quantity: str) -> np.ndarray:
+    return (frame[f"{quantity}_h"] != frame[f"{quantity}_w"]).to_numpy()
+
+
+LAYER_KINDS: tuple[LayerKind, ...] = (
+    LayerKind("square", "2D, square input and kernel, ungrouped, undilated (SEER's layers)",
+              lambda f: is_seer_layer(f)),
+    LayerKind("grouped", "1 < groups < in_ch", lambda f: ((f["groups"] > 1) & (f["groups"] < f["in_ch"])).to_numpy()),
+    LayerKind("depthwise", "groups == in_ch > 1", lambda f: ((f["groups"] > 1) & (f["groups"] == f["in_ch"])).to_numpy()),
+    LayerKind("1xN", "2D with a non-square kernel (1x7, 7x1, ...)",
+              lambda f: (f["dims"] == 2).to_numpy() & _spatial_pairs_differ(f, "kernel")),
+    LayerKind("non-square input", "2D with in_h != in_w",
+              lambda f: (f["dims"] == 2).to_numpy() & _spatial_pairs_differ(f, "in")),
+    LayerKind("dilated", "any dilation above 1",
+              lambda f: (f[["dilation_d", "dilation_h", "dilation_w"]] > 1).any(axis=1).to_numpy()),
+    LayerKind("3D", "three spatial dimensions", lambda f: (f["dims"] == 3).to_numpy()),
+)
+LAYER_KIND_NAMES: tuple[str, ...] = tuple(k.name for k in LAYER_KINDS)
+
+
+def layer_kind_flags(frame: pd.DataFrame) -> pd.DataFrame:
+    """One boolean column per :data:`LAYER_KINDS` entry, one row per layer of a layer frame."""
+    return pd.DataFrame({k.name: k.test(frame) for k in LAYER_KINDS}, index=frame.index)
+
+
+# -- frames of layers ---------------------------------------------------------------------
+def is_seer_layer(frame: pd.DataFrame) -> np.ndarray:
+    """Which rows of a layer frame SEER's eight numbers describe (:attr:`ConvShape.is_seer`)."""
+    f = frame
+    return ((f["dims"] == 2) & (f["groups"] == 1) & (f["in_h"] == f["in_w"]) & (f["kernel_h"] == f["kernel_w"])
+            & (f["stride_h"] == f["stride_w"]) & (f["pad_h"] == f["pad_w"]) & (f["dilation_h"] == 1)
+            & (f["dilation_w"] == 1)).to_numpy()
+
+
+def seer_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """SEER's eight columns of a layer frame whose rows are all :func:`is_seer_layer`."""
+    if not is_seer_layer(frame).all():
+        raise ValueError("SEER's eight numbers describe only square, ungrouped, undilated 2D layers")
+    return pd.DataFrame({"batch": frame["batch"], "in_ch": frame["in_ch"], "in_width": frame["in_w"],
+                         "out_ch": frame["out_ch"], "out_width": frame["out_w"], "kernel_width": frame["kernel_w"],
+                         "stride": frame["stride_w"], "padding": frame["pad_w"]}, index=frame.index).astype(np.int64)
+
+
+def _from_seer_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    s = frame
+    return pd.DataFrame({"batch": s["batch"], "in_ch": s["in_ch"], "out_ch": s["out_ch"],
+                         "in_h": s["in_width"], "in_w": s["in_width"], "kernel_h": s["kernel_width"],
+                         "kernel_w": s["kernel_width"], "stride_h": s["stride"], "stride_w": s["stride"],
+                         "pad_h": s["padding"], "pad_w": s["padding"]}, index=frame.index)
+
+
+def layer_frame(layers: pd.DataFrame | np.ndarray | Sequence[ConvShape]) -> pd.DataFrame:
+    """Every layer column (:data:`LAYER_COLUMNS`) as int64, one row per layer, in order.
+
+    Takes a frame with seer's layer columns (optional fields may be missing and take their
+    defaults; ``dims`` then follows from the depth fields) or with SEER's eight columns, an
+    array whose columns are SEER's eight, or a sequence of :class:`ConvShape`. Output sizes
+    are computed; the rows are not checked (:func:`invalid_layer_rows` does that), and
+    ``ValueError`` names missing columns.
     """
-    if isinstance(shapes, pd.DataFrame):
-        missing = [f for f in SEER_FIELDS if f not in shapes.columns]
+    if not isinstance(layers, pd.DataFrame):
+        if len(layers) and isinstance(layers[0], ConvShape):
+            return pd.DataFrame([s.as_dict() for s in layers], columns=list(LAYER_COLUMNS), dtype=np.int64)
+        array = np.asarray(layers, dtype=np.int64).reshape(len(layers), -1)
+        if array.shape[1] != len(SEER_FIELDS):
+            raise ValueError(f"an array of layers needs SEER's {len(SEER_FIELDS)} columns ({' '.join(SEER_FIELDS)}), "
+                             f"got {array.shape[1]}")
+        layers = pd.DataFrame(array, columns=list(SEER_FIELDS))
+    if "in_h" not in layers.columns and "in_width" in layers.columns:
+        missing = [f for f in SEER_FIELDS if f not in layers.columns]
         if missing:
-            raise ValueError(f"shape columns missing: {', '.join(missing)}")
-        return shapes[list(SEER_FIELDS)].astype(np.int64)
-    if len(shapes) and isinstance(shapes[0], ConvShape):
-        return pd.DataFrame([[getattr(s, f) for f in SEER_FIELDS] for s in shapes], columns=list(SEER_FIELDS),
-                            dtype=np.int64)
-    array = np.asarray(shapes, dtype=np.int64).reshape(len(shapes), -1)
-    if array.shape[1] < len(SEER_FIELDS):
-        raise ValueError(f"shapes need {len(SEER_FIELDS)} columns ({' '.join(SEER_FIELDS)}), got {array.shape[1]}")
-    return pd.DataFrame(array[:, : len(SEER_FIELDS)], columns=list(SEER_FIELDS))
+            raise ValueError(f"layer columns missing: {', '.join(missing)}")
+        layers = _from_seer_columns(layers)
+    required = [f for f in LAYER_FIELDS if f not in LAYER_DEFAULTS and f != "dims"]
+    missing = [f for f in required if f not in layers.columns]
+    if missing:
+        raise ValueError(f"layer columns missing: {', '.join(missing)}")
+    out = {}
+    for name in LAYER_FIELDS:
+        if name in layers.columns:
+            out[name] = layers[name].to_numpy(dtype=np.int64)
+        elif name != "dims":
+            out[name] = np.full(len(layers), LAYER_DEFAULTS[name], dtype=np.int64)
+    if "dims" not in out:
+        deep = np.zeros(len(layers), dtype=bool)
+        for q, default in PER_AXIS.items():
+            deep |= out[f"{q}_d"] != default
+        out["dims"] = np.where(deep, 3, 2).astype(np.int64)
+    with np.errstate(divide="ignore", invalid="ignore"):  # zero strides: rows the check flags
+        for a in AXES:
+            stride = np.maximum(out[f"stride_{a}"], 1)
+            out[f"out_{a}"] = conv_out_width(out[f"in_{a}"], out[f"kernel_{a}"], stride, out[f"pad_{a}"],
+                                             out[f"dilation_{a}"])
+    return pd.DataFrame({name: out[name] for name in LAYER_COLUMNS}, index=layers.index)
 
 
-def frame_flops(shapes: pd.DataFrame) -> np.ndarray:
-    """Analytic FLOPs (a multiply-add counts two) per row of a shape frame, as floats."""
-    columns = {f: shapes[f].to_numpy(dtype=float) for f in ("batch", "in_ch", "out_ch", "kernel_width", "out_width")}
-    return 2.0 * direct_macs(**columns)
+def invalid_layer_rows(frame: pd.DataFrame) -> np.ndarray:
+    """Which rows of a :func:`layer_frame` are not valid layers: the vectorised twin of
+    :class:`ConvShape`'s checks (a row is flagged exactly when ``ConvShape`` would raise)."""
+    v = {name: frame[name].to_numpy(dtype=np.int64) for name in LAYER_FIELDS}
+    bad = np.zeros(len(frame), dtype=bool)
+    for name in LAYER_FIELDS:
+        if name == "dims":
+            bad |= ~np.isin(v[name], (2, 3))
+        else:
+            bad |= (v[name] < (0 if name.startswith("pad_") else 1)) | (v[name] > MAX_FIELD)
+    c = {name: np.clip(v[name], 0, MAX_FIELD + 1) for name in LAYER_FIELDS}  # sums stay inside int64
+    groups = np.maximum(c["groups"], 1)
+    bad |= (c["in_ch"] % groups != 0) | (c["out_ch"] % groups != 0)
+    two = v["dims"] == 2
+    for q, default in PER_AXIS.items():
+        bad |= two & (v[f"{q}_d"] != default)
+    for a in AXES:
+        span = c[f"dilation_{a}"] * (c[f"kernel_{a}"] - 1) + 1
+        too_big = span > c[f"in_{a}"] + 2 * c[f"pad_{a}"]
+        bad |= too_big if a != "d" else (~two & too_big)
+    return bad
+
+
+def check_layer_frame(frame: pd.DataFrame, where: Callable[[int], str] = lambda i: f"layer {i + 1}") -> None:
+    """ShapeError for the first invalid row of a layer frame, worded by :class:`ConvShape`."""
+    bad = np.flatnonzero(invalid_layer_rows(frame))
+    if not len(bad):
+        return
+    row = frame.iloc[bad[0]]
+    try:
+        ConvShape(**{name: int(row[name]) for name in LAYER_FIELDS})
+    except ShapeError as exc:
+        raise ShapeError(exc.field, f"{exc.message} ({where(int(bad[0]))})") from None
+    raise AssertionError(f"{where(int(bad[0]))} failed the vectorised check only")
+
+
+def frame_volumes(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Input, kernel and output volumes (product over the spatial axes) per row, as floats."""
+    return {q: np.prod([frame[f"{q}_{a}"].to_numpy(dtype=float) for a in AXES], axis=0)
+            for q in ("in", "kernel", "out")}
+
+
+def frame_flops(frame: pd.DataFrame) -> np.ndarray:
+    """Analytic FLOPs (a multiply-add counts two) per row of a layer frame, as floats."""
+    vol = frame_volumes(frame)
+    return 2.0 * direct_macs(frame["batch"].to_numpy(dtype=float), frame["in_ch"].to_numpy(dtype=float),
+                             frame["out_ch"].to_numpy(dtype=float), frame["groups"].to_numpy(dtype=float),
+                             vol["kernel"], vol["out"])

@@ -29,10 +29,10 @@ from seer.model import Model
 from seer.persist import FORMAT_VERSION, sha256
 from seer.schema import MATH_MODE_NAMES
 from seer.seer_baseline import PROFILE_COLUMNS, SeerFamily
-from seer.shapes import SEER_FIELDS
+from seer.shapes import LAYER_COLUMNS, is_seer_layer
 
 #: Measurement columns training reads.
-TRAINING_COLUMNS = (*SEER_FIELDS, "shape_id", "math", "algo", "status", "time_ms", "workspace_bytes", "split",
+TRAINING_COLUMNS = (*LAYER_COLUMNS, "shape_id", "math", "algo", "status", "time_ms", "workspace_bytes", "split",
                     "profile_status", *PROFILE_COLUMNS)
 #: Called with (steps done, steps in all, what comes next).
 Progress = Callable[[int, int, str], None]
@@ -40,7 +40,7 @@ Progress = Callable[[int, int, str], None]
 
 def training_frames(table: pd.DataFrame, math: str, split: str | None = "train",
                     value: str = "time_ms") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Shapes (SEER's eight columns, indexed by shape_id) and one column per algorithm of
+    """Layers (the layer columns, indexed by shape_id) and one column per algorithm of
     ``value`` (the time, or ``workspace_bytes``), NaN where the run did not succeed, of one
     split (None: every split; a census table has none) and math mode."""
     rows = table[table["math"] == math]
@@ -49,7 +49,7 @@ def training_frames(table: pd.DataFrame, math: str, split: str | None = "train",
     values = rows.assign(**{value: rows[value].where(rows["status"] == "ok").astype(float)}).pivot(
         index="shape_id", columns="algo", values=value)
     algos = [a for a in pd.unique(table["algo"]) if a in values.columns]
-    shapes = rows.drop_duplicates("shape_id").set_index("shape_id").loc[values.index, list(SEER_FIELDS)]
+    shapes = rows.drop_duplicates("shape_id").set_index("shape_id").loc[values.index, list(LAYER_COLUMNS)]
     return shapes, values[algos]
 
 
@@ -103,7 +103,7 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
         predictors[math] = fitted.predictor_
         step(per_math_steps - 1, per_math_steps, "SEER's model")  # the selector took the steps before
         rows = table[(table["split"] == "train") & (table["math"] == math)]
-        family = SeerFamily(gpu=spec).fit(rows)
+        family = SeerFamily(gpu=spec).fit(rows[is_seer_layer(rows)])  # SEER's inputs exist for square 2D only
         baselines[math] = family.predictor_
         per_math[math] = {"shapes": len(shapes), "algorithms": fitted.algorithms_,
                           "support": {a: s if isinstance(s, str) else "classifier" for a, s in fitted.supports_.items()},

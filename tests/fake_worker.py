@@ -67,7 +67,7 @@ for line in open(args.plan):
             # FFT is "not supported" for stride > 1, as cuDNN answers.
             shape = work["shape"]
             workspace = {"IMPLICIT_GEMM": 0, "GEMM": 4096 if shape["in_ch"] % 2 == 0 else 0}
-            unsupported = ["FFT"] if shape["stride"] > 1 else []
+            unsupported = ["FFT"] if shape["stride_h"] > 1 else []
             if not unsupported:
                 workspace["FFT"] = 1 << 20
             census.append({"shape_id": work["shape_id"], "math": math, "grid": work["grid"], **shape,

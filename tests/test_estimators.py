@@ -8,7 +8,8 @@ import pytest
 
 from conftest import small_selector
 from seer import predictors
-from seer.estimators import CANDIDATE_SETS, AlgorithmSelector, ShapeFeatures, WorkspaceModel, mape
+from seer.estimators import (CANDIDATE_SETS, AlgorithmSelector, ShapeFeatures, WorkspaceModel, mape,
+                             quadratic_power_law)
 from seer.features import log2_flops
 from seer.gpus import get_gpu_spec
 from seer.predictors import NOT_RUN, path_weight, pick_inputs, regressor_inputs
@@ -60,7 +61,7 @@ def test_the_roofline_baseline_lets_trees_extrapolate_to_larger_layers(table, al
 def test_the_quadratic_power_law_beats_a_constant_too(table):
     shapes, times = _sample(*training_frames(table, "default", "train"), 1500)
     test_shapes, test_times = training_frames(table, "default", "test1")
-    power_law = {"quadratic_power_law": CANDIDATE_SETS["compact"]()["quadratic_power_law"]}
+    power_law = {"quadratic_power_law": quadratic_power_law()}
     selector = AlgorithmSelector(H100, candidates=power_law, cv=2).fit(shapes, times[["IMPLICIT_GEMM"]])
     assert selector.choice_["IMPLICIT_GEMM"] == {"all": "quadratic_power_law"}
     ran = test_times["IMPLICIT_GEMM"].notna()

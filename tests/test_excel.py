@@ -8,6 +8,7 @@ import pytest
 
 from seer.excel import SEER_SHEET_COLUMNS, seer_sheets, write_excel
 from seer.gpus import get_gpu_spec
+from seer.shapes import SEER_FIELDS, layer_frame
 
 SPEC = get_gpu_spec("h100")
 
@@ -25,7 +26,8 @@ def _runs() -> pd.DataFrame:
     })
     for column in ("flops", "dram_read_bytes", "dram_write_bytes", "sm_util", "dram_util"):
         runs[column] = 1.0
-    return runs
+    # Tables carry the layer columns; SEER's eight are the sheets' own.
+    return pd.concat([runs.drop(columns=list(SEER_FIELDS)), layer_frame(runs)], axis=1)
 
 
 def test_sheets_hold_profiled_runs_with_b_max_and_whole_waves():

@@ -19,7 +19,7 @@ def test_cudnn_binding_heuristic_workspace_and_forward_match_float64():
     from seer.gpu import cudnn
     from seer.gpu.reference import ShapeTensors
 
-    shape = ConvShape.from_layer(2, 16, 20, 24, 3, 1, 1)
+    shape = ConvShape.square(2, 16, 20, 24, 3, 1, 1)
     tensors = ShapeTensors(shape, seed=1)
     # An independent full reference: float64 via an im2col product on the GPU.
     x = tensors.x.astype(cp.float64)
@@ -28,8 +28,7 @@ def test_cudnn_binding_heuristic_workspace_and_forward_match_float64():
     full = cp.einsum("ncjhw,kcj->nkhw", cols, tensors.w.astype(cp.float64).reshape(24, 16, 9))
     assert cp.allclose(full.ravel()[tensors.sample_index], tensors.reference, rtol=1e-9, atol=1e-9)
 
-    with cudnn.Handle() as handle, cudnn.ConvolutionProblem(
-            handle, tensors.x_dims, tensors.w_dims, tensors.padding, tensors.stride, "fma") as problem:
+    with cudnn.Handle() as handle, cudnn.ConvolutionProblem(handle, shape, "fma") as problem:
         assert problem.y_dims == tensors.y_dims
         ranked = problem.heuristic()
         assert {c.algo for c in ranked} <= set(range(8)) and ranked
@@ -43,6 +42,49 @@ def test_cudnn_binding_heuristic_workspace_and_forward_match_float64():
         assert float(cp.abs(tensors.y.astype(cp.float64) - full).max()) < 1e-3
         tensors.poison_output()
         assert tensors.relative_error() == float("inf")  # an unwritten output never passes
+
+
+GENERAL_LAYERS = [
+    ConvShape(2, 32, 32, groups=4, in_h=13, in_w=21, kernel_h=3, kernel_w=3, pad_h=1, pad_w=1),  # grouped
+    ConvShape(2, 24, 24, groups=24, in_h=15, in_w=15, kernel_h=5, kernel_w=5, stride_h=2, stride_w=2, pad_h=2,
+              pad_w=2),  # depthwise, strided
+    ConvShape(1, 16, 8, in_h=17, in_w=17, kernel_h=1, kernel_w=7, pad_w=3),  # 1x7
+    ConvShape(1, 8, 12, in_h=20, in_w=18, kernel_h=3, kernel_w=3, pad_h=2, pad_w=4, dilation_h=2,
+              dilation_w=4),  # dilated, per-axis
+    ConvShape(2, 4, 8, in_d=9, in_h=10, in_w=11, kernel_d=3, kernel_h=3, kernel_w=1, stride_d=2, pad_d=1,
+              pad_h=1, dilation_w=1),  # 3D
+    ConvShape(1, 6, 6, groups=3, in_d=5, in_h=6, in_w=7, kernel_d=1, kernel_h=3, kernel_w=3, pad_h=2, pad_w=1,
+              dilation_h=2),  # 3D, grouped, dilated
+]
+
+
+@pytest.mark.parametrize("shape", GENERAL_LAYERS, ids=str)
+def test_reference_and_cudnn_agree_with_torch_on_every_layer_kind(shape):
+    """The float64 reference sample equals PyTorch's float64 convolution, and cuDNN's
+    IMPLICIT_GEMM through seer's Nd descriptors passes the check."""
+    import cupy as cp
+
+    from seer.gpu import cudnn
+    from seer.gpu.reference import ShapeTensors
+
+    torch = pytest.importorskip("torch")
+    tensors = ShapeTensors(shape, seed=3)
+    conv = torch.nn.functional.conv3d if shape.is_3d else torch.nn.functional.conv2d
+    x = torch.as_tensor(cp.asnumpy(tensors.x), dtype=torch.float64)
+    w = torch.as_tensor(cp.asnumpy(tensors.w), dtype=torch.float64)
+    full = conv(x, w, stride=shape.spatial_stride, padding=shape.spatial_padding, dilation=shape.spatial_dilation,
+                groups=shape.groups).numpy()
+    assert full.shape == shape.output_dims
+    sample = full.ravel()[cp.asnumpy(tensors.sample_index)]
+    np.testing.assert_allclose(cp.asnumpy(tensors.reference), sample, rtol=1e-9, atol=1e-9)
+    with cudnn.Handle() as handle, cudnn.ConvolutionProblem(handle, shape, "fma") as problem:
+        assert problem.y_dims == shape.output_dims
+        ws = problem.workspace_size(0)
+        workspace = cp.empty(max(ws, 1), dtype=cp.uint8)
+        tensors.poison_output()
+        problem.forward(0, tensors.x.data.ptr, tensors.w.data.ptr, tensors.y.data.ptr, workspace.data.ptr, ws)
+        cp.cuda.Device().synchronize()
+        assert tensors.relative_error() < 1e-5
 
 
 def test_quick_grid_collection_end_to_end(tmp_path):
@@ -72,6 +114,33 @@ def test_quick_grid_collection_end_to_end(tmp_path):
     assert main(["collect", "--gpu", _local_gpu(), "--grid", "quick", "--data-dir", str(tmp_path),
                  "--limit-shapes", "6", "--profile-shapes", "0", "--no-parse"]) == 0
     assert len(pd.read_csv(gpu_dir / "measurements.csv.gz")) == len(table)
+
+
+def test_quick_general_grid_collection_end_to_end(tmp_path):
+    """Every layer kind (grouped, depthwise, 1xN, non-square, dilated, 3D) collects, checks
+    against float64, times, and traces its kernels under CUPTI where cupti-python is installed."""
+    from seer.gpu import tracing
+    from seer.shapes import layer_kind_flags
+
+    code = main(["collect", "--gpu", _local_gpu(), "--grid", "quick-general", "--data-dir", str(tmp_path),
+                 "--profile-shapes", "0", "--budget-ms", "3"])
+    assert code == 0
+    gpu_dir = next(tmp_path.iterdir())
+    table = pd.read_csv(gpu_dir / "measurements.csv.gz")
+    assert len(table) == 12 * 2 * 8
+    assert set(table["status"]) <= {"ok", "not_supported", "workspace_too_large"}
+    ok = table[table["status"] == "ok"]
+    assert (ok["time_ms"] > 0).all() and (ok["rel_error"] < 1e-2).all()
+    kinds = layer_kind_flags(ok.drop_duplicates("shape_id"))
+    assert kinds.drop(columns="square").any(axis=0).all()  # every kind has a layer that ran
+    assert set(ok.loc[ok["dims"] == 3, "algo"]) >= {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM"}
+    if tracing.available() is None:
+        assert (ok["trace_status"] == "ok").all()
+        assert (ok["trace_n_kernels"] >= 1).all()
+        ratio = ok["trace_time_ms"] / ok["time_ms"]
+        assert ratio.median() == pytest.approx(1.0, abs=0.2)
+        traced = pd.read_csv(gpu_dir / "traced_kernels.csv.gz")
+        assert set(traced["kernel_role"]) >= {"compute"}
 
 
 def _local_gpu() -> str:

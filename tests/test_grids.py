@@ -16,16 +16,16 @@ def test_seer_grid_is_reproducible_bounded_and_covers_every_kernel_and_stride():
     a, b = seer_grid(), seer_grid()
     assert a == b and len(set(a)) == len(a) > 1000
     assert max(s.flops for s in a) <= SEER_MAX_FLOPS
-    assert {s.kernel_width for s in a} == set(SEER_KERNELS)
-    assert {s.stride for s in a} == {1, 2, 3, 4}
-    assert sum(s.stride == 1 for s in a) / len(a) == pytest.approx(0.5, abs=0.02)
-    assert {s.padding == s.kernel_width // 2 for s in a} == {True, False}
+    assert {s.kernel_w for s in a} == set(SEER_KERNELS)
+    assert {s.stride_w for s in a} == {1, 2, 3, 4}
+    assert sum(s.stride_w == 1 for s in a) / len(a) == pytest.approx(0.5, abs=0.02)
+    assert {s.pad_w == s.kernel_w // 2 for s in a} == {True, False}
 
 
 def test_quick_grid_is_small_and_varied():
     q = quick_grid()
     assert 20 <= len(q) <= 40 and len(set(q)) == len(q)
-    assert {s.kernel_width for s in q} == set(SEER_KERNELS) and {1, 2} <= {s.stride for s in q}
+    assert {s.kernel_w for s in q} == set(SEER_KERNELS) and {1, 2} <= {s.stride_w for s in q}
 
 
 def test_test_set_ii_excludes_every_training_shape():
@@ -36,12 +36,12 @@ def test_test_set_ii_excludes_every_training_shape():
 
 def test_resolve_grids_dedupes_and_labels(tmp_path):
     path = tmp_path / "mine.txt"
-    layers.write_shapes_file(path, quick_grid()[:3] + [ConvShape.from_layer(2, 5, 9, 7, 3)])
+    layers.write_shapes_file(path, quick_grid()[:3] + [ConvShape.square(2, 5, 9, 7, 3)])
     shapes = resolve_grids(f"quick,{path}")
     labels = {gs.shape: gs.grid for gs in shapes}
     assert len(shapes) == len(quick_grid()) + 1
     assert labels[quick_grid()[0]] == "quick"
-    assert labels[ConvShape.from_layer(2, 5, 9, 7, 3)] == "file:mine"
+    assert labels[ConvShape.square(2, 5, 9, 7, 3)] == "file:mine"
     with pytest.raises(InputError, match="named grids are"):
         resolve_grids("seerr")
 
@@ -60,5 +60,5 @@ def test_random_grid_is_reproducible_and_leaves_out_the_other_grids():
     assert shapes == random_grid(300) and len(set(shapes)) == 300
     assert not set(shapes) & (set(test_set_ii_grid()) | set(seer_grid()) | set(networks_grid()))
     # Off SEER's powers of two: odd widths and channel counts that are not powers of two.
-    assert any(s.in_width % 2 for s in shapes)
+    assert any(s.in_w % 2 for s in shapes)
     assert any(s.in_ch & (s.in_ch - 1) for s in shapes)

@@ -14,7 +14,13 @@ from seer.errors import InputError
 from seer.grids import quick_grid
 from seer.layers import (check_layers, format_layers, format_shapes, invalid_rows, iter_layer_chunks,
                          parse_shapes, read_layers, read_shapes_file, write_layers, write_shapes_file)
-from seer.shapes import MAX_FIELD, SEER_FIELDS, ConvShape, ShapeError
+from seer.layers import frame_shapes
+from seer.shapes import LAYER_COLUMNS, MAX_FIELD, SEER_FIELDS, ConvShape, ShapeError, seer_frame
+
+
+def seer_rows(frame: pd.DataFrame) -> list[list[int]]:
+    """SEER's eight numbers per row of a layer frame."""
+    return seer_frame(frame).to_numpy().tolist()
 
 GOOD = """3
 # batch in_ch in_width out_ch out_width kernel_width stride padding
@@ -33,7 +39,7 @@ def layer_file(n: int, seed: int = 0) -> str:
     lines = [f"# {n} layers", str(n)]
     for i in range(n):
         width, kernel, stride = int(rng.integers(7, 64)), int(rng.choice([1, 3, 5, 7])), int(rng.integers(1, 5))
-        shape = ConvShape.from_layer(int(rng.integers(1, 65)), int(rng.integers(1, 513)), width,
+        shape = ConvShape.square(int(rng.integers(1, 65)), int(rng.integers(1, 513)), width,
                                      int(rng.integers(1, 513)), kernel, stride, kernel // 2)
         lines.append(shape.to_seer_line() + ("  # note" if i % 7 == 0 else ""))
         if i % 5 == 0:
@@ -43,17 +49,17 @@ def layer_file(n: int, seed: int = 0) -> str:
 
 def test_reads_seer_format_with_comments_blank_lines_and_tabs():
     frame = read_layers(io.StringIO(GOOD))
-    assert list(frame.columns) == list(SEER_FIELDS)
+    assert list(frame.columns) == list(LAYER_COLUMNS)
     assert (frame.dtypes == np.int64).all() and list(frame.index) == [0, 1, 2]
-    assert frame.to_numpy().tolist() == ROWS
-    assert parse_shapes(GOOD) == [ConvShape(*row) for row in ROWS]
+    assert seer_rows(frame) == ROWS
+    assert parse_shapes(GOOD) == [ConvShape.seer(*row) for row in ROWS]
 
 
 def test_edge_values_are_accepted():
     text = f"0002\n{MAX_FIELD} 3 8 4 8 3 1 1\r\n1 1 1 1 1 1 {MAX_FIELD} 0\n"
-    assert read_layers(io.StringIO(text)).to_numpy().tolist() == [
+    assert seer_rows(read_layers(io.StringIO(text))) == [
         [MAX_FIELD, 3, 8, 4, 8, 3, 1, 1], [1, 1, 1, 1, 1, 1, MAX_FIELD, 0]]
-    assert read_layers(io.StringIO("0\n# nothing\n")).shape == (0, 8)
+    assert read_layers(io.StringIO("0\n# nothing\n")).shape == (0, len(LAYER_COLUMNS))
 
 
 @pytest.mark.parametrize("text, line, field, words", [
@@ -132,12 +138,12 @@ def test_a_file_names_itself_and_its_problems_in_one_line(tmp_path):
 def test_a_byte_order_mark_is_not_content(tmp_path):
     path = tmp_path / "bom.txt"
     path.write_bytes(b"\xef\xbb\xbf1\r\n1 3 8 4 8 3 1 1\r\n")
-    assert read_shapes_file(path) == [ConvShape(1, 3, 8, 4, 8, 3, 1, 1)]
+    assert read_shapes_file(path) == [ConvShape.seer(1, 3, 8, 4, 8, 3, 1, 1)]
 
 
 def test_standard_input_is_read_and_named(monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.StringIO(GOOD))
-    assert read_layers("-").to_numpy().tolist() == ROWS
+    assert seer_rows(read_layers("-")) == ROWS
     monkeypatch.setattr(sys, "stdin", io.StringIO("1\n1 3 8 4 8 3 1 ８\n"))
     with pytest.raises(InputError, match="^<stdin>:2: padding: must be an integer"):
         read_layers("-")
@@ -146,7 +152,7 @@ def test_standard_input_is_read_and_named(monkeypatch):
 def test_standard_input_bytes_are_decoded_as_utf8_and_left_open(monkeypatch):
     buffer = io.BytesIO("1\n1 3 8 4 8 3 1 1 # é\n".encode())
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(buffer, encoding="ascii"))
-    assert read_layers("-").shape == (1, 8)
+    assert read_layers("-").shape == (1, len(LAYER_COLUMNS))
     assert not buffer.closed
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"1\n\xff\n"), encoding="utf-8"))
     with pytest.raises(InputError, match="^<stdin>: not a text file"):
@@ -162,7 +168,7 @@ def test_chunked_reading_equals_whole_file_reading(tmp_path, chunk_layers):
     assert all(0 < len(c) <= chunk_layers for c in chunks)
     assert len(chunks) == -(-300 // chunk_layers)
     pd.testing.assert_frame_equal(pd.concat(chunks), whole)
-    assert [ConvShape(*row) for row in whole.itertuples(index=False)] == parse_shapes(path.read_text())
+    assert frame_shapes(whole) == parse_shapes(path.read_text())
 
 
 @pytest.mark.parametrize("promised, line", [(5, 8), (9, 2)])
@@ -205,11 +211,11 @@ def test_write_then_read_round_trip(tmp_path):
     frame = read_layers(path)
     stream = io.StringIO()
     write_layers(stream, frame)
-    assert stream.getvalue() == path.read_text() == format_layers(frame.to_numpy())
+    assert stream.getvalue() == path.read_text() == format_layers(seer_frame(frame).to_numpy())
 
 
 def test_format_matches_seer_layout_and_writes_to_stdout(capsys):
-    shape = ConvShape.from_layer(128, 16, 128, 16, 3, 1, 1)
+    shape = ConvShape.square(128, 16, 128, 16, 3, 1, 1)
     assert format_shapes([shape]) == "1\n128 16 128 16 128 3 1 1\n"
     assert format_layers([]) == "0\n"
     assert format_layers(pd.DataFrame(columns=list(SEER_FIELDS))) == "0\n"
@@ -224,15 +230,14 @@ def test_an_impossible_layer_is_not_written(tmp_path):
         write_layers(tmp_path / "x.txt", frame)
     assert info.value.field == "out_width" and "(layer 2)" in str(info.value)
     assert not (tmp_path / "x.txt").exists()
-    pd.testing.assert_frame_equal(check_layers(frame.iloc[[0, 2]]), frame.iloc[[0, 2]])
+    assert seer_rows(check_layers(frame.iloc[[0, 2]])) == frame.iloc[[0, 2]].to_numpy().tolist()
 
 
 # -- the two paths agree, and nothing but InputError escapes ---------------------------------------
 # A valid shape with up to two fields replaced, so that every rule is met both ways.
 VALID_ROWS = st.builds(
     lambda batch, in_ch, width, out_ch, kernel, stride, padding:
-        [getattr(ConvShape.from_layer(batch, in_ch, width + kernel, out_ch, kernel, stride, padding), f)
-         for f in SEER_FIELDS],
+        list(ConvShape.square(batch, in_ch, width + kernel, out_ch, kernel, stride, padding).seer_fields.values()),
     st.integers(1, 9), st.integers(1, 9), st.integers(0, 9), st.integers(1, 9), st.integers(1, 7),
     st.integers(1, 4), st.integers(0, 3))
 EDGE_VALUES = st.one_of(
@@ -251,7 +256,7 @@ def edited(row: list, edits: dict) -> list:
 def test_vectorised_rules_agree_with_convshape(row, edits):
     row = edited(row, edits)
     try:
-        ConvShape(*row)
+        ConvShape.seer(*row)
         valid = True
     except ShapeError:
         valid = False
@@ -299,5 +304,88 @@ def test_fuzzed_input_is_either_parsed_or_an_input_error(text):
         except InputError as err:
             assert err.path == "fuzz.txt" and err.line is not None and "\n" not in str(err)
         else:
-            assert not invalid_rows(frame.to_numpy()).any()
+            assert not invalid_rows(seer_frame(frame).to_numpy()).any()
             assert all(isinstance(s, ConvShape) for s in parse_shapes(text))
+
+
+# -- layer CSV --------------------------------------------------------------------------------
+CSV = """# layers of every kind
+batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w,stride_h,stride_w,pad_h,pad_w,groups,dilation_h,dilation_w
+32,128,128,56,56,3,3,1,1,1,1,32,,
+1,768,192,17,17,1,7,,,0,3,,,
+
+2,64,64,64,96,3,3,2,2,2,2,,2,2
+"""
+
+
+def test_layer_csv_reads_every_kind_with_defaults():
+    frame = read_layers(io.StringIO(CSV), name="layers.csv")
+    assert list(frame.columns) == list(LAYER_COLUMNS) and list(frame.index) == [0, 1, 2]
+    shapes = frame_shapes(frame)
+    assert shapes[0] == ConvShape(32, 128, 128, groups=32, in_h=56, in_w=56, kernel_h=3, kernel_w=3, pad_h=1, pad_w=1)
+    assert shapes[1] == ConvShape(1, 768, 192, in_h=17, in_w=17, kernel_h=1, kernel_w=7, pad_w=3)
+    assert shapes[2].out_h == 32 and shapes[2].out_w == 48 and shapes[2].dilation_h == 2
+    # Detected by the comma on the first line too (standard input has no file name).
+    pd.testing.assert_frame_equal(read_layers(io.StringIO(CSV)), frame)
+
+
+def test_layer_csv_square_aliases_3d_names_and_output_checks():
+    text = ("name,batch,in_ch,out_ch,in_width,kernel_width,out_width,stride_h,stride_w,padding_ignored\n")
+    with pytest.raises(InputError) as info:
+        read_layers(io.StringIO(text), name="a.csv")
+    assert (info.value.line, info.value.field) == (1, "padding_ignored") and "unknown column" in info.value.message
+    text = "name,batch,in_ch,out_ch,in_width,kernel_width,out_width\nconv1,1,3,64,224,7,218\n"
+    frame = read_layers(io.StringIO(text), name="a.csv")
+    assert frame["name"].tolist() == ["conv1"] and frame["out_h"].tolist() == [218]
+    text = ("batch,in_ch,out_ch,in_d,in_h,in_w,kernel_d,kernel_h,kernel_w,pad_d,pad_h,pad_w,stride_d\n"
+            "2,4,32,128,128,128,3,3,3,1,1,1,2\n1,3,8,,16,16,,3,3,,1,1,\n")
+    frame = read_layers(io.StringIO(text), name="v.csv")
+    assert frame["dims"].tolist() == [3, 2] and frame["out_d"].tolist() == [64, 1]
+    assert frame_shapes(frame)[0].output_dims == (2, 32, 64, 128, 128)
+
+
+@pytest.mark.parametrize("text, line, field, words", [
+    ("batch,in_ch,out_ch,in_h,in_w,kernel_h\n", 1, "kernel_w", "missing column"),
+    ("batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w,in_h\n", 1, "in_h", "twice"),
+    ("batch,in_ch,out_ch,in_width,in_h,kernel_width\n", 1, "in_width", "not both"),
+    ("batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w,in_d\n", 1, "kernel_d", "both in_d and kernel_d"),
+    ("batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w,groups\n1,10,8,5,5,3,3,4\n", 2, "in_ch", "multiple of groups"),
+    ("batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w,groups\n1,8,10,5,5,3,3,4\n", 2, "out_ch", "multiple of groups"),
+    ("batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w\n1,8,8,5,5,3,9\n", 2, "kernel_w", "larger than the padded"),
+    ("batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w,dilation_h\n1,8,8,5,5,3,3,3\n", 2, "kernel_h", "dilated by 3"),
+    ("batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w,out_h\n1,8,8,5,5,3,3,4\n", 2, "out_h", "give 3"),
+    ("batch,in_ch,out_ch,in_width,kernel_width,out_width\n1,8,8,5,3,4\n", 2, "out_width", "give 3"),
+    ("batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w\n1,8,8,5,,3,3\n", 2, "in_w", "missing value"),
+    ("batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w\n1,8,8,5,5,3\n", 2, "kernel_w", "fewer fields"),
+    ("batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w\n1,8,8,5,5,3,3,1\n", 2, "kernel_w", "more fields"),
+    ("batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w\n1,8,8,5,5,3,+3\n", 2, "kernel_w", "ASCII digits"),
+    ("batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w\n1,8,8,5,5,3,\uff13\n", 2, "kernel_w", "ASCII digits"),
+    ("batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w\n1,8,8,5,5,3,3.0\n", 2, "kernel_w", "ASCII digits"),
+    ("batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w\n1,8,8,5,99999999999,3,3\n", 2, "in_w", "at most"),
+    ("batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w\n\n# c\n1,8,8,5,5,3,3\n0,8,8,5,5,3,3\n", 5, "batch",
+     "between 1"),
+    ("batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w,in_d,kernel_d\n1,8,8,5,5,3,3,4,\n", 2, "kernel_d",
+     "both in_d and kernel_d"),
+    ("batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w,stride_d\n1,8,8,5,5,3,3,2\n", 2, "stride_d", "2D layer"),
+])
+def test_every_csv_mistake_names_file_line_and_field(text, line, field, words):
+    with pytest.raises(InputError) as info:
+        read_layers(io.StringIO(text), name="bad.csv")
+    err = info.value
+    assert (err.path, err.line, err.field) == ("bad.csv", line, field), str(err)
+    assert words in err.message and "\n" not in str(err)
+
+
+def test_general_layers_write_as_csv_and_read_back(tmp_path):
+    from seer.grids import quick_general_grid
+
+    shapes = quick_general_grid()
+    path = tmp_path / "general.csv"
+    write_shapes_file(path, shapes)
+    assert path.read_text().startswith("batch,in_ch,out_ch,groups,in_d,")
+    assert read_shapes_file(path) == shapes
+    with pytest.raises(ShapeError, match="write it as CSV"):
+        format_layers(shapes, "seer")
+    # A square layer written as CSV reads back the same.
+    square = [ConvShape.square(8, 64, 56, 64, 3, 1, 1)]
+    assert parse_shapes(format_layers(square, "csv"), "s.csv") == square

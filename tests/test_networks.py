@@ -67,7 +67,7 @@ def test_layer_counts_and_final_width(name):
     layers = network_layers(name, 1)
     assert len(layers) == count
     assert len(skipped_layers(name, 1)) == skipped
-    assert layers[-1].shape.out_width == final
+    assert layers[-1].shape.out_w == final
     assert all(isinstance(layer, NetworkLayer) and layer.network == name for layer in layers)
     names = [layer.layer for layer in layers] + [n for n, _ in skipped_layers(name, 1)]
     assert len(set(names)) == len(names), "layer names must be unique"
@@ -82,7 +82,7 @@ def test_every_shape_is_valid(name, batch):
         # Reconstructing runs ConvShape's validation (out_width rule, kernel fits).
         assert ConvShape(**{f.name: getattr(shape, f.name)
                             for f in dataclasses.fields(shape)}) == shape
-        assert shape.padding <= shape.kernel_width // 2
+        assert shape.pad_w <= shape.kernel_w // 2
 
 
 # Distinct input widths, first-seen order: they follow the pooling layers' exact outputs.
@@ -107,8 +107,8 @@ def test_every_shape_is_valid(name, batch):
 def test_widths_chain_through_pooling(name, width, widths):
     seen: list[int] = []
     for layer in network_layers(name, 1, width):
-        if layer.shape.in_width not in seen:
-            seen.append(layer.shape.in_width)
+        if layer.shape.in_w not in seen:
+            seen.append(layer.shape.in_w)
     assert seen == widths
 
 
@@ -118,9 +118,9 @@ def test_sequential_networks_chain_channels(name):
     assert layers[0].shape.in_ch == 3
     for prev, cur in zip(layers, layers[1:]):
         assert cur.shape.in_ch == prev.shape.out_ch
-        assert cur.shape.in_width in (prev.shape.out_width,
-                                      pool_out_width(prev.shape.out_width, 2, 2),
-                                      pool_out_width(prev.shape.out_width, 3, 2))
+        assert cur.shape.in_w in (prev.shape.out_w,
+                                      pool_out_width(prev.shape.out_w, 2, 2),
+                                      pool_out_width(prev.shape.out_w, 3, 2))
 
 
 @pytest.mark.parametrize("name", ["resnet18", "resnet50", "resnet152"])
@@ -131,76 +131,76 @@ def test_resnet_blocks_chain(name):
     for block in blocks:
         convs = [by_name[f"{block}.conv{i}"] for i in (1, 2, 3) if f"{block}.conv{i}" in by_name]
         for a, b in zip(convs, convs[1:]):
-            assert (b.in_ch, b.in_width) == (a.out_ch, a.out_width)
+            assert (b.in_ch, b.in_w) == (a.out_ch, a.out_w)
         down = by_name.get(f"{block}.downsample.0")
         if down is not None:  # projection shortcut meets the main path
-            assert (down.in_ch, down.in_width) == (convs[0].in_ch, convs[0].in_width)
-            assert (down.out_ch, down.out_width) == (convs[-1].out_ch, convs[-1].out_width)
+            assert (down.in_ch, down.in_w) == (convs[0].in_ch, convs[0].in_w)
+            assert (down.out_ch, down.out_w) == (convs[-1].out_ch, convs[-1].out_w)
         else:
             assert convs[0].in_ch == convs[-1].out_ch
-    stride2 = [n for n, s in by_name.items() if s.stride == 2 and s.kernel_width == 3]
+    stride2 = [n for n, s in by_name.items() if s.stride_w == 2 and s.kernel_w == 3]
     if name != "resnet18":  # v1.5: the stride sits on the bottleneck's 3x3 conv
         assert stride2 == ["layer2.0.conv2", "layer3.0.conv2", "layer4.0.conv2"]
 
 
 def test_hand_checked_layers():
     r50 = {layer.layer: layer.shape for layer in network_layers("resnet50", 8)}
-    assert r50["conv1"] == ConvShape(8, 3, 224, 64, 112, 7, 2, 3)
-    assert r50["layer1.0.downsample.0"] == ConvShape(8, 64, 56, 256, 56, 1, 1, 0)
-    assert r50["layer2.0.conv2"] == ConvShape(8, 128, 56, 128, 28, 3, 2, 1)
-    assert r50["layer2.0.downsample.0"] == ConvShape(8, 256, 56, 512, 28, 1, 2, 0)
-    last3x3 = [layer for layer in network_layers("resnet50", 8) if layer.shape.kernel_width == 3][-1]
+    assert r50["conv1"] == ConvShape.seer(8, 3, 224, 64, 112, 7, 2, 3)
+    assert r50["layer1.0.downsample.0"] == ConvShape.seer(8, 64, 56, 256, 56, 1, 1, 0)
+    assert r50["layer2.0.conv2"] == ConvShape.seer(8, 128, 56, 128, 28, 3, 2, 1)
+    assert r50["layer2.0.downsample.0"] == ConvShape.seer(8, 256, 56, 512, 28, 1, 2, 0)
+    last3x3 = [layer for layer in network_layers("resnet50", 8) if layer.shape.kernel_w == 3][-1]
     assert last3x3.layer == "layer4.2.conv2"
-    assert last3x3.shape == ConvShape(8, 512, 7, 512, 7, 3, 1, 1)
-    assert network_layers("resnet50", 8)[-1].shape == ConvShape(8, 512, 7, 2048, 7, 1, 1, 0)
+    assert last3x3.shape == ConvShape.seer(8, 512, 7, 512, 7, 3, 1, 1)
+    assert network_layers("resnet50", 8)[-1].shape == ConvShape.seer(8, 512, 7, 2048, 7, 1, 1, 0)
 
     vgg = network_layers("vgg16", 1)
     assert vgg[-1].layer == "features.28"
-    assert vgg[-1].shape == ConvShape(1, 512, 14, 512, 14, 3, 1, 1)
+    assert vgg[-1].shape == ConvShape.seer(1, 512, 14, 512, 14, 3, 1, 1)
 
     alex = network_layers("alexnet", 1)
     assert [layer.layer for layer in alex] == [f"features.{i}" for i in (0, 3, 6, 8, 10)]
-    assert alex[0].shape == ConvShape(1, 3, 224, 64, 55, 11, 4, 2)
+    assert alex[0].shape == ConvShape.seer(1, 3, 224, 64, 55, 11, 4, 2)
     assert [s.shape.out_ch for s in alex] == [64, 192, 384, 256, 256]
 
     dn = {layer.layer: layer.shape for layer in network_layers("densenet121", 1)}
     # Block 1 ends at 64 + 6*32 = 256 channels, halved by transition1.
-    assert dn["features.transition1.conv"] == ConvShape(1, 256, 56, 128, 56, 1, 1, 0)
-    assert dn["features.denseblock4.denselayer16.conv1"] == ConvShape(1, 992, 7, 128, 7, 1, 1, 0)
+    assert dn["features.transition1.conv"] == ConvShape.seer(1, 256, 56, 128, 56, 1, 1, 0)
+    assert dn["features.denseblock4.denselayer16.conv1"] == ConvShape.seer(1, 992, 7, 128, 7, 1, 1, 0)
 
     gn = {layer.layer: layer.shape for layer in network_layers("googlenet", 1)}
     # torchvision's "5x5" branch is a 3x3 conv.
-    assert gn["inception3a.branch3.1.conv"] == ConvShape(1, 16, 28, 32, 28, 3, 1, 1)
-    assert gn["inception5b.branch4.1.conv"] == ConvShape(1, 832, 7, 128, 7, 1, 1, 0)
+    assert gn["inception3a.branch3.1.conv"] == ConvShape.seer(1, 16, 28, 32, 28, 3, 1, 1)
+    assert gn["inception5b.branch4.1.conv"] == ConvShape.seer(1, 832, 7, 128, 7, 1, 1, 0)
 
     iv3 = {layer.layer: layer.shape for layer in network_layers("inception_v3", 1)}
-    assert iv3["Mixed_5b.branch5x5_2.conv"] == ConvShape(1, 48, 35, 64, 35, 5, 1, 2)
-    assert iv3["Mixed_7c.branch1x1.conv"] == ConvShape(1, 2048, 8, 320, 8, 1, 1, 0)
+    assert iv3["Mixed_5b.branch5x5_2.conv"] == ConvShape.seer(1, 48, 35, 64, 35, 5, 1, 2)
+    assert iv3["Mixed_7c.branch1x1.conv"] == ConvShape.seer(1, 2048, 8, 320, 8, 1, 1, 0)
     skipped = dict(skipped_layers("inception_v3", 1))
     assert skipped["Mixed_6b.branch7x7_2.conv"] == "non-square kernel 1x7"
 
     sq = network_layers("squeezenet1_1", 1)
     assert sq[-1].layer == "classifier.1"
-    assert sq[-1].shape == ConvShape(1, 512, 13, 1000, 13, 1, 1, 0)
+    assert sq[-1].shape == ConvShape.seer(1, 512, 13, 1000, 13, 1, 1, 0)
 
     mb = network_layers("mobilenet_v1", 1)
-    assert mb[0].shape == ConvShape(1, 3, 224, 32, 112, 3, 2, 1)
-    assert mb[-1].shape == ConvShape(1, 1024, 7, 1024, 7, 1, 1, 0)
+    assert mb[0].shape == ConvShape.seer(1, 3, 224, 32, 112, 3, 2, 1)
+    assert mb[-1].shape == ConvShape.seer(1, 1024, 7, 1024, 7, 1, 1, 0)
     assert all(reason.startswith("depthwise") for _, reason in skipped_layers("mobilenet_v1", 1))
 
     yolo = {layer.layer: layer.shape for layer in network_layers("yolov3", 1)}
     # Darknet layer indices: the routes concatenate 256+512 (layer 86) and 128+256 (98).
-    assert yolo["module_list.81"] == ConvShape(1, 1024, 13, 255, 13, 1, 1, 0)
-    assert yolo["module_list.87"].in_ch == 768 and yolo["module_list.87"].in_width == 26
-    assert yolo["module_list.99"].in_ch == 384 and yolo["module_list.99"].in_width == 52
-    assert yolo["module_list.105"] == ConvShape(1, 256, 52, 255, 52, 1, 1, 0)
+    assert yolo["module_list.81"] == ConvShape.seer(1, 1024, 13, 255, 13, 1, 1, 0)
+    assert yolo["module_list.87"].in_ch == 768 and yolo["module_list.87"].in_w == 26
+    assert yolo["module_list.99"].in_ch == 384 and yolo["module_list.99"].in_w == 52
+    assert yolo["module_list.105"] == ConvShape.seer(1, 256, 52, 255, 52, 1, 1, 0)
 
     unet = network_layers("unet", 1)
-    assert unet[0].shape == ConvShape(1, 3, 256, 64, 256, 3, 1, 1)
+    assert unet[0].shape == ConvShape.seer(1, 3, 256, 64, 256, 3, 1, 1)
     assert unet[9].layer == "down4.maxpool_conv.1.double_conv.3"
-    assert unet[9].shape == ConvShape(1, 1024, 16, 1024, 16, 3, 1, 1)
-    assert unet[10].shape == ConvShape(1, 1024, 32, 512, 32, 3, 1, 1)  # after concat
-    assert unet[-1].shape == ConvShape(1, 64, 256, 2, 256, 1, 1, 0)
+    assert unet[9].shape == ConvShape.seer(1, 1024, 16, 1024, 16, 3, 1, 1)
+    assert unet[10].shape == ConvShape.seer(1, 1024, 32, 512, 32, 3, 1, 1)  # after concat
+    assert unet[-1].shape == ConvShape.seer(1, 64, 256, 2, 256, 1, 1, 0)
     assert [n for n, _ in skipped_layers("unet", 1)] == [f"up{i}.up" for i in (1, 2, 3, 4)]
 
 
@@ -300,9 +300,9 @@ def test_unet_flops_by_hand():
 
 def test_non_default_widths_and_batches():
     layers = network_layers("resnet50", 4, 256)
-    assert layers[-1].shape.out_width == 8 and all(l.shape.batch == 4 for l in layers)
+    assert layers[-1].shape.out_w == 8 and all(l.shape.batch == 4 for l in layers)
     assert network_layers("inception_v3", 1) == network_layers("INCEPTION_V3", 1, 299)
-    assert network_layers("unet", 1, 100)[-1].shape.out_width == 100  # padded decoder
+    assert network_layers("unet", 1, 100)[-1].shape.out_w == 100  # padded decoder
     with pytest.raises(ValueError, match="divisible by 32"):
         network_layers("yolov3", 1, 400)
     with pytest.raises(ValueError):
@@ -380,7 +380,7 @@ def test_matches_torchvision(case):
             seen.append((conv["module"], x[0], x[1], x[-1], y[1], y[-1], kh, conv["stride"][0], conv["padding"][0]))
         else:
             other.append(conv["module"])
-    ours = [(layer.layer, s.batch, s.in_ch, s.in_width, s.out_ch, s.out_width, s.kernel_width, s.stride, s.padding)
+    ours = [(layer.layer, s.batch, s.in_ch, s.in_w, s.out_ch, s.out_w, s.kernel_w, s.stride_w, s.pad_w)
             for layer in network_layers(name, batch, width) for s in [layer.shape]]
     assert ours == seen
     assert [n for n, _ in skipped_layers(name, batch, width)] == other

@@ -48,7 +48,7 @@ def fake_worker(monkeypatch, tmp_path):
 
 
 def _shapes(n=3):
-    return [GridShape(ConvShape.from_layer(1, 8 * (i + 1), 16, 8, 3, 1, 1), "quick") for i in range(n)]
+    return [GridShape(ConvShape.square(1, 8 * (i + 1), 16, 8, 3, 1, 1), "quick") for i in range(n)]
 
 
 def _time_limit_when_stored(monkeypatch, collector, condition):
@@ -158,7 +158,7 @@ def test_a_worker_that_cannot_start_is_one_clear_error(tmp_path, fake_worker, mo
 
 
 def test_tensors_too_large_for_the_gpu_are_skipped_with_a_reason(tmp_path, fake_worker):
-    huge = GridShape(ConvShape.from_layer(4096, 1024, 224, 1024, 3, 1, 1), "seer")
+    huge = GridShape(ConvShape.square(4096, 1024, 224, 1024, 3, 1, 1), "seer")
     Collector(_options(tmp_path, shapes=[huge, *_shapes(1)])).run()
     frame = RunStore(tmp_path / "h100").read("timing", RUN_KEY)
     skipped = frame[frame["shape_id"] == huge.shape.shape_id]
@@ -342,7 +342,7 @@ def test_a_run_missing_a_retired_group_is_profiled_again_with_the_new_group(tmp_
 
 
 def _census_options(tmp_path, **kw):
-    shapes = [GridShape(ConvShape.from_layer(1, 8 + i, 16, 8, 3, 1 + i % 2, 1), "census") for i in range(5)]
+    shapes = [GridShape(ConvShape.square(1, 8 + i, 16, 8, 3, 1 + i % 2, 1), "census") for i in range(5)]
     return _options(tmp_path, shapes=shapes, census=True, **kw)
 
 
@@ -361,7 +361,7 @@ def test_census_asks_every_shape_once_and_resumes(tmp_path, fake_worker):
         gemm = by_key.loc[(shape.shape_id, "fma", "GEMM")]
         assert gemm["status"] == "ok" and gemm["workspace_bytes"] == (4096 if shape.in_ch % 2 == 0 else 0)
         fft = by_key.loc[(shape.shape_id, "default", "FFT")]
-        assert fft["status"] == ("not_supported" if shape.stride > 1 else "ok")
+        assert fft["status"] == ("not_supported" if shape.stride_w > 1 else "ok")
         # Algorithms the answer does not name were not accepted.
         assert by_key.loc[(shape.shape_id, "fma", "WINOGRAD"), "status"] == "not_supported"
         assert by_key.loc[(shape.shape_id, "fma", "IMPLICIT_GEMM"), "heuristic_rank"] == 2

@@ -15,7 +15,7 @@ from conftest import DATASET
 from seer import output, persist
 from seer.cli import main
 from seer.schema import PREDICTION_COLUMNS
-from seer.shapes import SEER_FIELDS
+from seer.shapes import LAYER_COLUMNS
 
 LAYERS = DATASET / "Test-set-II.txt"
 N_LAYERS = int(LAYERS.read_text().split()[0])
@@ -38,13 +38,13 @@ def test_csv_has_the_promised_columns_ranks_and_the_models_picks(small_models, t
     assert code == 0
     frame = pd.read_csv(out)
     assert list(frame.columns) == list(PREDICTION_COLUMNS) and set(frame["math"]) == {"fma"}
-    layers = frame.groupby(list(SEER_FIELDS), sort=False)
-    assert layers.ngroups == len(frame.drop_duplicates(list(SEER_FIELDS)))
+    layers = frame.groupby(list(LAYER_COLUMNS), sort=False)
+    assert layers.ngroups == len(frame.drop_duplicates(list(LAYER_COLUMNS)))
     for _, group in layers:
         assert sorted(group["rank"]) == list(range(1, len(group) + 1))
     assert frame["predicted_ms"].gt(0).all()
     model = persist.load(small_models / "h100")
-    shapes = pd.read_csv(out).drop_duplicates(list(SEER_FIELDS))[list(SEER_FIELDS)].reset_index(drop=True)
+    shapes = pd.read_csv(out).drop_duplicates(list(LAYER_COLUMNS))[list(LAYER_COLUMNS)].reset_index(drop=True)
     assert list(frame.loc[frame["rank"] == 1, "algo"]) == list(model.predictors["fma"].select(shapes))
     # With --out the terminal shows counts, not every layer.
     assert f"{N_LAYERS} layers predicted (written to {out})" in " ".join(shown.split())
@@ -62,7 +62,7 @@ def test_json_is_one_object_per_layer_with_its_algorithms(small_models, tmp_path
     for layer in layers[:20]:
         ranks = [a["rank"] for a in layer["algorithms"]]
         assert ranks == list(range(1, len(ranks) + 1)) and layer["pick"] == layer["algorithms"][0]["algo"]
-        assert set(layer) >= {*SEER_FIELDS, "math", "extrapolated", "algorithms"}
+        assert set(layer) >= {*LAYER_COLUMNS, "math", "extrapolated", "algorithms"}
     assert sum(len(layer["algorithms"]) for layer in layers) == len(frame)
 
 
@@ -72,7 +72,7 @@ def test_standard_input_and_standard_output(small_models, capsys, monkeypatch):
     code, out, err = run(capsys, "predict", "-", "--models-dir", small_models, "-o", "-")
     assert code == 0
     frame = pd.read_csv(io.StringIO(out))
-    assert list(frame.columns) == list(PREDICTION_COLUMNS) and frame.drop_duplicates(list(SEER_FIELDS)).shape[0] == 3
+    assert list(frame.columns) == list(PREDICTION_COLUMNS) and frame.drop_duplicates(list(LAYER_COLUMNS)).shape[0] == 3
     assert "3 layers predicted (written to standard output)" in " ".join(err.split())
 
 
@@ -205,3 +205,48 @@ def test_the_python_api(small_models):
     assert isinstance(model, seer.Model) and model.maths == ["fma", "default"]
     with pytest.raises(seer.InputError, match="has no 'fp16' math mode"):
         model.predict(layers, math="fp16")
+    grouped = pd.DataFrame({"batch": [8], "in_ch": [64], "out_ch": [64], "groups": [64], "in_h": [28], "in_w": [40],
+                            "kernel_h": [3], "kernel_w": [3], "pad_h": [1], "pad_w": [1]})
+    assert model.predict(grouped, math="fma")["groups"].eq(64).all()
+    with pytest.raises(seer.InputError, match="in_ch: 64 is not a multiple of groups=3"):
+        model.predict(grouped.assign(groups=3), math="fma")
+
+
+GENERAL_CSV = """batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w,stride_h,stride_w,pad_h,pad_w,groups,dilation_h,dilation_w
+32,128,128,56,56,3,3,1,1,1,1,32,1,1
+1,768,192,17,17,1,7,1,1,0,3,1,1,1
+2,64,64,64,96,3,3,1,1,2,2,1,2,2
+"""
+
+
+def test_a_layer_csv_of_every_kind_is_predicted_and_described(small_models, tmp_path, capsys):
+    source = tmp_path / "layers.csv"
+    source.write_text(GENERAL_CSV)
+    code, shown, err = run(capsys, "predict", source, "--models-dir", small_models, "--math", "fma")
+    assert code == 0, err
+    text = " ".join(shown.split())
+    assert "32x128x56x56 -> 128, 3x3 s1 p1 g32" in text and "1x768x17x17 -> 192, 1x7 s1 p0,3" in text
+    assert "2x64x64x96 -> 64, 3x3 s1 p2 d2" in text
+    out = tmp_path / "pred.csv"
+    assert run(capsys, "predict", source, "--models-dir", small_models, "-o", out)[0] == 0
+    frame = pd.read_csv(out)
+    assert list(frame.columns) == list(PREDICTION_COLUMNS)
+    assert frame.drop_duplicates(list(LAYER_COLUMNS))["groups"].tolist() == [32, 1, 1]
+    three_d = tmp_path / "volumes.csv"
+    three_d.write_text("batch,in_ch,out_ch,in_d,in_h,in_w,kernel_d,kernel_h,kernel_w,pad_d,pad_h,pad_w\n"
+                       "2,32,64,32,32,32,3,3,3,1,1,1\n")
+    code, shown, err = run(capsys, "predict", three_d, "--models-dir", small_models, "--math", "fma")
+    assert code == 0 and "2x32x32x32x32 -> 64, 3x3x3 s1 p1" in " ".join(shown.split()), err
+
+
+@pytest.mark.parametrize("content, where", [
+    ("batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w,groups\n1,10,8,5,5,3,3,4\n", "pred.csv:2: in_ch: 10 is not a"),
+    ("batch,in_ch,out_ch,in_h,in_w,kernel_h\n", "pred.csv:1: kernel_w: missing column"),
+    ("batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w\n1,8,8,5,5,3,9\n", "pred.csv:2: kernel_w: 9 is larger"),
+])
+def test_a_malformed_layer_csv_is_one_line_and_exit_2(small_models, tmp_path, capsys, content, where):
+    source = tmp_path / "pred.csv"
+    source.write_text(content)
+    code, _, err = run(capsys, "predict", source, "--models-dir", small_models, "--out", tmp_path / "o.csv")
+    _refused(code, err, where)
+    assert not (tmp_path / "o.csv").exists()

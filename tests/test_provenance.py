@@ -22,7 +22,7 @@ def _tables():
 def test_counts_and_method(tmp_path):
     store = RunStore(tmp_path)
     table, kernels, census = _tables()
-    record = provenance(store, table, kernels, census, test_fraction=0.25, test_set_ii_grid="test-set-ii")
+    record = provenance(store, table, kernels, census, test_fraction=0.25, test_set_ii_grids=("test-set-ii",))
     json.dumps(record)  # JSON-ready
     counts = record["counts"]
     assert counts["runs"] == 4 and counts["shapes"] == 3 and counts["kernels"] == 2
@@ -32,9 +32,9 @@ def test_counts_and_method(tmp_path):
     # Census statuses in the order they first appear by key (shape x, FFT first), not by row.
     assert list(counts["census_status"].items()) == [("ok", 2), ("not_supported", 1), ("error", 1)]
     shuffled = provenance(store, table, kernels, census.iloc[::-1], test_fraction=0.25,
-                          test_set_ii_grid="test-set-ii")
+                          test_set_ii_grids=("test-set-ii",))
     assert json.dumps(shuffled) == json.dumps(record)
-    assert record["method"]["split"] == "seeded hash of shape_id: 25% of shapes to Test-set-I; grid test-set-ii is " \
+    assert record["method"]["split"] == "seeded hash of shape_id: 25% of shapes to Test-set-I; grids test-set-ii are " \
                                         "Test-set-II"
     assert set(record["math_modes"]) == {m.name for m in MATH_MODES}
     assert "tolerance fma 5e-3, default 1e-2" in record["method"]["check"]
@@ -45,5 +45,5 @@ def test_no_census_no_census_counts(tmp_path):
     table, kernels, _ = _tables()
     for census in (None, pd.DataFrame(columns=["shape_id", "status"])):
         counts = provenance(RunStore(tmp_path), table, kernels, census, test_fraction=0.3,
-                            test_set_ii_grid="test-set-ii")["counts"]
+                            test_set_ii_grids=("test-set-ii",))["counts"]
         assert not any(key.startswith("census") for key in counts)

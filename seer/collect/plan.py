@@ -126,7 +126,7 @@ def select_evenly(shapes: Sequence[GridShape], count: int) -> list[GridShape]:
         return []
     strata: dict[tuple, list[GridShape]] = {}
     for gs in shapes:
-        strata.setdefault((gs.grid, gs.shape.kernel_width, gs.shape.stride), []).append(gs)
+        strata.setdefault((gs.grid, gs.shape.dims, gs.shape.kernel_h, gs.shape.kernel_w, gs.shape.stride_w), []).append(gs)
     total = len(shapes)
     quotas = {k: count * len(v) / total for k, v in strata.items()}
     taken = {k: int(_math.floor(q)) for k, q in quotas.items()}
@@ -153,7 +153,7 @@ def interleave_strata(shapes: Sequence[GridShape]) -> list[GridShape]:
     """
     strata: dict[tuple, list[GridShape]] = {}
     for gs in shapes:
-        strata.setdefault((gs.grid, gs.shape.kernel_width, gs.shape.stride), []).append(gs)
+        strata.setdefault((gs.grid, gs.shape.dims, gs.shape.kernel_h, gs.shape.kernel_w, gs.shape.stride_w), []).append(gs)
     keyed = []
     for members in strata.values():
         ordered = sorted(members, key=lambda gs: (gs.shape.flops, gs.shape.shape_id))

@@ -20,6 +20,7 @@ from typing import Sequence
 
 from seer.errors import EnvironmentProblem
 from seer.schema import get_math_mode
+from seer.shapes import ConvShape
 
 # -- enums (cudnn_graph.h / cudnn_cnn.h, cuDNN 9) ----------------------------------------
 CUDNN_DATA_FLOAT = 0
@@ -61,6 +62,7 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "cudnnSetConvolutionNdDescriptor": (
         ctypes.c_int, [_c_desc, ctypes.c_int, _int_p, _int_p, _int_p, ctypes.c_int, ctypes.c_int]),
     "cudnnSetConvolutionMathType": (ctypes.c_int, [_c_desc, ctypes.c_int]),
+    "cudnnSetConvolutionGroupCount": (ctypes.c_int, [_c_desc, ctypes.c_int]),
     "cudnnGetConvolutionNdForwardOutputDim": (ctypes.c_int, [_c_desc, _c_desc, _c_desc, ctypes.c_int, _int_p]),
     "cudnnDestroyConvolutionDescriptor": (ctypes.c_int, [_c_desc]),
     "cudnnGetConvolutionForwardAlgorithm_v7": (
@@ -260,15 +262,16 @@ class FilterDescriptor(_Descriptor):
 
 
 class ConvolutionDescriptor(_Descriptor):
-    """Cross-correlation (what frameworks call convolution), fp32 compute, dilation 1."""
+    """Cross-correlation (what frameworks call convolution), fp32 compute, any group count."""
 
     _create, _destroy = "cudnnCreateConvolutionDescriptor", "cudnnDestroyConvolutionDescriptor"
 
-    def __init__(self, padding: Sequence[int], stride: Sequence[int], math: str) -> None:
+    def __init__(self, padding: Sequence[int], stride: Sequence[int], dilation: Sequence[int], groups: int,
+                 math: str) -> None:
         super().__init__()
-        n = len(padding)
-        _call("cudnnSetConvolutionNdDescriptor", self.ptr, n, _ints(padding), _ints(stride),
-              _ints([1] * n), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT)
+        _call("cudnnSetConvolutionNdDescriptor", self.ptr, len(padding), _ints(padding), _ints(stride),
+              _ints(dilation), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT)
+        _call("cudnnSetConvolutionGroupCount", self.ptr, groups)
         _call("cudnnSetConvolutionMathType", self.ptr, get_math_mode(math).cudnn_math_type)
 
 
@@ -282,30 +285,34 @@ class HeuristicChoice:
 
 
 class ConvolutionProblem:
-    """Descriptors for one shape and math mode, with the calls seer makes on them.
+    """Descriptors for one layer and math mode, with the calls seer makes on them.
 
     Parameters
     ----------
     handle : Handle
-    x_dims, w_dims : sequence of int
-        NCHW input and KCRS filter dimensions (5 entries each for 3D).
-    padding, stride : sequence of int
-        Per spatial dimension.
+    shape : ConvShape
+        The layer: its input, grouped filter (K, C/G, ...), padding, stride and dilation
+        per spatial axis and group count become Nd descriptors (4D or 5D tensors).
     math : str
         A math mode of :data:`seer.schema.MATH_MODES`.
     """
 
-    def __init__(self, handle: Handle, x_dims, w_dims, padding, stride, math: str) -> None:
+    def __init__(self, handle: Handle, shape: ConvShape, math: str) -> None:
         self.handle = handle
         self._stack = ExitStack()
+        x_dims = shape.input_dims
         try:
             self.x_desc = self._stack.enter_context(TensorDescriptor(x_dims))
-            self.w_desc = self._stack.enter_context(FilterDescriptor(w_dims))
-            self.conv_desc = self._stack.enter_context(ConvolutionDescriptor(padding, stride, math))
+            self.w_desc = self._stack.enter_context(FilterDescriptor(shape.filter_dims))
+            self.conv_desc = self._stack.enter_context(ConvolutionDescriptor(
+                shape.spatial_padding, shape.spatial_stride, shape.spatial_dilation, shape.groups, math))
             out = (ctypes.c_int * len(x_dims))()
             _call("cudnnGetConvolutionNdForwardOutputDim", self.conv_desc.ptr, self.x_desc.ptr,
                   self.w_desc.ptr, len(x_dims), out)
             self.y_dims = tuple(out)
+            if self.y_dims != shape.output_dims:  # seer's output rule and cuDNN's must agree
+                raise CudnnError(2000, f"cudnnGetConvolutionNdForwardOutputDim gave {self.y_dims}, "
+                                       f"seer expects {shape.output_dims}")
             self.y_desc = self._stack.enter_context(TensorDescriptor(self.y_dims))
         except BaseException:
             self._stack.close()

@@ -1,7 +1,7 @@
-"""Device tensors for one shape and an independent float64 check of any algorithm's output.
+"""Device tensors for one layer and an independent float64 check of any algorithm's output.
 
 The check does not trust cuDNN: a small CuPy kernel computes a seeded sample of output
-elements directly, in float64, and the algorithm's output is compared with it by
+elements directly, in float64 (any group count, dilation, 2D or 3D), and the algorithm's output is compared with it by
 relative L2 error. Inputs are random normal (never zeros, which hide unwritten outputs
 and run faster than real data), and the output is poisoned with NaN before each run so
 that an element the algorithm never wrote cannot pass.
@@ -19,30 +19,34 @@ SAMPLES = 4096
 _REFERENCE_SOURCE = r"""
 extern "C" __global__ void conv_reference_sampled(
     const float* x, const float* w, const long long* index, double* out, const int n_samples,
-    const int C, const int H, const int D, const int K, const int R, const int T,
-    const int P, const int Dout, const int stride, const int pad, const int pad_d, const int stride_d)
+    const int C, const int K, const int G, const int D, const int H, const int W,
+    const int T, const int R, const int S, const int OD, const int OH, const int OW,
+    const int sd, const int sh, const int sw, const int pd, const int ph, const int pw,
+    const int dd, const int dh, const int dw)
 {
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= n_samples) return;
-    long long i = index[t];                       // flat index into y[N][K][Dout][P][P]
-    const int q = i % P; i /= P;
-    const int p = i % P; i /= P;
-    const int od = i % Dout; i /= Dout;
+    long long i = index[t];                       // flat index into y[N][K][OD][OH][OW]
+    const int ow = i % OW; i /= OW;
+    const int oh = i % OH; i /= OH;
+    const int od = i % OD; i /= OD;
     const int k = i % K;
     const long long n = i / K;
+    const int cg = C / G, g = k / (K / G);        // group g reads channels g*cg .. g*cg+cg-1
     double acc = 0.0;
-    for (int c = 0; c < C; ++c) {
+    for (int c = 0; c < cg; ++c) {
+        const long long ci = (long long)g * cg + c;
         for (int tt = 0; tt < T; ++tt) {
-            const int id = od * stride_d - pad_d + tt;
+            const int id = od * sd - pd + tt * dd;
             if (id < 0 || id >= D) continue;
             for (int r = 0; r < R; ++r) {
-                const int ih = p * stride - pad + r;
+                const int ih = oh * sh - ph + r * dh;
                 if (ih < 0 || ih >= H) continue;
-                for (int s = 0; s < R; ++s) {
-                    const int iw = q * stride - pad + s;
-                    if (iw < 0 || iw >= H) continue;
-                    const double xv = x[(((n * C + c) * D + id) * (long long)H + ih) * H + iw];
-                    const double wv = w[(((k * (long long)C + c) * T + tt) * R + r) * R + s];
+                for (int s = 0; s < S; ++s) {
+                    const int iw = ow * sw - pw + s * dw;
+                    if (iw < 0 || iw >= W) continue;
+                    const double xv = x[(((n * C + ci) * D + id) * (long long)H + ih) * W + iw];
+                    const double wv = w[((((long long)k * cg + c) * T + tt) * R + r) * S + s];
                     acc += xv * wv;
                 }
             }
@@ -78,7 +82,6 @@ class ShapeTensors:
         self.shape = shape
         rng = cp.random.default_rng(seed)
         self.x_dims, self.w_dims, self.y_dims = shape.input_dims, shape.filter_dims, shape.output_dims
-        self.padding, self.stride = shape.spatial_padding, shape.spatial_stride
         self.x = rng.standard_normal(self.x_dims, dtype=cp.float32)
         self.w = rng.standard_normal(self.w_dims, dtype=cp.float32)
         self.y = cp.empty(self.y_dims, dtype=cp.float32)
@@ -91,15 +94,13 @@ class ShapeTensors:
         self.sample_index = cp.asarray(np.sort(picks), dtype=cp.int64)
         self.reference = cp.empty(n, dtype=cp.float64)
         threads = 128
-        _reference_kernel()(
-            ((n + threads - 1) // threads,), (threads,),
-            (self.x, self.w, self.sample_index, self.reference, cp.int32(n),
-             cp.int32(shape.in_ch), cp.int32(shape.in_width), cp.int32(shape.in_depth),
-             cp.int32(shape.out_ch), cp.int32(shape.kernel_width), cp.int32(shape.kernel_depth),
-             cp.int32(shape.out_width), cp.int32(shape.out_depth), cp.int32(shape.stride),
-             cp.int32(shape.padding), cp.int32(shape.padding if shape.is_3d else 0),
-             cp.int32(shape.stride if shape.is_3d else 1)),
-        )
+        sizes = [shape.in_ch, shape.out_ch, shape.groups, shape.in_d, shape.in_h, shape.in_w, shape.kernel_d,
+                 shape.kernel_h, shape.kernel_w, shape.out_d, shape.out_h, shape.out_w, shape.stride_d,
+                 shape.stride_h, shape.stride_w, shape.pad_d, shape.pad_h, shape.pad_w, shape.dilation_d,
+                 shape.dilation_h, shape.dilation_w]
+        _reference_kernel()(((n + threads - 1) // threads,), (threads,),
+                            (self.x, self.w, self.sample_index, self.reference, cp.int32(n),
+                             *(cp.int32(v) for v in sizes)))
         self.reference_norm = float(cp.linalg.norm(self.reference))
 
     def poison_output(self) -> None:

@@ -204,8 +204,7 @@ def _for_each_item(plan: list[ShapeWork], emit, seed: int, per_item,
         for math_mode, algo in work.items:
             by_math.setdefault(math_mode, []).append(algo)
         for math_mode, algos in by_math.items():
-            with cudnn.ConvolutionProblem(handle, tensors.x_dims, tensors.w_dims, tensors.padding,
-                                          tensors.stride, math_mode) as problem:
+            with cudnn.ConvolutionProblem(handle, work.shape, math_mode) as problem:
                 ranks, rank_error = _heuristic_ranks(problem)
                 for algo in algos:
                     emit(start_event(work.shape_id, math_mode, algo))
@@ -255,6 +254,7 @@ def time_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, seed: int,
 
     timer = BurstTimer()
     sm_clock = _sm_clock_reader()
+    tracer, trace_problem = _kernel_tracer()
 
     def per_item(problem, tensors, work, math_mode, algo, rank):
         row = _base_row(work, math_mode, algo) | {"heuristic_rank": rank}
@@ -281,6 +281,7 @@ def time_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, seed: int,
                     "timing_attempts": attempts,
                     "host_us_per_call": round(host_us, 2), "first_call_ms": first_ms,
                     "sm_clock_mhz": sm_clock()}
+            row |= _traced_kernels(tracer, trace_problem, forward)
             del workspace
         except _ItemFailed as exc:
             row |= {"status": exc.status, "status_detail": exc.detail}
@@ -291,6 +292,44 @@ def time_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, seed: int,
         return {EVENT: protocol.ROW, "row": row}
 
     _for_each_item(plan, emit, seed, per_item, stop_file)
+
+
+def _kernel_tracer():
+    """(a CUPTI kernel tracer, None) where tracing works here, else (None, the reason)."""
+    from seer.gpu import tracing
+
+    reason = tracing.available()
+    if reason is not None:
+        return None, reason
+    try:
+        return tracing.KernelTracer(), None
+    except Exception as exc:  # tracing is extra information: the timing goes on without it
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def _traced_kernels(tracer, problem: str | None, forward) -> dict:
+    """One more call of ``forward`` under CUPTI, outside the timed bursts: the kernels it ran.
+
+    Kernels of the same name are summed (some algorithms launch one per group or tile,
+    thousands of them): per name, in order of first launch, [name, launches, total ns, and
+    the grid blocks, block threads, registers and shared memory bytes of its longest launch].
+    """
+    if tracer is None:
+        return {"trace_status": "unavailable", "trace_detail": problem}
+    try:
+        kernels = tracer.trace(forward)
+    except Exception as exc:
+        return {"trace_status": "error", "trace_detail": f"{type(exc).__name__}: {exc}"}
+    by_name: dict[str, list] = {}
+    for k in kernels:
+        ns = k.end_ns - k.start_ns
+        entry = by_name.setdefault(k.name, [k.name, 0, 0, 0, 0, 0, 0, -1])
+        entry[1] += 1
+        entry[2] += ns
+        if ns > entry[7]:
+            entry[3:8] = [k.grid[0] * k.grid[1] * k.grid[2], k.block[0] * k.block[1] * k.block[2], k.registers,
+                          k.shared_mem_bytes, ns]
+    return {"trace_status": "ok", "traced_kernels": [entry[:7] for entry in by_name.values()]}
 
 
 # -- profiling ----------------------------------------------------------------------------
@@ -388,9 +427,7 @@ def census_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, stop_file: s
                     flush()
                 emit(start_event(work.shape_id, math_mode, CENSUS_ITEM))
                 try:
-                    with cudnn.ConvolutionProblem(handle, shape.input_dims, shape.filter_dims,
-                                                  shape.spatial_padding, shape.spatial_stride,
-                                                  math_mode) as problem:
+                    with cudnn.ConvolutionProblem(handle, shape, math_mode) as problem:
                         batch.append(census_record(problem, work, math_mode, workspace_cap))
                 except cudnn.CudnnError as exc:  # the descriptors themselves were refused
                     batch.append(work.head(math_mode) | {"status": "error", "status_detail": str(exc)})
