@@ -30,9 +30,10 @@ Needs torch and torchvision (run it where they are installed)::
 
     python3 scripts/capture_network_layers.py [--out DIR] [--only NAME ...]
 
-``--check DIR`` re-reads the CSV files of DIR and checks every row (output sizes follow
-from the other columns, channels divide by groups) and prints per-file kind counts; it
-needs neither torch nor torchvision.
+Each written file is read back through seer's own reader (:func:`seer.layers.read_layers`),
+which checks every row as it checks a user's layer file, and its kinds are counted by
+:func:`seer.shapes.layer_kind_flags`: seer's rules, not restated here. Run it from the
+repository root (seer importable).
 """
 
 from __future__ import annotations
@@ -51,7 +52,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # seer, from this checkout
+
+from seer.layers import read_layers  # noqa: E402
+from seer.shapes import LAYER_KINDS, conv_out_width, layer_kind_flags  # noqa: E402
+
 DEFAULT_OUT = REPO / "seer" / "data" / "networks"
 INDEX_NAME = "networks.json"
 
@@ -66,21 +72,6 @@ COLUMNS = (
 )
 #: The per-axis column groups, in the order (d, h, w).
 AXIS_GROUPS = ("in", "kernel", "stride", "pad", "dilation", "out")
-KINDS = (
-    "conv2d", "conv3d", "grouped", "depthwise", "pointwise", "kernel_1xN",
-    "kernel_3d_noncubic", "dilated", "strided", "nonsquare_input",
-)
-KIND_HELP = {
-    "grouped": "1 < groups < in_ch",
-    "depthwise": "groups == in_ch (> 1)",
-    "pointwise": "every kernel extent is 1",
-    "kernel_1xN": "kernel_h != kernel_w",
-    "kernel_3d_noncubic": "3D and not kernel_d == kernel_h == kernel_w",
-    "dilated": "any dilation > 1",
-    "strided": "any stride > 1",
-    "nonsquare_input": "in_h != in_w",
-}
-
 
 # --------------------------------------------------------------------------------------
 # The networks
@@ -266,11 +257,6 @@ def build(entry: Entry):
 # Capturing
 # --------------------------------------------------------------------------------------
 
-def out_size(n: int, k: int, s: int, p: int, d: int) -> int:
-    """PyTorch's convolution output size along one axis."""
-    return (n + 2 * p - d * (k - 1) - 1) // s + 1
-
-
 def numeric_padding(module) -> tuple[tuple[int, ...] | None, str]:
     """The module's padding as numbers, or ``(None, reason)`` where it is not symmetric."""
     pad = module.padding
@@ -320,7 +306,7 @@ def _hooks(model, cap: Capture):
             # F.pad(mode) then an unpadded convolution of the padded input: the same sizes.
             cap.problems.append(f"{name}: padding_mode={module.padding_mode!r} recorded as "
                                 "zero padding of the same size")
-        want = tuple(out_size(*a) for a in zip(ins, kernel, stride, pad, dil))
+        want = tuple(conv_out_width(*a) for a in zip(ins, kernel, stride, pad, dil))
         if want != outs or int(output.shape[1]) != module.out_channels:
             cap.problems.append(f"{name}: output {tuple(output.shape)} != formula {want}")
         if "," in name:
@@ -401,43 +387,12 @@ def capture(entry: Entry, device: str) -> tuple[Capture, str, int | None]:
     return cap, device, counted
 
 
-def kind_counts(rows) -> dict[str, int]:
-    """Per-kind counts of convolution calls (a call counts for every kind it is)."""
-    counts = dict.fromkeys(KINDS, 0)
-    for r in rows:
-        for k in row_kinds(r):
-            counts[k] += 1
-    return counts
-
-
-def _int(v):
-    return None if v in ("", None) else int(v)
-
-
-def row_kinds(r) -> list[str]:
-    """The kinds (see :data:`KIND_HELP`) one row is."""
-    three = _int(r["in_d"]) is not None
-    axes = "dhw" if three else "hw"
-    g, cin = int(r["groups"]), int(r["in_ch"])
-    k = [int(r[f"kernel_{a}"]) for a in axes]
-    kinds = ["conv3d" if three else "conv2d"]
-    if 1 < g < cin:
-        kinds.append("grouped")
-    if g == cin and g > 1:
-        kinds.append("depthwise")
-    if all(v == 1 for v in k):
-        kinds.append("pointwise")
-    if int(r["kernel_h"]) != int(r["kernel_w"]):
-        kinds.append("kernel_1xN")
-    if three and len(set(k)) > 1:
-        kinds.append("kernel_3d_noncubic")
-    if any(int(r[f"dilation_{a}"]) > 1 for a in axes):
-        kinds.append("dilated")
-    if any(int(r[f"stride_{a}"]) > 1 for a in axes):
-        kinds.append("strided")
-    if int(r["in_h"]) != int(r["in_w"]):
-        kinds.append("nonsquare_input")
-    return kinds
+def read_back(path: Path) -> dict[str, int]:
+    """Read a written file through seer's reader (every row checked) and count its layer kinds
+    by seer's table of kinds (:data:`seer.shapes.LAYER_KINDS`; a call counts for each it is)."""
+    frame = read_layers(path)
+    counts = {"conv2d": int((frame["dims"] == 2).sum()), "conv3d": int((frame["dims"] == 3).sum())}
+    return counts | {k: int(v) for k, v in layer_kind_flags(frame).sum().items()}
 
 
 def unique_layers(rows) -> int:
@@ -473,51 +428,6 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 # --------------------------------------------------------------------------------------
-# Checking written files (no torch needed)
-# --------------------------------------------------------------------------------------
-
-def check_rows(rows) -> list[str]:
-    """Problems in rows read back from a CSV file (empty when all is well)."""
-    bad = []
-    for i, r in enumerate(rows, start=2):
-        three = r["in_d"] != ""
-        axes = "dhw" if three else "hw"
-        if not three and any(r[f"{g}_d"] != "" for g in AXIS_GROUPS):
-            bad.append(f"line {i}: 2D row with depth values")
-            continue
-        cin, cout, g = int(r["in_ch"]), int(r["out_ch"]), int(r["groups"])
-        if cin % g or cout % g:
-            bad.append(f"line {i}: channels {cin}->{cout} not divisible by groups {g}")
-        for a in axes:
-            n, k, s, p, d, o = (int(r[f"{grp}_{a}"]) for grp in AXIS_GROUPS)
-            if min(n, k, s, d, o) < 1 or p < 0:
-                bad.append(f"line {i}: axis {a}: non-positive value")
-            elif out_size(n, k, s, p, d) != o:
-                bad.append(f"line {i}: axis {a}: out {o} != {out_size(n, k, s, p, d)}")
-    return bad
-
-
-def check_dir(folder: Path) -> int:
-    """Check every CSV file of ``folder``; print a summary; return the number of problems."""
-    problems = 0
-    for path in sorted(folder.glob("*.csv")):
-        with open(path, newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
-            if tuple(reader.fieldnames or ()) != COLUMNS:
-                print(f"{path.name}: wrong header {reader.fieldnames}")
-                problems += 1
-                continue
-            rows = list(reader)
-        bad = check_rows(rows)
-        problems += len(bad)
-        for b in bad[:5]:
-            print(f"{path.name}: {b}")
-        kinds = {k: v for k, v in kind_counts(rows).items() if v}
-        print(f"{path.name}: {len(rows)} rows, {unique_layers(rows)} unique, {kinds}")
-    return problems
-
-
-# --------------------------------------------------------------------------------------
 # Main
 # --------------------------------------------------------------------------------------
 
@@ -530,18 +440,12 @@ def main(argv=None) -> int:
                     help="auto: meta, and the CPU for a network that fails on meta")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
     ap.add_argument("--list", action="store_true", help="list the entries and exit")
-    ap.add_argument("--check", type=Path, metavar="DIR",
-                    help="check the CSV files in DIR (no torch needed) and exit")
     args = ap.parse_args(argv)
 
     if args.list:
         for e in NETWORKS:
             print(f"{e.name:34s} {e.role:5s} {'x'.join(map(str, e.input_shape)):18s} {e.builder}")
         return 0
-    if args.check:
-        n = check_dir(args.check)
-        print(f"{n} problem(s)")
-        return 1 if n else 0
 
     import torch
     import torchvision
@@ -574,7 +478,8 @@ def main(argv=None) -> int:
         hooked = len(cap.rows) + len(cap.skipped)
         if counted is not None and counted != hooked:
             cap.problems.append(f"{counted} aten.convolution calls but {hooked} hooked")
-        write_atomic(args.out / f"{e.name}.csv", csv_text(cap.rows))
+        path = args.out / f"{e.name}.csv"
+        write_atomic(path, csv_text(cap.rows))
         info = {
             "file": f"{e.name}.csv",
             "network": e.name,
@@ -583,7 +488,7 @@ def main(argv=None) -> int:
             "role": e.role,
             "conv_calls": len(cap.rows),
             "unique_layers": unique_layers(cap.rows),
-            "kinds": kind_counts(cap.rows),
+            "kinds": read_back(path),
             "skipped": cap.skipped,
             "device": dev,
         }
@@ -603,7 +508,8 @@ def main(argv=None) -> int:
         "description": "Convolution layers of real networks, one row per convolution call "
                        "in forward order, batch 1; 2D rows leave the *_d columns empty.",
         "columns": list(COLUMNS),
-        "kinds": KIND_HELP,
+        "kinds": {"conv2d": "2D convolutions", "conv3d": "3D convolutions",
+                  **{k.name: k.description for k in LAYER_KINDS}},
         "python": platform.python_version(),
         "torch": torch.__version__,
         "torchvision": torchvision.__version__,

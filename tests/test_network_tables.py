@@ -15,7 +15,7 @@ def test_every_table_reads_through_seers_checks_and_matches_its_index():
         assert len(frame) == entry["conv_calls"] > 0
         assert (frame["batch"] == 1).all() and frame["name"].notna().all()
         assert entry["role"] in ("train", "test")
-        assert int((frame["dims"] == 3).sum()) == entry["kinds"]["conv3d"]
+        assert int((frame["dims"] == 3).sum()) == entry["kinds"]["conv3d"]  # counted by seer.shapes
         flags = layer_kind_flags(frame)
         assert int(flags["depthwise"].sum()) == entry["kinds"]["depthwise"]
         assert int(flags["grouped"].sum()) == entry["kinds"]["grouped"]
