@@ -158,7 +158,7 @@ class ShapeFeatures(TransformerMixin, BaseEstimator):
 
     def transform(self, X):
         check_is_fitted(self, "feature_names_out_")
-        return shape_features(layer_frame(X), self.gpu).to_numpy()
+        return shape_features(X, self.gpu).to_numpy()
 
     def get_feature_names_out(self, input_features=None):
         return self.feature_names_out_

@@ -41,9 +41,12 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:  # annotations only: grids need no pandas to draw
+    import pandas as pd
 
 from seer.errors import InputError
 # Imported back for callers that read and write layer files through this module.
@@ -177,36 +180,37 @@ def _shapes_of(*grids) -> set[ConvShape]:
     return set().union(*(_DEFAULT_GRIDS[grid] for grid in grids))
 
 
-def _draw_shapes(rng: np.random.Generator, size: int, excluded: set[ConvShape], max_flops: float,
-                 max_tensor_bytes: float, seer_share: float = 0.0) -> list[ConvShape]:
-    """Distinct random shapes in draw order: ``random``'s distributions, or with probability
-    ``seer_share`` SEER's value sets; possible, within the bounds and not in ``excluded``."""
+def _square_shape(rng: np.random.Generator, seer_share: float = 0.0) -> ConvShape | None:
+    """One random square layer, ``random``'s distributions or, with probability
+    ``seer_share``, SEER's value sets; None if its kernel does not fit."""
     kernels, kernel_p = zip(*RANDOM_KERNEL_WEIGHTS.items())
     strides, stride_p = zip(*RANDOM_STRIDE_WEIGHTS.items())
     seer_strides, seer_stride_p = zip(*SEER_STRIDE_WEIGHTS.items())
-    chosen: dict[ConvShape, None] = {}
-    while len(chosen) < size:
-        if seer_share and rng.random() < seer_share:
-            batch = int(rng.choice(SEER_BATCHES))
-            width = int(rng.choice(SEER_WIDTHS))
-            kernel = int(rng.choice(SEER_KERNELS))
-            stride = int(rng.choice(seer_strides, p=seer_stride_p))
-            padding = kernel // 2 if rng.random() < 0.5 else 0
-            in_ch, out_ch = int(rng.choice(SEER_CHANNELS)), int(rng.choice(SEER_CHANNELS))
-        else:
-            batch = int(rng.choice(SEER_BATCHES[:-1])) if rng.random() < 0.7 else int(rng.integers(1, 65))
-            width = int(round(float(np.exp(rng.uniform(np.log(4), np.log(320))))))
-            kernel = int(rng.choice(kernels, p=kernel_p))
-            stride = int(rng.choice(strides, p=stride_p))
-            padding = kernel // 2 if rng.random() < 0.65 else 0
-            in_ch, out_ch = _random_channels(rng), _random_channels(rng)
-        if kernel > width + 2 * padding:
-            continue
-        shape = ConvShape.seer(batch, in_ch, width, out_ch, conv_out_width(width, kernel, stride, padding),
+    if seer_share and rng.random() < seer_share:
+        batch = int(rng.choice(SEER_BATCHES))
+        width = int(rng.choice(SEER_WIDTHS))
+        kernel = int(rng.choice(SEER_KERNELS))
+        stride = int(rng.choice(seer_strides, p=seer_stride_p))
+        padding = kernel // 2 if rng.random() < 0.5 else 0
+        in_ch, out_ch = int(rng.choice(SEER_CHANNELS)), int(rng.choice(SEER_CHANNELS))
+    else:
+        batch = int(rng.choice(SEER_BATCHES[:-1])) if rng.random() < 0.7 else int(rng.integers(1, 65))
+        width = int(round(float(np.exp(rng.uniform(np.log(4), np.log(320))))))
+        kernel = int(rng.choice(kernels, p=kernel_p))
+        stride = int(rng.choice(strides, p=stride_p))
+        padding = kernel // 2 if rng.random() < 0.65 else 0
+        in_ch, out_ch = _random_channels(rng), _random_channels(rng)
+    if kernel > width + 2 * padding:
+        return None
+    return ConvShape.seer(batch, in_ch, width, out_ch, conv_out_width(width, kernel, stride, padding),
                           kernel, stride, padding)
-        if shape.flops <= max_flops and shape.tensor_bytes <= max_tensor_bytes and shape not in excluded:
-            chosen.setdefault(shape)
-    return list(chosen)
+
+
+def _draw_shapes(rng: np.random.Generator, size: int, excluded: set[ConvShape], max_flops: float,
+                 max_tensor_bytes: float, seer_share: float = 0.0) -> list[ConvShape]:
+    """Distinct random square shapes in draw order (:func:`_square_shape`), within the bounds
+    and not in ``excluded``."""
+    return _draw(lambda r: _square_shape(r, seer_share), rng, size, excluded, max_flops, max_tensor_bytes)
 
 
 def quick_grid() -> list[ConvShape]:
@@ -350,6 +354,8 @@ def _general_3d(rng: np.random.Generator) -> ConvShape | None:
 
 def _draw(draw_one, rng: np.random.Generator, size: int, excluded: set[ConvShape], max_flops: float,
           max_tensor_bytes: float) -> list[ConvShape]:
+    """Distinct layers from ``draw_one(rng)`` (None: impossible, drawn again) in draw order,
+    within the bounds and not in ``excluded``."""
     chosen: dict[ConvShape, None] = {}
     while len(chosen) < size:
         shape = draw_one(rng)
@@ -392,7 +398,7 @@ def census_general_grid(size: int = CENSUS_GENERAL_DEFAULT_SIZE, seed: int = 7) 
                  CENSUS_MAX_FLOPS, CENSUS_MAX_TENSOR_BYTES)
 
 
-def network_tables(role: str | None = None) -> dict[str, "pd.DataFrame"]:
+def network_tables(role: str | None = None) -> dict[str, pd.DataFrame]:
     """The captured layer tables of real networks (``seer/data/networks``), by network name;
     ``role``: ``train`` or ``test`` (held out), None for all. See ``networks.json`` there."""
     import json

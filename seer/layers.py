@@ -48,9 +48,9 @@ import numpy as np
 import pandas as pd
 
 from seer.errors import InputError
-from seer.shapes import (AXES, LAYER_COLUMNS, LAYER_DEFAULTS, LAYER_FIELDS, MAX_FIELD, OUTPUT_FIELDS, SEER_FIELDS,
+from seer.shapes import (LAYER_COLUMNS, LAYER_DEFAULTS, LAYER_FIELDS, MAX_FIELD, OUTPUT_FIELDS, SEER_FIELDS,
                          ConvShape, ShapeError, check_layer_frame, conv_out_width, invalid_layer_rows, is_seer_layer,
-                         layer_frame, seer_frame)
+                         layer_frame, row_error, seer_frame)
 
 #: Layers per chunk when a whole file is read: enough to amortise numpy's per-call cost,
 #: small enough that a chunk's text and arrays stay a few megabytes.
@@ -421,11 +421,8 @@ def _csv_chunk(contents: list[str], numbers: list[int], columns: list[str], path
     bad = invalid_layer_rows(frame)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        try:
-            check_layer_frame(frame.iloc[[i]])
-        except ShapeError as exc:
-            field = _alias_of(exc.field, columns)
-            raise InputError(exc.message.rsplit(" (layer", 1)[0], path=path, line=numbers[i], field=field) from None
+        exc = row_error(frame, i)
+        raise InputError(exc.message, path=path, line=numbers[i], field=_alias_of(exc.field, columns))
     for name in OUTPUT_FIELDS:
         if name in given:
             wrong = given[name] & (values[name] != frame[name].to_numpy())

@@ -410,7 +410,7 @@ class AlgorithmPredictor(Part):
     def prepare(self, X, complete: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
         """Features and the first stage's answers; ``complete=False`` leaves out the workspace
         answers of algorithms predicted not to run (enough for masked predictions)."""
-        F = shape_features(layer_frame(X), self.spec).to_numpy()
+        F = shape_features(X, self.spec).to_numpy()
         return F, (self.workspace.answers(F, only_where_runs=not complete) if self.workspace is not None else None)
 
     def predict_support(self, X) -> np.ndarray:

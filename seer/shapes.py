@@ -462,17 +462,23 @@ def invalid_layer_rows(frame: pd.DataFrame) -> np.ndarray:
     return bad
 
 
-def check_layer_frame(frame: pd.DataFrame, where: Callable[[int], str] = lambda i: f"layer {i + 1}") -> None:
-    """ShapeError for the first invalid row of a layer frame, worded by :class:`ConvShape`."""
-    bad = np.flatnonzero(invalid_layer_rows(frame))
-    if not len(bad):
-        return
-    row = frame.iloc[bad[0]]
+def row_error(frame: pd.DataFrame, i: int) -> ShapeError:
+    """The :class:`ShapeError` ``ConvShape`` raises for row ``i`` (0-based) of a layer frame,
+    a row :func:`invalid_layer_rows` flagged."""
+    row = frame.iloc[i]
     try:
         ConvShape(**{name: int(row[name]) for name in LAYER_FIELDS})
     except ShapeError as exc:
-        raise ShapeError(exc.field, f"{exc.message} ({where(int(bad[0]))})") from None
-    raise AssertionError(f"{where(int(bad[0]))} failed the vectorised check only")
+        return exc
+    raise AssertionError(f"row {i + 1} failed the vectorised check only")
+
+
+def check_layer_frame(frame: pd.DataFrame, where: Callable[[int], str] = lambda i: f"layer {i + 1}") -> None:
+    """ShapeError for the first invalid row of a layer frame, worded by :class:`ConvShape`."""
+    bad = np.flatnonzero(invalid_layer_rows(frame))
+    if len(bad):
+        exc = row_error(frame, int(bad[0]))
+        raise ShapeError(exc.field, f"{exc.message} ({where(int(bad[0]))})")
 
 
 def frame_volumes(frame: pd.DataFrame) -> dict[str, np.ndarray]:
