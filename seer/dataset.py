@@ -45,6 +45,7 @@ from seer.algorithms import (ALGORITHMS, algorithm_names, canonical_kernel_name,
 from seer.collect.store import RunStore, grouped_records, profile_records, recorded_columns
 from seer.errors import InputError
 from seer.excel import seer_sheets, write_excel
+from seer.gpu.tracing import sum_by_name
 from seer.gpus import GPUSpec
 from seer.layers import write_layers
 from seer.metrics import GROUP_COLUMNS, METRIC_SETS, METRICS, columns_with_rollup, required_columns, thread_flops
@@ -53,7 +54,7 @@ from seer.provenance import provenance
 from seer.schema import (CENSUS_COLUMNS, CENSUS_KEY, KERNEL_COLUMNS, KERNEL_INFO_COLUMNS, KERNEL_KEY,
                          MATH_MODE_NAMES, MEASUREMENT_COLUMNS, MEASUREMENT_TEXT_COLUMNS, RUN_KEY, STATUSES,
                          TRACE_FIELDS, TRACED_KERNEL_COLUMNS)
-from seer.shapes import LAYER_COLUMNS, LAYER_FIELDS, SEER_FIELDS, frame_flops, is_seer_layer, layer_frame
+from seer.shapes import LAYER_COLUMNS, LAYER_FIELDS, SEER_FIELDS, frame_flops, layer_frame
 
 TEST_FRACTION = 0.3
 TEST_SET_II_GRID = "test-set-ii"
@@ -173,27 +174,18 @@ def traced_kernels_table(timing: pd.DataFrame) -> pd.DataFrame:
     launch, launches of a name summed, each kernel classified by the kernel rules
     (:func:`seer.algorithms.classify_kernel`).
 
-    Records hold per kernel name ``[name, launches, total ns, grid blocks, block threads,
-    registers, shared memory bytes]``; the first traced records (2026-11-23, before 23:31 UTC)
-    held one entry per launch, ``[name, ns, grid blocks, block threads, registers, shared
-    memory bytes]``, and are summed here the same way.
+    Records hold kernels summed by name (:func:`seer.gpu.tracing.sum_by_name`); the first
+    traced records (2026-11-23, before 23:31 UTC) held one entry per launch, ``[name, ns,
+    grid blocks, block threads, registers, shared memory bytes]``, and are summed here by
+    the same rule.
     """
     rows = []
     if "traced_kernels" in timing.columns:
         for key, kernels in zip(timing[list(RUN_KEY)].itertuples(index=False), timing["traced_kernels"]):
             if not isinstance(kernels, list):
                 continue
-            by_name: dict[str, list] = {}
-            for kernel in kernels:
-                if len(kernel) == 6:  # one launch
-                    name, ns, blocks, threads, registers, smem = kernel
-                    launches = 1
-                else:
-                    name, launches, ns, blocks, threads, registers, smem = kernel
-                entry = by_name.setdefault(name, [name, 0, 0, blocks, threads, registers, smem])
-                entry[1] += launches
-                entry[2] += ns
-            rows.extend((*key, i, *entry) for i, entry in enumerate(by_name.values()))
+            summed = sum_by_name([k[0], 1, *k[1:]] if len(k) == 6 else k for k in kernels)
+            rows.extend((*key, i, *entry) for i, entry in enumerate(summed))
     table = pd.DataFrame(rows, columns=[*RUN_KEY, "kernel_idx", *TRACE_FIELDS])
     table["kernel_name"] = table["kernel_name"].map(canonical_kernel_name)
     info = {name: classify_kernel(name) for name in table["kernel_name"].unique()}
@@ -220,13 +212,15 @@ def trace_rollup(traced: pd.DataFrame) -> pd.DataFrame:
 
 # -- the tidy tables ----------------------------------------------------------------------
 def measurements_table(store: RunStore, spec: GPUSpec, seed: int = 0, kernels: pd.DataFrame | None = None,
-                       statuses: pd.DataFrame | None = None, traced: pd.DataFrame | None = None) -> pd.DataFrame:
+                       statuses: pd.DataFrame | None = None, traced: pd.DataFrame | None = None,
+                       records: pd.DataFrame | None = None) -> pd.DataFrame:
     """The runs table of a dataset directory (see the module docstring).
 
-    ``kernels``, ``statuses`` and ``traced`` (from :func:`kernels_table`,
-    :func:`profile_status_table` and :func:`traced_kernels_table`) are computed here unless given.
+    ``kernels``, ``statuses``, ``traced`` and ``records`` (from :func:`kernels_table`,
+    :func:`profile_status_table`, :func:`traced_kernels_table` and the store's timing
+    records) are computed or read here unless given.
     """
-    records = store.read("timing", RUN_KEY)
+    records = store.read("timing", RUN_KEY) if records is None else records
     timing = with_layer_columns(records)
     if timing.empty:
         return pd.DataFrame(columns=list(MEASUREMENT_COLUMNS))
@@ -440,8 +434,9 @@ def build_dataset(dataset_dir: str | Path, spec: GPUSpec, seed: int = 0, pack: b
         store.pack("census", CENSUS_KEY)
     statuses = profile_status_table(store)
     kernels = kernels_table(store, statuses)
-    traced = traced_kernels_table(store.read("timing", RUN_KEY))
-    table = measurements_table(store, spec, seed, kernels, statuses, traced)
+    records = store.read("timing", RUN_KEY)
+    traced = traced_kernels_table(records)
+    table = measurements_table(store, spec, seed, kernels, statuses, traced, records)
     out = DatasetFiles(dataset_dir / "measurements.csv.gz", dataset_dir / "kernels.csv.gz",
                        dataset_dir / "train.xlsx", dataset_dir / "test.xlsx", None,
                        dataset_dir / "provenance.json", len(table))

@@ -195,3 +195,19 @@ def test_provenance_names_the_machine_and_software():
         assert prov["software"][field], field
     assert prov["sessions"] and all(s["command"].startswith("seer collect") for s in prov["sessions"])
     assert prov["counts"]["runs"] == sum(prov["counts"]["status"].values())
+
+
+def test_traces_sum_by_name_in_launch_order_with_the_longest_launch_configuration():
+    from seer.dataset import traced_kernels_table
+    from seer.gpu.tracing import sum_by_name
+
+    launches = [["fft", 1, 10, 8, 128, 32, 0], ["gemm", 1, 50, 64, 256, 96, 1024], ["fft", 1, 30, 16, 128, 32, 0]]
+    assert sum_by_name(launches) == [["fft", 2, 40, 16, 128, 32, 0], ["gemm", 1, 50, 64, 256, 96, 1024]]
+    # Records of both formats (per launch, and already summed) give the same rows.
+    per_launch = [[k[0], *k[2:]] for k in launches]
+    timing = pd.DataFrame({"shape_id": ["a", "b"], "math": "fma", "algo": "FFT",
+                           "traced_kernels": [per_launch, sum_by_name(launches)]})
+    table = traced_kernels_table(timing)
+    first, second = (table[table["shape_id"] == s].drop(columns="shape_id").reset_index(drop=True) for s in "ab")
+    pd.testing.assert_frame_equal(first, second)
+    assert table["launches"].tolist() == [2, 1, 2, 1] and table["grid_blocks"].tolist() == [16, 64, 16, 64]

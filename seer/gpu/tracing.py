@@ -28,7 +28,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable, Sequence
 
 from seer.errors import EnvironmentProblem
 
@@ -57,6 +57,26 @@ class TracedKernel:
     @property
     def duration_ms(self) -> float:
         return (self.end_ns - self.start_ns) / 1e6
+
+
+def sum_by_name(entries: Iterable[Sequence]) -> list[list]:
+    """Kernels summed by name, in order of first launch.
+
+    Each entry, in and out, is ``[name, launches, total ns, grid blocks, block threads,
+    registers, shared memory bytes]``; a summed entry keeps the launch configuration of its
+    longest part. Some algorithms launch one kernel per group or tile, thousands of them:
+    summing keeps a run's record small.
+    """
+    by_name: dict[str, list] = {}
+    longest: dict[str, int] = {}
+    for name, launches, ns, blocks, threads, registers, shared in entries:
+        entry = by_name.setdefault(name, [name, 0, 0, blocks, threads, registers, shared])
+        entry[1] += launches
+        entry[2] += ns
+        if ns > longest.get(name, -1):
+            longest[name] = ns
+            entry[3:] = [blocks, threads, registers, shared]
+    return list(by_name.values())
 
 
 # -- demangling ---------------------------------------------------------------------------

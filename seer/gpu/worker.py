@@ -308,28 +308,19 @@ def _kernel_tracer():
 
 
 def _traced_kernels(tracer, problem: str | None, forward) -> dict:
-    """One more call of ``forward`` under CUPTI, outside the timed bursts: the kernels it ran.
-
-    Kernels of the same name are summed (some algorithms launch one per group or tile,
-    thousands of them): per name, in order of first launch, [name, launches, total ns, and
-    the grid blocks, block threads, registers and shared memory bytes of its longest launch].
-    """
+    """One more call of ``forward`` under CUPTI, outside the timed bursts: the kernels it ran,
+    summed by name (:func:`seer.gpu.tracing.sum_by_name`)."""
     if tracer is None:
         return {"trace_status": "unavailable", "trace_detail": problem}
     try:
         kernels = tracer.trace(forward)
     except Exception as exc:
         return {"trace_status": "error", "trace_detail": f"{type(exc).__name__}: {exc}"}
-    by_name: dict[str, list] = {}
-    for k in kernels:
-        ns = k.end_ns - k.start_ns
-        entry = by_name.setdefault(k.name, [k.name, 0, 0, 0, 0, 0, 0, -1])
-        entry[1] += 1
-        entry[2] += ns
-        if ns > entry[7]:
-            entry[3:8] = [k.grid[0] * k.grid[1] * k.grid[2], k.block[0] * k.block[1] * k.block[2], k.registers,
-                          k.shared_mem_bytes, ns]
-    return {"trace_status": "ok", "traced_kernels": [entry[:7] for entry in by_name.values()]}
+    from seer.gpu.tracing import sum_by_name
+
+    return {"trace_status": "ok", "traced_kernels": sum_by_name(
+        [k.name, 1, k.end_ns - k.start_ns, k.grid[0] * k.grid[1] * k.grid[2], k.block[0] * k.block[1] * k.block[2],
+         k.registers, k.shared_mem_bytes] for k in kernels)}
 
 
 # -- profiling ----------------------------------------------------------------------------
