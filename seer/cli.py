@@ -54,8 +54,11 @@ def _add_collect(sub) -> None:
                                    "Resumable: a rerun skips what is recorded under DATA_DIR/GPU/raw.")
     p.add_argument("--gpu", required=True, help="GPU spec name (see `seer gpus`); names data/<gpu>/")
     p.add_argument("--grid", default="seer,networks",
-                   help="comma-separated: seer, seer-extra, random, random-extra, networks, test-set-ii, "
-                        "census, quick, or shape files in SEER's format (default: seer,networks)")
+                   help="comma-separated named grids (seer, networks, general, 3d, ...; an unknown name "
+                        "lists them all) or layer files, SEER's format or CSV (default: seer,networks)")
+    p.add_argument("--kinds", type=_layer_kinds, default=None,
+                   help="only the grid's layers of these kinds, comma-separated, as `seer evaluate` names "
+                        "them (square, grouped, depthwise, ...), or general for every kind but square")
     p.add_argument("--math", default="fma,default", help="math modes: fma, default or both (default: both)")
     p.add_argument("--algo", default="all", help="comma-separated algorithm names (default: all cuDNN algorithms)")
     p.add_argument("--shard", default="1/1", help="i/n: collect only shard i of n of the grid (default 1/1)")
@@ -78,7 +81,8 @@ def _add_collect(sub) -> None:
                    help="runs per ncu process (default 150)")
     p.add_argument("--max-profile-kernels", type=_positive_int, default=256,
                    help="runs launching more kernels per call get only the first (cheapest) metric "
-                        "group and the status too_many_kernels (default 256)")
+                        "group, or none where their CUPTI trace counted the kernels, and the status "
+                        "too_many_kernels (default 256)")
     p.add_argument("--ncu", help="path of the ncu executable (default: from PATH)")
     p.add_argument("--ncu-metrics", choices=("core", "full"), default="core",
                    help="metric groups: what the models use (core, default) or also pipe "
@@ -88,7 +92,8 @@ def _add_collect(sub) -> None:
     p.add_argument("--ncu-cache-control", choices=("all", "none"), default="all",
                    help="flush caches before each replay pass (all, default) or not (none)")
     p.add_argument("--retry", default="", help="statuses to measure again, e.g. error,oom; 'unstable' re-times successful "
-                        "runs whose repetitions spread over 10%% of their median")
+                        "runs whose repetitions spread over 10%% of their median, 'untraced' those without a "
+                        "kernel trace")
     p.add_argument("--seed", type=int, default=0, help="seeds inputs and sampled checks (default 0)")
     p.add_argument("--keep-ncu-csv", action="store_true", help="keep ncu's raw CSV files in raw/")
     p.add_argument("--stop-after", type=float, metavar="MINUTES",
@@ -102,12 +107,21 @@ def _add_collect(sub) -> None:
     p.set_defaults(func=_cmd_collect)
 
 
+def _layer_kinds(text: str) -> tuple[str, ...]:
+    from seer.grids import parse_kinds
+
+    try:
+        return parse_kinds(text)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(exc.args[0]) from None
+
+
 def _cmd_collect(args) -> int:
     from seer.algorithms import algorithm_names, get_algorithm
     from seer.collect.orchestrate import CollectOptions, Collector
     from seer.collect.plan import parse_shard
     from seer.gpus import get_gpu_spec
-    from seer.grids import resolve_grids
+    from seer.grids import of_kinds, resolve_grids
     from seer.schema import parse_math_modes
 
     spec = get_gpu_spec(args.gpu)  # an unknown GPU fails before anything else happens
@@ -121,6 +135,8 @@ def _cmd_collect(args) -> int:
             raise InputError(exc.args[0], field="algo") from None
     shard_index, shard_count = parse_shard(args.shard)
     shapes = resolve_grids(args.grid)
+    if args.kinds:
+        shapes = of_kinds(shapes, args.kinds)
     if args.limit_shapes:
         shapes = shapes[: args.limit_shapes]
     retry = tuple(s.strip() for s in args.retry.split(",") if s.strip())

@@ -42,10 +42,10 @@ import pandas as pd
 
 from seer.algorithms import (ALGORITHMS, algorithm_names, canonical_kernel_name, classify_kernel,
                              heuristic_ranks)
-from seer.collect.store import RunStore, grouped_records, profile_records, recorded_columns
+from seer.collect.store import RunStore, first_grids, grouped_records, profile_records, recorded_columns
 from seer.errors import InputError
 from seer.excel import seer_sheets, write_excel
-from seer.gpu.tracing import sum_by_name
+from seer.gpu.tracing import stored_trace
 from seer.gpus import GPUSpec
 from seer.layers import write_layers
 from seer.metrics import GROUP_COLUMNS, METRIC_SETS, METRICS, columns_with_rollup, required_columns, thread_flops
@@ -174,18 +174,15 @@ def traced_kernels_table(timing: pd.DataFrame) -> pd.DataFrame:
     launch, launches of a name summed, each kernel classified by the kernel rules
     (:func:`seer.algorithms.classify_kernel`).
 
-    Records hold kernels summed by name (:func:`seer.gpu.tracing.sum_by_name`); the first
-    traced records (2026-11-23, before 23:31 UTC) held one entry per launch, ``[name, ns,
-    grid blocks, block threads, registers, shared memory bytes]``, and are summed here by
-    the same rule.
+    Records hold kernels summed by name, in either stored format
+    (:func:`seer.gpu.tracing.stored_trace`).
     """
     rows = []
     if "traced_kernels" in timing.columns:
         for key, kernels in zip(timing[list(RUN_KEY)].itertuples(index=False), timing["traced_kernels"]):
             if not isinstance(kernels, list):
                 continue
-            summed = sum_by_name([k[0], 1, *k[1:]] if len(k) == 6 else k for k in kernels)
-            rows.extend((*key, i, *entry) for i, entry in enumerate(summed))
+            rows.extend((*key, i, *entry) for i, entry in enumerate(stored_trace(kernels)))
     table = pd.DataFrame(rows, columns=[*RUN_KEY, "kernel_idx", *TRACE_FIELDS])
     table["kernel_name"] = table["kernel_name"].map(canonical_kernel_name)
     info = {name: classify_kernel(name) for name in table["kernel_name"].unique()}
@@ -211,6 +208,15 @@ def trace_rollup(traced: pd.DataFrame) -> pd.DataFrame:
 
 
 # -- the tidy tables ----------------------------------------------------------------------
+def latest_timing_records(store: RunStore) -> pd.DataFrame:
+    """The latest timing record of each run, each labelled with its shape's first grid."""
+    history = store.read("timing")  # oldest first
+    if history.empty:
+        return history
+    records = history.drop_duplicates(subset=list(RUN_KEY), keep="last").reset_index(drop=True)
+    return records.assign(grid=records["shape_id"].map(first_grids(history)))
+
+
 def measurements_table(store: RunStore, spec: GPUSpec, seed: int = 0, kernels: pd.DataFrame | None = None,
                        statuses: pd.DataFrame | None = None, traced: pd.DataFrame | None = None,
                        records: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -220,7 +226,7 @@ def measurements_table(store: RunStore, spec: GPUSpec, seed: int = 0, kernels: p
     :func:`profile_status_table`, :func:`traced_kernels_table` and the store's timing
     records) are computed or read here unless given.
     """
-    records = store.read("timing", RUN_KEY) if records is None else records
+    records = latest_timing_records(store) if records is None else records
     timing = with_layer_columns(records)
     if timing.empty:
         return pd.DataFrame(columns=list(MEASUREMENT_COLUMNS))
@@ -434,7 +440,7 @@ def build_dataset(dataset_dir: str | Path, spec: GPUSpec, seed: int = 0, pack: b
         store.pack("census", CENSUS_KEY)
     statuses = profile_status_table(store)
     kernels = kernels_table(store, statuses)
-    records = store.read("timing", RUN_KEY)
+    records = latest_timing_records(store)
     traced = traced_kernels_table(records)
     table = measurements_table(store, spec, seed, kernels, statuses, traced, records)
     out = DatasetFiles(dataset_dir / "measurements.csv.gz", dataset_dir / "kernels.csv.gz",
@@ -462,9 +468,12 @@ def build_dataset(dataset_dir: str | Path, spec: GPUSpec, seed: int = 0, pack: b
     # The first stage learns cuDNN's answers from shapes that never ran; a census shape that a
     # grid drawn later also timed (grids are redrawn when their bounds change) is left out.
     census = census[~census["shape_id"].isin(table["shape_id"])].reset_index(drop=True)
+    census_path = dataset_dir / "census.csv.gz"
     if not census.empty:
-        out.census = dataset_dir / "census.csv.gz"
+        out.census = census_path
         _write_csv_gz(census, out.census)
+    elif census_path.exists():
+        census_path.unlink()  # an earlier build's census, now all timed: stale
     record = provenance(store, table, kernels, census, test_fraction=TEST_FRACTION,
                         test_set_ii_grids=TEST_SET_II_GRIDS)
     out.provenance.write_text(json.dumps(record, indent=2) + "\n")

@@ -479,6 +479,37 @@ NAMED_GRIDS = {
 }
 
 
+#: ``--kinds`` name for every layer kind but SEER's square one.
+GENERAL_KINDS = "general"
+
+
+def parse_kinds(text: str) -> tuple[str, ...]:
+    """Layer kind names from ``--kinds`` (comma-separated :data:`seer.shapes.LAYER_KIND_NAMES`,
+    or ``general`` for all but square)."""
+    from seer.shapes import LAYER_KIND_NAMES
+
+    kinds: list[str] = []
+    for name in (n.strip() for n in text.split(",") if n.strip()):
+        if name == GENERAL_KINDS:
+            kinds += [k for k in LAYER_KIND_NAMES if k != "square"]
+        elif name in LAYER_KIND_NAMES:
+            kinds.append(name)
+        else:
+            raise InputError(f"unknown layer kind {name!r}; kinds are {', '.join(LAYER_KIND_NAMES)} "
+                             f"or {GENERAL_KINDS}")
+    return tuple(dict.fromkeys(kinds))
+
+
+def of_kinds(shapes: Sequence[GridShape], kinds: Sequence[str]) -> list[GridShape]:
+    """The shapes of any of these layer kinds (:data:`seer.shapes.LAYER_KINDS`), in order."""
+    from seer.shapes import layer_frame, layer_kind_flags
+
+    if not shapes:
+        return []
+    flags = layer_kind_flags(layer_frame([s.shape for s in shapes]))[list(kinds)].any(axis=1).to_numpy()
+    return [s for s, keep in zip(shapes, flags) if keep]
+
+
 def resolve_grids(spec: str | Sequence[str]) -> list[GridShape]:
     """Shapes of one or more grids (comma-separated names or shape files), deduplicated.
 

@@ -77,7 +77,8 @@ def provenance(store: RunStore, table: pd.DataFrame, kernels: pd.DataFrame, cens
                       "[min_reps, max_reps]; same buffers each time (warm L2, as frameworks' benchmark "
                       "mode). Protocol 1 (one call between two events) is superseded.",
             "profiling_cap": "runs launching more than max_profile_kernels kernels per call are profiled "
-                             "by the first metric group only (profile_status too_many_kernels)",
+                             "by the first metric group only, or not at all where the run's CUPTI trace counted them "
+                             "(profile_status too_many_kernels)",
             "check": "relative L2 error of 4096 sampled outputs against a float64 direct computation; "
                      "output poisoned with NaN before the run; tolerance "
                      + ", ".join(f"{m.name} {_tolerance(m.tolerance)}" for m in MATH_MODES),

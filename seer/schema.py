@@ -98,7 +98,8 @@ PROFILE_STATUSES: dict[str, str] = {
     "inconsistent": "metric groups saw different kernel sequences",
     "error": "the profiled call failed",
     "no_kernels": "the call ran inside its NVTX range, but ncu recorded no kernel",
-    "too_many_kernels": "the call launched more kernels than the cap: only the first metric group profiled it",
+    "too_many_kernels": "the call launched more kernels than the cap: only the first metric group profiled it, "
+                        "or none where its CUPTI trace had counted them",
 }
 
 # -- splits -------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ temporary directories by tests. Like the real worker it arms the parent-death si
 by SIGSEGV on that item, FAKE_HANG makes it hang there, FAKE_FAIL_AT_START makes it exit at
 once. FAKE_ITEM_SECONDS is how long each item takes: a number, or ``command=seconds`` pairs
 joined by commas (``profile=30``: only profiling is slow). FAKE_PID_FILE names a file to
-which it appends ``<pid> <command>`` at start-up.
+which it appends ``<pid> <command>`` at start-up. FAKE_TRACED gives timing rows a trace.
 """
 
 import argparse
@@ -85,6 +85,10 @@ for line in open(args.plan):
                **work["shape"], "status": "ok", "time_ms": 1.0 + len(algo) / 10}
         # FAKE_WIDE names an item whose repetitions spread widely (a host hiccup).
         row["time_ms_iqr"] = 0.5 * row["time_ms"] if key == os.environ.get("FAKE_WIDE") else 0.001
+        # FAKE_TRACED ("ALGO=kernels,..."): those algorithms' rows carry a CUPTI trace.
+        traced = dict(pair.split("=") for pair in os.environ.get("FAKE_TRACED", "").split(",") if pair)
+        if algo in traced:
+            row |= {"trace_status": "ok", "traced_kernels": [["fake_kernel", int(traced[algo]), 1000, 1, 32, 0, 0]]}
         emit({EVENT: ROW, "row": row})
 if census:
     emit({EVENT: CENSUS, "records": census})

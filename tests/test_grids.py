@@ -62,3 +62,27 @@ def test_random_grid_is_reproducible_and_leaves_out_the_other_grids():
     # Off SEER's powers of two: odd widths and channel counts that are not powers of two.
     assert any(s.in_w % 2 for s in shapes)
     assert any(s.in_ch & (s.in_ch - 1) for s in shapes)
+
+
+def test_kinds_filter_a_grid_to_the_named_layer_kinds():
+    from seer.grids import of_kinds, parse_kinds, resolve_grids
+    from seer.shapes import layer_frame, layer_kind_flags
+
+    shapes = resolve_grids("networks-general")
+    general = of_kinds(shapes, parse_kinds("general"))
+    flags = layer_kind_flags(layer_frame([s.shape for s in general]))
+    assert 0 < len(general) < len(shapes) and not flags["square"].any()
+    depthwise = of_kinds(shapes, parse_kinds("depthwise"))
+    assert depthwise and all(s.shape.groups == s.shape.in_ch > 1 for s in depthwise)
+    # Order is kept, and the union of every kind is the whole grid.
+    assert of_kinds(shapes, parse_kinds("square,general")) == shapes
+    assert parse_kinds("3D,3D") == ("3D",)
+
+
+def test_an_unknown_kind_is_refused_by_name(capsys):
+    from seer.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["collect", "--gpu", "h100", "--kinds", "grouped,wide"])
+    assert exit_info.value.code == 2
+    assert "unknown layer kind 'wide'" in capsys.readouterr().err

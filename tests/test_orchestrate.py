@@ -20,7 +20,7 @@ import pytest
 
 from seer.algorithms import algorithm_names
 from seer.collect import children, orchestrate, scratch
-from seer.collect.orchestrate import CollectOptions, Collector, check_device, unstable_keys
+from seer.collect.orchestrate import CollectOptions, Collector, check_device, unstable_keys, untraced_keys
 from seer.collect.store import TORN_SUFFIX, RunStore, profile_records, read_jsonl
 from seer.dataset import census_table, kernels_table, profile_status_table
 from seer.errors import EnvironmentProblem
@@ -129,6 +129,18 @@ def test_retry_unstable_times_widely_spread_runs_again(tmp_path, fake_worker, mo
     session = Collector(_options(tmp_path, retry=("unstable",))).run()
     assert session["counts"]["timing_rows"] == 1
     assert unstable_keys(store.read("timing", RUN_KEY)) == set()
+
+
+def test_retry_untraced_times_runs_without_a_trace_again(tmp_path, fake_worker, monkeypatch):
+    monkeypatch.setenv("FAKE_TRACED", "GEMM=3")
+    Collector(_options(tmp_path)).run()
+    store = RunStore(tmp_path / "h100")
+    untraced = untraced_keys(store.read("timing", RUN_KEY))
+    assert len(untraced) == 12 and {k[2] for k in untraced} == set(ALGOS) - {"GEMM"}
+    monkeypatch.setenv("FAKE_TRACED", ",".join(f"{a}=1" for a in ALGOS))
+    session = Collector(_options(tmp_path, retry=("untraced",))).run()
+    assert session["counts"]["timing_rows"] == 12
+    assert untraced_keys(store.read("timing", RUN_KEY)) == set()
 
 
 def test_time_limit_stops_cleanly_and_a_rerun_finishes(tmp_path, fake_worker, monkeypatch):
@@ -284,6 +296,20 @@ def test_runs_with_too_many_kernels_get_only_the_first_group(tmp_path, fake_ncu)
     assert again["counts"]["kernels"] == 0
 
 
+def test_traced_runs_with_too_many_kernels_are_not_profiled(tmp_path, fake_ncu, monkeypatch):
+    monkeypatch.setenv("FAKE_TRACED", "FFT_TILING=40,GEMM=2")
+    session = Collector(_profile_options(tmp_path, fake_ncu, max_profile_kernels=6)).run()
+    store = RunStore(tmp_path / "h100")
+    statuses = profile_status_table(store).set_index(list(RUN_KEY))
+    fft_tiling = statuses.index.get_level_values("algo") == "FFT_TILING"
+    assert set(statuses.loc[fft_tiling, "profile_status"]) == {"too_many_kernels"}
+    assert statuses.loc[fft_tiling, "profile_detail"].str.contains("40 kernels per call by its CUPTI trace").all()
+    # No metric group ran them; the traced GEMM runs (under the cap) were profiled as usual.
+    assert "FFT_TILING" not in set(kernels_table(store)["algo"])
+    assert set(statuses.loc[statuses.index.get_level_values("algo") == "GEMM", "profile_status"]) == {"ok"}
+    assert session["counts"]["profile_errors"] == 0
+
+
 def _split_into_retired_groups(source: RunStore, target: RunStore) -> None:
     """Rewrite a store's ``counters`` records as the three groups that collected them before."""
     from seer.metrics import RETIRED_GROUPS
@@ -365,6 +391,18 @@ def test_census_asks_every_shape_once_and_resumes(tmp_path, fake_worker):
         # Algorithms the answer does not name were not accepted.
         assert by_key.loc[(shape.shape_id, "fma", "WINOGRAD"), "status"] == "not_supported"
         assert by_key.loc[(shape.shape_id, "fma", "IMPLICIT_GEMM"), "heuristic_rank"] == 2
+
+
+def test_the_tidy_census_leaves_out_timed_shapes_and_no_stale_file(tmp_path, fake_worker):
+    from seer.dataset import build_dataset
+
+    Collector(_census_options(tmp_path)).run()
+    files = build_dataset(tmp_path / "h100", get_gpu_spec("h100"))
+    assert len(pd.read_csv(files.census)) == 5 * 2 * len(algorithm_names("cudnn"))
+    # Once every census shape has been timed too, the census has nothing of its own left.
+    Collector(_options(tmp_path, shapes=_census_options(tmp_path).shapes)).run()
+    files = build_dataset(tmp_path / "h100", get_gpu_spec("h100"))
+    assert files.census is None and not (tmp_path / "h100" / "census.csv.gz").exists()
 
 
 def test_census_records_a_crash_and_goes_on(tmp_path, fake_worker, monkeypatch):
@@ -593,3 +631,33 @@ def test_a_worker_started_after_its_orchestrator_died_exits_at_once(tmp_path):
     assert orphan.returncode == children.EXIT_ORPHANED and not pids.exists()
     # The same worker with its orchestrator alive does its (empty) plan.
     assert subprocess.run(command, env=env, timeout=60).returncode == 0 and pids.exists()
+
+
+def test_traced_kernel_counts_read_both_stored_trace_formats(tmp_path):
+    from seer.collect.profiling import traced_kernel_counts
+
+    store = RunStore(tmp_path / "h100")
+    per_launch = [["k1", 2336, 46, 1024, 32, 0], ["k2", 900, 1, 256, 32, 0], ["k2", 950, 1, 256, 32, 0]]
+    summed = [["k1", 1, 2336, 46, 1024, 32, 0], ["k2", 960, 1415323, 144, 256, 27, 2048]]
+    store.append("timing", [
+        {"shape_id": "a", "math": "fma", "algo": "GEMM", "status": "ok", "trace_status": "ok", "traced_kernels": per_launch},
+        {"shape_id": "b", "math": "fma", "algo": "FFT", "status": "ok", "trace_status": "ok", "traced_kernels": summed},
+        {"shape_id": "c", "math": "fma", "algo": "FFT", "status": "ok", "trace_status": "error"}])
+    assert traced_kernel_counts(store) == {("a", "fma", "GEMM"): 3, ("b", "fma", "FFT"): 961}
+
+
+def test_a_shape_keeps_the_grid_that_first_timed_it(tmp_path, fake_worker, monkeypatch):
+    from seer.dataset import measurements_table
+
+    Collector(_options(tmp_path)).run()
+    store = RunStore(tmp_path / "h100")
+    moved = [GridShape(gs.shape, "test-set-ii-general") for gs in _shapes()]
+    monkeypatch.setenv("FAKE_TRACED", ",".join(f"{a}=1" for a in ALGOS))
+    assert Collector(_options(tmp_path, shapes=moved, retry=("untraced",))).run()["counts"]["timing_rows"] == 18
+    records = store.read("timing", RUN_KEY)
+    assert set(records["grid"]) == {gs.grid for gs in _shapes()}
+    # Records written under the other grid's name (as before this rule) do not move the shape either.
+    store.append("timing", [records.iloc[0].to_dict() | {"grid": "test-set-ii-general"}])
+    table = measurements_table(store, get_gpu_spec("h100"))
+    assert table.groupby("shape_id")["split"].nunique().max() == 1
+    assert "test2" not in set(table["split"])

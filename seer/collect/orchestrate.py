@@ -32,7 +32,7 @@ from seer.collect.plan import CollectOptions, build_plan, fits_in_memory, shard,
 from seer.collect.profiling import Profiler
 from seer.collect.protocol import CENSUS_ITEM, ShapeWork, write_plan
 from seer.collect.scratch import scratch_folder
-from seer.collect.store import RunStore, default_tag
+from seer.collect.store import RunStore, default_tag, first_grids
 from seer.errors import EnvironmentProblem
 from seer.gpu.timing import MAX_SPREAD
 from seer.gpus import GPUSpec, match_device
@@ -52,6 +52,22 @@ def unstable_keys(timing, max_spread: float = MAX_SPREAD) -> set[tuple]:
     ok = timing[timing["status"] == "ok"]
     wide = ok[ok["time_ms_iqr"] > max_spread * ok["time_ms"]]
     return set(wide[list(RUN_KEY)].itertuples(index=False, name=None))
+
+
+#: ``--retry`` word that re-times successful runs without a kernel trace (timed before
+#: tracing existed, or where it failed), so that they get one.
+RETRY_UNTRACED = "untraced"
+
+
+def untraced_keys(timing) -> set[tuple]:
+    """Keys of successful runs whose record holds no successful kernel trace: what
+    ``--retry untraced`` measures again."""
+    if timing.empty:
+        return set()
+    ok = timing[timing["status"] == "ok"]
+    if "trace_status" in ok.columns:
+        ok = ok[ok["trace_status"] != "ok"]
+    return set(ok[list(RUN_KEY)].itertuples(index=False, name=None))
 
 
 #: Recorded with every session: rows are comparable only under the same protocol.
@@ -212,6 +228,8 @@ class Collector:
                                     require={"timing_protocol": TIMING_PROTOCOL})
         if RETRY_UNSTABLE in o.retry:
             done -= unstable_keys(self.store.read("timing", RUN_KEY))
+        if RETRY_UNTRACED in o.retry:
+            done -= untraced_keys(self.store.read("timing", RUN_KEY))
         memory = self.info.get("memory_bytes") or self.spec.memory_bytes
         plan = build_plan(shapes, o.maths, o.algos, done)
         too_large = [w for w in plan if not fits_in_memory(w.shape, memory)]
@@ -220,6 +238,11 @@ class Collector:
                               f"input, filter and output need {work.shape.tensor_bytes} bytes; "
                               f"the GPU has {memory}")
         plan = [w for w in plan if fits_in_memory(w.shape, memory)]
+        # A shape keeps the grid that first timed it (seer.dataset.first_grids), whichever
+        # grid's command times it again.
+        timed_in = first_grids(self.store.read("timing")) if plan else {}
+        for work in plan:
+            work.grid = timed_in.get(work.shape_id, work.grid)
         total = sum(len(w.items) for w in plan)
         if not total:
             self.console.log("timing: nothing to do (all items already recorded)")

@@ -24,6 +24,7 @@ from seer.collect.plan import CollectOptions, build_plan, select_evenly, shard, 
 from seer.collect.protocol import ShapeWork, event_key, write_plan
 from seer.collect.store import RunStore, profile_records, recorded_columns
 from seer.errors import EnvironmentProblem
+from seer.gpu.tracing import stored_trace
 from seer.metrics import (DEFAULT_MATH_ONLY_GROUPS, GROUP_COLUMNS, METRIC_SETS, METRICS,
                           ncu_metric_names)
 from seer.progress import CollectionProgress
@@ -83,6 +84,17 @@ def profile_items(options: CollectOptions, store: RunStore) -> list[ShapeWork]:
     return [w for w in plan if w.items]
 
 
+def traced_kernel_counts(store: RunStore) -> dict[tuple, int]:
+    """Kernels per call of every timed run whose CUPTI trace succeeded (see the worker)."""
+    timing = store.read("timing", RUN_KEY)
+    if timing.empty or "traced_kernels" not in timing.columns:
+        return {}
+    traced = timing[timing["trace_status"] == "ok"]
+    return {key: sum(int(kernel[1]) for kernel in stored_trace(kernels))
+            for key, kernels in zip(traced[list(RUN_KEY)].itertuples(index=False, name=None),
+                                    traced["traced_kernels"])}
+
+
 def launch_kernel_counts(store: RunStore, first_group: str) -> dict[tuple, int]:
     """Kernels per call of every run that ``first_group`` profiled successfully."""
     frame = profile_records(store)
@@ -115,6 +127,7 @@ class Profiler:
         self.groups = profile_groups(options)
         self.seconds = 0.0
         self.group_stats: dict[str, dict] = {}
+        self._traced_counts: dict[tuple, int] | None = None  # timing does not change while profiling
 
     def covered(self) -> dict[tuple, frozenset[str]]:
         return profiled_keys(self.store, self.options.retry)
@@ -187,21 +200,27 @@ class Profiler:
         """Record ``too_many_kernels`` for this group's runs that launch too many kernels.
 
         Some calls launch very many kernels (cuDNN's FFT turns some layers into one small
-        GEMV per image and channel), and ncu's cost grows with every kernel and group. Past
-        ``max_profile_kernels`` only the first group (launch statistics and instruction
-        counts, the cheapest) profiles the run, and the others record why they did not.
+        GEMV per image and channel, grouped layers one per group), and ncu's cost grows with
+        every kernel and group. Past ``max_profile_kernels`` a run whose CUPTI trace already
+        counted (and named and timed) its kernels is not profiled at all; an untraced one is
+        profiled by the first group only (launch statistics and instruction counts, the
+        cheapest), and the other groups record why they did not.
         """
-        counts = launch_kernel_counts(self.store, self.groups[0])
+        if self._traced_counts is None:
+            self._traced_counts = traced_kernel_counts(self.store)
+        counts = {key: (n, "by its CUPTI trace") for key, n in self._traced_counts.items()}
+        if group != self.groups[0]:
+            counts |= {key: (n, "under ncu") for key, n in launch_kernel_counts(self.store, self.groups[0]).items()}
         cap = self.options.max_profile_kernels
         records = []
         for work in chunk:
             for m, a in work.items:
                 key = (work.shape_id, m, a)
-                if counts.get(key, 0) > cap and needs(key, group, done):
+                n, source = counts.get(key, (0, ""))
+                if n > cap and needs(key, group, done):
                     records.append(dict(zip(RUN_KEY, key)) | {"group": group} | extras | {
                         "profile_status": "too_many_kernels",
-                        "status_detail": f"{counts[key]} kernels per call, more than "
-                                         f"--max-profile-kernels {cap}"})
+                        "status_detail": f"{n} kernels per call {source}, more than --max-profile-kernels {cap}"})
         if not records:
             return done
         self.store.append("profiles", records)
@@ -221,8 +240,7 @@ class Profiler:
         for group in self.groups:
             if self.deadline.passed:
                 return
-            if group != self.groups[0]:
-                done = self._skip_long_runs(chunk, group, done, extras, progress)
+            done = self._skip_long_runs(chunk, group, done, extras, progress)
             part = [ShapeWork(w.shape, w.grid, [(m, a) for m, a in w.items
                                                 if needs((w.shape_id, m, a), group, done)])
                     for w in chunk]

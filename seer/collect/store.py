@@ -291,6 +291,18 @@ def _json_default(value):
 ALL_GROUPS = "all"
 
 
+def first_grids(history: pd.DataFrame) -> pd.Series:
+    """The grid of each shape's oldest timing record, by shape_id (``history`` oldest first).
+
+    A shape belongs to the grid that first timed it. A later command over another grid
+    that holds it too (``--retry untraced`` over the network grids, say) times its runs
+    again; its grid, and so its split, must not move with them.
+    """
+    if history.empty:
+        return pd.Series(dtype=object)
+    return history.drop_duplicates("shape_id", keep="first").set_index("shape_id")["grid"]
+
+
 def recorded_columns(group: str) -> frozenset[str]:
     """Metric columns that a profile record of ``group`` (current, retired or ``all``) measured."""
     if group == ALL_GROUPS:

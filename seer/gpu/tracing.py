@@ -79,6 +79,16 @@ def sum_by_name(entries: Iterable[Sequence]) -> list[list]:
     return list(by_name.values())
 
 
+def stored_trace(kernels: Sequence[Sequence]) -> list[list]:
+    """A timing record's ``traced_kernels`` in the summed format of :func:`sum_by_name`.
+
+    The first traced records (2026-11-23, before 23:31 UTC) held one entry per launch,
+    ``[name, ns, grid blocks, block threads, registers, shared memory bytes]``; they are
+    summed here by the same rule.
+    """
+    return sum_by_name([k[0], 1, *k[1:]] if len(k) == 6 else k for k in kernels)
+
+
 # -- demangling ---------------------------------------------------------------------------
 # CUPTI reports a kernel's mangled symbol (``_Z23implicit_convolve_sgemm...``); ncu and
 # seer.algorithms.classify_kernel work with demangled names. libstdc++'s demangler is on
