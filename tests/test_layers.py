@@ -112,10 +112,14 @@ def test_edge_values_are_accepted():
 def test_every_mistake_names_file_line_and_field(text, line, field, words):
     with pytest.raises(InputError) as info:
         parse_shapes(text, "layers.txt")
-    err = info.value
-    assert (err.path, err.line, err.field) == ("layers.txt", line, field)
-    assert words in str(err)
-    assert str(err).startswith(f"layers.txt:{line}: {field + ': ' if field else ''}")
+    _assert_one_line_error(info.value, "layers.txt", line, field, words)
+
+
+def _assert_one_line_error(err: InputError, path: str, line: int, field: str | None, words: str) -> None:
+    """``path:line: field: message`` with ``words`` in the message, on one line."""
+    assert (err.path, err.line, err.field) == (path, line, field), str(err)
+    assert words in err.message
+    assert str(err).startswith(f"{path}:{line}: {field + ': ' if field else ''}")
     assert "\n" not in str(err)
 
 
@@ -371,9 +375,7 @@ def test_layer_csv_square_aliases_3d_names_and_output_checks():
 def test_every_csv_mistake_names_file_line_and_field(text, line, field, words):
     with pytest.raises(InputError) as info:
         read_layers(io.StringIO(text), name="bad.csv")
-    err = info.value
-    assert (err.path, err.line, err.field) == ("bad.csv", line, field), str(err)
-    assert words in err.message and "\n" not in str(err)
+    _assert_one_line_error(info.value, "bad.csv", line, field, words)
 
 
 def test_general_layers_write_as_csv_and_read_back(tmp_path):
