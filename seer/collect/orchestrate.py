@@ -226,23 +226,25 @@ class Collector:
         # the user asked to retry; rows of an older protocol are measured again.
         done = self.store.done_keys("timing", RUN_KEY, skip_status=o.retry or None,
                                     require={"timing_protocol": TIMING_PROTOCOL})
+        history = self.store.read("timing")  # oldest first
+        latest = history.drop_duplicates(subset=list(RUN_KEY), keep="last") if not history.empty else history
         if RETRY_UNSTABLE in o.retry:
-            done -= unstable_keys(self.store.read("timing", RUN_KEY))
+            done -= unstable_keys(latest)
         if RETRY_UNTRACED in o.retry:
-            done -= untraced_keys(self.store.read("timing", RUN_KEY))
+            done -= untraced_keys(latest)
         memory = self.info.get("memory_bytes") or self.spec.memory_bytes
         plan = build_plan(shapes, o.maths, o.algos, done)
+        # A shape keeps the grid that first timed it (seer.collect.store.first_grids),
+        # whichever grid's command times it again.
+        timed_in = first_grids(history)
+        for work in plan:
+            work.grid = timed_in.get(work.shape_id, work.grid)
         too_large = [w for w in plan if not fits_in_memory(w.shape, memory)]
         for work in too_large:
             self._record_rows(work, "too_large",
                               f"input, filter and output need {work.shape.tensor_bytes} bytes; "
                               f"the GPU has {memory}")
         plan = [w for w in plan if fits_in_memory(w.shape, memory)]
-        # A shape keeps the grid that first timed it (seer.dataset.first_grids), whichever
-        # grid's command times it again.
-        timed_in = first_grids(self.store.read("timing")) if plan else {}
-        for work in plan:
-            work.grid = timed_in.get(work.shape_id, work.grid)
         total = sum(len(w.items) for w in plan)
         if not total:
             self.console.log("timing: nothing to do (all items already recorded)")
