@@ -310,6 +310,25 @@ def test_traced_runs_with_too_many_kernels_are_not_profiled(tmp_path, fake_ncu, 
     assert session["counts"]["profile_errors"] == 0
 
 
+def test_retrying_too_many_kernels_does_not_profile_what_it_just_skipped(tmp_path, fake_ncu, monkeypatch):
+    monkeypatch.setenv("FAKE_TRACED", "FFT_TILING=40,GEMM=2")
+    Collector(_profile_options(tmp_path, fake_ncu, max_profile_kernels=6)).run()
+    store = RunStore(tmp_path / "h100")
+
+    def skipped() -> int:
+        return int((store.read("profiles")["profile_status"] == "too_many_kernels").sum())
+
+    first = skipped()
+    assert first > 0
+    # A retry looks at every such run again and records the same reason, but profiles
+    # none of them: its fresh too_many_kernels records count as done within the session.
+    again = Collector(_profile_options(tmp_path, fake_ncu, max_profile_kernels=6,
+                                       retry=("too_many_kernels",))).run()
+    assert again["counts"]["kernels"] == 0 and not again["ncu_groups"]
+    assert skipped() == 2 * first
+    assert "FFT_TILING" not in set(kernels_table(store)["algo"])
+
+
 def _split_into_retired_groups(source: RunStore, target: RunStore) -> None:
     """Rewrite a store's ``counters`` records as the three groups that collected them before."""
     from seer.metrics import RETIRED_GROUPS
@@ -499,7 +518,8 @@ def test_ctrl_c_stops_the_worker_and_removes_the_scratch_folder(tmp_path, fake_w
     (worker,) = [int(line.split()[0]) for line in _complete_lines(pids)]
     assert not children.process_running(worker)
     assert _scratch_folders(fake_worker) == []
-    assert RunStore(tmp_path / "h100").sessions()[-1]["interrupted"]
+    session = RunStore(tmp_path / "h100").sessions()[-1]
+    assert session["interrupted"] and session["timing_seconds"] > 0  # the time spent until Ctrl-C
 
 
 def test_a_new_run_removes_the_scratch_folders_of_dead_runs_only(tmp_path, fake_worker):

@@ -6,7 +6,6 @@ import errno
 import io
 import json
 import tempfile
-from pathlib import Path
 
 import pandas as pd
 import pytest

@@ -250,11 +250,13 @@ class Collector:
             self.console.log("timing: nothing to do (all items already recorded)")
             return
         started = time.monotonic()
-        with CollectionProgress("timing", total, self.console) as progress:
-            pending = plan
-            while pending and not self.out_of_time:
-                pending = self._time_once(pending, progress)
-        self.timing_seconds += time.monotonic() - started
+        try:  # an interrupted session still reports the time it spent
+            with CollectionProgress("timing", total, self.console) as progress:
+                pending = plan
+                while pending and not self.out_of_time:
+                    pending = self._time_once(pending, progress)
+        finally:
+            self.timing_seconds += time.monotonic() - started
 
     def _record_rows(self, work: ShapeWork, status: str, detail: str) -> None:
         rows = [{"shape_id": work.shape_id, "math": m, "algo": a, "grid": work.grid,
@@ -344,9 +346,11 @@ class Collector:
                 work.head(math_mode) | {"status": "error", "status_detail": detail} | self._row_extras()])
 
         started = time.monotonic()
-        with CollectionProgress("asking cuDNN", total, self.console, unit="shape-math pairs") as progress:
-            pending = plan
-            while pending and not self.out_of_time:
-                pending = self._run_worker("census", [], pending, "census", "census_records", records, failed,
-                                           progress)
-        self.census_seconds += time.monotonic() - started
+        try:  # an interrupted session still reports the time it spent
+            with CollectionProgress("asking cuDNN", total, self.console, unit="shape-math pairs") as progress:
+                pending = plan
+                while pending and not self.out_of_time:
+                    pending = self._run_worker("census", [], pending, "census", "census_records", records,
+                                               failed, progress)
+        finally:
+            self.census_seconds += time.monotonic() - started

@@ -128,9 +128,22 @@ class Profiler:
         self.seconds = 0.0
         self.group_stats: dict[str, dict] = {}
         self._traced_counts: dict[tuple, int] | None = None  # timing does not change while profiling
+        # Metric columns this session recorded per run, whatever the status: ``--retry``
+        # retries what earlier sessions left, never a record just written.
+        self._recorded: dict[tuple, frozenset[str]] = {}
 
     def covered(self) -> dict[tuple, frozenset[str]]:
-        return profiled_keys(self.store, self.options.retry)
+        covered = profiled_keys(self.store, self.options.retry)
+        for key, columns in self._recorded.items():
+            covered[key] = covered.get(key, frozenset()) | columns
+        return covered
+
+    def _store_records(self, records: list[dict]) -> None:
+        """Append profile records, and remember them as this session's."""
+        self.store.append("profiles", records)
+        for record in records:
+            key = tuple(record[k] for k in RUN_KEY)
+            self._recorded[key] = self._recorded.get(key, frozenset()) | recorded_columns(record["group"])
 
     def run(self, ncu_path: str) -> None:
         """Profile every run that some metric group still lacks, until done or out of time."""
@@ -142,14 +155,16 @@ class Profiler:
             self.console.log("profiling: nothing to do")
             return
         started = time.monotonic()
-        with CollectionProgress("profiling", total, self.console, unit="group runs") as progress:
-            pending = plan
-            chunk_number = 0
-            while pending and not self.deadline.passed:
-                chunk, pending = take_items(pending, o.profile_chunk_items)
-                chunk_number += 1
-                self._profile_chunk(chunk, ncu_path, chunk_number, progress)
-        self.seconds += time.monotonic() - started
+        try:  # an interrupted session still reports the time it spent
+            with CollectionProgress("profiling", total, self.console, unit="group runs") as progress:
+                pending = plan
+                chunk_number = 0
+                while pending and not self.deadline.passed:
+                    chunk, pending = take_items(pending, o.profile_chunk_items)
+                    chunk_number += 1
+                    self._profile_chunk(chunk, ncu_path, chunk_number, progress)
+        finally:
+            self.seconds += time.monotonic() - started
         if self.seconds > 0:
             self.console.log(f"profiling: {self.counts['kernels']} kernel records in "
                              f"{self.seconds:.0f} s; per group: {self.group_stats}")
@@ -223,7 +238,7 @@ class Profiler:
                         "status_detail": f"{n} kernels per call {source}, more than --max-profile-kernels {cap}"})
         if not records:
             return done
-        self.store.append("profiles", records)
+        self._store_records(records)
         progress.advance(len(records))
         return self.covered()
 
@@ -266,7 +281,7 @@ class Profiler:
                         record |= {"profile_status": "ok", "n_kernels": len(kernel_records)}
                     if record["profile_status"] != "ok":
                         self.counts["profile_errors"] += 1
-                    self.store.append("profiles", [record])
+                    self._store_records([record])
                     finished.add(key)
                     progress.advance()
                 progress.note(f"{group}: {self.counts['kernels']} kernel records")
@@ -280,7 +295,7 @@ class Profiler:
                     continue
                 record = dict(zip(RUN_KEY, outcome.current)) | {"group": group} | extras | {
                     "profile_status": "error", "status_detail": outcome.describe()}
-                self.store.append("profiles", [record])
+                self._store_records([record])
                 self.counts["profile_errors"] += 1
                 progress.advance()
                 self.console.log(f"profiling {group}: {' '.join(outcome.current)}: {outcome.describe()}; continuing")

@@ -2,14 +2,13 @@
 
 Nsight Compute replays each kernel many times to read its counters; to learn only *which*
 kernels an algorithm launched and how long each ran, CUPTI's kernel activity records are
-enough: one traced call costs about 0.5-2 ms of wall time more than the call (H100, one to
-five kernels; most of it in CUPTI's flush). This module reads them through NVIDIA's
+enough: a traced call costs one more call plus CUPTI's flush (README, "Kernel traces",
+gives the measured cost). This module reads them through NVIDIA's
 ``cupti-python`` package (module ``cupti``).
 
 The durations are those of one isolated call, whose kernels wait for the host between
-launches; they add up to within a few percent of the burst-timed time per call for most
-algorithms, but kernels of many-kernel algorithms (FFT_TILING: 14) ran up to ~25% longer
-than back to back in a burst.
+launches; for algorithms of many kernels they can add up to more than the burst-timed
+time per call, where the kernels run back to back.
 
 CUPTI's activity API is process-wide: one pair of buffer callbacks per process, and kinds
 are enabled for every context. So the callbacks are registered once (:class:`_Cupti`) and
@@ -43,20 +42,48 @@ class TracingError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class TracedKernel:
-    """One kernel execution as CUPTI recorded it."""
+class LaunchConfig:
+    """How a kernel was launched."""
 
-    name: str  # demangled kernel name as CUPTI reports it
-    start_ns: int  # CUPTI timestamps (ns, the host's clock domain)
-    end_ns: int
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     registers: int  # per thread
     shared_mem_bytes: int  # static + dynamic
 
     @property
+    def blocks(self) -> int:
+        return self.grid[0] * self.grid[1] * self.grid[2]
+
+    @property
+    def threads_per_block(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2]
+
+
+@dataclass(frozen=True)
+class TracedKernel:
+    """One kernel execution as CUPTI recorded it.
+
+    ``launch`` is read only for the longest launch of each kernel name so far in a trace
+    (None for the others): calls that launch one kernel per group or image launch thousands,
+    and reading every record's nine launch fields was most of the tracer's cost. The
+    longest launch of a name, the one :func:`sum_by_name` keeps, always has it.
+    """
+
+    name: str  # demangled kernel name as CUPTI reports it
+    start_ns: int  # CUPTI timestamps (ns, the host's clock domain)
+    end_ns: int
+    launch: LaunchConfig | None
+
+    @property
     def duration_ms(self) -> float:
         return (self.end_ns - self.start_ns) / 1e6
+
+    def summable(self) -> list:
+        """This launch as an entry of :func:`sum_by_name`."""
+        launch = self.launch
+        config = ([launch.blocks, launch.threads_per_block, launch.registers, launch.shared_mem_bytes]
+                  if launch is not None else [None] * 4)
+        return [self.name, 1, self.end_ns - self.start_ns, *config]
 
 
 def sum_by_name(entries: Iterable[Sequence]) -> list[list]:
@@ -131,7 +158,7 @@ def demangle(symbol: str) -> str:
 
 # -- the process-wide CUPTI state ---------------------------------------------------------
 #: A kernel record as copied out of CUPTI's buffer (plain Python values only).
-_Record = tuple  # (kind, name, start, end, grid, block, registers, shared, correlation_id)
+_Record = tuple  # (name, start, end, LaunchConfig or None, correlation_id)
 
 
 class _Cupti:
@@ -149,6 +176,7 @@ class _Cupti:
         self.lock = threading.Lock()
         self.records: list[_Record] = []
         self.callback_errors: list[str] = []
+        self.longest_ns: dict[str, int] = {}  # per kernel name, since the last take()
         self.kernel_kinds = (int(cupti.ActivityKind.CONCURRENT_KERNEL), int(cupti.ActivityKind.KERNEL))
         try:
             cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
@@ -183,16 +211,21 @@ class _Cupti:
     def _buffer_completed(self, activities: list) -> None:
         try:
             kept = []
-            for a in activities:
-                if a.kind in self.kernel_kinds:
-                    kept.append((
-                        a.kind, a.name or "<unnamed>", int(a.start), int(a.end),
-                        (int(a.grid_x), int(a.grid_y), int(a.grid_z)),
-                        (int(a.block_x), int(a.block_y), int(a.block_z)),
-                        int(a.registers_per_thread),
-                        int(a.static_shared_memory) + int(a.dynamic_shared_memory),
-                        int(a.correlation_id)))
             with self.lock:
+                longest = self.longest_ns
+                for a in activities:
+                    if a.kind not in self.kernel_kinds:
+                        continue
+                    name, start, end = a.name or "<unnamed>", int(a.start), int(a.end)
+                    launch = None
+                    if end - start > longest.get(name, -1):  # see TracedKernel.launch
+                        longest[name] = end - start
+                        launch = LaunchConfig(
+                            (int(a.grid_x), int(a.grid_y), int(a.grid_z)),
+                            (int(a.block_x), int(a.block_y), int(a.block_z)),
+                            int(a.registers_per_thread),
+                            int(a.static_shared_memory) + int(a.dynamic_shared_memory))
+                    kept.append((name, start, end, launch, int(a.correlation_id)))
                 self.records.extend(kept)
         except Exception as exc:  # an exception must not unwind into CUPTI's C code
             with self.lock:
@@ -208,7 +241,7 @@ class _Cupti:
     def take(self) -> tuple[list[_Record], list[str]]:
         with self.lock:
             records, errors = self.records, self.callback_errors
-            self.records, self.callback_errors = [], []
+            self.records, self.callback_errors, self.longest_ns = [], [], {}
         return records, errors
 
 
@@ -319,12 +352,11 @@ class KernelTracer:
 def _select(records: list[_Record], window_start: int) -> list[TracedKernel]:
     """Kernels that ran inside the window, in start order; incomplete records are an error."""
     kernels = []
-    for _kind, name, start, end, grid, block, registers, shared, correlation in sorted(
-            records, key=lambda r: (r[2], r[8])):
+    for name, start, end, launch, _correlation in sorted(records, key=lambda r: (r[1], r[4])):
         if start == 0 or end < start:
             raise TracingError(f"CUPTI record of {name} has no complete timestamps "
                                f"(start {start}, end {end}); records were dropped or unfinished")
         if start < window_start:
             continue  # ran before the window (only for safety: the sync and flush clear these)
-        kernels.append(TracedKernel(demangle(name), start, end, grid, block, registers, shared))
+        kernels.append(TracedKernel(demangle(name), start, end, launch))
     return kernels

@@ -318,9 +318,7 @@ def _traced_kernels(tracer, problem: str | None, forward) -> dict:
         return {"trace_status": "error", "trace_detail": f"{type(exc).__name__}: {exc}"}
     from seer.gpu.tracing import sum_by_name
 
-    return {"trace_status": "ok", "traced_kernels": sum_by_name(
-        [k.name, 1, k.end_ns - k.start_ns, k.grid[0] * k.grid[1] * k.grid[2], k.block[0] * k.block[1] * k.block[2],
-         k.registers, k.shared_mem_bytes] for k in kernels)}
+    return {"trace_status": "ok", "traced_kernels": sum_by_name(k.summable() for k in kernels)}
 
 
 # -- profiling ----------------------------------------------------------------------------
