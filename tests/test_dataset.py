@@ -78,10 +78,13 @@ def test_columns_keys_and_statuses(table):
     assert not table.duplicated(["shape_id", "math", "algo"]).any()
     assert set(table["status"]) <= set(STATUSES)
     assert set(table["gpu"]) == {"h100"} and table["cudnn_version"].nunique() == 1
-    # Every (shape, math) has all eight cuDNN algorithms, whatever their status, except the
-    # few that a session stopped by --stop-after left part-way: resuming completes them.
+    # Every (shape, math) has all eight cuDNN algorithms, whatever their status, except at
+    # most one per session stopped early (time limit or Ctrl-C), which left its shape
+    # part-way: resuming completes it.
     sizes = table.groupby(["shape_id", "math"]).size()
-    assert (sizes <= 8).all() and (sizes < 8).sum() <= 4
+    sessions = [json.loads(line) for line in (H100 / "raw" / "sessions.jsonl").read_text().splitlines()]
+    stopped = sum(bool(s.get("stopped_at_time_limit") or s.get("interrupted")) for s in sessions)
+    assert (sizes <= 8).all() and (sizes < 8).sum() <= stopped
     ok = table[table["status"] == "ok"]
     assert (ok["time_ms"] > 0).all() and ok["time_ms"].notna().all()
     failed = table[table["status"] != "ok"]
