@@ -42,7 +42,8 @@ import pandas as pd
 
 from seer.algorithms import (ALGORITHMS, algorithm_names, canonical_kernel_name, classify_kernel,
                              heuristic_ranks)
-from seer.collect.store import RunStore, first_grids, grouped_records, profile_records, recorded_columns
+from seer.collect.store import (RunStore, first_grids, grouped_records, latest_records, profile_records,
+                                recorded_columns)
 from seer.errors import InputError
 from seer.excel import seer_sheets, write_excel
 from seer.gpu.tracing import stored_trace
@@ -213,7 +214,7 @@ def latest_timing_records(store: RunStore) -> pd.DataFrame:
     history = store.read("timing")  # oldest first
     if history.empty:
         return history
-    records = history.drop_duplicates(subset=list(RUN_KEY), keep="last").reset_index(drop=True)
+    records = latest_records(history, RUN_KEY)
     return records.assign(grid=records["shape_id"].map(first_grids(history)))
 
 

@@ -663,7 +663,7 @@ def test_traced_kernel_counts_read_both_stored_trace_formats(tmp_path):
         {"shape_id": "a", "math": "fma", "algo": "GEMM", "status": "ok", "trace_status": "ok", "traced_kernels": per_launch},
         {"shape_id": "b", "math": "fma", "algo": "FFT", "status": "ok", "trace_status": "ok", "traced_kernels": summed},
         {"shape_id": "c", "math": "fma", "algo": "FFT", "status": "ok", "trace_status": "error"}])
-    assert traced_kernel_counts(store) == {("a", "fma", "GEMM"): 3, ("b", "fma", "FFT"): 961}
+    assert traced_kernel_counts(store.read("timing", RUN_KEY)) == {("a", "fma", "GEMM"): 3, ("b", "fma", "FFT"): 961}
 
 
 def test_a_shape_keeps_the_grid_that_first_timed_it(tmp_path, fake_worker, monkeypatch):

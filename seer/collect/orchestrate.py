@@ -32,7 +32,7 @@ from seer.collect.plan import CollectOptions, build_plan, fits_in_memory, shard,
 from seer.collect.profiling import Profiler
 from seer.collect.protocol import CENSUS_ITEM, ShapeWork, write_plan
 from seer.collect.scratch import scratch_folder
-from seer.collect.store import RunStore, default_tag, first_grids
+from seer.collect.store import RunStore, default_tag, first_grids, keys_done, latest_records
 from seer.errors import EnvironmentProblem
 from seer.gpu.timing import MAX_SPREAD
 from seer.gpus import GPUSpec, match_device
@@ -222,12 +222,12 @@ class Collector:
     def time_all(self) -> None:
         o = self.options
         shapes = self.my_shapes()
+        history = self.store.read("timing")  # oldest first; read once, it is the largest kind
+        latest = latest_records(history, RUN_KEY)
         # Every key recorded under this timing protocol is done, except those whose status
         # the user asked to retry; rows of an older protocol are measured again.
-        done = self.store.done_keys("timing", RUN_KEY, skip_status=o.retry or None,
-                                    require={"timing_protocol": TIMING_PROTOCOL})
-        history = self.store.read("timing")  # oldest first
-        latest = history.drop_duplicates(subset=list(RUN_KEY), keep="last") if not history.empty else history
+        done = keys_done(latest, RUN_KEY, skip_status=o.retry or None,
+                         require={"timing_protocol": TIMING_PROTOCOL})
         if RETRY_UNSTABLE in o.retry:
             done -= unstable_keys(latest)
         if RETRY_UNTRACED in o.retry:

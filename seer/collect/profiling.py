@@ -64,11 +64,12 @@ def needs(key: tuple, group: str, covered: dict[tuple, frozenset[str]]) -> bool:
     return not GROUP_COLUMNS[group] <= covered.get(key, frozenset())
 
 
-def profile_items(options: CollectOptions, store: RunStore) -> list[ShapeWork]:
+def profile_items(options: CollectOptions, store: RunStore,
+                  timing: pd.DataFrame | None = None) -> list[ShapeWork]:
     """Successful timed runs of the shard's shapes chosen for profiling that some group
-    still lacks."""
+    still lacks. ``timing``: the store's latest timing records, read here unless given."""
     o = options
-    timing = store.read("timing", RUN_KEY)
+    timing = store.read("timing", RUN_KEY) if timing is None else timing
     if timing.empty:
         return []
     shapes = shard(o.shapes, o.shard_index, o.shard_count)
@@ -84,9 +85,9 @@ def profile_items(options: CollectOptions, store: RunStore) -> list[ShapeWork]:
     return [w for w in plan if w.items]
 
 
-def traced_kernel_counts(store: RunStore) -> dict[tuple, int]:
-    """Kernels per call of every timed run whose CUPTI trace succeeded (see the worker)."""
-    timing = store.read("timing", RUN_KEY)
+def traced_kernel_counts(timing: pd.DataFrame) -> dict[tuple, int]:
+    """Kernels per call of every timed run whose CUPTI trace succeeded (see the worker), from
+    the latest timing records."""
     if timing.empty or "traced_kernels" not in timing.columns:
         return {}
     traced = timing[timing["trace_status"] == "ok"]
@@ -127,7 +128,7 @@ class Profiler:
         self.groups = profile_groups(options)
         self.seconds = 0.0
         self.group_stats: dict[str, dict] = {}
-        self._traced_counts: dict[tuple, int] | None = None  # timing does not change while profiling
+        self._traced_counts: dict[tuple, int] = {}  # set by run(): timing does not change while profiling
         # Metric columns this session recorded per run, whatever the status: ``--retry``
         # retries what earlier sessions left, never a record just written.
         self._recorded: dict[tuple, frozenset[str]] = {}
@@ -148,12 +149,14 @@ class Profiler:
     def run(self, ncu_path: str) -> None:
         """Profile every run that some metric group still lacks, until done or out of time."""
         o = self.options
-        plan = profile_items(o, self.store)
+        timing = self.store.read("timing", RUN_KEY)  # read once, it is the largest kind
+        plan = profile_items(o, self.store, timing)
         covered = self.covered()
         total = sum(needs((w.shape_id, m, a), g, covered) for w in plan for m, a in w.items for g in self.groups)
         if not total:
             self.console.log("profiling: nothing to do")
             return
+        self._traced_counts = traced_kernel_counts(timing)
         started = time.monotonic()
         try:  # an interrupted session still reports the time it spent
             with CollectionProgress("profiling", total, self.console, unit="group runs") as progress:
@@ -221,8 +224,6 @@ class Profiler:
         profiled by the first group only (launch statistics and instruction counts, the
         cheapest), and the other groups record why they did not.
         """
-        if self._traced_counts is None:
-            self._traced_counts = traced_kernel_counts(self.store)
         counts = {key: (n, "by its CUPTI trace") for key, n in self._traced_counts.items()}
         if group != self.groups[0]:
             counts |= {key: (n, "under ncu") for key, n in launch_kernel_counts(self.store, self.groups[0]).items()}

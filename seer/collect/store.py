@@ -224,9 +224,7 @@ class RunStore:
     def read(self, kind: str, key: Sequence[str] | None = None) -> pd.DataFrame:
         """All records of a kind as a frame; with ``key``, the last record of each key."""
         frame = pd.DataFrame.from_records(self.records(kind))
-        if key is not None and not frame.empty:
-            frame = frame.drop_duplicates(subset=list(key), keep="last").reset_index(drop=True)
-        return frame
+        return frame if key is None else latest_records(frame, key)
 
     def sessions(self) -> list[dict]:
         path = self.raw_dir / SESSIONS_FILE
@@ -234,17 +232,8 @@ class RunStore:
 
     def done_keys(self, kind: str, key: Sequence[str], skip_status: Iterable[str] | None = None,
                   status_column: str = "status", require: Mapping[str, object] | None = None) -> set[tuple]:
-        """Keys already recorded, less those whose status is to be retried and those whose
-        latest record does not hold every ``require`` value (a record without the column
-        does not)."""
-        frame = self.read(kind, key)
-        if frame.empty:
-            return set()
-        if skip_status is not None:
-            frame = frame[~frame[status_column].isin(list(skip_status))]
-        for column, value in (require or {}).items():
-            frame = frame[frame[column] == value] if column in frame.columns else frame.iloc[:0]
-        return set(frame[list(key)].itertuples(index=False, name=None))
+        """Keys already recorded: :func:`keys_done` of the kind's latest records."""
+        return keys_done(self.read(kind, key), key, skip_status, status_column, require)
 
     # -- packing -----------------------------------------------------------------------
     def pack(self, kind: str, key: Sequence[str], sort_by: Sequence[str] | None = None) -> Path | None:
@@ -289,6 +278,27 @@ def _json_default(value):
 #: Group name of profile and kernel records written before metrics were collected in
 #: groups: each such record holds every core group's metrics at once.
 ALL_GROUPS = "all"
+
+
+def latest_records(frame: pd.DataFrame, key: Sequence[str]) -> pd.DataFrame:
+    """The last record of each key (``frame`` oldest first, as the store reads it)."""
+    if frame.empty:
+        return frame
+    return frame.drop_duplicates(subset=list(key), keep="last").reset_index(drop=True)
+
+
+def keys_done(latest: pd.DataFrame, key: Sequence[str], skip_status: Iterable[str] | None = None,
+              status_column: str = "status", require: Mapping[str, object] | None = None) -> set[tuple]:
+    """Keys of ``latest`` (one record per key), less those whose status is to be retried and
+    those whose record does not hold every ``require`` value (a record without the column
+    does not)."""
+    if latest.empty:
+        return set()
+    if skip_status is not None:
+        latest = latest[~latest[status_column].isin(list(skip_status))]
+    for column, value in (require or {}).items():
+        latest = latest[latest[column] == value] if column in latest.columns else latest.iloc[:0]
+    return set(latest[list(key)].itertuples(index=False, name=None))
 
 
 def first_grids(history: pd.DataFrame) -> pd.Series:
