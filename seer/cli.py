@@ -384,7 +384,7 @@ def _cmd_evaluate(args) -> int:
     from seer.dataset import read_measurements
     from seer.persist import load_model
     from seer.report import write_report
-    from seer.scoring import EVALUATION_COLUMNS, evaluate
+    from seer.scoring import NEAR_BEST, EVALUATION_COLUMNS, evaluate
 
     model = load_model(args.gpu, models_dir=args.models_dir, baselines=True)
     measurements = args.data_dir / model.gpu / "measurements.csv.gz"
@@ -398,6 +398,7 @@ def _cmd_evaluate(args) -> int:
     sel = results["selection"]
     for row in sel[sel["policy"].isin(["ours", "seer", "cudnn heuristic"])].itertuples():
         out_console.print(f"{row.split} {row.math:7s} {row.policy:16s} top-1 {row.top1_pct:5.1f}%  "
+                          f"within {NEAR_BEST:.0%} {row.near_best_pct:5.1f}%  "
                           f"mean regret {row.mean_regret_pct:6.2f}%  max {row.max_regret_pct:7.1f}%")
     err_console.log("wrote " + ", ".join(str(f) for f in files))
     return 0

@@ -75,12 +75,24 @@ def shape_features(layers: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:
         "log2_dram_floor_s": _log2(tensor_bytes / spec.memory_bandwidth_bytes_per_s),
         # Compute and memory floors added, not maxed: neither overlaps fully with the
         # other in a real kernel, and the sum stays smooth where the two cross.
+        # Grouped implicit-precomp GEMM transposes the input and output once per group
+        # (2 x groups layout kernels seen in the traces), which can outweigh the convolution:
+        # the bytes those moves take over the bytes of the convolution itself.
+        "log2_group_layout_over_tensor_bytes": _log2(g * (input_bytes + output_bytes) / tensor_bytes),
         "log2_roofline_floor_s": _log2(flops / spec.peak_fp32_flops_per_s
                                        + tensor_bytes / spec.memory_bandwidth_bytes_per_s),
     }
+    sm_flops_per_s = spec.peak_fp32_flops_per_s / spec.sm_count
     for tm, tn in GEMM_TILES:
         blocks = np.ceil(gemm_m / tm) * np.ceil(gemm_n / tn) * g
         waves = blocks / (ASSUMED_BLOCKS_PER_SM * spec.sm_count)
+        # The busiest SM's FP32 time if each SM works one tile after another, over the FP32
+        # floor: cuDNN runs its large tiles on small problems too (a 256x64 tile on a grid of
+        # 15 blocks), and there the tiles' serial work, not the GPU's total FLOPs, sets the
+        # time. A ratio, like the regressors' target, so that it means the same at any size.
+        out[f"log2_tile_rounds_over_floor_{tm}x{tn}"] = _log2(
+            np.ceil(blocks / spec.sm_count) * 2 * tm * tn * gemm_k / sm_flops_per_s * spec.peak_fp32_flops_per_s
+            / flops)
         out[f"log2_blocks_{tm}x{tn}"] = _log2(blocks)
         out[f"waves_{tm}x{tn}"] = np.minimum(waves, 64.0)
         # Fill of the last wave: 1 means every SM busy to the end, small means a ragged tail.

@@ -9,6 +9,7 @@ import pandas as pd
 
 from seer.model import Model
 from seer.schema import MATH_MODE_NAMES, SPLITS, TEST_SPLITS
+from seer.scoring import NEAR_BEST
 
 
 def _markdown(frame: pd.DataFrame, floatfmt: str = ".1f") -> str:
@@ -59,7 +60,9 @@ def write_report(results: dict[str, pd.DataFrame], model: Model, path: Path) -> 
              f"Models: seer's own (`ours`) and SEER's (`seer`), trained {model.card.get('trained_at')} on "
              f"`{model.card['training_data']['file']}` (sha256 {model.card['training_data']['sha256'][:12]}...).",
              "Regret = time of the pick / fastest measured - 1. A pick that did not run counts as a miss "
-             "and is left out of the regret figures. SEER's model (`seer`) is scored on the square, "
+             "and is left out of the regret figures. `near_best_pct`: share of layers whose pick is within "
+             f"{NEAR_BEST:.0%} of the fastest; where algorithms run the same kernel, which measured fastest is "
+             "timing noise. SEER's model (`seer`) is scored on the square, "
              "ungrouped, undilated 2D layers only (`layers` says how many): its inputs describe no other kind.", ""]
     for split in (SPLITS[s] for s in TEST_SPLITS):
         if sel.empty or split not in set(sel["split"]):

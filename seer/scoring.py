@@ -57,16 +57,24 @@ def regrets(measured: pd.DataFrame, picks: pd.Series) -> np.ndarray:
     return chosen / measured.min(axis=1).to_numpy() - 1
 
 
+#: Regret up to which a pick counts as ``near_best``: where algorithms run the same kernel
+#: (IMPLICIT_GEMM, IMPLICIT_PRECOMP_GEMM and GEMM all run one grouped kernel on depthwise
+#: layers), which of them measured fastest is timing noise, and top-1 counts coin flips.
+NEAR_BEST = 0.01
+
+
 def selection_metrics(measured: pd.DataFrame, picks: pd.Series) -> dict[str, float]:
     """Top-1 accuracy and regret statistics of one pick per layer (see :func:`regrets`).
 
-    A pick that did not run, or no pick, counts as a miss and is left out of the regret
-    statistics (``picks_not_run`` counts them).
+    ``near_best_pct`` is the share of layers whose pick is within :data:`NEAR_BEST` of
+    the fastest. A pick that did not run, or no pick, counts as a miss and is left out of
+    the regret statistics (``picks_not_run`` counts them).
     """
     regret = regrets(measured, picks)
     ran = np.isfinite(regret)
     r = regret[ran]
     return {"layers": int(len(measured)), "top1_pct": float(np.mean(ran & (regret <= 0)) * 100),
+            "near_best_pct": float(np.mean(ran & (regret <= NEAR_BEST)) * 100),
             "mean_regret_pct": float(r.mean() * 100) if ran.any() else float("nan"),
             "p95_regret_pct": float(np.percentile(r, 95) * 100) if ran.any() else float("nan"),
             "max_regret_pct": float(r.max() * 100) if ran.any() else float("nan"),

@@ -399,7 +399,8 @@ def layer_frame(layers: pd.DataFrame | np.ndarray | Sequence[ConvShape]) -> pd.D
 
     Takes a frame with seer's layer columns (optional fields may be missing and take their
     defaults; ``dims`` then follows from the depth fields) or with SEER's eight columns, an
-    array whose columns are SEER's eight, or a sequence of :class:`ConvShape`. Output sizes
+    array whose columns are SEER's eight, or a sequence of :class:`ConvShape`. An empty (NaN)
+    optional field takes its default too. Output sizes
     are computed; the rows are not checked (:func:`invalid_layer_rows` does that), and
     ``ValueError`` names missing columns.
     """
@@ -423,7 +424,16 @@ def layer_frame(layers: pd.DataFrame | np.ndarray | Sequence[ConvShape]) -> pd.D
     out = {}
     for name in LAYER_FIELDS:
         if name in layers.columns:
-            out[name] = layers[name].to_numpy(dtype=np.int64)
+            column = layers[name]
+            if name == "dims" and column.isna().any():
+                continue  # follows from the depth fields below, as if the column were missing
+            if column.isna().any():
+                # A frame built from rows of several kinds leaves an optional field empty
+                # where a row did not give it: the default, as if the column were missing.
+                if name not in LAYER_DEFAULTS:
+                    raise ValueError(f"layer column {name} is empty in {int(column.isna().sum())} rows")
+                column = column.fillna(LAYER_DEFAULTS[name])
+            out[name] = column.to_numpy(dtype=np.int64)
         elif name != "dims":
             out[name] = np.full(len(layers), LAYER_DEFAULTS[name], dtype=np.int64)
     if "dims" not in out:

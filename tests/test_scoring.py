@@ -14,13 +14,14 @@ from seer.scoring import EVALUATION_COLUMNS, evaluate, regression_metrics, regre
 
 
 def test_metrics_on_a_hand_checked_case():
-    measured = pd.DataFrame({"A": [1.0, 2.0, np.nan], "B": [2.0, 1.0, 4.0]}, index=["x", "y", "z"])
-    picks = pd.Series({"x": "A", "y": "A", "z": "A"})
-    # x: best (regret 0); y: 2/1 - 1 = 100%; z: A did not run.
-    assert np.allclose(regrets(measured, picks), [0.0, 1.0, np.nan], equal_nan=True)
+    measured = pd.DataFrame({"A": [1.0, 2.0, np.nan, 1.005], "B": [2.0, 1.0, 4.0, 1.0]}, index=["x", "y", "z", "w"])
+    picks = pd.Series({"x": "A", "y": "A", "z": "A", "w": "A"})
+    # x: best (regret 0); y: 2/1 - 1 = 100%; z: A did not run; w: 0.5%, near the best.
+    assert np.allclose(regrets(measured, picks), [0.0, 1.0, np.nan, 0.005], equal_nan=True)
     m = selection_metrics(measured, picks)
-    assert m["top1_pct"] == pytest.approx(100 / 3) and m["picks_not_run"] == 1
-    assert m["mean_regret_pct"] == pytest.approx(50.0) and m["max_regret_pct"] == pytest.approx(100.0)
+    assert m["top1_pct"] == pytest.approx(100 / 4) and m["picks_not_run"] == 1
+    assert m["near_best_pct"] == pytest.approx(200 / 4)
+    assert m["mean_regret_pct"] == pytest.approx(100.5 / 3) and m["max_regret_pct"] == pytest.approx(100.0)
     r = regression_metrics([1.0, 2.0, 4.0], [1.05, 2.0, 3.0])
     assert r["mape_pct"] == pytest.approx((5 + 0 + 25) / 3)
     assert r["median_ape_pct"] == pytest.approx(5.0) and r["within_10pct"] == pytest.approx(200 / 3)

@@ -160,3 +160,15 @@ def test_layer_kinds_and_seer_view():
     assert seer_frame(layer_frame(layers[:1])).iloc[0].tolist() == [1, 8, 8, 8, 8, 3, 1, 1]
     with pytest.raises(ValueError):
         seer_frame(layer_frame(layers))
+
+
+def test_a_layer_frame_fills_empty_optional_fields_with_their_defaults():
+    # Rows of several kinds in one frame: the 2D row leaves groups and the depth fields empty.
+    rows = pd.DataFrame([{"batch": 1, "in_ch": 4, "out_ch": 8, "in_h": 9, "in_w": 9, "kernel_h": 3, "kernel_w": 3},
+                         {"batch": 1, "in_ch": 4, "out_ch": 8, "in_h": 9, "in_w": 9, "kernel_h": 3, "kernel_w": 3,
+                          "groups": 4, "in_d": 5, "kernel_d": 3}])
+    frame = layer_frame(rows)
+    assert frame["groups"].tolist() == [1, 4] and frame["dims"].tolist() == [2, 3]
+    assert frame["out_d"].tolist() == [1, 3] and frame["out_h"].tolist() == [7, 7]
+    with pytest.raises(ValueError, match="in_ch is empty in 1 rows"):
+        layer_frame(rows.assign(in_ch=[4, None]))
