@@ -103,6 +103,13 @@ def shape_features(layers: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:
     out["log2_fft_size"] = _log2(2 ** np.ceil(np.log2(np.maximum(padded, 1))))
     out["log2_fft_tiles_32"] = _log2(np.ceil(col["out_h"] / np.maximum(32 - col["kernel_h"] + 1, 1))
                                      * np.ceil(col["out_w"] / np.maximum(32 - col["kernel_w"] + 1, 1)) * col["out_d"])
+    # 3D FFT_TILING transforms 16x16x16 tiles (fft3d_r2c_16x16x16 in the traces); each tile
+    # yields 16 - k + 1 outputs per axis. A 2D layer's depth axis counts one tile.
+    tiles_16 = np.ones(len(f))
+    for a in AXES:
+        reach = col[f"dilation_{a}"] * (col[f"kernel_{a}"] - 1) + 1
+        tiles_16 *= np.ceil(col[f"out_{a}"] / np.maximum(16 - reach + 1, 1))
+    out["log2_fft_tiles_16"] = _log2(tiles_16)
     for tile in (4, 2):
         out[f"log2_winograd_tiles_{tile}"] = _log2(n * np.ceil(col["out_h"] / tile) * np.ceil(col["out_w"] / tile)
                                                    * col["out_d"])

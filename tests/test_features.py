@@ -53,3 +53,13 @@ def test_every_feature_is_finite_on_every_layer_kind():
     assert list(features.columns) == feature_names(H100)
     assert np.isfinite(features.to_numpy()).all()
     assert {f"log2_tile_rounds_over_floor_{m}x{n}" for m, n in GEMM_TILES} <= set(features.columns)
+
+
+def test_fft_tiles_of_16_cover_every_axis():
+    # 3D: 30x30x30 out of a 3x3x3 kernel (padding 1): 14 outputs per tile and axis -> 3 tiles each.
+    f = _one(in_ch=4, out_ch=4, in_d=30, in_h=30, in_w=30, kernel_d=3, kernel_h=3, kernel_w=3,
+             pad_d=1, pad_h=1, pad_w=1)
+    assert 2 ** f["log2_fft_tiles_16"] == pytest.approx(27)
+    # 2D: the depth axis is one tile.
+    f = _one(in_ch=4, out_ch=4, in_h=30, in_w=30, kernel_h=3, kernel_w=3, pad_h=1, pad_w=1)
+    assert 2 ** f["log2_fft_tiles_16"] == pytest.approx(9)
