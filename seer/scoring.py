@@ -58,7 +58,7 @@ def regrets(measured: pd.DataFrame, picks: pd.Series) -> np.ndarray:
 
 
 #: Regret up to which a pick counts as ``near_best``: where algorithms run the same kernel
-#: (IMPLICIT_GEMM, IMPLICIT_PRECOMP_GEMM and GEMM all run one grouped kernel on depthwise
+#: (IMPLICIT_GEMM, IMPLICIT_PRECOMP_GEMM and GEMM run one grouped kernel on most depthwise
 #: layers), which of them measured fastest is timing noise, and top-1 counts coin flips.
 NEAR_BEST = 0.01
 
