@@ -20,7 +20,8 @@ import pytest
 
 from seer.algorithms import algorithm_names
 from seer.collect import children, orchestrate, scratch
-from seer.collect.orchestrate import CollectOptions, Collector, check_device, unstable_keys, untraced_keys
+from seer.collect.orchestrate import (CollectOptions, Collector, check_device, trace_mismatch_keys, unstable_keys,
+                                      untraced_keys)
 from seer.collect.store import TORN_SUFFIX, RunStore, profile_records, read_jsonl
 from seer.dataset import census_table, kernels_table, profile_status_table
 from seer.errors import EnvironmentProblem
@@ -129,6 +130,19 @@ def test_retry_unstable_times_widely_spread_runs_again(tmp_path, fake_worker, mo
     session = Collector(_options(tmp_path, retry=("unstable",))).run()
     assert session["counts"]["timing_rows"] == 1
     assert unstable_keys(store.read("timing", RUN_KEY)) == set()
+
+
+def test_retry_trace_mismatch_times_one_kernel_runs_the_trace_contradicts_again(tmp_path, fake_worker, monkeypatch):
+    # The fake trace holds 1 microsecond of kernel time against about 1.4 ms timed: GEMM's
+    # one-kernel traces contradict its timing; FFT's three launches are not judged.
+    monkeypatch.setenv("FAKE_TRACED", "GEMM=1,FFT=3")
+    Collector(_options(tmp_path)).run()
+    store = RunStore(tmp_path / "h100")
+    mismatched = trace_mismatch_keys(store.read("timing", RUN_KEY))
+    assert len(mismatched) == 6 and {k[2] for k in mismatched} == {"GEMM"}  # 3 shapes x 2 math modes
+    assert trace_mismatch_keys(store.read("timing", RUN_KEY), max_ratio=2000.0) == set()
+    session = Collector(_options(tmp_path, retry=("trace_mismatch",))).run()
+    assert session["counts"]["timing_rows"] == 6
 
 
 def test_retry_untraced_times_runs_without_a_trace_again(tmp_path, fake_worker, monkeypatch):

@@ -35,6 +35,7 @@ from seer.collect.scratch import scratch_folder
 from seer.collect.store import RunStore, default_tag, first_grids, keys_done, latest_records
 from seer.errors import EnvironmentProblem
 from seer.gpu.timing import MAX_SPREAD
+from seer.gpu.tracing import stored_trace
 from seer.gpus import GPUSpec, match_device
 from seer.progress import CollectionProgress
 from seer.grids import GridShape
@@ -68,6 +69,33 @@ def untraced_keys(timing) -> set[tuple]:
     if "trace_status" in ok.columns:
         ok = ok[ok["trace_status"] != "ok"]
     return set(ok[list(RUN_KEY)].itertuples(index=False, name=None))
+
+
+#: ``--retry`` word that re-times successful one-kernel runs whose timed time per call is
+#: more than :data:`MAX_TRACE_RATIO` times their traced kernel's: the trace saw the kernel
+#: run far faster than the bursts did, so the bursts timed something besides it. Their
+#: spread can be small, so ``unstable`` does not catch them.
+RETRY_TRACE_MISMATCH = "trace_mismatch"
+#: Timed over traced time of a one-kernel run above which the two disagree. Launch gaps
+#: between back-to-back calls put the 95th percentile of the ratio at 1.5 on the H100.
+MAX_TRACE_RATIO = 2.0
+
+
+def trace_mismatch_keys(timing, max_ratio: float = MAX_TRACE_RATIO) -> set[tuple]:
+    """Keys of successful runs whose trace holds a single kernel launch and whose timed
+    time exceeds ``max_ratio`` times that kernel's: what ``--retry trace_mismatch``
+    measures again."""
+    if timing.empty or "traced_kernels" not in timing.columns:
+        return set()
+    ok = timing[timing["status"] == "ok"]
+    keys = set()
+    for *key, time_ms, kernels in ok[[*RUN_KEY, "time_ms", "traced_kernels"]].itertuples(index=False, name=None):
+        if not isinstance(kernels, list) or not kernels:
+            continue
+        summed = stored_trace(kernels)
+        if sum(k[1] for k in summed) == 1 and time_ms > max_ratio * summed[0][2] / 1e6:
+            keys.add(tuple(key))
+    return keys
 
 
 #: Recorded with every session: rows are comparable only under the same protocol.
@@ -232,6 +260,8 @@ class Collector:
             done -= unstable_keys(latest)
         if RETRY_UNTRACED in o.retry:
             done -= untraced_keys(latest)
+        if RETRY_TRACE_MISMATCH in o.retry:
+            done -= trace_mismatch_keys(latest)
         memory = self.info.get("memory_bytes") or self.spec.memory_bytes
         plan = build_plan(shapes, o.maths, o.algos, done)
         # A shape keeps the grid that first timed it (seer.collect.store.first_grids),
