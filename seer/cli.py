@@ -93,8 +93,8 @@ def _add_collect(sub) -> None:
                    help="flush caches before each replay pass (all, default) or not (none)")
     p.add_argument("--retry", default="", help="statuses to measure again, e.g. error,oom; 'unstable' re-times successful "
                         "runs whose repetitions spread over 10%% of their median, 'untraced' those without a "
-                        "kernel trace, 'trace_mismatch' one-kernel runs timed over twice their traced kernel; statuses of timing or profiling (such as too_many_kernels) recorded by "
-                        "earlier sessions")
+                        "kernel trace, 'trace_mismatch' one-kernel runs timed over twice their traced kernel; "
+                        "statuses of timing or profiling (such as too_many_kernels) recorded by earlier sessions")
     p.add_argument("--seed", type=int, default=0, help="seeds inputs and sampled checks (default 0)")
     p.add_argument("--keep-ncu-csv", action="store_true", help="keep ncu's raw CSV files in raw/")
     p.add_argument("--stop-after", type=float, metavar="MINUTES",

@@ -73,12 +73,12 @@ def shape_features(layers: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:
         "log2_fp32_floor_s": _log2(flops / spec.peak_fp32_flops_per_s),
         "log2_tf32_floor_s": _log2(flops / max(spec.peak_tf32_flops_per_s, spec.peak_fp32_flops_per_s)),
         "log2_dram_floor_s": _log2(tensor_bytes / spec.memory_bandwidth_bytes_per_s),
-        # Compute and memory floors added, not maxed: neither overlaps fully with the
-        # other in a real kernel, and the sum stays smooth where the two cross.
         # Grouped implicit-precomp GEMM often transposes per group (2 or 3 layout kernels per
         # group in half of the traced grouped calls that transpose at all), which can outweigh
         # the convolution: the bytes such moves take over the bytes of the convolution itself.
         "log2_group_layout_over_tensor_bytes": _log2(g * (input_bytes + output_bytes) / tensor_bytes),
+        # Compute and memory floors added, not maxed: neither overlaps fully with the
+        # other in a real kernel, and the sum stays smooth where the two cross.
         "log2_roofline_floor_s": _log2(flops / spec.peak_fp32_flops_per_s
                                        + tensor_bytes / spec.memory_bandwidth_bytes_per_s),
     }

@@ -35,7 +35,7 @@ from seer.collect.scratch import scratch_folder
 from seer.collect.store import RunStore, default_tag, first_grids, keys_done, latest_records
 from seer.errors import EnvironmentProblem
 from seer.gpu.timing import MAX_SPREAD
-from seer.gpu.tracing import stored_trace
+from seer.gpu.tracing import trace_totals
 from seer.gpus import GPUSpec, match_device
 from seer.progress import CollectionProgress
 from seer.grids import GridShape
@@ -92,8 +92,8 @@ def trace_mismatch_keys(timing, max_ratio: float = MAX_TRACE_RATIO) -> set[tuple
     for *key, time_ms, kernels in ok[[*RUN_KEY, "time_ms", "traced_kernels"]].itertuples(index=False, name=None):
         if not isinstance(kernels, list) or not kernels:
             continue
-        summed = stored_trace(kernels)
-        if sum(k[1] for k in summed) == 1 and time_ms > max_ratio * summed[0][2] / 1e6:
+        launches, ns = trace_totals(kernels)
+        if launches == 1 and time_ms > max_ratio * ns / 1e6:
             keys.add(tuple(key))
     return keys
 

@@ -24,7 +24,7 @@ from seer.collect.plan import CollectOptions, build_plan, select_evenly, shard, 
 from seer.collect.protocol import ShapeWork, event_key, write_plan
 from seer.collect.store import RunStore, profile_records, recorded_columns
 from seer.errors import EnvironmentProblem
-from seer.gpu.tracing import stored_trace
+from seer.gpu.tracing import trace_totals
 from seer.metrics import (DEFAULT_MATH_ONLY_GROUPS, GROUP_COLUMNS, METRIC_SETS, METRICS,
                           ncu_metric_names)
 from seer.progress import CollectionProgress
@@ -91,7 +91,7 @@ def traced_kernel_counts(timing: pd.DataFrame) -> dict[tuple, int]:
     if timing.empty or "traced_kernels" not in timing.columns:
         return {}
     traced = timing[timing["trace_status"] == "ok"]
-    return {key: sum(int(kernel[1]) for kernel in stored_trace(kernels))
+    return {key: trace_totals(kernels)[0]
             for key, kernels in zip(traced[list(RUN_KEY)].itertuples(index=False, name=None),
                                     traced["traced_kernels"])}
 

@@ -116,6 +116,13 @@ def stored_trace(kernels: Sequence[Sequence]) -> list[list]:
     return sum_by_name([k[0], 1, *k[1:]] if len(k) == 6 else k for k in kernels)
 
 
+def trace_totals(kernels: Sequence[Sequence]) -> tuple[int, int]:
+    """Kernel launches and their summed nanoseconds in a timing record's ``traced_kernels``
+    (either format, :func:`stored_trace`)."""
+    summed = stored_trace(kernels)
+    return sum(int(k[1]) for k in summed), sum(int(k[2]) for k in summed)
+
+
 # -- demangling ---------------------------------------------------------------------------
 # CUPTI reports a kernel's mangled symbol (``_Z23implicit_convolve_sgemm...``); ncu and
 # seer.algorithms.classify_kernel work with demangled names. libstdc++'s demangler is on
