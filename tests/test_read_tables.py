@@ -3,6 +3,7 @@ file can be broken is one InputError naming file, line and column."""
 
 import gzip
 import json
+import lzma
 import time
 
 import pandas as pd
@@ -31,7 +32,7 @@ def small(committed):
 @pytest.fixture(scope="module")
 def small_census(tmp_path_factory):
     """The census of a store holding the first raw census records."""
-    with gzip.open(H100 / "raw" / "census.jsonl.gz", "rt") as handle:
+    with lzma.open(H100 / "raw" / "census.jsonl.xz", "rt") as handle:
         records = [json.loads(next(handle)) for _ in range(6)]
     store = RunStore(tmp_path_factory.mktemp("census"))
     store.append("census", records)

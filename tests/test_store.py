@@ -1,5 +1,7 @@
 import gzip
 import json
+import lzma
+import os
 
 import pytest
 
@@ -127,8 +129,8 @@ def test_pack_merges_sorts_and_is_byte_stable(tmp_path):
         store.append("timing", [_row("s1", "GEMM", "ok", 3.0)])
     store = RunStore(tmp_path)
     packed = store.pack("timing", KEY)
-    assert sorted(p.name for p in (tmp_path / "raw").iterdir()) == ["timing.jsonl.gz"]
-    records = [json.loads(line) for line in gzip.open(packed, "rt")]
+    assert sorted(p.name for p in (tmp_path / "raw").iterdir()) == ["timing.jsonl.xz"]
+    records = [json.loads(line) for line in lzma.open(packed, "rt")]
     assert [(r["shape_id"], r["status"]) for r in records] == [("s1", "ok"), ("s2", "ok")]
     first = packed.read_bytes()
     # A new record after packing supersedes the packed one; packing again is deterministic.
@@ -138,8 +140,42 @@ def test_pack_merges_sorts_and_is_byte_stable(tmp_path):
     RunStore(tmp_path).pack("timing", KEY)
     assert packed.read_bytes() != first
     again = packed.read_bytes()
+    with RunStore(tmp_path, tag="d") as store3:  # the same record again: same content, same bytes
+        store3.append("timing", [_row("s2", "GEMM", "ok", 9.0)])
     RunStore(tmp_path).pack("timing", KEY)
     assert packed.read_bytes() == again
+    assert sorted(p.name for p in (tmp_path / "raw").iterdir()) == ["timing.jsonl.xz"]
+
+
+def test_pack_replaces_a_gzip_pack_and_reads_every_compression(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    with gzip.open(raw / "timing.jsonl.gz", "wt") as handle:  # packed before packs were xz
+        handle.write(json.dumps(_row("s1", "GEMM", "ok", 1.0)) + "\n")
+    with lzma.open(raw / "timing-m-1of1-c2.jsonl.xz", "wt") as handle:
+        handle.write(json.dumps(_row("s1", "GEMM", "ok", 2.0)) + "\n")
+    with gzip.open(raw / "timing-m-1of1-c1.jsonl.gz", "wt") as handle:
+        handle.write(json.dumps(_row("s2", "GEMM", "ok", 5.0)) + "\n")
+    os.utime(raw / "timing-m-1of1-c1.jsonl.gz", (1, 1))  # older than the .xz loose file
+    times = RunStore(tmp_path).read("timing", KEY).set_index("shape_id")["time_ms"]
+    assert times.to_dict() == {"s1": 2.0, "s2": 5.0}
+    RunStore(tmp_path).pack("timing", KEY)
+    assert sorted(p.name for p in raw.iterdir()) == ["timing.jsonl.xz"]
+    assert RunStore(tmp_path).read("timing", KEY).set_index("shape_id")["time_ms"].to_dict() == times.to_dict()
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".xz"])
+def test_a_damaged_compressed_file_names_itself(tmp_path, suffix):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    opener = gzip.open if suffix == ".gz" else lzma.open
+    path = raw / f"timing.jsonl{suffix}"
+    with opener(path, "wt") as handle:
+        handle.writelines(json.dumps(_row(f"s{i}", "GEMM")) + "\n" for i in range(200))
+    path.write_bytes(path.read_bytes()[:-40])
+    with pytest.raises(InputError, match="damaged compressed file") as info:
+        RunStore(tmp_path).read("timing", KEY)
+    assert info.value.path == str(path)
 
 
 def test_done_keys_can_require_a_value(tmp_path):

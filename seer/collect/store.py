@@ -10,8 +10,9 @@ writes, skip it and change nothing; the file's writer, when it opens the file to
 moves the fragment to ``<file>.torn`` and truncates the file to its last complete record,
 so that the torn item is simply measured again and the fragment never ends up mid-file.
 Readers keep the last record of each key, so a retried run supersedes the failed one.
-``pack`` merges a kind's files into one sorted, compressed ``<kind>.jsonl.gz`` for
-committing; run it only when no collection is writing.
+``pack`` merges a kind's files into one sorted, xz-compressed ``<kind>.jsonl.xz`` for
+committing; run it only when no collection is writing. Readers take plain, ``.gz`` and ``.xz``
+files alike.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import lzma
 import os
 import re
 import socket
+import zlib
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -40,6 +43,13 @@ KINDS = ("timing", "profiles", "kernels", "census")
 SESSIONS_FILE = "sessions.jsonl"
 #: Suffix of the file beside a record file that keeps the torn fragments cut from it.
 TORN_SUFFIX = ".torn"
+#: Compressed suffixes a record file may have, and their openers.
+_OPENERS = {".gz": gzip.open, ".xz": lzma.open}
+#: xz preset of packed files: well below gzip's best on these records, which keeps the committed
+#: raw data small; ``PRESET_EXTREME`` gains a little more at several times the time.
+PACK_PRESET = 9
+#: What reading a damaged ``.gz`` or ``.xz`` raises.
+_DAMAGED = (gzip.BadGzipFile, lzma.LZMAError, EOFError, zlib.error)
 
 log = logging.getLogger(__name__)
 
@@ -52,19 +62,21 @@ def default_tag(shard_index: int = 1, shard_count: int = 1) -> str:
 def _open_text(path: Path):
     # Lines end at "\n" alone, as the writer's repair sees them; undecodable bytes (a
     # crash's garbage) fail as a corrupt record, with file and line.
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", newline="", errors="replace")
-    return open(path, newline="", errors="replace")
+    opener = _OPENERS.get(path.suffix, open)
+    return opener(path, "rt", newline="", errors="replace")
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    """Records of one JSON-lines file (plain or gzip); a torn last line is skipped.
+    """Records of one JSON-lines file (plain, gzip or xz); a torn last line is skipped.
 
     The last line is torn when no newline ends it, or when it does not parse; anything
     else that does not parse is reported with file and line. The file is not changed.
     """
-    with _open_text(path) as handle:
-        *lines, _unfinished = handle.read().split("\n")
+    try:
+        with _open_text(path) as handle:
+            *lines, _unfinished = handle.read().split("\n")
+    except _DAMAGED as exc:  # a packed file cut short or not what its suffix says
+        raise InputError(f"damaged compressed file ({exc})", path=path) from None
     records = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -207,8 +219,10 @@ class RunStore:
     def files(self, kind: str) -> list[Path]:
         if not self.raw_dir.exists():
             return []
-        packed = sorted(self.raw_dir.glob(f"{kind}.jsonl.gz"))
-        loose = [*self.raw_dir.glob(f"{kind}-*.jsonl"), *self.raw_dir.glob(f"{kind}-*.jsonl.gz")]
+        suffixes = ("", *_OPENERS)
+        # A packed file written before packs were xz is .gz; it holds older records than the .xz.
+        packed = [p for s in (".gz", ".xz") if (p := self.raw_dir / f"{kind}.jsonl{s}").exists()]
+        loose = [p for s in suffixes for p in self.raw_dir.glob(f"{kind}-*.jsonl{s}")]
         # Packed first, then loose files oldest first, so that later records come later.
         return packed + sorted(loose, key=lambda p: (p.stat().st_mtime, p.name))
 
@@ -237,15 +251,17 @@ class RunStore:
 
     # -- packing -----------------------------------------------------------------------
     def pack(self, kind: str, key: Sequence[str], sort_by: Sequence[str] | None = None) -> Path | None:
-        """Merge a kind's files into one sorted ``<kind>.jsonl.gz`` and delete the loose ones.
+        """Merge a kind's files into one sorted ``<kind>.jsonl.xz`` and delete the others.
 
         Only for a store no collection is writing to. Later records of a key win, as in
-        :meth:`read`; with ``sort_by`` the file is ordered, so that commits diff small.
+        :meth:`read`; with ``sort_by`` the file is ordered, so that commits diff small. A kind
+        already packed into one ``.xz`` is left as it is (compressing takes tens of seconds).
         """
         self.close()
         files = self.files(kind)
-        if not files:
-            return None
+        target = self.raw_dir / f"{kind}.jsonl.xz"
+        if not files or files == [target]:
+            return target if files else None
         records = self.records(kind)
         seen: dict[tuple, dict] = {}
         for record in records:
@@ -253,10 +269,9 @@ class RunStore:
         merged = list(seen.values())
         order = list(sort_by or key)
         merged.sort(key=lambda r: tuple("" if r.get(k) is None else str(r.get(k)) for k in order))
-        target = self.raw_dir / f"{kind}.jsonl.gz"
         tmp = target.with_suffix(".tmp")
-        # mtime=0: identical content gives identical bytes, so git sees no change.
-        with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as handle:
+        # xz stores no time: identical content gives identical bytes, so git sees no change.
+        with lzma.open(tmp, "wb", preset=PACK_PRESET) as handle:
             for record in merged:
                 handle.write((json.dumps(record, separators=(",", ":"), default=_json_default) + "\n").encode())
         os.replace(tmp, target)
