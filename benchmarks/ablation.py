@@ -1,4 +1,4 @@
-"""What each part of the shipped design buys: the first stage (census or not), the roofline baseline, the tree budget.
+"""What each part of the shipped design buys: the first stage (census or not), the kernel-path classifiers, the roofline baseline, the tree budget.
 
     python benchmarks/ablation.py --gpu h100 --math fma --report benchmarks/results/h100-ablation.json
 
@@ -6,7 +6,10 @@ Fits :class:`seer.estimators.AlgorithmSelector` (default candidates, 5-fold CV) 
 training split once per variant: with what ``seer train`` gives it and with one part taken away:
 
 ``shipped``
-    the first stage learned from the census, the roofline baseline;
+    the first stage learned from the census, kernel-path classifiers learned from the
+    traces, the roofline baseline;
+``no_kernel_path``
+    as shipped, but without the kernel-path classifiers;
 ``no_census``
     the first stage learned from the training runs' own workspaces (out of fold);
 ``no_first_stage``
@@ -43,7 +46,7 @@ from seer.gpus import get_gpu_spec
 from seer.scoring import selection_metrics
 from seer.training import training_frames, training_inputs
 
-VARIANTS = ("shipped", "no_census", "no_first_stage", "no_roofline", "accurate_trees")
+VARIANTS = ("shipped", "no_kernel_path", "no_census", "no_first_stage", "no_roofline", "accurate_trees")
 #: Per-variant figures of a report, each a dict by variant name.
 PER_VARIANT = ("mape_percent", "support_accuracy_percent", "selection", "fit_seconds")
 
@@ -75,16 +78,17 @@ def run(argv: list[str] | None = None) -> int:
         return _write(merge(args.merge), args.report)
     dataset = args.data_dir / args.gpu
     table = read_measurements(dataset / "measurements.csv.gz")
-    shapes, times, workspaces, census = training_inputs(table, read_census(dataset / "census.csv.gz"), args.math)
+    shapes, times, workspaces, census, paths = training_inputs(table, read_census(dataset / "census.csv.gz"),
+                                                               args.math)
     tests = {split: training_frames(table, args.math, split) for split in ("test1", "test2")}
     largest = 2.0 ** log2_flops(shapes).max()
     result = {"gpu": args.gpu, "math": args.math, "training_shapes": len(shapes),
               "census_shapes": len(census[0]) if census else 0,
               "largest_training_gflops": round(largest / 1e9, 1), "mape_percent": {}, "support_accuracy_percent": {}}
     for variant in args.variants.split(","):
-        inputs = {"shipped": (workspaces, census), "no_census": (workspaces, None),
-                  "no_first_stage": (None, None), "no_roofline": (workspaces, census),
-                  "accurate_trees": (workspaces, census)}[variant]
+        inputs = {"shipped": (workspaces, census, paths), "no_kernel_path": (workspaces, census, None),
+                  "no_census": (workspaces, None, paths), "no_first_stage": (None, None, paths),
+                  "no_roofline": (workspaces, census, paths), "accurate_trees": (workspaces, census, paths)}[variant]
         baseline = "none" if variant == "no_roofline" else "roofline"
         candidates = accurate_candidates() if variant == "accurate_trees" else default_candidates()
         started = time.perf_counter()

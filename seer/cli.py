@@ -222,6 +222,9 @@ def _add_train(sub) -> None:
     p.add_argument("--trees", choices=TREE_SETS, default="compact",
                    help="time regressors' boosted trees: compact (default; faster to predict) or "
                         "accurate (four times the trees, slightly lower error)")
+    p.add_argument("--kernel-paths", type=int, default=0, metavar="N",
+                   help="per algorithm, learn which of its N most frequent traced kernel paths a layer takes, "
+                        "as input to its time regressors where cross-validation says it helps (default 0: off)")
     p.set_defaults(func=_cmd_train)
 
 
@@ -232,7 +235,8 @@ def _cmd_train(args) -> int:
     spec = get_gpu_spec(args.gpu)
     root = persist.models_root(args.models_dir)
     with StepProgress("training", err_console) as progress:
-        model = training.train(args.data_dir / spec.name, spec, progress=progress.update, trees=args.trees)
+        model = training.train(args.data_dir / spec.name, spec, progress=progress.update, trees=args.trees,
+                               kernel_paths=args.kernel_paths)
     paths = persist.save(model, root / spec.name)
     for math, info in model.card["maths"].items():
         chosen = ", ".join(f"{a}: {'/'.join(f'{p} {r}' if p != 'all' else r for p, r in paths_.items())}"

@@ -14,8 +14,11 @@ Two stages, both scikit-learn estimators that take shapes (SEER's eight columns)
    the algorithm did not run), the workspaces of those runs and the census. Per algorithm
    it fits a time regressor on shape features and the first stage's answers for it, one
    per kernel path where the data has both paths, and chooses each regressor among
-   candidates by cross-validation on the training data it is given. A classifier of the
-   fastest algorithm, weighted by out-of-fold regret, refines the pick.
+   candidates by cross-validation on the training data it is given. Optionally, where the
+   runs' kernel traces name the path cuDNN took inside an algorithm (the main kernel's
+   variant), a classifier learns it from the shape, and its probabilities become regressor
+   inputs if cross-validation says they help. A classifier of the fastest algorithm,
+   weighted by out-of-fold regret, refines the pick.
 
 The regressors learn the time's ratio to a physical baseline (the algorithm's fixed cost
 plus the roofline floor), so that trees, which cannot extrapolate, do so at the efficiency
@@ -52,6 +55,10 @@ from seer.trees import from_hist_gradient_boosting
 FIXED_COST_QUANTILE = 0.01
 #: Weights of the fastest-algorithm classifier in the pick that cross-validation chooses from.
 PICK_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 0.9)
+#: Suffix of a candidate's name when it also sees the kernel path.
+WITH_KERNEL_PATH = " + kernel path"
+#: The kernel-path class of traced runs whose path is too rare to have a class of its own.
+OTHER_KERNEL_PATHS = "rarer paths"
 #: A progress callback: called with (steps done, steps in all, what comes next).
 Progress = Callable[[int, int, str], None]
 
@@ -173,6 +180,53 @@ def _classifier(max_iter: int):
     return HistGradientBoostingClassifier(max_iter=max_iter, max_leaf_nodes=63, random_state=0)
 
 
+def kernel_path_stage(inputs: np.ndarray, labels: np.ndarray, runs: np.ndarray, max_paths: int, min_runs: int,
+                      folds) -> tuple:
+    """A classifier of the kernel path an algorithm's traces saw, and the path per row as
+    known (one column per class: the traced runs' indicators, else the classifier's
+    probabilities) and as guessed (its probabilities, out of fold for the runs it learned
+    from); ``(None, None, None)`` where the traces show fewer than two paths.
+
+    ``labels`` holds each row's traced path (missing where untraced), ``runs`` which rows
+    ran. The classes are the ``max_paths`` most frequent paths with ``min_runs`` runs each;
+    traced runs of rarer paths form one more class when there are enough of them.
+    """
+    traced = runs & pd.notna(labels)
+    counts = pd.Series(labels[traced]).value_counts()
+    frequent = list(counts[counts >= min_runs].index[:max_paths])
+    rare = traced & ~np.isin(labels, frequent)
+    classes = frequent + ([OTHER_KERNEL_PATHS] if rare.sum() >= min_runs else [])
+    if len(classes) < 2:
+        return None, None, None
+    learn = traced & (~rare | (OTHER_KERNEL_PATHS in classes))
+    y = np.where(rare, OTHER_KERNEL_PATHS, labels)[learn].astype(str)
+    classifier = _kernel_path_classifier().fit(inputs[learn], y)
+    # Columns in the classifier's order of classes, as prediction will have them.
+    guessed = classifier.predict_proba(inputs)
+    guessed[learn] = cross_val_predict(_kernel_path_classifier(), inputs[learn], y, cv=folds, method="predict_proba")
+    known = guessed.copy()
+    known[learn] = (y[:, None] == classifier.classes_[None, :]).astype(float)
+    return classifier, known, guessed
+
+
+def _cross_val_predict(estimator, X_learn: np.ndarray, X_guess: np.ndarray, y: np.ndarray, folds) -> np.ndarray:
+    """Out-of-fold predictions of ``estimator`` fitted on ``X_learn`` rows and predicting from
+    the same rows of ``X_guess`` (scikit-learn's ``cross_val_predict`` where they are one)."""
+    if X_learn is X_guess:
+        return cross_val_predict(clone(estimator), X_learn, y, cv=folds)
+    out = np.empty(len(y))
+    for fit_rows, held_out in folds.split(X_learn):
+        out[held_out] = clone(estimator).fit(X_learn[fit_rows], y[fit_rows]).predict(X_guess[held_out])
+    return out
+
+
+def _kernel_path_classifier():
+    # Small trees and few rounds: every class costs its trees in prediction. At scikit-learn's
+    # default learning rate the multinomial fit diverged on some algorithms' paths
+    # (benchmarks/kernel_paths.py); at 0.05 it does not.
+    return HistGradientBoostingClassifier(max_iter=100, learning_rate=0.05, max_leaf_nodes=15, random_state=0)
+
+
 class WorkspaceModel(TransformerMixin, BaseEstimator):
     """What cuDNN answers for a shape before anything runs, learned from the shape.
 
@@ -277,6 +331,13 @@ class AlgorithmSelector(BaseEstimator):
     workspace_model : WorkspaceModel, default=None
         The first stage to clone and fit (its ``gpu`` is set to ``gpu``); None means
         ``WorkspaceModel(min_answers=min_runs)``.
+    max_kernel_paths : int, default=0
+        With 2 or more (and ``paths`` given to ``fit``), per algorithm a classifier of the
+        kernel path its traces saw, telling apart this many of the most frequent paths
+        (:func:`kernel_path_stage`); its probabilities become regressor inputs where
+        cross-validation says they help. Off by default: on the H100 data it did not lower
+        the held-out error (README.md, *Kernel paths in the models*), and each class costs
+        trees in prediction.
 
     Attributes
     ----------
@@ -292,6 +353,9 @@ class AlgorithmSelector(BaseEstimator):
         (``"all"``, or ``"workspace"`` and ``"no_workspace"``).
     fixed_cost_ms_ : dict of str to float
         Per algorithm that runs anywhere, the fixed cost in its baseline.
+    kernel_path_classifiers_ : dict
+        Per algorithm whose regressors take the traced kernel path's probabilities, the
+        fitted path classifier.
     choice_ : dict
         Per algorithm and kernel path, the candidate chosen.
     cv_mape_ : dict
@@ -307,7 +371,8 @@ class AlgorithmSelector(BaseEstimator):
     """
 
     def __init__(self, gpu: GPUSpec | None = None, candidates=None, classifier=None, cv: int = 5,
-                 min_runs: int = 20, baseline: str = "roofline", workspace_model=None) -> None:
+                 min_runs: int = 20, baseline: str = "roofline", workspace_model=None,
+                 max_kernel_paths: int = 0) -> None:
         self.gpu = gpu
         self.candidates = candidates
         self.classifier = classifier
@@ -315,26 +380,29 @@ class AlgorithmSelector(BaseEstimator):
         self.min_runs = min_runs
         self.baseline = baseline
         self.workspace_model = workspace_model
+        self.max_kernel_paths = max_kernel_paths
 
     def fit(self, X: pd.DataFrame, Y: pd.DataFrame, W: pd.DataFrame | None = None,
             census: tuple[pd.DataFrame, pd.DataFrame] | None = None,
-            progress: Progress | None = None) -> "AlgorithmSelector":
+            paths: pd.DataFrame | None = None, progress: Progress | None = None) -> "AlgorithmSelector":
         """Fit on shapes ``X`` and times ``Y`` (one column per algorithm, NaN: did not run).
 
         ``W`` (``Y``'s layout) holds the workspaces of the training runs, which tell their
         kernel paths. ``census`` is ``(shapes, workspaces)`` of shapes cuDNN was only asked
         about, workspaces in ``W``'s layout (NaN: does not run). With a census the first
         stage learns from it; without one, from ``W``, and its answers for the training
-        shapes then come out of fold; with neither there is no first stage. ``progress``
-        is told each step as it starts.
+        shapes then come out of fold; with neither there is no first stage. ``paths``
+        (``Y``'s layout) names the kernel path each run's trace saw, missing where it was not
+        traced. ``progress`` is told each step as it starts.
         """
         _require_gpu(self.gpu)
         X = layer_frame(X)
         Y = pd.DataFrame(Y)
         if len(X) != len(Y):
             raise ValueError(f"X has {len(X)} shapes but Y has {len(Y)} rows")
-        if W is not None and (len(W) != len(Y) or list(W.columns) != list(Y.columns)):
-            raise ValueError("W must have Y's rows and columns")
+        for name, frame in (("W", W), ("paths", paths)):
+            if frame is not None and (len(frame) != len(Y) or list(frame.columns) != list(Y.columns)):
+                raise ValueError(f"{name} must have Y's rows and columns")
         if self.baseline not in BASELINES:
             raise ValueError(f"baseline must be one of {', '.join(BASELINES)}, got {self.baseline!r}")
         self.features_ = ShapeFeatures(self.gpu).fit(X)
@@ -357,7 +425,7 @@ class AlgorithmSelector(BaseEstimator):
             max_iter=50, max_leaf_nodes=15, random_state=0)
         roofline_column = feature_names.index("log2_roofline_floor_s")
         self.supports_, self.regressors_, self.choice_, self.cv_mape_ = {}, {}, {}, {}
-        self.fixed_cost_ms_ = {}
+        self.fixed_cost_ms_, self.kernel_path_classifiers_ = {}, {}
         out_of_fold = np.full((len(X), n_algos), np.nan)
         for j, algo in enumerate(self.algorithms_):
             if progress:
@@ -376,21 +444,45 @@ class AlgorithmSelector(BaseEstimator):
             inputs = regressor_inputs(F, answers, j)
             base = baseline_ms(F[:, roofline_column], self.fixed_cost_ms_[algo], self.baseline)
             ratio = np.where(runs, times, np.nan) / base
+            workspace_paths = self._paths(algo, runs, W)
+            path_classifier, known_path, guessed_path = None, None, None
+            if paths is not None and self.max_kernel_paths >= 2:
+                path_classifier, known_path, guessed_path = kernel_path_stage(
+                    inputs, paths.iloc[:, j].to_numpy(dtype=object), runs, self.max_kernel_paths, self.min_runs, folds)
+            # Per input set, what the regressors learn from and what they predict from: with the
+            # kernel path, they learn each traced run's own path and predict from the classifier's
+            # guess (out of fold for the runs it learned from), as they will for a new layer.
+            input_sets = {"": (inputs, inputs)}
+            if path_classifier is not None:
+                input_sets[WITH_KERNEL_PATH] = (np.hstack([inputs, known_path]), np.hstack([inputs, guessed_path]))
+            # A ratio's relative error is the time's, so the CV scores stay MAPEs of time.
+            predictions = {path: {name + suffix: _cross_val_predict(candidate, learn[members], guess[members],
+                                                                    ratio[members], folds)
+                                  for suffix, (learn, guess) in input_sets.items()
+                                  for name, candidate in candidates.items()}
+                           for path, members in workspace_paths.items()}
+            scores = {path: {name: mape(ratio[workspace_paths[path]], p) for name, p in by_name.items()}
+                      for path, by_name in predictions.items()}
+            # All of an algorithm's regressors see the same inputs: the kernel path where it
+            # lowers the best CV MAPE over all its runs.
+            suffix = WITH_KERNEL_PATH if path_classifier is not None and self._path_helps(
+                scores, workspace_paths) else ""
+            if suffix:
+                self.kernel_path_classifiers_[algo] = path_classifier
+            learn, guess = input_sets[suffix]
             self.regressors_[algo], self.choice_[algo], self.cv_mape_[algo] = {}, {}, {}
             own_path = {}
-            for path, members in self._paths(algo, runs, W).items():
-                # A ratio's relative error is the time's, so the CV scores stay MAPEs of time.
-                predictions = {name: cross_val_predict(clone(c), inputs[members], ratio[members], cv=folds)
-                               for name, c in candidates.items()}
-                scores = {name: mape(ratio[members], p) for name, p in predictions.items()}
-                best = min(scores, key=scores.get)
-                self.cv_mape_[algo][path] = {name: round(v, 3) for name, v in scores.items()}
+            for path, members in workspace_paths.items():
+                usable = {n: v for n, v in scores[path].items() if n.endswith(WITH_KERNEL_PATH) == bool(suffix)}
+                best = min(usable, key=usable.get)
+                self.cv_mape_[algo][path] = {name: round(v, 3) for name, v in scores[path].items()}
                 self.choice_[algo][path] = best
-                self.regressors_[algo][path] = clone(candidates[best]).fit(inputs[members], ratio[members])
-                own_path[path] = (members, predictions[best])
+                self.regressors_[algo][path] = clone(candidates[best.removesuffix(suffix)]).fit(
+                    learn[members], ratio[members])
+                own_path[path] = (members, predictions[path][best])
             # The pick weight is tuned on out-of-fold times: each run's own path out of
             # fold, the other path (which never saw the run) as fitted.
-            ratios = {path: self.regressors_[algo][path].predict(inputs[runs]) for path in own_path}
+            ratios = {path: self.regressors_[algo][path].predict(guess[runs]) for path in own_path}
             for path, (members, predicted) in own_path.items():
                 ratios[path][members[runs]] = predicted
             weight = None if ALL_RUNS in ratios else path_weight(answers[runs], j)
@@ -407,6 +499,7 @@ class AlgorithmSelector(BaseEstimator):
             supports={a: s if isinstance(s, str) else to_part(s) for a, s in self.supports_.items()},
             regressors={a: {p: to_part(r) for p, r in paths.items()} for a, paths in self.regressors_.items()},
             fixed_cost_ms=dict(self.fixed_cost_ms_), baseline=self.baseline,
+            kernel_paths={a: to_part(c) for a, c in self.kernel_path_classifiers_.items()},
             pick_classifier=to_part(self.pick_classifier_) if self.pick_classifier_ is not None else None,
             pick_weight=float(self.pick_weight_), training_ranges=self.training_ranges_)
         if progress:
@@ -433,6 +526,14 @@ class AlgorithmSelector(BaseEstimator):
             answers[held_out] = fold.transform(X.iloc[held_out])
         self.workspace_model_ = clone(template).fit(X, W, progress=progress)
         return answers
+
+    @staticmethod
+    def _path_helps(scores: dict, workspace_paths: dict) -> bool:
+        """Whether the kernel path's probabilities lower the best CV MAPE, weighted by runs."""
+        def best(with_path: bool) -> float:
+            return sum(min(v for n, v in by_name.items() if n.endswith(WITH_KERNEL_PATH) == with_path)
+                       * workspace_paths[path].sum() for path, by_name in scores.items())
+        return best(True) < best(False)
 
     def _paths(self, algo: str, runs: np.ndarray, W) -> dict[str, np.ndarray]:
         """Training runs per kernel path: split by workspace where the first stage tells the

@@ -44,7 +44,7 @@ from seer.trees import TreeError
 
 CARD_FILE = "model.json"
 MODEL_SUFFIX = ".zip"
-FORMAT, FORMAT_VERSION = "seer-model", 1
+FORMAT, FORMAT_VERSION = "seer-model", 2
 #: Model families: seer's own and SEER's (the baseline), and the predictor class of each.
 FAMILIES: dict[str, type] = {"ours": AlgorithmPredictor, "seer": SeerFamilyPredictor}
 #: Every class a model file may name, by exact name.

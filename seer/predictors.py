@@ -387,7 +387,8 @@ class AlgorithmPredictor(Part):
     has a regressor, mixed by the first stage's probability of each. The pick minimises the
     predicted time x (1 - ``pick_weight`` x P(fastest)), P from a classifier of the fastest
     algorithm. Times come in ``algorithms`` order, NaN where an algorithm is predicted not
-    to run, so that it is never recommended.
+    to run, so that it is never recommended. Where ``kernel_paths`` has a classifier of the
+    kernel path cuDNN takes inside an algorithm, its probabilities are regressor inputs too.
     """
 
     spec: GPUSpec
@@ -401,6 +402,7 @@ class AlgorithmPredictor(Part):
     pick_classifier: BoostedClassifier | None
     pick_weight: float
     training_ranges: dict
+    kernel_paths: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._roofline_column = self.features.index("log2_roofline_floor_s")
@@ -477,6 +479,11 @@ class AlgorithmPredictor(Part):
                 ratios[path][used] = regressors[path].predict(inputs[used])
         return mix_paths(ratios, weight)
 
+    def _regressor_inputs(self, j: int, F: np.ndarray, answers: np.ndarray | None) -> np.ndarray:
+        inputs = regressor_inputs(F, answers, j)
+        classifier = self.kernel_paths.get(self.algorithms[j])
+        return inputs if classifier is None else np.hstack([inputs, classifier.predict_proba(inputs)])
+
     def _times(self, F: np.ndarray, answers: np.ndarray | None, masked: bool = True) -> np.ndarray:
         runs = (self._support(F, answers) >= RUNS_THRESHOLD if masked
                 else np.ones((len(F), len(self.algorithms)), dtype=bool))
@@ -486,7 +493,7 @@ class AlgorithmPredictor(Part):
             if algo not in self.regressors or not rows.any():
                 continue
             answers_run = answers[rows] if answers is not None else None
-            ratios = self._ratios(j, regressor_inputs(F[rows], answers_run, j), answers_run)
+            ratios = self._ratios(j, self._regressor_inputs(j, F[rows], answers_run), answers_run)
             out[rows, j] = ratios * self.baseline_ms(F[rows], algo)
         return out
 
@@ -543,13 +550,17 @@ class AlgorithmPredictor(Part):
                                        or not set(classifier.classes) <= set(algorithms)):
             raise StateError(f"{where}: the pick classifier must choose among its algorithms")
         weight = float(_require(state, "pick_weight", (int, float), where))
+        kernel_paths = _require(state, "kernel_paths", dict, where)
+        if not set(kernel_paths) <= set(regressors) or not all(
+                isinstance(c, BoostedClassifier) for c in kernel_paths.values()):
+            raise StateError(f"{where}: kernel-path classifiers must be boosted classifiers of algorithms it times")
         ranges = _require(state, "training_ranges", dict, where)
         if set(ranges) != {*LAYER_COLUMNS, "log2_flops"} or not all(
                 isinstance(r, list) and len(r) == 2 and all(isinstance(v, (int, float)) for v in r)
                 for r in ranges.values()):
             raise StateError(f"{where}: training ranges must give [low, high] per shape field and log2_flops")
         return cls(spec, features, algorithms, workspace, supports, regressors,
-                   {a: float(v) for a, v in fixed_cost.items()}, baseline, classifier, weight, ranges)
+                   {a: float(v) for a, v in fixed_cost.items()}, baseline, classifier, weight, ranges, kernel_paths)
 
 
 def baseline_ms(log2_roofline_s: np.ndarray, fixed_cost_ms: float, baseline: str) -> np.ndarray:

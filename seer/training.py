@@ -33,7 +33,9 @@ from seer.shapes import LAYER_COLUMNS, is_seer_layer
 
 #: Measurement columns training reads.
 TRAINING_COLUMNS = (*LAYER_COLUMNS, "shape_id", "math", "algo", "status", "time_ms", "workspace_bytes", "split",
-                    "profile_status", *PROFILE_COLUMNS)
+                    "profile_status", "trace_variant", *PROFILE_COLUMNS)
+#: The column that names a run's kernel path: its traced main kernel's variant.
+KERNEL_PATH_COLUMN = "trace_variant"
 #: Called with (steps done, steps in all, what comes next).
 Progress = Callable[[int, int, str], None]
 
@@ -41,12 +43,16 @@ Progress = Callable[[int, int, str], None]
 def training_frames(table: pd.DataFrame, math: str, split: str | None = "train",
                     value: str = "time_ms") -> tuple[pd.DataFrame, pd.DataFrame]:
     """Layers (the layer columns, indexed by shape_id) and one column per algorithm of
-    ``value`` (the time, or ``workspace_bytes``), NaN where the run did not succeed, of one
-    split (None: every split; a census table has none) and math mode."""
+    ``value`` (the time, ``workspace_bytes``, or a text column such as the kernel path), NaN
+    where the run did not succeed, of one split (None: every split; a census table has
+    none) and math mode."""
     rows = table[table["math"] == math]
     if split is not None:
         rows = rows[rows["split"] == split]
-    values = rows.assign(**{value: rows[value].where(rows["status"] == "ok").astype(float)}).pivot(
+    succeeded = rows[value].where(rows["status"] == "ok")
+    if pd.api.types.is_numeric_dtype(rows[value]):
+        succeeded = succeeded.astype(float)
+    values = rows.assign(**{value: succeeded}).pivot(
         index="shape_id", columns="algo", values=value)
     algos = [a for a in pd.unique(table["algo"]) if a in values.columns]
     shapes = rows.drop_duplicates("shape_id").set_index("shape_id").loc[values.index, list(LAYER_COLUMNS)]
@@ -55,26 +61,32 @@ def training_frames(table: pd.DataFrame, math: str, split: str | None = "train",
 
 def training_inputs(table: pd.DataFrame, census: pd.DataFrame, math: str, split: str = "train"):
     """What :meth:`AlgorithmSelector.fit` takes for one math mode: shapes, times and
-    workspaces of the split's runs, and the census as (shapes, workspaces), None if empty."""
+    workspaces of the split's runs, the census as (shapes, workspaces) (None if empty), and
+    the runs' traced kernel paths (None without the column)."""
     shapes, times = training_frames(table, math, split)
     workspaces = training_frames(table, math, split, value="workspace_bytes")[1].reindex(
         index=times.index, columns=times.columns)
+    paths = None
+    if KERNEL_PATH_COLUMN in table.columns:
+        paths = training_frames(table, math, split, value=KERNEL_PATH_COLUMN)[1].reindex(
+            index=times.index, columns=times.columns)
     asked = None
     if not census.empty:
         census_shapes, census_workspaces = training_frames(census, math, split=None, value="workspace_bytes")
         asked = (census_shapes, census_workspaces.reindex(columns=times.columns))
-    return shapes, times, workspaces, asked
+    return shapes, times, workspaces, asked, paths
 
 
 def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAMES,
           selector: AlgorithmSelector | None = None, progress: Progress | None = None, use_census: bool = True,
-          trees: str = "compact") -> Model:
+          trees: str = "compact", kernel_paths: int = 0) -> Model:
     """Fit one selector and one SEER model per math mode on the dataset's train split.
 
     seer's first stage learns from the dataset's census table where there is one (and
     ``use_census``), else from the training runs' own answers. ``trees`` names the time
-    regressors' candidate set (:data:`seer.estimators.CANDIDATE_SETS`) of the default
-    selector; a given ``selector`` keeps its own candidates.
+    regressors' candidate set (:data:`seer.estimators.CANDIDATE_SETS`) and
+    ``kernel_paths`` its ``max_kernel_paths``, both of the default selector; a given
+    ``selector`` keeps its own.
     """
     if trees not in CANDIDATE_SETS:
         raise InputError(f"unknown tree set {trees!r}; choose one of: {', '.join(CANDIDATE_SETS)}")
@@ -84,13 +96,16 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
     table = read_measurements(measurements, columns=TRAINING_COLUMNS)
     census_path = dataset_dir / "census.csv.gz"
     census = read_census(census_path) if use_census and census_path.exists() else pd.DataFrame()
-    template = selector if selector is not None else AlgorithmSelector(candidates=CANDIDATE_SETS[trees]())
+    if kernel_paths < 0:
+        raise InputError(f"kernel paths must be 0 or more, got {kernel_paths}")
+    template = selector if selector is not None else AlgorithmSelector(candidates=CANDIDATE_SETS[trees](),
+                                                                       max_kernel_paths=kernel_paths)
     predictors, baselines, per_math = {}, {}, {}
     n_algos = table["algo"].nunique()
     per_math_steps = 2 * n_algos + 2  # first stage and time per algorithm, the pick, SEER's model
     total = per_math_steps * len(maths)
     for index, math in enumerate(maths):
-        shapes, times, workspaces, asked = training_inputs(table, census, math)
+        shapes, times, workspaces, asked, paths = training_inputs(table, census, math)
         if shapes.empty:
             raise InputError(f"no {math}-math rows in the train split", path=measurements)
         offset = index * per_math_steps
@@ -99,7 +114,7 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
             if progress and done < steps:
                 progress(offset + done, total, f"{math} math, {text}")
 
-        fitted = clone(template).set_params(gpu=spec).fit(shapes, times, workspaces, asked, progress=step)
+        fitted = clone(template).set_params(gpu=spec).fit(shapes, times, workspaces, asked, paths, progress=step)
         predictors[math] = fitted.predictor_
         step(per_math_steps - 1, per_math_steps, "SEER's model")  # the selector took the steps before
         rows = table[(table["split"] == "train") & (table["math"] == math)]
@@ -110,6 +125,8 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
                           "first_stage": ("census" if asked else "training runs (out of fold)"),
                           "census_shapes": len(asked[0]) if asked else 0,
                           "regressor": fitted.choice_, "cv_mape_percent": fitted.cv_mape_,
+                          "kernel_paths": {a: [str(c) for c in k.classes_]
+                                           for a, k in fitted.kernel_path_classifiers_.items()},
                           "pick_weight": fitted.pick_weight_,
                           "pick_cv_regret_percent": {str(w): r for w, r in fitted.pick_cv_regret_.items()},
                           "seer_baseline_algorithms": family.algorithms_}
@@ -120,6 +137,7 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
     card = {
         "gpu": spec.name, "format_version": FORMAT_VERSION, "families": ["ours", "seer"],
         "trees": trees if selector is None else "given",
+        "max_kernel_paths": template.max_kernel_paths,
         "trained_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "training_data": {"file": _shown(measurements), "sha256": sha256(measurements), "split": "train",
                           **({"census": _shown(census_path), "census_sha256": sha256(census_path)}

@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from sklearn.model_selection import KFold
 
 from conftest import small_selector
 from seer import predictors
-from seer.estimators import (CANDIDATE_SETS, AlgorithmSelector, ShapeFeatures, WorkspaceModel, mape,
-                             quadratic_power_law)
+from seer.estimators import (CANDIDATE_SETS, OTHER_KERNEL_PATHS, AlgorithmSelector, ShapeFeatures, WorkspaceModel,
+                             kernel_path_stage, mape, quadratic_power_law)
 from seer.features import log2_flops
 from seer.gpus import get_gpu_spec
 from seer.predictors import NOT_RUN, path_weight, pick_inputs, regressor_inputs
@@ -104,7 +105,7 @@ def test_the_first_stage_learns_cudnns_answers_from_the_census(table, census):
 @pytest.fixture(scope="module")
 def path_selector(table, census):
     """A small selector of IMPLICIT_GEMM (one path) and GEMM (two), fitted with a census."""
-    shapes, times, workspaces, asked = training_inputs(table, census, "fma")
+    shapes, times, workspaces, asked, _paths = training_inputs(table, census, "fma")
     keep = ["IMPLICIT_GEMM", "GEMM"]
     rows = np.sort(np.random.default_rng(0).choice(len(shapes), size=4000, replace=False))
     asked = (asked[0].iloc[:15000], asked[1].iloc[:15000][keep])
@@ -126,6 +127,54 @@ def test_kernel_paths_get_their_own_regressors_where_the_workspace_tells_them_ap
     # Knowing GEMM's kernel path cuts its error by at least a fifth (less on general layers,
     # which the 4,000-row sample holds more of as the data grows).
     assert mape(test_times.loc[gemm, "GEMM"], predicted) < 0.8 * mape(test_times.loc[gemm, "GEMM"], baseline)
+
+
+def test_the_kernel_path_classifier_names_held_out_runs_paths(table):
+    shapes, times, _, _, paths = training_inputs(table, pd.DataFrame(), "fma")
+    test_shapes, _ = training_frames(table, "fma", "test1")
+    test_paths = training_frames(table, "fma", "test1", value="trace_variant")[1]["IMPLICIT_GEMM"].dropna()
+    features = ShapeFeatures(H100).fit(shapes)
+    labels = paths["IMPLICIT_GEMM"].to_numpy(dtype=object)
+    runs = times["IMPLICIT_GEMM"].notna().to_numpy()
+    folds = KFold(n_splits=2, shuffle=True, random_state=0)
+    classifier, known, guessed = kernel_path_stage(features.transform(shapes), labels, runs, 2, 20, folds)
+    classes = list(classifier.classes_)
+    assert len(classes) == 3 and OTHER_KERNEL_PATHS in classes  # the 2 most frequent, and the rest
+    traced = runs & pd.notna(labels)
+    # Where the trace tells the path, "known" is it; elsewhere both are the classifier's guess.
+    assert set(np.unique(known[traced])) <= {0.0, 1.0} and np.allclose(known[~traced], guessed[~traced])
+    assert np.allclose(guessed.sum(axis=1), 1)
+    # cuDNN's path inside IMPLICIT_GEMM (a grouped direct kernel, or a GEMM of some tile)
+    # follows from the shape: out of fold and on held-out layers, the guess is mostly right.
+    out_of_fold = np.asarray(classes)[guessed[traced].argmax(axis=1)]
+    assert (out_of_fold == np.asarray(classes)[known[traced].argmax(axis=1)]).mean() > 0.9
+    held_out = np.isin(test_paths, classes)
+    predicted = classifier.predict(features.transform(test_shapes.loc[test_paths.index]))
+    assert held_out.mean() > 0.9 and (predicted[held_out] == test_paths.to_numpy()[held_out]).mean() > 0.9
+
+
+def test_kernel_paths_feed_the_regressors_only_where_cross_validation_says_so(table):
+    shapes, times, workspaces, _, paths = training_inputs(table, pd.DataFrame(), "fma")
+    keep = ["IMPLICIT_GEMM", "FFT"]
+    traced = np.flatnonzero(paths["IMPLICIT_GEMM"].notna().to_numpy())
+    rows = np.sort(np.random.default_rng(0).choice(traced, size=2500, replace=False))
+    fit = (shapes.iloc[rows], times.iloc[rows][keep], workspaces.iloc[rows][keep], None, paths.iloc[rows][keep])
+    selector = _small(max_kernel_paths=6).fit(*fit)
+    for algo in keep:
+        scores = selector.cv_mape_[algo]["all"]
+        uses = scores["boosted_trees + kernel path"] < scores["boosted_trees"]
+        assert (algo in selector.kernel_path_classifiers_) == uses == (algo in selector.predictor_.kernel_paths)
+        assert selector.choice_[algo]["all"] == "boosted_trees" + " + kernel path" * uses
+    # The predictor feeds the regressors what they learned from: the converted classifier's
+    # probabilities match scikit-learn's.
+    for algo, classifier in selector.kernel_path_classifiers_.items():
+        F, answers = selector.predictor_.prepare(shapes.iloc[rows[:200]])
+        inputs = regressor_inputs(F, answers, keep.index(algo))
+        assert np.allclose(selector.predictor_.kernel_paths[algo].predict_proba(inputs),
+                           classifier.predict_proba(inputs))
+    # Off by default: no classifier, no candidate with the path.
+    plain = _small().fit(*fit)
+    assert not plain.kernel_path_classifiers_ and "boosted_trees + kernel path" not in plain.cv_mape_["FFT"]["all"]
 
 
 def test_the_path_mix_leaves_out_only_negligible_paths_and_masking_changes_no_time(table, path_selector,
