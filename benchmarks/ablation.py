@@ -1,4 +1,4 @@
-"""What each part of the shipped design buys: the first stage (census or not), the kernel-path classifiers, the roofline baseline, the tree budget.
+"""What each part of the design buys: the first stage (census or not), the roofline baseline, the tree budget, kernel-path classifiers.
 
     python benchmarks/ablation.py --gpu h100 --math fma --report benchmarks/results/h100-ablation.json
 
@@ -6,10 +6,10 @@ Fits :class:`seer.estimators.AlgorithmSelector` (default candidates, 5-fold CV) 
 training split once per variant: with what ``seer train`` gives it and with one part taken away:
 
 ``shipped``
-    the first stage learned from the census, kernel-path classifiers learned from the
-    traces, the roofline baseline;
-``no_kernel_path``
-    as shipped, but without the kernel-path classifiers;
+    the first stage learned from the census, the roofline baseline;
+``kernel_path``
+    as shipped, plus kernel-path classifiers learned from the traces
+    (``seer train --kernel-paths 6``);
 ``no_census``
     the first stage learned from the training runs' own workspaces (out of fold);
 ``no_first_stage``
@@ -46,7 +46,7 @@ from seer.gpus import get_gpu_spec
 from seer.scoring import selection_metrics
 from seer.training import training_frames, training_inputs
 
-VARIANTS = ("shipped", "no_kernel_path", "no_census", "no_first_stage", "no_roofline", "accurate_trees")
+VARIANTS = ("shipped", "kernel_path", "no_census", "no_first_stage", "no_roofline", "accurate_trees")
 #: Per-variant figures of a report, each a dict by variant name.
 PER_VARIANT = ("mape_percent", "support_accuracy_percent", "selection", "fit_seconds")
 
@@ -86,14 +86,14 @@ def run(argv: list[str] | None = None) -> int:
               "census_shapes": len(census[0]) if census else 0,
               "largest_training_gflops": round(largest / 1e9, 1), "mape_percent": {}, "support_accuracy_percent": {}}
     for variant in args.variants.split(","):
-        inputs = {"shipped": (workspaces, census, paths), "no_kernel_path": (workspaces, census, None),
+        inputs = {"shipped": (workspaces, census, paths), "kernel_path": (workspaces, census, paths),
                   "no_census": (workspaces, None, paths), "no_first_stage": (None, None, paths),
                   "no_roofline": (workspaces, census, paths), "accurate_trees": (workspaces, census, paths)}[variant]
         baseline = "none" if variant == "no_roofline" else "roofline"
         candidates = accurate_candidates() if variant == "accurate_trees" else default_candidates()
         started = time.perf_counter()
-        selector = AlgorithmSelector(gpu=get_gpu_spec(args.gpu), baseline=baseline, candidates=candidates).fit(
-            shapes, times, *inputs)
+        selector = AlgorithmSelector(gpu=get_gpu_spec(args.gpu), baseline=baseline, candidates=candidates,
+                                     max_kernel_paths=6 if variant == "kernel_path" else 0).fit(shapes, times, *inputs)
         scores, support, selection = {}, {}, {}
         for split, (test_shapes, test_times) in tests.items():
             predicted = pd.DataFrame(selector.predict_unmasked(test_shapes), index=test_shapes.index,
