@@ -1,4 +1,4 @@
-"""What each part of the design buys: the first stage (census or not), the roofline baseline, the tree budget, kernel-path classifiers.
+"""What each part of the design buys: first stage, roofline baseline, tree budget, kernel paths.
 
     python benchmarks/ablation.py --gpu h100 --math fma --report benchmarks/results/h100-ablation.json
 

@@ -497,7 +497,7 @@ class AlgorithmSelector(BaseEstimator):
             spec=self.gpu, features=feature_names, algorithms=list(self.algorithms_),
             workspace=self.workspace_model_.predictor_ if self.workspace_model_ is not None else None,
             supports={a: s if isinstance(s, str) else to_part(s) for a, s in self.supports_.items()},
-            regressors={a: {p: to_part(r) for p, r in paths.items()} for a, paths in self.regressors_.items()},
+            regressors={a: {p: to_part(r) for p, r in by_path.items()} for a, by_path in self.regressors_.items()},
             fixed_cost_ms=dict(self.fixed_cost_ms_), baseline=self.baseline,
             kernel_paths={a: to_part(c) for a, c in self.kernel_path_classifiers_.items()},
             pick_classifier=to_part(self.pick_classifier_) if self.pick_classifier_ is not None else None,
