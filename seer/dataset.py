@@ -32,7 +32,6 @@ import gzip
 import hashlib
 import json
 import re
-import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,8 +41,8 @@ import pandas as pd
 
 from seer.algorithms import (ALGORITHMS, algorithm_names, canonical_kernel_name, classify_kernel,
                              heuristic_ranks)
-from seer.collect.store import (RunStore, first_grids, grouped_records, latest_records, profile_records,
-                                recorded_columns)
+from seer.collect.store import (DAMAGED_COMPRESSED, RunStore, first_grids, grouped_records, latest_records,
+                                profile_records, recorded_columns)
 from seer.errors import InputError
 from seer.excel import seer_sheets, write_excel
 from seer.gpu.tracing import stored_trace
@@ -547,10 +546,6 @@ def read_census(path: str | Path) -> pd.DataFrame:
     return frame
 
 
-#: What reading a damaged ``.gz`` raises: not gzip, cut short, or a corrupt stream.
-_DAMAGED = (gzip.BadGzipFile, EOFError, zlib.error)
-
-
 def _read_table(path: str | Path, columns: list[str], text: Iterable[str]) -> pd.DataFrame:
     """``columns`` of a CSV table, text columns as text and every other one numeric.
 
@@ -578,7 +573,7 @@ def _guarded(path: Path, read):
     """Run ``read``; what a damaged or malformed file raises becomes one InputError."""
     try:
         return read()
-    except _DAMAGED as exc:
+    except DAMAGED_COMPRESSED as exc:
         if isinstance(exc, EOFError):
             kind = "cut short"
         elif isinstance(exc, gzip.BadGzipFile) and str(exc).startswith("Not a gzipped file"):

@@ -210,10 +210,9 @@ def kernel_path_stage(inputs: np.ndarray, labels: np.ndarray, runs: np.ndarray, 
 
 
 def _cross_val_predict(estimator, X_learn: np.ndarray, X_guess: np.ndarray, y: np.ndarray, folds) -> np.ndarray:
-    """Out-of-fold predictions of ``estimator`` fitted on ``X_learn`` rows and predicting from
-    the same rows of ``X_guess`` (scikit-learn's ``cross_val_predict`` where they are one)."""
-    if X_learn is X_guess:
-        return cross_val_predict(clone(estimator), X_learn, y, cv=folds)
+    """Out-of-fold predictions of ``estimator``: fitted on the other folds' rows of ``X_learn``,
+    predicting each fold from its rows of ``X_guess`` (scikit-learn's ``cross_val_predict``
+    where the two hold the same values)."""
     out = np.empty(len(y))
     for fit_rows, held_out in folds.split(X_learn):
         out[held_out] = clone(estimator).fit(X_learn[fit_rows], y[fit_rows]).predict(X_guess[held_out])

@@ -90,14 +90,14 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
     """
     if trees not in CANDIDATE_SETS:
         raise InputError(f"unknown tree set {trees!r}; choose one of: {', '.join(CANDIDATE_SETS)}")
+    if kernel_paths < 0:
+        raise InputError(f"kernel paths must be 0 or more, got {kernel_paths}")
     measurements = dataset_dir / "measurements.csv.gz"
     if not measurements.exists():
         raise InputError(f"no dataset; run `seer parse --gpu {spec.name}` first", path=measurements)
     table = read_measurements(measurements, columns=TRAINING_COLUMNS)
     census_path = dataset_dir / "census.csv.gz"
     census = read_census(census_path) if use_census and census_path.exists() else pd.DataFrame()
-    if kernel_paths < 0:
-        raise InputError(f"kernel paths must be 0 or more, got {kernel_paths}")
     template = selector if selector is not None else AlgorithmSelector(candidates=CANDIDATE_SETS[trees](),
                                                                        max_kernel_paths=kernel_paths)
     predictors, baselines, per_math = {}, {}, {}

@@ -48,8 +48,9 @@ _OPENERS = {".gz": gzip.open, ".xz": lzma.open}
 #: xz preset of packed files: well below gzip's best on these records, which keeps the committed
 #: raw data small; ``PRESET_EXTREME`` gains a little more at several times the time.
 PACK_PRESET = 9
-#: What reading a damaged ``.gz`` or ``.xz`` raises.
-_DAMAGED = (gzip.BadGzipFile, lzma.LZMAError, EOFError, zlib.error)
+#: What reading a damaged ``.gz`` or ``.xz`` raises: not what its suffix says, cut short, or a
+#: corrupt stream (``seer.dataset`` reads its compressed tables against the same list).
+DAMAGED_COMPRESSED = (gzip.BadGzipFile, lzma.LZMAError, EOFError, zlib.error)
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ def read_jsonl(path: Path) -> list[dict]:
     try:
         with _open_text(path) as handle:
             *lines, _unfinished = handle.read().split("\n")
-    except _DAMAGED as exc:  # a packed file cut short or not what its suffix says
+    except DAMAGED_COMPRESSED as exc:  # a packed file cut short or not what its suffix says
         raise InputError(f"damaged compressed file ({exc})", path=path) from None
     records = []
     for number, line in enumerate(lines, start=1):
