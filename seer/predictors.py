@@ -375,6 +375,19 @@ def mix_paths(ratios: dict[str, np.ndarray], weight: np.ndarray | None) -> np.nd
     return np.exp(log_ratio)
 
 
+def likeliest_path_ratio(ratios: dict[str, np.ndarray], weight: np.ndarray | None) -> np.ndarray:
+    """One ratio per row: the path's whose expected relative error, over the probability of
+    each path, is lowest. Between two paths whose times differ several-fold, any value in
+    between errs more in expectation than one of the two; and an overestimate of a fast path
+    errs more than an underestimate of a slow one, so the fast path wins unless it is unlikely."""
+    if ALL_RUNS in ratios:
+        return ratios[ALL_RUNS]
+    with_, without = ratios[WITH_WORKSPACE], ratios[WITHOUT_WORKSPACE]
+    error_if_with = (1 - weight) * np.abs(with_ / without - 1)
+    error_if_without = weight * np.abs(without / with_ - 1)
+    return np.where(error_if_with <= error_if_without, with_, without)
+
+
 @dataclass
 class AlgorithmPredictor(Part):
     """Every algorithm's predicted time for a layer, from its shape alone, and the pick.
@@ -384,9 +397,10 @@ class AlgorithmPredictor(Part):
     roofline floor (FP32 FLOPs at peak plus tensor bytes at DRAM bandwidth, from the GPU
     spec): trees cannot extrapolate beyond the times they saw, but a ratio to the roofline
     extrapolates as a GPU does. Where the training runs took two kernel paths, each path
-    has a regressor, mixed by the first stage's probability of each. The pick minimises the
-    predicted time x (1 - ``pick_weight`` x P(fastest)), P from a classifier of the fastest
-    algorithm. Times come in ``algorithms`` order, NaN where an algorithm is predicted not
+    has a regressor; the time reported is the path's with the lower expected relative error
+    under the first stage's probability of each, and the pick weighs the two, their times
+    mixed geometrically by those probabilities. The pick minimises that time x
+    (1 - ``pick_weight`` x P(fastest)), P from a classifier of the fastest algorithm. Times come in ``algorithms`` order, NaN where an algorithm is predicted not
     to run, so that it is never recommended. Where ``kernel_paths`` has a classifier of the
     kernel path cuDNN takes inside an algorithm, its probabilities are regressor inputs too.
     """
@@ -421,18 +435,18 @@ class AlgorithmPredictor(Part):
 
     def predict(self, X) -> np.ndarray:
         """Predicted time (ms) per shape and algorithm; NaN where predicted not to run."""
-        return self._times(*self.prepare(X, complete=False))
+        return self._times(*self.prepare(X, complete=False))[0]
 
     def predict_unmasked(self, X) -> np.ndarray:
         """Predicted time (ms) per shape and algorithm as if every algorithm ran (NaN only for
         algorithms that never ran in training): to judge the time models on their own."""
-        return self._times(*self.prepare(X), masked=False)
+        return self._times(*self.prepare(X), masked=False)[0]
 
     def predict_with_scores(self, X) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`predict` and :meth:`pick_scores` together, from one pass over the models."""
         F, answers = self.prepare(X, complete=False)
-        times = self._times(F, answers)
-        return times, self._scores(F, answers, times)
+        reported, weighed = self._times(F, answers)
+        return reported, self._scores(F, answers, weighed)
 
     def pick_scores(self, X) -> np.ndarray:
         """What the pick minimises per shape and algorithm (NaN where predicted not to run)."""
@@ -465,37 +479,43 @@ class AlgorithmPredictor(Part):
             out[:, j] = answers[:, 3 * j] if support == BY_FIRST_STAGE else probability(support, F)
         return out
 
-    def _ratios(self, j: int, inputs: np.ndarray, answers: np.ndarray | None) -> np.ndarray:
-        """The mixed ratio to the baseline per row, evaluating each path's regressor only on
-        the rows where that path has weight."""
+    def _ratios(self, j: int, inputs: np.ndarray, answers: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """Per row, the ratio to the baseline to report (:func:`likeliest_path_ratio`) and the
+        one the pick weighs (:func:`mix_paths`), evaluating each path's regressor only on the
+        rows where that path has weight."""
         regressors = self.regressors[self.algorithms[j]]
         if ALL_RUNS in regressors:
-            return regressors[ALL_RUNS].predict(inputs)
+            ratio = regressors[ALL_RUNS].predict(inputs)
+            return ratio, ratio
         weight = path_weight(answers, j)
         ratios = {}
         for path, used in ((WITH_WORKSPACE, weight > 0), (WITHOUT_WORKSPACE, weight < 1)):
             ratios[path] = np.ones(len(inputs))
             if used.any():
                 ratios[path][used] = regressors[path].predict(inputs[used])
-        return mix_paths(ratios, weight)
+        return likeliest_path_ratio(ratios, weight), mix_paths(ratios, weight)
 
     def _regressor_inputs(self, j: int, F: np.ndarray, answers: np.ndarray | None) -> np.ndarray:
         inputs = regressor_inputs(F, answers, j)
         classifier = self.kernel_paths.get(self.algorithms[j])
         return inputs if classifier is None else np.hstack([inputs, classifier.predict_proba(inputs)])
 
-    def _times(self, F: np.ndarray, answers: np.ndarray | None, masked: bool = True) -> np.ndarray:
+    def _times(self, F: np.ndarray, answers: np.ndarray | None,
+               masked: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Times (ms) per row and algorithm, NaN where not run (``masked``) or never trained:
+        the ones to report and the ones the pick weighs (:meth:`_ratios`)."""
         runs = (self._support(F, answers) >= RUNS_THRESHOLD if masked
                 else np.ones((len(F), len(self.algorithms)), dtype=bool))
-        out = np.full((len(F), len(self.algorithms)), np.nan)
+        reported, weighed = np.full((len(F), len(self.algorithms)), np.nan), np.full((len(F), len(self.algorithms)), np.nan)
         for j, algo in enumerate(self.algorithms):
             rows = runs[:, j]
             if algo not in self.regressors or not rows.any():
                 continue
             answers_run = answers[rows] if answers is not None else None
-            ratios = self._ratios(j, self._regressor_inputs(j, F[rows], answers_run), answers_run)
-            out[rows, j] = ratios * self.baseline_ms(F[rows], algo)
-        return out
+            to_report, to_weigh = self._ratios(j, self._regressor_inputs(j, F[rows], answers_run), answers_run)
+            base = self.baseline_ms(F[rows], algo)
+            reported[rows, j], weighed[rows, j] = to_report * base, to_weigh * base
+        return reported, weighed
 
     def _scores(self, F: np.ndarray, answers: np.ndarray | None, times: np.ndarray) -> np.ndarray:
         if self.pick_classifier is None or not len(times):

@@ -193,20 +193,39 @@ def test_the_path_mix_leaves_out_only_negligible_paths_and_masking_changes_no_ti
     # change nothing where it does.
     np.testing.assert_array_equal(masked[runs], unmasked[runs])
     assert np.isnan(masked[~runs]).all()
-    # GEMM's time against the exact geometric mix of both paths' predictions.
+    # What the pick weighs for GEMM: the exact geometric mix of both paths' predictions.
     F, answers = predictor.prepare(test_shapes)
     j = predictor.algorithms.index("GEMM")
     inputs = regressor_inputs(F, answers, j)
     with_ws, without_ws = (predictor.regressors["GEMM"][path].predict(inputs) for path in ("workspace", "no_workspace"))
+    base = predictor.baseline_ms(F, "GEMM")
     p = answers[:, 3 * j + 1]
-    exact = np.exp(p * np.log(with_ws) + (1 - p) * np.log(without_ws)) * predictor.baseline_ms(F, "GEMM")
-    gemm = unmasked[:, j]
+    exact = np.exp(p * np.log(with_ws) + (1 - p) * np.log(without_ws)) * base
+    reported, weighed = (times[:, j] for times in predictor._times(F, answers, masked=False))
+    np.testing.assert_array_equal(reported, unmasked[:, j])
     sure = (p < negligible) | (p > 1 - negligible)
     assert sure.any() and (~sure).any()
-    np.testing.assert_allclose(gemm[~sure], exact[~sure], rtol=1e-12)
+    np.testing.assert_allclose(weighed[~sure], exact[~sure], rtol=1e-12)
     bound = negligible * np.abs(np.log(with_ws / without_ws))
-    assert (np.abs(np.log(gemm / exact))[sure] <= bound[sure] * (1 + 1e-9)).all()
+    assert (np.abs(np.log(weighed / exact))[sure] <= bound[sure] * (1 + 1e-9)).all()
     assert np.array_equal(path_weight(answers, j) == 0, p < negligible)
+    # The time reported is one path's, the one with the lower expected relative error.
+    weight = path_weight(answers, j)
+    error = {path: sum(w * np.abs(ratio / other - 1) for w, other in ((weight, with_ws), (1 - weight, without_ws)))
+             for path, ratio in (("workspace", with_ws), ("no_workspace", without_ws))}
+    expected = np.where(error["workspace"] <= error["no_workspace"], with_ws, without_ws) * base
+    np.testing.assert_allclose(reported, expected, rtol=1e-12)
+    assert (reported != weighed).any()
+
+
+def test_the_reported_path_is_the_fast_one_unless_it_is_unlikely():
+    fast, slow = np.full(4, 1.0), np.full(4, 8.0)
+    weight = np.array([0.0, 0.1, 0.2, 1.0])  # probability of the first (fast) path
+    ratios = {predictors.WITH_WORKSPACE: fast, predictors.WITHOUT_WORKSPACE: slow}
+    # Reporting the fast time errs (1 - w) x 7/8 in expectation, the slow one w x 7: the fast
+    # one wins from w = 1/9 on.
+    np.testing.assert_array_equal(predictors.likeliest_path_ratio(ratios, weight), [8.0, 8.0, 1.0, 1.0])
+    np.testing.assert_array_equal(predictors.likeliest_path_ratio({predictors.ALL_RUNS: slow}, None), slow)
 
 
 def test_the_pick_weight_is_chosen_by_out_of_fold_regret_and_only_lowers_scores(small_models):
@@ -219,9 +238,11 @@ def test_the_pick_weight_is_chosen_by_out_of_fold_regret_and_only_lowers_scores(
     assert card["pick_cv_regret_percent"][str(card["pick_weight"])] == min(card["pick_cv_regret_percent"].values())
     predictor = model.predictors["fma"]
     frame = pd.DataFrame([[8, 64, 56, 64, 56, 3, 1, 1], [32, 256, 14, 512, 7, 3, 2, 1]], columns=list(SEER_FIELDS))
-    times, scores = predictor.predict(frame), predictor.pick_scores(frame)
-    assert np.array_equal(np.isnan(times), np.isnan(scores))
-    assert (scores[np.isfinite(scores)] <= times[np.isfinite(times)]).all()  # a confident class only lowers
+    # The pick weighs each algorithm's time with both kernel paths mixed (_times' second array).
+    weighed, scores = predictor._times(*predictor.prepare(frame, complete=False))[1], predictor.pick_scores(frame)
+    assert np.array_equal(np.isnan(predictor.predict(frame)), np.isnan(scores))
+    assert np.array_equal(np.isnan(weighed), np.isnan(scores))
+    assert (scores[np.isfinite(scores)] <= weighed[np.isfinite(weighed)]).all()  # a confident class only lowers
 
 
 def test_the_pick_classifier_reads_the_same_inputs_whether_or_not_the_first_stage_skipped_work(table, small_models):
