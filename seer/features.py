@@ -12,7 +12,8 @@ algorithms work:
   measures every time against;
 - waves: for the tile sizes cuDNN's GEMM kernels use, how many thread blocks the grid has
   and how full the last wave is (SEER's iterations and epsilon);
-- transform algorithms: FFT sizes and tile counts, Winograd tile counts;
+- transform algorithms: FFT sizes and tile counts, the FFT algorithms' own time floor
+  (transforms, per-frequency products, spectra) over the roofline's, Winograd tile counts;
 - alignment: whether channels are multiples of 4, 8, 32 (vectorised and tensor-core paths).
 
 :class:`ShapeFeatures` wraps :func:`shape_features` as a stateless scikit-learn transformer.
@@ -60,6 +61,9 @@ def shape_features(layers: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:
     tensor_bytes = input_bytes + filter_bytes + output_bytes
     # The implicit GEMM of one group: M = N*(output volume), N = K/G, K = (C/G)*(kernel volume).
     gemm_m, gemm_n, gemm_k = n * vol["out"], k_g, c_g * vol["kernel"]
+    # Compute and memory floors added, not maxed: neither overlaps fully with the other in a
+    # real kernel, and the sum stays smooth where the two cross.
+    floor_s = flops / spec.peak_fp32_flops_per_s + tensor_bytes / spec.memory_bandwidth_bytes_per_s
     out |= {
         "log2_flops": _log2(flops),
         "log2_input_bytes": _log2(input_bytes),
@@ -77,10 +81,7 @@ def shape_features(layers: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:
         # group in half of the traced grouped calls that transpose at all), which can outweigh
         # the convolution: the bytes such moves take over the bytes of the convolution itself.
         "log2_group_layout_over_tensor_bytes": _log2(g * (input_bytes + output_bytes) / tensor_bytes),
-        # Compute and memory floors added, not maxed: neither overlaps fully with the
-        # other in a real kernel, and the sum stays smooth where the two cross.
-        "log2_roofline_floor_s": _log2(flops / spec.peak_fp32_flops_per_s
-                                       + tensor_bytes / spec.memory_bandwidth_bytes_per_s),
+        "log2_roofline_floor_s": _log2(floor_s),
     }
     sm_flops_per_s = spec.peak_fp32_flops_per_s / spec.sm_count
     for tm, tn in GEMM_TILES:
@@ -110,6 +111,22 @@ def shape_features(layers: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:
         reach = col[f"dilation_{a}"] * (col[f"kernel_{a}"] - 1) + 1
         tiles_16 *= np.ceil(col[f"out_{a}"] / np.maximum(16 - reach + 1, 1))
     out["log2_fft_tiles_16"] = _log2(tiles_16)
+    # The FFT algorithms' own floor over the roofline's: a transform of every input, filter
+    # and output channel, a complex product summed over the channels at each frequency, and
+    # the spectra's bytes; over the whole padded input (FFT) or per tile of 16 or 32 points
+    # an axis (FFT_TILING). A ratio, like the regressors' target.
+    padded_points, tile_points, tiles = np.ones(len(f)), {16: np.ones(len(f)), 32: np.ones(len(f))}, {}
+    for a in AXES:
+        used = col[f"in_{a}"] > 1 if a == "d" else np.ones(len(f), dtype=bool)  # a 2D layer's depth takes no transform
+        padded_points *= np.where(used, 2 ** np.ceil(np.log2(np.maximum(col[f"in_{a}"] + 2 * col[f"pad_{a}"], 1))), 1)
+        reach = col[f"dilation_{a}"] * (col[f"kernel_{a}"] - 1) + 1
+        for size in tile_points:
+            tile_points[size] *= np.where(used, size, 1)
+            tiles[size] = tiles.get(size, 1) * np.ceil(col[f"out_{a}"] / np.maximum(size - reach + 1, 1))
+    out["log2_fft_cost_over_floor"] = _log2(_fft_seconds(padded_points, 1, n, c, k, g, spec) / floor_s)
+    for size, points in tile_points.items():
+        out[f"log2_fft_tiled_{size}_cost_over_floor"] = _log2(
+            _fft_seconds(points, tiles[size], n, c, k, g, spec) / floor_s)
     for tile in (4, 2):
         out[f"log2_winograd_tiles_{tile}"] = _log2(n * np.ceil(col["out_h"] / tile) * np.ceil(col["out_w"] / tile)
                                                    * col["out_d"])
@@ -122,6 +139,16 @@ def shape_features(layers: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:
     out["same_padding"] = same.astype(float)
     out["output_pixels_per_input"] = vol["out"] / vol["in"]
     return pd.DataFrame(out, index=f.index)
+
+
+def _fft_seconds(points, transforms_per_image, n, c, k, g, spec: GPUSpec) -> np.ndarray:
+    """Time floor of a convolution by FFT: ``points`` per transform (5 P log2 P flops each),
+    ``transforms_per_image`` per channel of an input or output image, one per filter channel,
+    complex multiply-adds (8 flops) at each of P/2 + 1 frequencies, and the spectra in complex64."""
+    frequencies = points / 2 + 1
+    transforms = n * transforms_per_image * c + c * k / g + n * transforms_per_image * k
+    flops = 5 * points * np.log2(np.maximum(points, 2)) * transforms + 8 * frequencies * n * transforms_per_image * c * k / g
+    return flops / spec.peak_fp32_flops_per_s + 8 * frequencies * transforms / spec.memory_bandwidth_bytes_per_s
 
 
 def log2_flops(shapes: pd.DataFrame) -> np.ndarray:
