@@ -147,7 +147,8 @@ def _fft_seconds(points, transforms_per_image, n, c, k, g, spec: GPUSpec) -> np.
     complex multiply-adds (8 flops) at each of P/2 + 1 frequencies, and the spectra in complex64."""
     frequencies = points / 2 + 1
     transforms = n * transforms_per_image * c + c * k / g + n * transforms_per_image * k
-    flops = 5 * points * np.log2(np.maximum(points, 2)) * transforms + 8 * frequencies * n * transforms_per_image * c * k / g
+    transform_flops = 5 * points * np.log2(np.maximum(points, 2)) * transforms
+    flops = transform_flops + 8 * frequencies * n * transforms_per_image * c * k / g
     return flops / spec.peak_fp32_flops_per_s + 8 * frequencies * transforms / spec.memory_bandwidth_bytes_per_s
 
 

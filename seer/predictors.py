@@ -400,8 +400,9 @@ class AlgorithmPredictor(Part):
     has a regressor; the time reported is the path's with the lower expected relative error
     under the first stage's probability of each, and the pick weighs the two, their times
     mixed geometrically by those probabilities. The pick minimises that time x
-    (1 - ``pick_weight`` x P(fastest)), P from a classifier of the fastest algorithm. Times come in ``algorithms`` order, NaN where an algorithm is predicted not
-    to run, so that it is never recommended. Where ``kernel_paths`` has a classifier of the
+    (1 - ``pick_weight`` x P(fastest)), P from a classifier of the fastest algorithm.
+    Times come in ``algorithms`` order, NaN where an algorithm is predicted not to run, so
+    that it is never recommended. Where ``kernel_paths`` has a classifier of the
     kernel path cuDNN takes inside an algorithm, its probabilities are regressor inputs too.
     """
 
@@ -506,7 +507,8 @@ class AlgorithmPredictor(Part):
         the ones to report and the ones the pick weighs (:meth:`_ratios`)."""
         runs = (self._support(F, answers) >= RUNS_THRESHOLD if masked
                 else np.ones((len(F), len(self.algorithms)), dtype=bool))
-        reported, weighed = np.full((len(F), len(self.algorithms)), np.nan), np.full((len(F), len(self.algorithms)), np.nan)
+        reported = np.full((len(F), len(self.algorithms)), np.nan)
+        weighed = reported.copy()
         for j, algo in enumerate(self.algorithms):
             rows = runs[:, j]
             if algo not in self.regressors or not rows.any():
