@@ -104,25 +104,23 @@ def shape_features(layers: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:
     out["log2_fft_size"] = _log2(2 ** np.ceil(np.log2(np.maximum(padded, 1))))
     out["log2_fft_tiles_32"] = _log2(np.ceil(col["out_h"] / np.maximum(32 - col["kernel_h"] + 1, 1))
                                      * np.ceil(col["out_w"] / np.maximum(32 - col["kernel_w"] + 1, 1)) * col["out_d"])
-    # 3D FFT_TILING transforms 16x16x16 tiles (fft3d_r2c_16x16x16 in the traces); each tile
-    # yields 16 - k + 1 outputs per axis. A 2D layer's depth axis counts one tile.
-    tiles_16 = np.ones(len(f))
+    # Per tile size of FFT_TILING, the tiles and each tile's points. 3D FFT_TILING transforms
+    # 16x16x16 tiles (fft3d_r2c_16x16x16 in the traces); each tile yields 16 - k + 1 outputs per
+    # axis. A 2D layer's depth axis counts one tile, of one point: its depth takes no transform.
+    padded_points = np.ones(len(f))
+    tiles, tile_points = {16: np.ones(len(f)), 32: np.ones(len(f))}, {16: np.ones(len(f)), 32: np.ones(len(f))}
     for a in AXES:
+        used = col[f"in_{a}"] > 1 if a == "d" else np.ones(len(f), dtype=bool)
+        padded_points *= np.where(used, 2 ** np.ceil(np.log2(np.maximum(col[f"in_{a}"] + 2 * col[f"pad_{a}"], 1))), 1)
         reach = col[f"dilation_{a}"] * (col[f"kernel_{a}"] - 1) + 1
-        tiles_16 *= np.ceil(col[f"out_{a}"] / np.maximum(16 - reach + 1, 1))
-    out["log2_fft_tiles_16"] = _log2(tiles_16)
+        for size in tiles:
+            tiles[size] *= np.ceil(col[f"out_{a}"] / np.maximum(size - reach + 1, 1))
+            tile_points[size] *= np.where(used, size, 1)
+    out["log2_fft_tiles_16"] = _log2(tiles[16])
     # The FFT algorithms' own floor over the roofline's: a transform of every input, filter
     # and output channel, a complex product summed over the channels at each frequency, and
     # the spectra's bytes; over the whole padded input (FFT) or per tile of 16 or 32 points
     # an axis (FFT_TILING). A ratio, like the regressors' target.
-    padded_points, tile_points, tiles = np.ones(len(f)), {16: np.ones(len(f)), 32: np.ones(len(f))}, {}
-    for a in AXES:
-        used = col[f"in_{a}"] > 1 if a == "d" else np.ones(len(f), dtype=bool)  # a 2D layer's depth takes no transform
-        padded_points *= np.where(used, 2 ** np.ceil(np.log2(np.maximum(col[f"in_{a}"] + 2 * col[f"pad_{a}"], 1))), 1)
-        reach = col[f"dilation_{a}"] * (col[f"kernel_{a}"] - 1) + 1
-        for size in tile_points:
-            tile_points[size] *= np.where(used, size, 1)
-            tiles[size] = tiles.get(size, 1) * np.ceil(col[f"out_{a}"] / np.maximum(size - reach + 1, 1))
     out["log2_fft_cost_over_floor"] = _log2(_fft_seconds(padded_points, 1, n, c, k, g, spec) / floor_s)
     for size, points in tile_points.items():
         out[f"log2_fft_tiled_{size}_cost_over_floor"] = _log2(
