@@ -26,22 +26,21 @@ import numpy as np
 import pandas as pd
 
 from seer.collect.store import RunStore
-from seer.dataset import latest_timing_records, read_measurements, trace_rollup, traced_kernels_table
+from seer.dataset import measurements_table, read_measurements
+from seer.gpus import get_gpu_spec
 from seer.schema import RUN_KEY
-from seer.scoring import NEAR_BEST
+from seer.scoring import selection_metrics
 from seer.shapes import layer_frame, layer_kind_flags
 
 #: Test-set-II's parts, by the grid that first timed each layer.
 PARTS = {"test-set-ii": "SEER's 300 square layers", "test-set-ii-general": "held-out networks, every kind"}
 
 
-def second_session(dataset_dir: Path) -> pd.DataFrame:
-    """The latest record of each run in ``dataset_dir``, with its trace's main kernel."""
-    records = latest_timing_records(RunStore(dataset_dir))
-    if records.empty:
+def second_session(dataset_dir: Path, gpu: str) -> pd.DataFrame:
+    """The runs table of ``dataset_dir``, as ``seer parse`` builds it, in the columns compared here."""
+    runs = measurements_table(RunStore(dataset_dir), get_gpu_spec(gpu))
+    if runs.empty:
         raise SystemExit(f"{dataset_dir}: no timing records")
-    traced = trace_rollup(traced_kernels_table(records))
-    runs = records.drop(columns=["traced_kernels"], errors="ignore").merge(traced, on=list(RUN_KEY), how="left")
     return runs[[*RUN_KEY, "status", "time_ms", "workspace_bytes", "trace_variant", "sm_clock_mhz"]]
 
 
@@ -75,16 +74,12 @@ def selection_agreement(pairs: pd.DataFrame, first: pd.DataFrame) -> pd.DataFram
         complete = first_times.notna().sum(axis=1) == ran.reindex(first_times.index)
         first_times, again_times = first_times[complete], again_times[complete]
         picks = first_times.idxmin(axis=1)
-        chosen = np.array([again_times.at[s, a] for s, a in picks.items()])
-        regret = chosen / again_times.min(axis=1).to_numpy() - 1
         layers = layer_frame(first.drop_duplicates("shape_id").set_index("shape_id").loc[first_times.index])
         kinds = layer_kind_flags(layers).set_axis(first_times.index)
-        groups = {"all": np.ones(len(regret), dtype=bool), **{k: kinds[k].to_numpy() for k in kinds if kinds[k].any()}}
+        groups = {"all": np.ones(len(picks), dtype=bool), **{k: kinds[k].to_numpy() for k in kinds if kinds[k].any()}}
         for kind, member in groups.items():
-            r = regret[member]
-            rows.append({"part": part, "math": math, "kind": kind, "layers": int(member.sum()),
-                         "top1_pct": float(np.mean(r <= 0) * 100), "near_best_pct": float(np.mean(r <= NEAR_BEST) * 100),
-                         "mean_regret_pct": float(np.mean(r) * 100), "max_regret_pct": float(np.max(r) * 100)})
+            rows.append({"part": part, "math": math, "kind": kind}
+                        | selection_metrics(again_times[member], picks[member]))
     return pd.DataFrame(rows).round(2)
 
 
@@ -98,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
 
     first = read_measurements(args.data_dir / args.gpu / "measurements.csv.gz")
     first = first[first["grid"].isin(PARTS)]
-    again = second_session(args.again)
+    again = second_session(args.again, args.gpu)
     pairs = first.merge(again, on=list(RUN_KEY), suffixes=("_first", "_again"))
     pairs["part"] = pairs["grid"].map(PARTS)
     statuses = pd.crosstab(pairs["status_first"], pairs["status_again"])
