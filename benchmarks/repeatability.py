@@ -12,7 +12,9 @@ perfect model of the first session would score on the second), whether cuDNN ask
 the same workspace and ran the same main kernel, and per part of Test-set-II how often the
 fastest algorithm of the first session is the fastest of the second (top-1) and what
 picking it costs there (regret). These are floors under what any model can reach
-against measurements, whatever its accuracy.
+against measurements, whatever its accuracy. Where the runs were traced, it also splits
+the differences by how much of a call's time its kernels leave the GPU idle (the gaps
+between launches), and compares the kernels' own traced time between the sessions.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ def second_session(dataset_dir: Path, gpu: str) -> pd.DataFrame:
     runs = measurements_table(RunStore(dataset_dir), get_gpu_spec(gpu))
     if runs.empty:
         raise SystemExit(f"{dataset_dir}: no timing records")
-    return runs[[*RUN_KEY, "status", "time_ms", "workspace_bytes", "trace_variant", "sm_clock_mhz"]]
+    return runs[[*RUN_KEY, "status", "time_ms", "workspace_bytes", "trace_variant", "trace_time_ms",
+                 "trace_n_kernels", "sm_clock_mhz"]]
 
 
 def time_agreement(pairs: pd.DataFrame) -> pd.DataFrame:
@@ -60,6 +63,30 @@ def time_agreement(pairs: pd.DataFrame) -> pd.DataFrame:
         "same_workspace_pct": by["same_workspace"].mean() * 100,
         "same_main_kernel_pct": by["same_kernel"].mean() * 100,
     }).round(2).reset_index()
+
+
+#: Bins of the share of a call's time that its traced kernels leave idle, in percent.
+GAP_BINS = (0, 5, 20, 40, 100)
+
+
+def gap_agreement(pairs: pd.DataFrame) -> pd.DataFrame:
+    """Per algorithm and bin of the first session's idle share (1 - kernel time / call time):
+    how the two sessions' call times differ, against how the traced kernel times do."""
+    ok = pairs[(pairs["status_first"] == "ok") & (pairs["status_again"] == "ok")
+               & pairs["trace_time_ms_first"].notna() & pairs["trace_time_ms_again"].notna()].copy()
+    ok["difference"] = (ok["time_ms_again"] / ok["time_ms_first"] - 1).abs() * 100
+    ok["kernel_difference"] = (ok["trace_time_ms_again"] / ok["trace_time_ms_first"] - 1).abs() * 100
+    idle = (1 - ok["trace_time_ms_first"] / ok["time_ms_first"]).clip(lower=0) * 100
+    ok["idle_pct"] = pd.cut(idle, GAP_BINS, include_lowest=True, right=False)
+    by = ok.groupby(["algo", "idle_pct"], observed=True)
+    table = pd.DataFrame({
+        "runs": by.size(),
+        "time_mape_pct": by["difference"].mean(),
+        "kernel_time_mape_pct": by["kernel_difference"].mean(),
+        "median_kernels_per_call": by["trace_n_kernels_first"].median(),
+        "median_time_ms": by["time_ms_first"].median(),
+    }).round(3).reset_index()
+    return table.assign(idle_pct=table["idle_pct"].astype(str))
 
 
 def selection_agreement(pairs: pd.DataFrame, first: pd.DataFrame) -> pd.DataFrame:
@@ -98,19 +125,22 @@ def main(argv: list[str] | None = None) -> int:
     pairs["part"] = pairs["grid"].map(PARTS)
     statuses = pd.crosstab(pairs["status_first"], pairs["status_again"])
     times, selection = time_agreement(pairs), selection_agreement(pairs, first)
+    gaps = gap_agreement(pairs)
     clocks = {"first": float(pairs["sm_clock_mhz_first"].median()), "again": float(pairs["sm_clock_mhz_again"].median())}
     with pd.option_context("display.width", 200, "display.max_rows", 200):
         print(f"{len(pairs)} runs of {pairs['shape_id'].nunique()} layers timed in both sessions; "
               f"median SM clock {clocks['first']:.0f} and {clocks['again']:.0f} MHz")
         print("status (rows: first session, columns: again)\n" + statuses.to_string())
         print(times.to_string(index=False))
+        print("by idle share of the first session's call (traced runs)\n" + gaps.to_string(index=False))
         print(selection.to_string(index=False))
     if args.report:
         report = {"gpu": args.gpu, "command": "python benchmarks/repeatability.py " + " ".join(argv or sys.argv[1:]),
                   "runs": len(pairs), "layers": int(pairs["shape_id"].nunique()), "median_sm_clock_mhz": clocks,
                   "statuses": {f"{a} -> {b}": int(statuses.at[a, b]) for a in statuses.index for b in statuses.columns
                                if statuses.at[a, b]},
-                  "times": times.to_dict(orient="records"), "selection": selection.to_dict(orient="records")}
+                  "times": times.to_dict(orient="records"), "idle_share": gaps.to_dict(orient="records"),
+                  "selection": selection.to_dict(orient="records")}
         tmp = args.report.with_suffix(".tmp")
         tmp.write_text(json.dumps(report, indent=2) + "\n")
         tmp.replace(args.report)
