@@ -47,10 +47,21 @@ def second_session(dataset_dir: Path, gpu: str) -> pd.DataFrame:
                  "trace_n_kernels", "sm_clock_mhz"]]
 
 
+def difference_pct(first: pd.Series, again: pd.Series) -> pd.Series:
+    """How far the second session's time is from the first's, in percent of the first."""
+    return (again / first - 1).abs() * 100
+
+
+def both_ok(pairs: pd.DataFrame) -> pd.DataFrame:
+    """The runs that succeeded in both sessions, with their time ``difference`` in percent."""
+    ok = pairs[(pairs["status_first"] == "ok") & (pairs["status_again"] == "ok")].copy()
+    ok["difference"] = difference_pct(ok["time_ms_first"], ok["time_ms_again"])
+    return ok
+
+
 def time_agreement(pairs: pd.DataFrame) -> pd.DataFrame:
     """Per part, math and algorithm: how the two sessions' times, workspaces and kernels agree."""
-    ok = pairs[(pairs["status_first"] == "ok") & (pairs["status_again"] == "ok")].copy()
-    ok["difference"] = (ok["time_ms_again"] / ok["time_ms_first"] - 1).abs() * 100
+    ok = both_ok(pairs)
     traced = ok["trace_variant_first"].notna() & ok["trace_variant_again"].notna()
     ok["same_kernel"] = np.where(traced, ok["trace_variant_first"] == ok["trace_variant_again"], np.nan)
     ok["same_workspace"] = ok["workspace_bytes_first"] == ok["workspace_bytes_again"]
@@ -72,10 +83,9 @@ GAP_BINS = (0, 5, 20, 40, 100)
 def gap_agreement(pairs: pd.DataFrame) -> pd.DataFrame:
     """Per algorithm and bin of the first session's idle share (1 - kernel time / call time):
     how the two sessions' call times differ, against how the traced kernel times do."""
-    ok = pairs[(pairs["status_first"] == "ok") & (pairs["status_again"] == "ok")
-               & pairs["trace_time_ms_first"].notna() & pairs["trace_time_ms_again"].notna()].copy()
-    ok["difference"] = (ok["time_ms_again"] / ok["time_ms_first"] - 1).abs() * 100
-    ok["kernel_difference"] = (ok["trace_time_ms_again"] / ok["trace_time_ms_first"] - 1).abs() * 100
+    ok = both_ok(pairs)
+    ok = ok[ok["trace_time_ms_first"].notna() & ok["trace_time_ms_again"].notna()].copy()
+    ok["kernel_difference"] = difference_pct(ok["trace_time_ms_first"], ok["trace_time_ms_again"])
     idle = (1 - ok["trace_time_ms_first"] / ok["time_ms_first"]).clip(lower=0) * 100
     ok["idle_pct"] = pd.cut(idle, GAP_BINS, include_lowest=True, right=False)
     by = ok.groupby(["algo", "idle_pct"], observed=True)
@@ -91,7 +101,7 @@ def gap_agreement(pairs: pd.DataFrame) -> pd.DataFrame:
 
 def selection_agreement(pairs: pd.DataFrame, first: pd.DataFrame) -> pd.DataFrame:
     """Per part, math and layer kind: the first session's fastest algorithm judged on the second's times."""
-    both = pairs[(pairs["status_first"] == "ok") & (pairs["status_again"] == "ok")]
+    both = both_ok(pairs)
     rows = []
     for (part, math), runs in both.groupby(["part", "math"]):
         first_times = runs.pivot(index="shape_id", columns="algo", values="time_ms_first")
