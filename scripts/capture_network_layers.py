@@ -2,11 +2,10 @@
 """Capture the convolution layers of real networks into seer's layer CSV format.
 
 Every network in :data:`NETWORKS` below is built with random weights (``weights=None``,
-no download, auxiliary heads off), a forward hook is put on every ``nn.Conv2d`` and
-``nn.Conv3d`` (and on the transposed ones, which are only listed as skipped), and one
-forward pass runs under ``torch.no_grad()`` on a zero tensor of batch 1. The model is
-built and run on PyTorch's ``meta`` device (shapes only, no arithmetic, a few seconds for
-all networks); a network whose forward fails there is rebuilt and run on the CPU.
+no download, auxiliary heads off) on PyTorch's ``meta`` device, and its convolutions are
+found by :func:`seer.torch.conv_calls`, the code ``seer network`` runs: one forward pass
+of a zero input of batch 1 on ``meta`` (shapes only, a few seconds for all networks), or
+on the CPU for a network whose forward fails there.
 
 Output, into ``seer/data/networks/`` (or ``--out DIR``), each written atomically:
 
@@ -19,8 +18,8 @@ Output, into ``seer/data/networks/`` (or ``--out DIR``), each written atomically
         out_d,out_h,out_w
 
     ``name`` is the module's ``named_modules`` name. For a 2D convolution the ``*_d``
-    columns are empty. Padding is numeric; ``padding='same'`` is turned into its number
-    where it is symmetric, and a layer that would need asymmetric padding is skipped.
+    columns are empty. Each row is the convolution cuDNN gets (:mod:`seer.torch.layers`
+    says how ``padding='same'``, padding modes and 1D convolutions become one).
 ``networks.json``
     Versions (python, torch, torchvision), the command, the capture date (UTC), and per
     file: network, builder call, input shape, role (``train`` or ``test``), number of
@@ -39,15 +38,11 @@ repository root (seer importable).
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
-import os
 import platform
 import sys
-import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -55,23 +50,12 @@ from typing import Callable
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # seer, from this checkout
 
-from seer.layers import read_layers  # noqa: E402
-from seer.shapes import LAYER_KINDS, conv_out_width, layer_kind_flags  # noqa: E402
+from seer.layers import format_layers, read_layers  # noqa: E402
+from seer.output import AtomicOutput  # noqa: E402
+from seer.shapes import LAYER_COLUMNS, LAYER_KINDS, layer_kind_flags  # noqa: E402
 
 DEFAULT_OUT = REPO / "seer" / "data" / "networks"
 INDEX_NAME = "networks.json"
-
-COLUMNS = (
-    "name", "batch", "in_ch", "out_ch", "groups",
-    "in_d", "in_h", "in_w",
-    "kernel_d", "kernel_h", "kernel_w",
-    "stride_d", "stride_h", "stride_w",
-    "pad_d", "pad_h", "pad_w",
-    "dilation_d", "dilation_h", "dilation_w",
-    "out_d", "out_h", "out_w",
-)
-#: The per-axis column groups, in the order (d, h, w).
-AXIS_GROUPS = ("in", "kernel", "stride", "pad", "dilation", "out")
 
 # --------------------------------------------------------------------------------------
 # The networks
@@ -254,137 +238,14 @@ def build(entry: Entry):
 
 
 # --------------------------------------------------------------------------------------
-# Capturing
+# Capturing: seer.torch.conv_calls, the same code `seer network` runs
 # --------------------------------------------------------------------------------------
 
-def numeric_padding(module) -> tuple[tuple[int, ...] | None, str]:
-    """The module's padding as numbers, or ``(None, reason)`` where it is not symmetric."""
-    pad = module.padding
-    nd = len(module.kernel_size)
-    if isinstance(pad, str):
-        if pad == "valid":
-            return (0,) * nd, ""
-        if pad == "same":
-            total = [d * (k - 1) for k, d in zip(module.kernel_size, module.dilation)]
-            if any(t % 2 for t in total):
-                return None, f"padding='same' with kernel {tuple(module.kernel_size)} and " \
-                             f"dilation {tuple(module.dilation)} needs asymmetric padding"
-            return tuple(t // 2 for t in total), ""
-        return None, f"unknown padding {pad!r}"
-    return tuple(int(p) for p in pad), ""
+def capture(entry: Entry, device: str):
+    """Build ``entry`` (:func:`seer.torch.build_model`) and find its convolutions (:func:`seer.torch.conv_calls`)."""
+    from seer.torch import build_model, conv_calls
 
-
-@dataclass
-class Capture:
-    rows: list = field(default_factory=list)
-    skipped: list = field(default_factory=list)
-    problems: list = field(default_factory=list)
-
-
-def _hooks(model, cap: Capture):
-    import torch.nn as nn
-
-    names = {m: n for n, m in model.named_modules()}
-    handles = []
-
-    def conv_hook(module, args, output):
-        name = names[module]
-        x = args[0]
-        nd = x.dim() - 2
-        batch, in_ch = int(x.shape[0]), int(x.shape[1])
-        ins = tuple(int(v) for v in x.shape[2:])
-        outs = tuple(int(v) for v in output.shape[2:])
-        kernel = tuple(int(v) for v in module.kernel_size)
-        stride = tuple(int(v) for v in module.stride)
-        dil = tuple(int(v) for v in module.dilation)
-        pad, why = numeric_padding(module)
-        if pad is None:
-            cap.skipped.append({"name": name, "type": type(module).__name__, "reason": why,
-                                "in": list(ins), "kernel": list(kernel)})
-            return
-        if module.padding_mode != "zeros":
-            # F.pad(mode) then an unpadded convolution of the padded input: the same sizes.
-            cap.problems.append(f"{name}: padding_mode={module.padding_mode!r} recorded as "
-                                "zero padding of the same size")
-        want = tuple(conv_out_width(*a) for a in zip(ins, kernel, stride, pad, dil))
-        if want != outs or int(output.shape[1]) != module.out_channels:
-            cap.problems.append(f"{name}: output {tuple(output.shape)} != formula {want}")
-        if "," in name:
-            raise ValueError(f"module name with a comma: {name!r}")
-        axes = lambda t: (("",) + t) if nd == 2 else t  # noqa: E731 - (d, h, w), d empty in 2D
-        row = {"name": name, "batch": batch, "in_ch": in_ch,
-               "out_ch": int(module.out_channels), "groups": int(module.groups)}
-        for group, vals in zip(AXIS_GROUPS, (ins, kernel, stride, pad, dil, outs)):
-            for ax, v in zip("dhw", axes(vals)):
-                row[f"{group}_{ax}"] = v
-        cap.rows.append(row)
-
-    def transposed_hook(module, args, output):
-        x = args[0]
-        cap.skipped.append({
-            "name": names[module], "type": type(module).__name__,
-            "reason": "transposed convolution (not a forward convolution)",
-            "in_ch": int(x.shape[1]), "out_ch": int(output.shape[1]),
-            "in": [int(v) for v in x.shape[2:]], "out": [int(v) for v in output.shape[2:]],
-            "kernel": [int(v) for v in module.kernel_size],
-            "stride": [int(v) for v in module.stride],
-        })
-
-    for m in model.modules():
-        if isinstance(m, (nn.ConvTranspose2d, nn.ConvTranspose3d, nn.ConvTranspose1d)):
-            handles.append(m.register_forward_hook(transposed_hook))
-        elif isinstance(m, (nn.Conv2d, nn.Conv3d)):
-            handles.append(m.register_forward_hook(conv_hook))
-        elif isinstance(m, nn.Conv1d):
-            cap.problems.append(f"{names[m]}: Conv1d not captured")
-    return handles
-
-
-def _convolution_counter():
-    """A dispatch mode that counts aten.convolution calls (to check no conv is unhooked)."""
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Count(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.n = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func.overloadpacket is torch.ops.aten.convolution:
-                self.n += 1
-            return func(*args, **(kwargs or {}))
-
-    return Count()
-
-
-def capture(entry: Entry, device: str) -> tuple[Capture, str, int | None]:
-    """Run ``entry`` once on ``device`` ("meta" or "cpu"); returns the capture, the device
-    used and the number of aten.convolution calls seen (None if that count failed)."""
-    import torch
-
-    with torch.device(device):
-        model = build(entry)
-    cap = Capture()
-    handles = _hooks(model, cap)
-    x = torch.zeros(entry.input_shape, device=device)
-    counted = None
-    try:
-        with torch.no_grad():
-            try:
-                counter = _convolution_counter()
-                with counter:
-                    model(x)
-                counted = counter.n
-            except Exception:  # the count is a check only: run once more without it
-                cap.rows.clear()
-                cap.skipped.clear()
-                cap.problems.clear()
-                model(x)
-    finally:
-        for h in handles:
-            h.remove()
-    return cap, device, counted
+    return conv_calls(build_model(lambda: build(entry)), entry.input_shape, device=device)
 
 
 def read_back(path: Path) -> dict[str, int]:
@@ -395,36 +256,10 @@ def read_back(path: Path) -> dict[str, int]:
     return counts | {k: int(v) for k, v in layer_kind_flags(frame).sum().items()}
 
 
-def unique_layers(rows) -> int:
-    return len({tuple(r[c] for c in COLUMNS[1:]) for r in rows})
-
-
-def csv_text(rows) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
-    w.writeheader()
-    w.writerows(rows)
-    return buf.getvalue()
-
-
 def write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 -> what open() would have given
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    with AtomicOutput(path) as handle:
+        handle.write(text)
 
 
 # --------------------------------------------------------------------------------------
@@ -448,7 +283,11 @@ def main(argv=None) -> int:
         return 0
 
     import torch
-    import torchvision
+
+    try:
+        import torchvision
+    except ImportError:  # enough for the hand-written networks
+        torchvision = None
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -463,56 +302,43 @@ def main(argv=None) -> int:
     files, failures = [], []
     for e in entries:
         t0 = time.perf_counter()
-        cap = dev = counted = None
-        errors = []
-        for device in (("meta", "cpu") if args.device == "auto" else (args.device,)):
-            try:
-                cap, dev, counted = capture(e, device)
-                break
-            except Exception as exc:  # try the next device
-                errors.append(f"{device}: {type(exc).__name__}: {exc}")
-        if cap is None:
-            print(f"FAILED {e.name}: {errors}", flush=True)
-            failures.append({"network": e.name, "errors": errors})
+        try:
+            found = capture(e, args.device)
+        except Exception as exc:  # noqa: BLE001 - one network's failure is recorded, the rest go on
+            print(f"FAILED {e.name}: {exc}", flush=True)
+            failures.append({"network": e.name, "error": f"{type(exc).__name__}: {exc}"})
             continue
-        hooked = len(cap.rows) + len(cap.skipped)
-        if counted is not None and counted != hooked:
-            cap.problems.append(f"{counted} aten.convolution calls but {hooked} hooked")
         path = args.out / f"{e.name}.csv"
-        write_atomic(path, csv_text(cap.rows))
+        write_atomic(path, format_layers(found.per_call(), fmt="csv"))
+        skipped = found.skipped.to_dict(orient="records")
         info = {
             "file": f"{e.name}.csv",
             "network": e.name,
             "builder": e.builder,
             "input_shape": list(e.input_shape),
             "role": e.role,
-            "conv_calls": len(cap.rows),
-            "unique_layers": unique_layers(cap.rows),
+            "conv_calls": int(found.layers["calls"].sum()),
+            "unique_layers": int(len(found.layers.drop(columns=["name", "call", "calls"]).drop_duplicates())),
             "kinds": read_back(path),
-            "skipped": cap.skipped,
-            "device": dev,
+            "skipped": skipped,
+            "device": found.device,
         }
         if e.note:
             info["note"] = e.note
-        if errors:
-            info["fallback_reasons"] = errors
-        if cap.problems:
-            info["problems"] = cap.problems
         files.append(info)
         kinds = {k: v for k, v in info["kinds"].items() if v}
-        print(f"{e.name:34s} {dev:4s} {len(cap.rows):4d} convs {info['unique_layers']:4d} unique "
-              f"{len(cap.skipped):2d} skipped {time.perf_counter() - t0:6.2f}s {kinds}"
-              + (f" PROBLEMS {cap.problems}" if cap.problems else ""), flush=True)
+        print(f"{e.name:34s} {found.device:4s} {info['conv_calls']:4d} convs {info['unique_layers']:4d} unique "
+              f"{len(skipped):2d} skipped {time.perf_counter() - t0:6.2f}s {kinds}", flush=True)
 
     index = {
         "description": "Convolution layers of real networks, one row per convolution call "
                        "in forward order, batch 1; 2D rows leave the *_d columns empty.",
-        "columns": list(COLUMNS),
+        "columns": ["name", *(c for c in LAYER_COLUMNS if c != "dims")],
         "kinds": {"conv2d": "2D convolutions", "conv3d": "3D convolutions",
                   **{k.name: k.description for k in LAYER_KINDS}},
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
+        "torchvision": torchvision.__version__ if torchvision else None,
         "command": " ".join(["python3", "scripts/capture_network_layers.py"] + sys.argv[1:]),
         "captured_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "capture_seconds": round(time.perf_counter() - start, 2),

@@ -246,9 +246,17 @@ def _cmd_train(args) -> int:
     return 0
 
 
+def _add_model_options(p) -> None:
+    """--gpu and --math: which trained model predicts."""
+    from seer.schema import MATH_MODE_NAMES
+
+    p.add_argument("--gpu", default=None, help="model to use (default: the only trained one)")
+    p.add_argument("--math", choices=list(MATH_MODE_NAMES), default="default",
+                   help="fma: strict FP32; default: cuDNN may use TF32 (default: default)")
+
+
 def _add_predict(sub) -> None:
     from seer.output import FORMATS
-    from seer.schema import MATH_MODE_NAMES
 
     p = sub.add_parser(
         "predict", help="predict every algorithm's time for the layers of a file (no GPU needed)",
@@ -258,9 +266,7 @@ def _add_predict(sub) -> None:
                     "layers, then one line per layer: batch in_ch in_width out_ch out_width kernel_width stride "
                     f"padding. Up to {TABLE_LAYERS} layers are shown as a table; more, or with --out, as a summary.")
     p.add_argument("file", help="layer file, or - to read standard input")
-    p.add_argument("--gpu", default=None, help="model to use (default: the only trained one)")
-    p.add_argument("--math", choices=list(MATH_MODE_NAMES), default="default",
-                   help="fma: strict FP32; default: cuDNN may use TF32 (default: default)")
+    _add_model_options(p)
     p.add_argument("-o", "--out", help="write every prediction here (- for standard output): one CSV row per "
                                        "(layer, algorithm predicted to run), or with --format json one object per layer")
     p.add_argument("--format", choices=list(FORMATS), default=None,
@@ -375,6 +381,123 @@ def _layers(count: int) -> str:
     return f"{count} layer lies" if count == 1 else f"{count} layers lie"
 
 
+def _add_network(sub) -> None:
+    from seer.output import FORMATS
+
+    p = sub.add_parser(
+        "network", help="predict every convolution of a PyTorch model, layer by layer (no GPU needed; needs torch)",
+        description="MODEL is a torchvision model name (built with weights=None) or module:function, a function "
+                    "that takes no arguments and returns a torch.nn.Module. One forward pass on PyTorch's meta "
+                    "device finds every convolution it runs; seer predicts each algorithm's time for each, and "
+                    "totals the network's convolution time under seer's picks and under each algorithm fixed "
+                    "on every layer. Convolutions seer does not model are listed with the reason.")
+    p.add_argument("model", help="torchvision model name (resnet152, ...) or module:function")
+    p.add_argument("--input", required=True, help="input shape NxCxHxW or NxCxDxHxW, e.g. 1x3x224x224")
+    _add_model_options(p)
+    p.add_argument("-o", "--out", help="write every prediction here (- for standard output): CSV rows as "
+                                       "`seer predict` writes them, with name and calls first; or JSON (.json "
+                                       "or --format json) with the layers, the totals and the skipped calls")
+    p.add_argument("--format", choices=list(FORMATS), default=None,
+                   help="format of --out (default: json for a .json file, else csv)")
+    p.add_argument("--layers-out", help="also write the convolutions found as a layer CSV (one row per call, "
+                                        "in forward order; `seer predict` reads it)")
+    p.add_argument("--table", choices=("slowest", "all"), default="slowest",
+                   help=f"layers the terminal shows: the {NETWORK_TABLE_LAYERS} slowest (default) or all")
+    p.add_argument("--device", choices=("auto", "meta", "cpu"), default="auto",
+                   help="where the forward pass runs: meta (shapes only), cpu (zeros), or auto: meta, "
+                        "and the CPU if that fails (default)")
+    p.add_argument("--models-dir", type=Path, default=None, help=MODELS_DIR_HELP)
+    p.set_defaults(func=_cmd_network)
+
+
+#: Layers of a network the terminal shows by default, slowest first.
+NETWORK_TABLE_LAYERS = 10
+
+
+def _cmd_network(args) -> int:
+    from contextlib import ExitStack
+
+    from seer.layers import write_layers
+    from seer.network_time import predict_network
+    from seer.output import STDOUT, AtomicOutput, NetworkWriter, format_for
+    from seer.persist import load_model
+    from seer.torch import build_model, conv_calls, parse_input_shape
+
+    if args.out == STDOUT and args.layers_out == STDOUT:
+        raise InputError("only one of --out and --layers-out can be standard output", field="layers-out")
+    shape = parse_input_shape(args.input)
+    model = load_model(args.gpu, math=args.math, models_dir=args.models_dir)
+    with ExitStack() as files:
+        # Opened first, so that an unusable path fails before any work; renamed into place at the end.
+        handles = {key: sys.stdout if path == STDOUT else files.enter_context(AtomicOutput(path))
+                   for key, path in (("out", args.out), ("layers", args.layers_out)) if path}
+        with StepProgress("network", err_console) as progress:
+            progress.update(0, 2, f"building {args.model}")
+            network = build_model(args.model)
+            progress.update(1, 2, f"one forward pass of {'x'.join(map(str, shape))}")
+            found = conv_calls(network, shape, device=args.device)
+            progress.update(2, 2, "done")
+        result = predict_network(model, found.layers, args.math)
+        if "out" in handles:
+            NetworkWriter(handles["out"], format_for(args.out, args.format)).write(
+                result, found.skipped, {"model": args.model, "input": list(shape), "gpu": model.gpu,
+                                        "device": found.device})
+        if "layers" in handles:
+            write_layers(handles["layers"], found.per_call(), fmt="csv")
+    console = err_console if STDOUT in (args.out, args.layers_out) else out_console
+    _print_network(console, args, shape, model.gpu, found, result)
+    return 0
+
+
+def _print_network(console, args, shape, gpu: str, found, result) -> None:
+    import pandas as pd
+    from rich import box
+    from rich.table import Table
+
+    from seer.network_time import SEER_PICKS
+    from seer.shapes import describe
+
+    layers = found.layers
+    console.print(f"{args.model}, input {'x'.join(map(str, shape))}: {found.total_calls} convolution calls, "
+                  f"{len(layers)} distinct (module, layer), {int(found.skipped['calls'].sum())} calls skipped; "
+                  f"{gpu}, {result.math} math", soft_wrap=True)
+    totals = Table("policy", "predicted ms", "layers it runs on", "vs seer's picks", box=box.SIMPLE_HEAD,
+                   pad_edge=False, title="network convolution time, predicted")
+    for row in result.totals.itertuples():
+        name = "seer's picks" if row.policy == SEER_PICKS else f"{row.policy} everywhere"
+        runs = f"{row.layers_run} of {len(layers)}"
+        versus = "" if row.policy == SEER_PICKS else f"{row.slower_than_seer_pct:+.1f}%" + (
+            " (where it runs)" if row.layers_not_run else "")
+        totals.add_row(name, f"{row.predicted_ms:.4g}", runs, versus)
+    console.print(totals, crop=False)
+    picks = result.picks
+    shown = picks if args.table == "all" else picks.sort_values("total_ms", ascending=False, kind="stable").head(
+        NETWORK_TABLE_LAYERS)
+    title = "every layer" if args.table == "all" else (
+        f"the {len(shown)} slowest of {len(picks)} layers (--table all shows every layer)")
+    table = Table("module", "layer", "calls", "pick", "ms", "runner-up", "ms", box=box.SIMPLE_HEAD, pad_edge=False,
+                  title=title, caption="layer = batch x in_ch x input size -> out_ch, kernel, stride s, padding p, "
+                                       "dilation d, groups g; ms per call")
+    for _, row in shown.iterrows():
+        mark = " *" if row["extrapolated"] else ""
+        table.add_row(row["name"], describe(row) + mark, str(row["calls"]),
+                      "no algorithm predicted to run" if pd.isna(row["best_algo"]) else str(row["best_algo"]),
+                      "" if pd.isna(row["best_ms"]) else f"{row['best_ms']:.3g}",
+                      "" if pd.isna(row["runner_up"]) else str(row["runner_up"]),
+                      "" if pd.isna(row["runner_up_ms"]) else f"{row['runner_up_ms']:.3g}")
+    console.print(table, crop=False)
+    extrapolated = int(picks["extrapolated"].sum())
+    if extrapolated:
+        console.print(f"* {_layers(extrapolated)} outside the shapes the model was trained on: treat "
+                      f"{'its prediction' if extrapolated == 1 else 'their predictions'} with care.")
+    if len(found.skipped):
+        skipped = Table("module", "call", "calls", "not predicted because", box=box.SIMPLE_HEAD, pad_edge=False,
+                        title="convolutions seer does not predict")
+        for row in found.skipped.itertuples():
+            skipped.add_row(row.name, row.call, str(row.calls), row.reason)
+        console.print(skipped, crop=False)
+
+
 def _add_evaluate(sub) -> None:
     p = sub.add_parser("evaluate", help="report accuracy on Test-set-I and Test-set-II against cuDNN's heuristic")
     p.add_argument("--gpu", required=True)
@@ -465,6 +588,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_parse(sub)
     _add_train(sub)
     _add_predict(sub)
+    _add_network(sub)
     _add_evaluate(sub)
     _add_grid(sub)
     _add_gpus(sub)

@@ -500,8 +500,8 @@ def format_layers(layers: Layers, fmt: str = "auto") -> str:
     for name in columns:
         if name.endswith("_d"):
             text.loc[flat, name] = ""  # a 2D layer leaves its depth empty
-    if "name" in frame.columns:
-        text.insert(0, "name", frame["name"].astype(str))
+    if isinstance(layers, pd.DataFrame) and "name" in layers.columns:
+        text.insert(0, "name", layers["name"].astype(str).to_numpy())
     return text.to_csv(index=False, lineterminator="\n")
 
 

@@ -70,6 +70,10 @@ class AtomicOutput:
             fd, self._tmp = tempfile.mkstemp(prefix=".seer-", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
         except OSError as exc:
             raise _os_error(exc, path) from None
+        # mkstemp makes the file private (0600); the target gets what open() would give it.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(fd, 0o666 & ~umask)
         self.handle = os.fdopen(fd, "w", newline="")
         return self.handle
 
@@ -162,3 +166,28 @@ class PickSummary:
         picked = first["algo"].dropna()
         self.none += len(first) - len(picked)
         self.picks.update(picked.tolist())
+
+
+class NetworkWriter:
+    """Writes a network's predictions (:class:`seer.network_time.NetworkPrediction`): CSV as
+    :class:`PredictionWriter` writes it with ``name`` and ``calls`` in front, or one JSON
+    object with what was predicted (``about``), the layers, the totals and the skipped calls."""
+
+    def __init__(self, handle: TextIO, fmt: str = "csv") -> None:
+        if fmt not in FORMATS:
+            raise InputError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}", field="format")
+        self.handle, self.format = handle, fmt
+
+    def write(self, result, skipped: pd.DataFrame, about: dict) -> None:
+        predictions = result.predictions
+        if self.format == "csv":
+            predictions.to_csv(self.handle, columns=["name", "calls", *PREDICTION_COLUMNS], index=False)
+            return
+        layers = layer_objects(predictions)
+        first = predictions.drop_duplicates("layer")
+        for layer, name, calls in zip(layers, first["name"], first["calls"]):
+            layer.update(name=str(name), calls=int(calls))
+        totals = result.totals.astype(object).where(result.totals.notna(), None)
+        json.dump({**about, "math": result.math, "totals": totals.to_dict(orient="records"), "layers": layers,
+                   "skipped": skipped.to_dict(orient="records")}, self.handle, indent=1)
+        self.handle.write("\n")

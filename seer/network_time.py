@@ -1,0 +1,78 @@
+"""A network's convolution time, layer by layer, under seer's picks and under each fixed algorithm.
+
+The input is a layer frame with how many times each layer runs (``calls``) and, where
+known, the module that runs it (``name``): what :func:`seer.torch.conv_calls` returns, or
+a layer CSV with such columns. A network's time under a policy is the sum over its layers
+of calls x the predicted time of the algorithm the policy runs there. A fixed algorithm
+that is predicted not to run on some layers is totalled over the layers where it runs,
+and the rest are counted, never filled in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from seer.model import Model, best_per_layer
+
+#: Policy name of seer's own picks in :attr:`NetworkPrediction.totals`.
+SEER_PICKS = "seer"
+#: Columns of :attr:`NetworkPrediction.totals`.
+TOTAL_COLUMNS = ("policy", "predicted_ms", "layers_run", "layers_not_run", "slower_than_seer_pct")
+
+
+@dataclass
+class NetworkPrediction:
+    """Per-layer predictions of a network and its totals per policy.
+
+    Attributes
+    ----------
+    predictions : pandas.DataFrame
+        :meth:`seer.model.Model.predict`'s tidy frame (one row per (layer, algorithm
+        predicted to run), rank 1 the pick) with ``name`` and ``calls`` in front.
+    picks : pandas.DataFrame
+        One row per layer: ``name``, ``calls``, the layer columns, the pick, its time and
+        the runner-up (:func:`seer.model.best_per_layer`), and ``total_ms`` = calls x the
+        pick's time.
+    totals : pandas.DataFrame
+        One row per policy (:data:`TOTAL_COLUMNS`): seer's picks first, then each
+        algorithm fixed on every layer, by predicted time.
+    math : str
+    """
+
+    predictions: pd.DataFrame
+    picks: pd.DataFrame
+    totals: pd.DataFrame
+    math: str
+
+
+def predict_network(model: Model, layers: pd.DataFrame, math: str = "default") -> NetworkPrediction:
+    """Predict every layer of ``layers`` (a layer frame with ``calls``, and ``name`` if known)."""
+    calls = layers["calls"].to_numpy(dtype=np.int64) if "calls" in layers else np.ones(len(layers), dtype=np.int64)
+    names = layers["name"].astype(str).to_numpy() if "name" in layers else np.arange(1, len(layers) + 1).astype(str)
+    predictions = model.predict(layers, math)
+    predictions.insert(1, "name", names[predictions["layer"].to_numpy()])
+    predictions.insert(2, "calls", calls[predictions["layer"].to_numpy()])
+    best = best_per_layer(predictions)
+    picks = predictions.drop_duplicates("layer").set_index("layer")
+    picks = picks.drop(columns=["math", "algo", "predicted_ms", "rank", "extrapolated"]).join(best)
+    picks["total_ms"] = picks["calls"] * picks["best_ms"]
+    return NetworkPrediction(predictions, picks.reset_index(drop=True), _totals(predictions, picks, len(layers)), math)
+
+
+def _totals(predictions: pd.DataFrame, picks: pd.DataFrame, n_layers: int) -> pd.DataFrame:
+    rows = []
+    picked = picks["best_ms"].notna()
+    seer_ms = float(picks.loc[picked, "total_ms"].sum())
+    rows.append((SEER_PICKS, seer_ms, int(picked.sum()), n_layers - int(picked.sum()), 0.0))
+    ran = predictions.dropna(subset=["algo"])
+    for algo, runs in ran.groupby("algo", sort=False):
+        total = float((runs["calls"] * runs["predicted_ms"]).sum())
+        # Against seer's picks on the same layers, so that a partial total compares fairly.
+        seer_there = float(picks.loc[runs["layer"].to_numpy(), "total_ms"].sum())
+        rows.append((str(algo), total, len(runs), n_layers - len(runs), (total / seer_there - 1) * 100))
+    fixed = pd.DataFrame(rows[1:], columns=list(TOTAL_COLUMNS))
+    fixed = fixed.sort_values(["layers_not_run", "predicted_ms"], kind="stable")
+    return pd.concat([pd.DataFrame(rows[:1], columns=list(TOTAL_COLUMNS)), fixed], ignore_index=True)

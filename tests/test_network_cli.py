@@ -1,0 +1,106 @@
+"""``seer network``: a PyTorch model's convolutions predicted layer by layer, totalled per policy;
+one line and exit code 2 for every mistake, and nothing half-written."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("torch")  # the torch extra; CI installs it
+
+from seer import persist  # noqa: E402
+from seer.cli import main  # noqa: E402
+from seer.layers import read_layers  # noqa: E402
+from seer.network_time import SEER_PICKS, TOTAL_COLUMNS, predict_network  # noqa: E402
+from seer.schema import PREDICTION_COLUMNS  # noqa: E402
+from seer.torch import build_model, conv_calls  # noqa: E402
+
+NET, INPUT = "torch_nets:every_kind", "2x3x64x48"
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _refused(code: int, err: str, words: str) -> None:
+    lines = [line for line in err.splitlines() if line.startswith("seer: error:")]
+    assert code == 2 and "Traceback" not in err and len(lines) == 1, err
+    assert words in lines[0], err
+
+
+def test_csv_is_predicts_with_name_and_calls_and_the_layers_file_reads_back(small_models, tmp_path, capsys):
+    out, layers_out = tmp_path / "net.csv", tmp_path / "layers.csv"
+    code, shown, _ = run(capsys, "network", NET, "--input", INPUT, "--math", "fma", "--models-dir", small_models,
+                         "-o", out, "--layers-out", layers_out)
+    assert code == 0
+    frame = pd.read_csv(out)
+    assert list(frame.columns) == ["name", "calls", *PREDICTION_COLUMNS]
+    found = conv_calls(build_model(NET), (2, 3, 64, 48))
+    assert list(frame.drop_duplicates("name")["name"]) == list(found.layers["name"])
+    assert frame.loc[frame["name"] == "shared.conv", "calls"].eq(2).all()
+    per_call = read_layers(layers_out)  # seer predict's reader: every row checked
+    assert list(per_call["name"]) == list(found.per_call()["name"]) and len(per_call) == 10
+    assert "seer's picks" in shown and "up" in shown and "transposed convolution" in shown
+
+
+def test_totals_are_the_sums_of_calls_times_predicted_times(small_models):
+    model = persist.load_model("h100", models_dir=small_models)
+    found = conv_calls(build_model(NET), (2, 3, 64, 48))
+    result = predict_network(model, found.layers, "fma")
+    totals = result.totals.set_index("policy")
+    assert list(result.totals.columns) == list(TOTAL_COLUMNS) and result.totals["policy"].iloc[0] == SEER_PICKS
+    picks = model.pick(found.layers, "fma")
+    assert np.isclose(totals.loc[SEER_PICKS, "predicted_ms"], (found.layers["calls"] * picks["best_ms"]).sum())
+    predictions = model.predict(found.layers, "fma")
+    calls = found.layers["calls"].to_numpy()[predictions["layer"]]
+    for algo, runs in predictions.assign(weighted=calls * predictions["predicted_ms"]).groupby("algo"):
+        assert np.isclose(totals.loc[algo, "predicted_ms"], runs["weighted"].sum())
+        assert totals.loc[algo, "layers_run"] + totals.loc[algo, "layers_not_run"] == len(found.layers)
+
+
+def test_json_has_the_layers_totals_and_skipped_calls(small_models, tmp_path, capsys):
+    out = tmp_path / "net.json"
+    code, _, _ = run(capsys, "network", "torch_nets:video", "--input", "1x3x8x32x32", "--models-dir", small_models,
+                     "-o", out)
+    assert code == 0
+    about = json.loads(out.read_text())
+    assert about["model"] == "torch_nets:video" and about["input"] == [1, 3, 8, 32, 32] and about["math"] == "default"
+    assert [layer["name"] for layer in about["layers"]] == ["conv3d", "conv1d"]
+    assert about["layers"][0]["dims"] == 3 and about["layers"][0]["calls"] == 1
+    assert about["totals"][0]["policy"] == SEER_PICKS and about["skipped"] == []
+
+
+def test_csv_to_standard_output_keeps_the_terminal_text_off_it(small_models, capsys):
+    code, out, err = run(capsys, "network", NET, "--input", INPUT, "--models-dir", small_models, "-o", "-")
+    assert code == 0 and out.startswith("name,calls,batch,") and "seer's picks" in err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["torch_nets:every_kind", "--input", "2x3x64"], "input: expected NxCxHxW or NxCxDxHxW"),
+    (["torch_nets:every_kind", "--input", "2x5x64x48"], "input: the model's forward pass on an input of 2x5x64x48"),
+    (["torch_nets:nothing", "--input", INPUT], "model: 'torch_nets' has no function 'nothing'"),
+    (["torch_nets:not_a_module", "--input", INPUT], "not a torch.nn.Module"),
+    (["torch_nets:every_kind", "--input", INPUT, "-o", "-", "--layers-out", "-"], "only one of --out and --layers-out"),
+])
+def test_mistakes_are_one_line_and_exit_2(small_models, capsys, argv, words):
+    code, _, err = run(capsys, "network", *argv, "--models-dir", small_models)
+    _refused(code, err, words)
+
+
+def test_a_failing_forward_writes_nothing(small_models, tmp_path, capsys):
+    out = tmp_path / "net.csv"
+    code, _, err = run(capsys, "network", NET, "--input", "2x5x64x48", "--models-dir", small_models, "-o", out,
+                       "--layers-out", tmp_path / "layers.csv")
+    _refused(code, err, "forward pass")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_unwritable_output_fails_before_the_model_is_built(small_models, tmp_path, capsys):
+    code, _, err = run(capsys, "network", "torch_nets:nothing", "--input", INPUT, "--models-dir", small_models,
+                       "-o", tmp_path / "no" / "such" / "net.csv")
+    _refused(code, err, "no such folder")
