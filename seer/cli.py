@@ -330,11 +330,8 @@ def _cmd_predict(args) -> int:
 
 
 def _print_table(console, gpu: str, math: str, rows) -> None:
-    import pandas as pd
     from rich import box
     from rich.table import Table
-
-    from seer.shapes import describe
 
     table = Table("#", title=f"{gpu}, {math} math: predicted times", box=box.SIMPLE_HEAD, padding=(0, 1),
                   collapse_padding=True, pad_edge=False,
@@ -345,14 +342,26 @@ def _print_table(console, gpu: str, math: str, rows) -> None:
         # Names and numbers are never cut short: a narrow terminal wraps the layer instead.
         table.add_column(header, no_wrap=header != "ms", overflow="fold", min_width=6 if header == "ms" else None)
     for i, row in rows.iterrows():
-        mark = " *" if row["extrapolated"] else ""
-        table.add_row(str(i + 1), describe(row) + mark,
-                      "no algorithm predicted to run" if pd.isna(row["best_algo"]) else str(row["best_algo"]),
-                      "" if pd.isna(row["best_ms"]) else f"{row['best_ms']:.3g}",
-                      "" if pd.isna(row["runner_up"]) else str(row["runner_up"]),
-                      "" if pd.isna(row["runner_up_ms"]) else f"{row['runner_up_ms']:.3g}")
+        table.add_row(str(i + 1), *_pick_cells(row))
     console.print(table, crop=False)  # never cut a number off at the edge
-    extrapolated = int(rows["extrapolated"].sum()) if len(rows) else 0
+    _note_extrapolated(console, int(rows["extrapolated"].sum()) if len(rows) else 0)
+
+
+def _pick_cells(row) -> list[str]:
+    """A row of :func:`seer.model.best_per_layer` joined to its layer, as table cells: the layer
+    (* where extrapolated), the pick and its time, the runner-up and its time."""
+    import pandas as pd
+
+    from seer.shapes import describe
+
+    return [describe(row) + (" *" if row["extrapolated"] else ""),
+            "no algorithm predicted to run" if pd.isna(row["best_algo"]) else str(row["best_algo"]),
+            "" if pd.isna(row["best_ms"]) else f"{row['best_ms']:.3g}",
+            "" if pd.isna(row["runner_up"]) else str(row["runner_up"]),
+            "" if pd.isna(row["runner_up_ms"]) else f"{row['runner_up_ms']:.3g}"]
+
+
+def _note_extrapolated(console, extrapolated: int) -> None:
     if extrapolated:
         console.print(f"* {_layers(extrapolated)} outside the shapes the model was trained on: treat "
                       f"{'its prediction' if extrapolated == 1 else 'their predictions'} with care.")
@@ -450,12 +459,10 @@ def _cmd_network(args) -> int:
 
 
 def _print_network(console, args, shape, gpu: str, found, result) -> None:
-    import pandas as pd
     from rich import box
     from rich.table import Table
 
     from seer.network_time import SEER_PICKS
-    from seer.shapes import describe
 
     layers = found.layers
     console.print(f"{args.model}, input {'x'.join(map(str, shape))}: {found.total_calls} convolution calls, "
@@ -479,17 +486,10 @@ def _print_network(console, args, shape, gpu: str, found, result) -> None:
                   title=title, caption="layer = batch x in_ch x input size -> out_ch, kernel, stride s, padding p, "
                                        "dilation d, groups g; ms per call")
     for _, row in shown.iterrows():
-        mark = " *" if row["extrapolated"] else ""
-        table.add_row(row["name"], describe(row) + mark, str(row["calls"]),
-                      "no algorithm predicted to run" if pd.isna(row["best_algo"]) else str(row["best_algo"]),
-                      "" if pd.isna(row["best_ms"]) else f"{row['best_ms']:.3g}",
-                      "" if pd.isna(row["runner_up"]) else str(row["runner_up"]),
-                      "" if pd.isna(row["runner_up_ms"]) else f"{row['runner_up_ms']:.3g}")
+        layer, *pick = _pick_cells(row)
+        table.add_row(row["name"], layer, str(row["calls"]), *pick)
     console.print(table, crop=False)
-    extrapolated = int(picks["extrapolated"].sum())
-    if extrapolated:
-        console.print(f"* {_layers(extrapolated)} outside the shapes the model was trained on: treat "
-                      f"{'its prediction' if extrapolated == 1 else 'their predictions'} with care.")
+    _note_extrapolated(console, int(picks["extrapolated"].sum()))
     if len(found.skipped):
         skipped = Table("module", "call", "calls", "not predicted because", box=box.SIMPLE_HEAD, pad_edge=False,
                         title="convolutions seer does not predict")

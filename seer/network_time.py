@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from seer.model import Model, best_per_layer
+from seer.shapes import LAYER_COLUMNS
 
 #: Policy name of seer's own picks in :attr:`NetworkPrediction.totals`.
 SEER_PICKS = "seer"
@@ -56,8 +57,7 @@ def predict_network(model: Model, layers: pd.DataFrame, math: str = "default") -
     predictions.insert(1, "name", names[predictions["layer"].to_numpy()])
     predictions.insert(2, "calls", calls[predictions["layer"].to_numpy()])
     best = best_per_layer(predictions)
-    picks = predictions.drop_duplicates("layer").set_index("layer")
-    picks = picks.drop(columns=["math", "algo", "predicted_ms", "rank", "extrapolated"]).join(best)
+    picks = predictions.drop_duplicates("layer").set_index("layer")[["name", "calls", *LAYER_COLUMNS]].join(best)
     picks["total_ms"] = picks["calls"] * picks["best_ms"]
     return NetworkPrediction(predictions, picks.reset_index(drop=True), _totals(predictions, picks, len(layers)), math)
 

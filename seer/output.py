@@ -100,12 +100,16 @@ class AtomicOutput:
             raise _os_error(exc, self.path) from None
 
 
+def _check_format(fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise InputError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}", field="format")
+
+
 class PredictionWriter:
     """Appends chunks of predictions to a text stream as CSV or JSON (see the module docstring)."""
 
     def __init__(self, handle: TextIO, fmt: str = "csv") -> None:
-        if fmt not in FORMATS:
-            raise InputError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}", field="format")
+        _check_format(fmt)
         self.handle, self.format = handle, fmt
         self._first = True
 
@@ -174,8 +178,7 @@ class NetworkWriter:
     object with what was predicted (``about``), the layers, the totals and the skipped calls."""
 
     def __init__(self, handle: TextIO, fmt: str = "csv") -> None:
-        if fmt not in FORMATS:
-            raise InputError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}", field="format")
+        _check_format(fmt)
         self.handle, self.format = handle, fmt
 
     def write(self, result, skipped: pd.DataFrame, about: dict) -> None:

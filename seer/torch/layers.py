@@ -140,10 +140,10 @@ class _Recorder(TorchFunctionMode):
         super().__init__()
         self.names = names
         self.stack: list[str] = []
-        self.layers: dict[tuple, dict] = {}
+        self.rows: list[dict] = []  # one per distinct (module, call, layer), in the order first run
+        self.index: dict[tuple, int] = {}  # its key -> its row
+        self.order: list[int] = []  # the row of every call, in the order run
         self.skipped: dict[tuple, dict] = {}
-        self.index: dict[tuple, int] = {}
-        self.order: list[int] = []
 
     def push(self, module, args) -> None:
         self.stack.append(self.names.get(id(module), self.stack[-1] if self.stack else ""))
@@ -159,11 +159,10 @@ class _Recorder(TorchFunctionMode):
             dims = _CONVOLUTIONS[func]
             fields = _layer(_bound(args, kwargs, _CONV_PARAMS), dims)
             key = (name, func.__name__, *(fields.get(f, 0) for f in LAYER_FIELDS))
-            if key not in self.layers:
-                self.index[key] = len(self.layers)
-                self.layers[key] = {"name": name, "call": func.__name__, "calls": 0, **fields}
-            self.layers[key]["calls"] += 1
-            self.order.append(self.index[key])
+            row = self.index.setdefault(key, len(self.rows))
+            if row == len(self.rows):
+                self.rows.append({"name": name, "call": func.__name__, **fields})
+            self.order.append(row)
         elif func in _TRANSPOSED:
             x = _bound(args, kwargs, _TRANSPOSED_PARAMS)["input"]
             key = (name, func.__name__, tuple(x.shape))
@@ -176,8 +175,9 @@ class _Recorder(TorchFunctionMode):
 
 
 def _frames(recorder: _Recorder) -> tuple[pd.DataFrame, pd.DataFrame]:
-    rows = list(recorder.layers.values())
-    fields = pd.DataFrame(rows, columns=[*CALL_COLUMNS, *LAYER_FIELDS]) if rows else pd.DataFrame(
+    rows = recorder.rows
+    calls = np.bincount(np.array(recorder.order, dtype=np.int64), minlength=len(rows))
+    fields = pd.DataFrame(rows, columns=["name", "call", *LAYER_FIELDS]).assign(calls=calls) if rows else pd.DataFrame(
         np.zeros((0, len(LAYER_FIELDS)), dtype=np.int64), columns=list(LAYER_FIELDS))
     layers = layer_frame(fields[[f for f in LAYER_FIELDS if f in fields]])
     check_layer_frame(layers, where=lambda i: f"layer {rows[i]['name']!r}")
