@@ -49,6 +49,8 @@ def _profile_shapes(text: str) -> int | None:
 
 # -- collect ------------------------------------------------------------------------------
 def _add_collect(sub) -> None:
+    from seer.slurm import add_slurm_options
+
     p = sub.add_parser("collect", help="time (and profile) every algorithm over a grid of shapes on this GPU",
                        description="Measure every cuDNN forward algorithm over a grid of shapes. "
                                    "Resumable: a rerun skips what is recorded under DATA_DIR/GPU/raw.")
@@ -105,6 +107,7 @@ def _add_collect(sub) -> None:
                         "supports, the workspace each needs and its heuristic ranking (host calls only, "
                         "no kernel runs); labels for the models' support and workspace stage")
     p.add_argument("--no-parse", action="store_true", help="do not rebuild the tidy tables afterwards")
+    add_slurm_options(p)
     p.set_defaults(func=_cmd_collect)
 
 
@@ -140,6 +143,18 @@ def _cmd_collect(args) -> int:
         shapes = of_kinds(shapes, args.kinds)
     if args.limit_shapes:
         shapes = shapes[: args.limit_shapes]
+    if args.slurm:  # the options are checked above, here rather than in every task
+        from seer.slurm import write_slurm_script
+
+        if args.slurm_tasks > len(shapes):
+            raise InputError(f"{args.slurm_tasks} tasks for {len(shapes)} shapes would leave some with none",
+                             field="slurm-tasks")
+        # Tasks sharing a data folder must not all rebuild its tables at once: that is done once, after.
+        write_slurm_script(args, err_console, job_name=f"seer-collect-{spec.name}",
+                           extra=() if args.no_parse else ("--no-parse",))
+        err_console.log(f"when every task is done: `seer parse --gpu {spec.name} --data-dir {args.data_dir}` "
+                        "(`seer merge` instead, for shards written to separate folders)")
+        return 0
     retry = tuple(s.strip() for s in args.retry.split(",") if s.strip())
     options = CollectOptions(
         gpu=spec, shapes=shapes, maths=maths, algos=algos,
@@ -200,6 +215,54 @@ def _parse(data_dir: Path, gpu: str, pack: bool = False, seed: int = 0) -> int:
                     f"{files.train_xlsx.name}, {files.test_xlsx.name}, {files.provenance.name}"
                     + (f", {files.test_set_ii.name}" if files.test_set_ii else "")
                     + (f", {files.census.name}" if files.census else ""))
+    return 0
+
+
+# -- merge --------------------------------------------------------------------------------
+def _add_merge(sub) -> None:
+    p = sub.add_parser("merge", help="merge the raw records of shards run apart, and rebuild the tables",
+                       description="Copy the raw record files of each SOURCE's raw/ into the target's raw/ "
+                                   "(identical files once; of a file that a shard went on writing, the longer; "
+                                   "different files of one name are refused), then rebuild the tables. "
+                                   "Run it only when no collection writes to the target.")
+    p.add_argument("sources", nargs="+", type=Path, metavar="SOURCE",
+                   help="folders holding raw/: datasets of `seer collect` (.../<gpu>) or output folders "
+                        "of `seer profile-network`")
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--gpu", help="merge `seer collect` datasets into DATA_DIR/GPU and run `seer parse`")
+    target.add_argument("--into", type=Path, metavar="OUT",
+                        help="merge `seer profile-network` output folders into OUT and rebuild its tables")
+    p.add_argument("--data-dir", type=Path, default=Path("data"), help="datasets root, with --gpu (default: data)")
+    p.add_argument("--no-parse", action="store_true", help="do not rebuild the tables afterwards")
+    p.set_defaults(func=_cmd_merge)
+
+
+def _cmd_merge(args) -> int:
+    from seer.collect.store import KINDS
+    from seer.gpus import get_gpu_spec
+    from seer.merge import merge_raw
+
+    if args.gpu:
+        gpu = get_gpu_spec(args.gpu).name
+        target = args.data_dir / gpu
+        result = merge_raw(args.sources, target, kinds=KINDS)
+    else:
+        from seer.profile_network import KINDS as PROFILE_KINDS
+
+        target = args.into
+        result = merge_raw(args.sources, target, kinds=PROFILE_KINDS)
+    err_console.log(f"merged {len(args.sources)} folders into {target / 'raw'}: {len(result.written)} files "
+                    f"written ({result.records} records), {result.skipped} already there, "
+                    f"{result.sessions} session lines added"
+                    + (f"; {len(result.ignored)} other files left out" if result.ignored else ""))
+    if args.no_parse:
+        return 0
+    if args.gpu:
+        return _parse(args.data_dir, gpu)
+    from seer.profile_network import write_tables
+
+    tables = write_tables(target)
+    err_console.log(f"wrote {tables.overall}, {tables.layers} and {len(tables.plots)} plots")
     return 0
 
 
@@ -498,6 +561,106 @@ def _print_network(console, args, shape, gpu: str, found, result) -> None:
         console.print(skipped, crop=False)
 
 
+def _add_profile_network(sub) -> None:
+    p = sub.add_parser(
+        "profile-network", help="time every convolution and the forward pass of PyTorch models on this GPU, "
+                                "per input size and policy, with the algorithm that ran verified",
+        description="For each MODEL (torchvision name or module:function), input size, math mode and policy: "
+                    "the forward pass and each distinct convolution, timed in bursts behind a spinning kernel "
+                    "(median of repetitions), and each convolution's kernels traced and checked against the "
+                    "algorithm that was to run. Policies: seer (seer's predicted fastest), heuristic (PyTorch's "
+                    "default), benchmark (cudnn.benchmark=True), a cuDNN algorithm forced everywhere, or all. "
+                    "Resumable: records go to OUT/raw as each policy finishes, and a rerun skips them. Writes "
+                    "OUT/overall.csv, OUT/layers.csv and plots.")
+    p.add_argument("models", nargs="+", metavar="MODEL", help="torchvision model name or module:function")
+    sizes = p.add_mutually_exclusive_group(required=True)
+    sizes.add_argument("--sizes", help="square input sizes: START:STOP:COUNT (e.g. 224:512:100) or a list (224,320)")
+    sizes.add_argument("--input", help="one input shape NxCxHxW (or NxCxDxHxW)")
+    p.add_argument("--batch", type=_positive_int, default=1, help="batch of --sizes inputs (default 1)")
+    p.add_argument("--channels", type=_positive_int, default=3, help="channels of --sizes inputs (default 3)")
+    p.add_argument("--algo", default="seer,heuristic",
+                   help="policies, comma-separated: seer, heuristic, benchmark, a cuDNN algorithm, or all "
+                        "(default: seer,heuristic)")
+    p.add_argument("--math", default="fma", help="math modes: fma, default or both (default: fma)")
+    p.add_argument("--gpu", default="h100", help="GPU whose models predict seer's picks (default h100)")
+    p.add_argument("--out", type=Path, required=True, help="output folder (records, tables, plots)")
+    p.add_argument("--data-dir", type=Path, default=Path("data"),
+                   help="datasets root: DATA_DIR/GPU/traced_kernels.csv.gz tells which kernels each algorithm "
+                        "launches (default: data)")
+    p.add_argument("--models-dir", type=Path, default=None, help=MODELS_DIR_HELP)
+    p.add_argument("--shard", default="1/1", help="i/n: only every n-th (model, input, math), from the i-th")
+    p.add_argument("--budget-ms", type=float, default=5.0, help="GPU time of one layer's timed bursts (default 5)")
+    p.add_argument("--tables-only", action="store_true", help="measure nothing: rebuild the tables and plots")
+    p.add_argument("--no-tables", action="store_true",
+                   help="only record: leave the tables and plots to `--tables-only` or `seer merge` (as shards do)")
+    from seer.slurm import add_slurm_options
+
+    add_slurm_options(p)
+    p.set_defaults(func=_cmd_profile_network)
+
+
+def _cmd_profile_network(args) -> int:
+    import time
+
+    from seer.collect.plan import parse_shard
+    from seer.collect.store import default_tag
+    from seer.gpus import get_gpu_spec
+    from seer.profile_network import (NetworkProfiler, ProfileOptions, log_session, mape_over_sizes,
+                                      parse_policies, parse_sizes, plan_jobs, write_tables)
+    from seer.schema import parse_math_modes
+
+    spec = get_gpu_spec(args.gpu)
+    policies = parse_policies(args.algo)
+    maths = parse_math_modes(args.math)
+    shard_index, shard_count = parse_shard(args.shard)
+    if args.sizes:
+        shapes = [(args.batch, args.channels, s, s) for s in parse_sizes(args.sizes)]
+    else:
+        from seer.torch import parse_input_shape
+
+        shapes = [parse_input_shape(args.input)]
+    if args.slurm:
+        from seer.slurm import write_slurm_script
+
+        count = len(args.models) * len(shapes) * len(maths)
+        if args.slurm_tasks > count:
+            raise InputError(f"{args.slurm_tasks} tasks for {count} (model, input, math) would leave some with none",
+                             field="slurm-tasks")
+        write_slurm_script(args, err_console, job_name="seer-profile-network",
+                           extra=() if args.no_tables else ("--no-tables",))
+        err_console.log(f"when every task is done: `seer merge --into {args.out} ...` for shards written to separate "
+                        f"folders, or the same command with --tables-only")
+        return 0
+    if not args.tables_only:
+        jobs = plan_jobs(args.models, shapes, maths, policies, shard_index, shard_count)
+        options = ProfileOptions(out_dir=args.out, gpu=spec.name, models_dir=args.models_dir,
+                                 dataset_dir=args.data_dir / spec.name, budget_ms=args.budget_ms,
+                                 tag=default_tag(shard_index, shard_count), argv=list(args.argv))
+        started = time.perf_counter()
+        profiler = NetworkProfiler(options, progress=err_console.log)
+        if profiler.tracer is None:
+            err_console.log(f"kernels are not traced, so nothing is verified: {profiler.trace_problem}")
+        err_console.log(f"{len(jobs)} (model, input, math) in this shard, policies {', '.join(policies)}")
+        try:
+            profiler.run(jobs)
+        except KeyboardInterrupt:
+            err_console.print(f"Interrupted. Everything finished is saved in {args.out / 'raw'}; "
+                              "run the same command to resume.")
+            return EXIT_INTERRUPTED
+        finally:
+            log_session(args.out, options, jobs, started, profiler.measured)
+        if args.no_tables:
+            return 0
+    tables = write_tables(args.out)
+    err_console.log(f"wrote {tables.overall}, {tables.layers} and {len(tables.plots)} plots")
+    from seer.profile_network import read_profile
+
+    errors = mape_over_sizes(read_profile(args.out)[0])
+    if len(errors):
+        out_console.print(errors.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+    return 0
+
+
 def _add_evaluate(sub) -> None:
     p = sub.add_parser("evaluate", help="report accuracy on Test-set-I and Test-set-II against cuDNN's heuristic")
     p.add_argument("--gpu", required=True)
@@ -586,9 +749,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_collect(sub)
     _add_parse(sub)
+    _add_merge(sub)
     _add_train(sub)
     _add_predict(sub)
     _add_network(sub)
+    _add_profile_network(sub)
     _add_evaluate(sub)
     _add_grid(sub)
     _add_gpus(sub)

@@ -51,8 +51,9 @@ class AtomicOutput:
     """Context manager: a text file written under a temporary name, renamed into place on
     success and removed on any failure. Problems with the path are one-line InputErrors."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, binary: bool = False) -> None:
         self.path = Path(path)
+        self.binary = binary
         self._tmp: str | None = None
         self.handle: TextIO | None = None
 
@@ -74,7 +75,7 @@ class AtomicOutput:
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(fd, 0o666 & ~umask)
-        self.handle = os.fdopen(fd, "w", newline="")
+        self.handle = os.fdopen(fd, "wb") if self.binary else os.fdopen(fd, "w", newline="")
         return self.handle
 
     def __exit__(self, exc_type, exc, tb) -> None:

@@ -1,4 +1,5 @@
-"""Shared fixtures; tests marked ``gpu`` run only where CuPy sees an NVIDIA GPU.
+"""Shared fixtures; tests marked ``gpu`` run only where CuPy sees an NVIDIA GPU, and those
+marked ``slurm`` only where sbatch is on the PATH.
 
 With ``SEER_CI=1`` (set by ``.ci/run``) a test skipped for any other reason fails
 instead, so that CI never passes over a test silently.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -29,22 +31,29 @@ def gpu_available() -> bool:
         return False
 
 
+#: Markers of tests that need what a machine may lack; CI skips them where it is absent.
+MACHINE_MARKERS = ("gpu", "slurm")
+
+
 def pytest_collection_modifyitems(config, items):
-    if gpu_available():
-        return
-    skip = pytest.mark.skip(reason="needs an NVIDIA GPU with CuPy")
+    skips = {}
+    if not gpu_available():
+        skips["gpu"] = pytest.mark.skip(reason="needs an NVIDIA GPU with CuPy")
+    if shutil.which("sbatch") is None:
+        skips["slurm"] = pytest.mark.skip(reason="needs SLURM's sbatch")
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        for marker, skip in skips.items():
+            if marker in item.keywords:
+                item.add_marker(skip)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    if os.environ.get("SEER_CI") == "1" and report.skipped and "gpu" not in item.keywords:
+    if os.environ.get("SEER_CI") == "1" and report.skipped and not any(m in item.keywords for m in MACHINE_MARKERS):
         report.outcome = "failed"
-        report.longrepr = f"skipped in CI, which must run every test but those marked gpu: {report.longrepr}"
+        report.longrepr = f"skipped in CI, which must run every test but those marked gpu or slurm: {report.longrepr}"
 
 
 # -- a small model set of the real data, fitted in seconds ----------------------------------

@@ -158,9 +158,12 @@ class RunStore:
         ``data/<gpu>``; records live in its ``raw/`` subfolder.
     tag : str
         Names this writer's files; defaults to host and shard 1 of 1.
+    kinds : sequence of str
+        The record kinds this store holds (default :data:`KINDS`, a collection's).
     """
 
-    def __init__(self, dataset_dir: str | Path, tag: str | None = None) -> None:
+    def __init__(self, dataset_dir: str | Path, tag: str | None = None, kinds: Sequence[str] = KINDS) -> None:
+        self.kinds = tuple(kinds)
         self.dataset_dir = Path(dataset_dir)
         self.raw_dir = self.dataset_dir / "raw"
         self.tag = tag or default_tag()
@@ -177,7 +180,7 @@ class RunStore:
 
     def append(self, kind: str, records: Iterable[dict]) -> int:
         """Append finished records durably; returns how many were written."""
-        if kind not in KINDS:
+        if kind not in self.kinds:
             raise ValueError(f"unknown record kind {kind!r}")
         handle = self._handle(kind)
         count = 0

@@ -203,7 +203,14 @@ class Handle:
     def __init__(self, stream: int = 0) -> None:
         self.ptr = _c_handle()
         _call("cudnnCreate", ctypes.byref(self.ptr))
-        _call("cudnnSetStream", self.ptr, ctypes.c_void_p(stream))
+        self.stream = None
+        self.set_stream(stream)
+
+    def set_stream(self, stream: int) -> None:
+        """Run later calls on ``stream`` (a ``cudaStream_t`` as an integer)."""
+        if stream != self.stream:
+            _call("cudnnSetStream", self.ptr, ctypes.c_void_p(stream))
+            self.stream = stream
 
     def close(self) -> None:
         if self.ptr:

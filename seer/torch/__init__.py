@@ -4,8 +4,21 @@
 frame, on the CPU and without weights; :func:`build_model` builds a torchvision model by
 name, or any model from ``module:function``, on PyTorch's meta device. Predict their
 times with :func:`seer.network_time.predict_network`, or ``seer network`` on the command line.
+
+On a GPU, :func:`apply` runs seer's predicted-fastest cuDNN algorithm on every convolution
+of a model and :func:`force` one algorithm everywhere (:mod:`seer.torch.convolution`);
+``seer profile-network`` measures the result.
 """
 
 from seer.torch.layers import ConvCalls, build_model, conv_calls, parse_input_shape
 
-__all__ = ["ConvCalls", "build_model", "conv_calls", "parse_input_shape"]
+__all__ = ["ConvCalls", "apply", "build_model", "conv_calls", "force", "parse_input_shape", "restore"]
+
+
+def __getattr__(name: str):
+    # The GPU side is imported on first use: listing layers needs none of it.
+    if name in ("apply", "force", "restore"):
+        from seer.torch import convolution
+
+        return getattr(convolution, name)
+    raise AttributeError(f"module 'seer.torch' has no attribute {name!r}")

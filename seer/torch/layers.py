@@ -104,7 +104,7 @@ def _bound(args: tuple, kwargs: dict, names: Sequence[str]) -> dict:
     return bound
 
 
-def _layer(call: dict, dims: int) -> dict[str, int]:
+def layer_of_call(call: dict, dims: int) -> dict[str, int]:
     """Layer fields of a functional convolution's arguments, as cuDNN gets them."""
     x, weight = call["input"], call["weight"]
     batched = x.dim() == dims + 2
@@ -157,7 +157,7 @@ class _Recorder(TorchFunctionMode):
         name = self.stack[-1] if self.stack else ""
         if func in _CONVOLUTIONS:
             dims = _CONVOLUTIONS[func]
-            fields = _layer(_bound(args, kwargs, _CONV_PARAMS), dims)
+            fields = layer_of_call(_bound(args, kwargs, _CONV_PARAMS), dims)
             key = (name, func.__name__, *(fields.get(f, 0) for f in LAYER_FIELDS))
             row = self.index.setdefault(key, len(self.rows))
             if row == len(self.rows):
@@ -255,8 +255,9 @@ def parse_input_shape(text: str) -> tuple[int, ...]:
     return shape
 
 
-def build_model(spec: str | Callable[[], object]) -> nn.Module:
-    """An ``nn.Module`` in eval mode, built on the meta device where it can be (no weights in memory).
+def build_model(spec: str | Callable[[], object], device: str = "meta") -> nn.Module:
+    """An ``nn.Module`` in eval mode, built on the meta device where it can be (no weights in memory),
+    or on ``device`` with its initial weights.
 
     ``spec`` is ``module:function`` (a function taking no arguments that returns the
     module; the module is imported from the current folder or ``sys.path``), a torchvision model name (built
@@ -281,13 +282,17 @@ def build_model(spec: str | Callable[[], object]) -> nn.Module:
             raise InputError(f"{module_name!r} has no function {function_name!r}", field="model")
     else:
         build, label = _torchvision_builder(spec), spec
+    model = None
+    if device == "meta":
+        try:
+            with torch.device("meta"):
+                model = build()
+        except Exception:  # noqa: BLE001 - reading a tensor's value on meta, or the user's own mistake: try the CPU
+            model = None
     try:
-        with torch.device("meta"):
-            model = build()
-    except Exception:  # noqa: BLE001 - reading a tensor's value on meta, or the user's own mistake: try the CPU
-        model = None
-    try:
-        model = build() if model is None else model
+        if model is None:
+            with torch.device("cpu" if device == "meta" else device):
+                model = build()
     except Exception as exc:  # noqa: BLE001 - the user's code: one line, not a traceback
         raise InputError(f"building {label!r} failed: {type(exc).__name__}: {_one_line(exc)}", field="model") from None
     if not isinstance(model, nn.Module):

@@ -1,0 +1,514 @@
+"""Profile whole PyTorch networks on the GPU: each convolution layer and the forward pass, per
+input size and policy, with proof of the algorithm that ran (``seer profile-network``).
+
+A policy says who picks each layer's algorithm: ``seer`` (seer's predicted fastest,
+:func:`seer.torch.apply`), ``heuristic`` (PyTorch's own choice, cuDNN's heuristics),
+``benchmark`` (PyTorch with ``cudnn.benchmark=True``: trial runs pick), or a cuDNN
+algorithm forced on every layer (:func:`seer.torch.force`). Times are taken as the collector
+takes them (:class:`seer.gpu.timing.BurstTimer`: warm-up, then bursts behind a spinning
+kernel, median over repetitions), so host dispatch stays out:
+
+- the forward pass (``torch.no_grad``), repeated bursts of whole passes;
+- each distinct convolution (layer and algorithm), on the input it got in the pass.
+
+The kernels of each distinct convolution (without bias) are traced with CUPTI and checked
+against the algorithm forced there (:mod:`seer.kernel_evidence`); under PyTorch's policies
+they name the algorithms PyTorch may have run.
+
+Results are records in ``OUT/raw/`` (``layer_times`` and ``pass_times``, one file per
+shard, appended and fsync'ed as each (network, input, math, policy) finishes; a rerun skips
+what is recorded), from which :func:`write_tables` builds ``layers.csv``, ``overall.csv``
+and the plots.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from seer.algorithms import algorithm_names, get_algorithm
+from seer.collect.store import RunStore, default_tag
+from seer.errors import InputError
+from seer.schema import get_math_mode
+from seer.gpu.timing import spread, steadiest
+from seer.shapes import LAYER_FIELDS
+
+#: Policies that are not a forced algorithm.
+OWN_POLICIES = ("seer", "heuristic", "benchmark")
+#: PyTorch's own policies: ``torch.backends.cudnn.benchmark`` under each.
+PYTORCH_POLICIES = {"heuristic": False, "benchmark": True}
+#: Record kinds of a profile's ``raw/`` folder.
+KINDS = ("layer_times", "pass_times")
+#: What makes a record of each kind one measurement.
+PASS_KEY = ("network", "input", "math", "policy")
+LAYER_KEY = (*PASS_KEY, "name")
+#: Columns of overall.csv, in order (one row per network, input, math and policy).
+OVERALL_COLUMNS = (*PASS_KEY, "size", "batch", "status", "forward_ms", "forward_mean_ms", "forward_std_ms",
+                   "forward_reps", "conv_ms", "predicted_conv_ms", "conv_layers", "conv_calls",
+                   "verified_layers", "fallback_layers", "collected_at")
+#: Columns of layers.csv, in order (one row per network, input, math, policy and conv module).
+LAYERS_COLUMNS = (*PASS_KEY, "size", "name", "calls", *LAYER_FIELDS, "algo", "predicted_ms", "measured_ms",
+                  "spread", "reps", "verified", "candidates", "kernels", "fallback")
+
+
+# -- what to run ------------------------------------------------------------------------
+def parse_policies(text: str) -> list[str]:
+    """``seer,heuristic,IMPLICIT_GEMM`` or ``all`` (the three own policies and every cuDNN algorithm)."""
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise InputError("--algo names no policy", field="algo")
+    out: list[str] = []
+    for name in names:
+        if name.lower() == "all":
+            out.extend([*OWN_POLICIES, *algorithm_names("cudnn")])
+        elif name.lower() in OWN_POLICIES:
+            out.append(name.lower())
+        else:
+            try:
+                algo = get_algorithm(name)
+            except KeyError:
+                raise InputError(f"{name!r} is not seer, heuristic, benchmark, all or an algorithm "
+                                 f"({', '.join(algorithm_names('cudnn'))})", field="algo") from None
+            if algo.source != "cudnn":
+                raise InputError(f"{algo.name} is not a cuDNN algorithm", field="algo")
+            out.append(algo.name)
+    return list(dict.fromkeys(out))
+
+
+def parse_sizes(text: str) -> list[int]:
+    """``224:512:100`` (100 sizes spread evenly from 224 to 512, rounded) or ``224,320,512``."""
+    try:
+        if ":" in text:
+            start, stop, count = (int(v) for v in text.split(":"))
+            if count < 1 or start < 1 or stop < start:
+                raise ValueError
+            sizes = sorted({int(round(v)) for v in np.linspace(start, stop, count)})
+        else:
+            sizes = sorted({int(v) for v in text.split(",")})
+    except ValueError:
+        raise InputError(f"--sizes must be START:STOP:COUNT or a comma-separated list of sizes, got {text!r}",
+                         field="sizes") from None
+    if not sizes or sizes[0] < 1:
+        raise InputError(f"--sizes must be positive, got {text!r}", field="sizes")
+    return sizes
+
+
+@dataclass(frozen=True)
+class Job:
+    """One (network, input, math) to profile under some policies."""
+
+    network: str
+    input_shape: tuple[int, ...]
+    math: str
+    policies: tuple[str, ...]
+
+    @property
+    def input(self) -> str:
+        return "x".join(str(v) for v in self.input_shape)
+
+
+def plan_jobs(networks: Sequence[str], input_shapes: Sequence[tuple[int, ...]], maths: Sequence[str],
+              policies: Sequence[str], shard_index: int = 1, shard_count: int = 1) -> list[Job]:
+    """Every (network, input, math) in order, this shard's share (every n-th)."""
+    jobs = [Job(n, tuple(s), m, tuple(policies)) for n in networks for s in input_shapes for m in maths]
+    return jobs[shard_index - 1::shard_count]
+
+
+# -- measuring --------------------------------------------------------------------------
+@dataclass
+class ProfileOptions:
+    out_dir: Path
+    gpu: str = "h100"
+    models_dir: Path | None = None
+    dataset_dir: Path | None = None  # the GPU's dataset, for the kernel evidence
+    budget_ms: float = 5.0
+    forward_budget_ms: float = 50.0
+    tag: str = field(default_factory=default_tag)
+    argv: list[str] = field(default_factory=list)
+
+
+@contextmanager
+def _pytorch_flags(benchmark: bool, math: str):
+    import torch
+
+    backends = torch.backends.cudnn
+    saved = (backends.benchmark, backends.allow_tf32)
+    # Strict FP32 (fma) is PyTorch's allow_tf32=False; default math lets cuDNN use TF32.
+    backends.benchmark, backends.allow_tf32 = benchmark, get_math_mode(math).name != "fma"
+    try:
+        yield
+    finally:
+        backends.benchmark, backends.allow_tf32 = saved
+
+
+@contextmanager
+def _without_bias(module):
+    bias = module.bias
+    module.bias = None
+    try:
+        yield
+    finally:
+        module.bias = bias
+
+
+class NetworkProfiler:
+    """Runs :class:`Job` s on the current GPU and appends their records to ``OUT/raw``."""
+
+    def __init__(self, options: ProfileOptions, progress: Callable[[str], None] = lambda message: None) -> None:
+        import torch
+
+        from seer.gpu.timing import BurstTimer
+        from seer.gpu.tracing import KernelTracer, available
+        from seer.kernel_evidence import KernelEvidence
+        from seer.persist import load_model
+
+        if not torch.cuda.is_available():
+            from seer.errors import EnvironmentProblem
+
+            raise EnvironmentProblem("seer profile-network needs a CUDA GPU that PyTorch can use")
+        self.torch = torch
+        self.conv_types = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+        self.options = options
+        self.progress = progress
+        self.store = RunStore(options.out_dir, tag=options.tag, kinds=KINDS)
+        self.timer = BurstTimer()
+        reason = available()
+        self.tracer = KernelTracer() if reason is None else None
+        self.trace_problem = reason
+        dataset = options.dataset_dir
+        self.evidence = (KernelEvidence.from_dataset(dataset)
+                         if dataset is not None and (Path(dataset) / "traced_kernels.csv.gz").exists() else None)
+        self._load_model = lambda math: load_model(options.gpu, math=math, models_dir=options.models_dir)
+        self._models: dict[str, object] = {}
+        self.measured = 0  # policies measured by run(), so far
+
+    def seer_model(self, math: str):
+        if math not in self._models:
+            self._models[math] = self._load_model(math)
+        return self._models[math]
+
+    def done(self) -> set[tuple]:
+        return self.store.done_keys("pass_times", PASS_KEY)
+
+    def run(self, jobs: Sequence[Job]) -> int:
+        """Profile every job's policies not yet recorded; returns how many were measured."""
+        done = self.done()
+        self.measured = 0
+        for job in jobs:
+            todo = [p for p in job.policies if (job.network, job.input, job.math, p) not in done]
+            if not todo:
+                continue
+            self.progress(f"{job.network} {job.input} {job.math}: {', '.join(todo)}")
+            self.measured += self._run_job(job, todo)
+        self.store.close()
+        return self.measured
+
+    # -- one job ----------------------------------------------------------------------
+    def _run_job(self, job: Job, policies: Sequence[str]) -> int:
+        from seer.torch.layers import build_model, conv_calls
+
+        torch = self.torch
+        calls = conv_calls(build_model(job.network), job.input_shape)
+        layers = calls.layers.reset_index(drop=True)
+        predictions = self.seer_model(job.math).predict(layers, job.math) if len(layers) else None
+        self._choice = None  # seer's picks for this job's layers, made when the seer policy first runs
+        model = build_model(job.network, device="cuda")
+        x = torch.randn(job.input_shape, device="cuda")
+        count = 0
+        for policy in policies:
+            started = time.perf_counter()
+            try:
+                passes, rows = self._run_policy(model, x, job, policy, layers, predictions)
+            except torch.cuda.OutOfMemoryError as exc:
+                passes, rows = self._failed(job, policy, "oom", exc), []
+            except Exception as exc:  # noqa: BLE001 - one configuration fails; the others go on
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                passes, rows = self._failed(job, policy, "error", exc), []
+            finally:
+                from seer.torch.convolution import restore
+
+                restore(model)
+                torch.cuda.empty_cache()
+            # Layer rows first: the pass record marks the policy done.
+            self.store.append("layer_times", rows)
+            self.store.append("pass_times", [passes])
+            count += 1
+            self.progress(f"  {policy}: {passes['status']} forward {passes.get('forward_ms', float('nan')):.3f} ms, "
+                          f"conv {passes.get('conv_ms', float('nan')):.3f} ms "
+                          f"({time.perf_counter() - started:.1f} s)")
+        del model, x
+        torch.cuda.empty_cache()
+        return count
+
+    def _failed(self, job: Job, policy: str, status: str, exc: BaseException) -> dict:
+        return {**self._pass_base(job, policy), "status": status,
+                "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"}
+
+    def _pass_base(self, job: Job, policy: str, stamp: str | None = None) -> dict:
+        """The key fields of a record; a pass and its layers share one ``collected_at``."""
+        return {"network": job.network, "input": job.input, "math": job.math, "policy": policy,
+                "size": int(job.input_shape[-1]), "batch": int(job.input_shape[0]),
+                "collected_at": stamp or datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+    def _set_policy(self, model, job: Job, policy: str, layers: pd.DataFrame):
+        from seer.torch.convolution import Predicted, _swap_in, force
+
+        if policy in PYTORCH_POLICIES:
+            return _pytorch_flags(PYTORCH_POLICIES[policy], job.math)
+        if policy == "seer":
+            if self._choice is None:
+                from seer.shapes import ConvShape
+
+                self._choice = Predicted(self.seer_model(job.math), job.math)
+                self._choice.prepare(ConvShape.from_mapping(r) for r in layers.to_dict("records"))
+            _swap_in(model, self._choice, nvtx=True)
+        else:
+            force(model, policy, job.math, nvtx=True)
+        # Convolutions PyTorch runs (fallbacks) follow the same math mode.
+        return _pytorch_flags(False, job.math)
+
+    def _run_policy(self, model, x, job: Job, policy: str, layers: pd.DataFrame, predictions):
+        torch = self.torch
+        stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        with self._set_policy(model, job, policy, layers), torch.no_grad():
+            inputs = self._conv_inputs(model, x)
+            forward = lambda: model(x)  # noqa: E731
+            estimate = _one_call_ms(torch, forward)
+            budget = max(self.options.forward_budget_ms, 5 * estimate)
+            (times, _, _), _ = steadiest(lambda: self.timer.measure(forward, estimate, budget_ms=budget,
+                                                                    min_reps=5, max_reps=30))
+            rows = self._layer_rows(model, job, policy, layers, predictions, inputs, stamp)
+        passes = {**self._pass_base(job, policy, stamp), "status": "ok", "forward_ms": float(np.median(times)),
+                  "forward_mean_ms": float(np.mean(times)), "forward_std_ms": float(np.std(times, ddof=1)),
+                  "forward_reps": int(len(times))}
+        frame = pd.DataFrame(rows)
+        if len(frame):
+            passes["conv_ms"] = float((frame["calls"] * frame["measured_ms"]).sum())
+            predicted = frame["calls"] * frame["predicted_ms"]
+            passes["predicted_conv_ms"] = float(predicted.sum()) if predicted.notna().all() else None
+            passes["conv_layers"] = int(len(frame))
+            passes["conv_calls"] = int(frame["calls"].sum())
+            passes["verified_layers"] = int((frame["verified"] == "verified").sum())
+            passes["fallback_layers"] = int(frame["fallback"].astype(bool).sum())
+        return passes, rows
+
+    def _conv_inputs(self, model, x) -> dict[str, object]:
+        """The inputs of each conv module in one forward pass, by module name and shape."""
+        seen: dict[str, object] = {}
+        handles = []
+        for name, module in model.named_modules():
+            if isinstance(module, self.conv_types):
+                handles.append(module.register_forward_pre_hook(
+                    lambda m, args, name=name: seen.setdefault(name, {}).setdefault(tuple(args[0].shape), args[0])))
+        try:
+            model(x)
+        finally:
+            for handle in handles:
+                handle.remove()
+        return seen
+
+    def _layer_rows(self, model, job: Job, policy: str, layers: pd.DataFrame, predictions, inputs,
+                    stamp: str) -> list[dict]:
+        from seer.torch.convolution import PYTORCH, seer_convolutions
+
+        modules = dict(model.named_modules())
+        swapped = seer_convolutions(model)
+        measured: dict[tuple, dict] = {}  # (layer fields, algorithm) -> timing and trace, measured once
+        rows = []
+        for index, row in layers.iterrows():
+            name = row["name"]
+            module, x_in = modules.get(name), _input_for(inputs.get(name, {}), row)
+            if module is None or x_in is None or not isinstance(module, self.conv_types):
+                continue  # a functional call of the model's own code: in the forward time only
+            fields = tuple(int(row[f]) for f in LAYER_FIELDS)
+            algo = policy if policy not in OWN_POLICIES else None
+            if name in swapped:
+                module(x_in)  # learns which algorithm this layer runs
+                algo = swapped[name].last_algorithm
+            key = (fields, algo if name in swapped else policy)
+            if key not in measured:
+                measured[key] = self._measure_layer(module, x_in, algo if algo != PYTORCH else None)
+            m = measured[key]
+            predicted = None
+            if predictions is not None and algo not in (None, PYTORCH):
+                hit = predictions[(predictions["layer"] == index) & (predictions["algo"] == algo)]
+                predicted = float(hit["predicted_ms"].iloc[0]) if len(hit) else None
+            fallback = ";".join(swapped[name].fallbacks) if name in swapped else ""
+            rows.append({**self._pass_base(job, policy, stamp), "name": name, "calls": int(row["calls"]),
+                         **dict(zip(LAYER_FIELDS, fields)), "algo": algo or PYTORCH,
+                         "predicted_ms": predicted, **m, "fallback": fallback})
+        return rows
+
+    def _measure_layer(self, module, x_in, algo: str | None) -> dict:
+        call = lambda: module(x_in)  # noqa: E731
+        estimate = _one_call_ms(self.torch, call)
+        (times, plan, _), _ = steadiest(lambda: self.timer.measure(call, estimate, budget_ms=self.options.budget_ms))
+        out = {"measured_ms": float(np.median(times)), "spread": spread(times), "reps": int(plan.reps)}
+        if self.tracer is None:
+            return {**out, "verified": "untraced", "candidates": "", "kernels": self.trace_problem}
+        with _without_bias(module):
+            kernels = self.tracer.trace(call)
+        names = [k.name for k in kernels]
+        out["kernels"] = ";".join(dict.fromkeys(names))
+        if self.evidence is None:
+            return {**out, "verified": "no_evidence", "candidates": ""}
+        if algo is None:  # PyTorch's policies: which algorithms the kernels allow
+            candidates = self.evidence.candidates(names)
+            return {**out, "verified": "pytorch", "candidates": ",".join(sorted(candidates or ()))}
+        verdict, candidates = self.evidence.verify(names, algo)
+        return {**out, "verified": verdict, "candidates": ",".join(sorted(candidates or ()))}
+
+
+def _input_for(inputs: dict[tuple, object], layer: pd.Series):
+    """The input a module got for this layer: the one of its shape, else its only one (an
+    input that ``padding_mode`` pads has the unpadded shape)."""
+    dims = 3 if int(layer["dims"]) == 3 else 2
+    axes = ("in_d", "in_h", "in_w")[3 - dims:]
+    expected = (int(layer["batch"]), int(layer["in_ch"]), *(int(layer[a]) for a in axes))
+    for shape, tensor in inputs.items():
+        if shape == expected or (len(shape) == 3 and shape == (expected[0], expected[1], expected[-1])):
+            return tensor
+    return next(iter(inputs.values())) if len(inputs) == 1 else None
+
+
+def _one_call_ms(torch, fn: Callable[[], object]) -> float:
+    """A first estimate of one call's GPU time (events around a warm call)."""
+    fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return max(start.elapsed_time(end), 1e-3)
+
+
+def log_session(out_dir: Path, options: ProfileOptions, jobs: Sequence[Job], started: float, measured: int) -> None:
+    """One line about this run: machine, software and command, for the provenance."""
+    import torch
+
+    from seer.gpu.worker import probe
+
+    info = probe()
+    info.update({"torch_version": torch.__version__, "torch_cudnn_version": torch.backends.cudnn.version(),
+                 "argv": options.argv, "tag": options.tag, "jobs": len(jobs), "measured": measured,
+                 "seconds": round(time.perf_counter() - started, 1),
+                 "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+    RunStore(out_dir, tag=options.tag, kinds=KINDS).log_session(info)
+
+
+# -- tables and plots -------------------------------------------------------------------
+@dataclass
+class ProfileTables:
+    overall: Path
+    layers: Path
+    plots: list[Path]
+
+
+def read_profile(out_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The latest record of every pass and layer in ``OUT/raw`` (every shard's files)."""
+    store = RunStore(out_dir, kinds=KINDS)
+    passes = store.read("pass_times", PASS_KEY)
+    layers = store.read("layer_times", LAYER_KEY)
+    if len(passes):
+        # Layers of a pass recorded again belong to the newer pass only.
+        stamps = passes.set_index(list(PASS_KEY))["collected_at"]
+        if len(layers):
+            keep = [stamps.get(tuple(k)) == c for k, c in zip(layers[list(PASS_KEY)].itertuples(index=False),
+                                                              layers["collected_at"])]
+            layers = layers[np.asarray(keep, dtype=bool)]
+    passes = passes.reindex(columns=[*OVERALL_COLUMNS, *(c for c in passes.columns if c not in OVERALL_COLUMNS)])
+    layers = layers.reindex(columns=list(LAYERS_COLUMNS))
+    order = ["network", "math", "size", "policy"]
+    return (passes.sort_values(order, kind="stable").reset_index(drop=True),
+            layers.sort_values([*order], kind="stable").reset_index(drop=True))
+
+
+def write_tables(out_dir: Path) -> ProfileTables:
+    """Write ``overall.csv``, ``layers.csv`` and the plots of ``out_dir`` from its records."""
+    from seer.output import AtomicOutput
+
+    out_dir = Path(out_dir)
+    if not (out_dir / "raw").is_dir():
+        raise InputError("no profile records here; run `seer profile-network ... --out` first", path=out_dir / "raw")
+    passes, layers = read_profile(out_dir)
+    written = {}
+    for name, frame in (("overall.csv", passes), ("layers.csv", layers)):
+        with AtomicOutput(out_dir / name) as handle:
+            frame.to_csv(handle, index=False, float_format="%.6g")
+        written[name] = out_dir / name
+    plots = plot_profile(passes, layers, out_dir)
+    return ProfileTables(written["overall.csv"], written["layers.csv"], plots)
+
+
+def plot_profile(passes: pd.DataFrame, layers: pd.DataFrame, out_dir: Path) -> list[Path]:
+    """Per network, batch and math: convolution time against input size per policy (measured, and
+    seer's prediction dashed), and the slowest layers under each policy at the largest input."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from seer.output import AtomicOutput
+
+    paths: list[Path] = []
+    ok = passes[passes["status"] == "ok"] if len(passes) else passes
+    for (network, batch, math), group in ok.groupby(["network", "batch", "math"], sort=True):
+        stem = f"{network}-b{batch}-{math}"
+        if group["size"].nunique() > 1:
+            fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), constrained_layout=True)
+            for policy, runs in group.groupby("policy", sort=False):
+                runs = runs.sort_values("size")
+                line, = axes[0].plot(runs["size"], runs["conv_ms"], label=policy, lw=1.2)
+                if runs["predicted_conv_ms"].notna().any():
+                    axes[0].plot(runs["size"], runs["predicted_conv_ms"], ls="--", lw=1, color=line.get_color())
+                axes[1].plot(runs["size"], runs["forward_ms"], label=policy, lw=1.2)
+            axes[0].set(title=f"{network}, batch {batch}, {math}: convolutions (solid measured, dashed predicted)",
+                        xlabel="input size (pixels)", ylabel="ms per forward pass")
+            axes[1].set(title=f"{network}, batch {batch}, {math}: whole forward pass", xlabel="input size (pixels)",
+                        ylabel="ms")
+            for ax in axes:
+                ax.grid(alpha=0.3)
+            axes[1].legend(fontsize=8)
+            path = out_dir / f"{stem}-sizes.png"
+            with AtomicOutput(path, binary=True) as handle:
+                fig.savefig(handle, dpi=110, format="png")
+            plt.close(fig)
+            paths.append(path)
+        subset = layers[(layers["network"] == network) & (layers["batch"] == batch) & (layers["math"] == math)
+                        & (layers["size"] == group["size"].max())] if len(layers) else layers
+        if len(subset):
+            subset = subset.assign(total_ms=subset["calls"] * subset["measured_ms"])
+            top = subset.groupby("name")["total_ms"].max().nlargest(12).index
+            table = subset[subset["name"].isin(top)].pivot_table(index="name", columns="policy", values="total_ms")
+            table = table.loc[top[::-1]]
+            fig, ax = plt.subplots(figsize=(9, 0.35 * len(table) + 1.5), constrained_layout=True)
+            table.plot.barh(ax=ax, width=0.8)
+            ax.set(title=f"{network}, {math}, input {subset['input'].iloc[0]}: slowest convolution layers",
+                   xlabel="ms per forward pass (calls x measured time)", ylabel="")
+            ax.grid(axis="x", alpha=0.3)
+            path = out_dir / f"{stem}-slowest.png"
+            with AtomicOutput(path, binary=True) as handle:
+                fig.savefig(handle, dpi=110, format="png")
+            plt.close(fig)
+            paths.append(path)
+    return paths
+
+
+def mape_over_sizes(passes: pd.DataFrame) -> pd.DataFrame:
+    """Per network, batch, math and policy: mean absolute percentage error of the predicted
+    convolution time against the measured one, over input sizes."""
+    ok = passes[(passes["status"] == "ok") & passes["predicted_conv_ms"].notna() & passes["conv_ms"].notna()]
+    error = (ok["predicted_conv_ms"] / ok["conv_ms"] - 1).abs() * 100
+    return (ok.assign(ape=error).groupby(["network", "batch", "math", "policy"], sort=False)
+            .agg(sizes=("size", "nunique"), mape_pct=("ape", "mean"), max_ape_pct=("ape", "max"))
+            .reset_index())
+

@@ -1,0 +1,427 @@
+"""PyTorch convolutions that run a chosen cuDNN algorithm (GPU hosts).
+
+PyTorch lets cuDNN choose (its heuristics, or ``cudnn.benchmark``'s trial runs); it has no
+way to ask for one algorithm. :class:`SeerConv1d`/``2d``/``3d`` are ``nn.Conv*`` modules
+that call ``cudnnConvolutionForward`` themselves, through :mod:`seer.gpu.cudnn`, on the
+module's own tensors, PyTorch's current stream and a workspace from PyTorch's caching
+allocator. Which algorithm runs is asked of the module's :class:`Choice` for every layer
+it sees (input sizes may change between calls): :class:`Fixed` for one algorithm
+everywhere, :class:`Predicted` for seer's predicted fastest.
+
+Where the chosen algorithm cannot run (cuDNN does not support it for the layer, a tensor
+is not fp32, not on a GPU, or not contiguous), PyTorch's own convolution runs instead and
+the module warns once per reason; :attr:`SeerConv2d.fallbacks` keeps the reasons.
+Gradients, where asked for, come from PyTorch's own ``torch.nn.grad`` functions.
+
+:func:`apply` and :func:`force` swap every ``nn.Conv1d/2d/3d`` of a model (exact types: a
+subclass may override ``forward``) for one of these, sharing the parameters, so
+``state_dict`` keys stay the same; :func:`restore` swaps them back.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from seer.algorithms import algorithm_names, get_algorithm
+from seer.errors import InputError
+from seer.schema import get_math_mode
+from seer.shapes import ConvShape, ShapeError
+from seer.torch.layers import layer_of_call
+
+#: What runs a layer where no cuDNN algorithm is chosen, or the chosen one cannot run.
+PYTORCH = "pytorch"
+
+_FUNCTIONAL = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+_ENUM_NAMES = {get_algorithm(n).enum: n for n in algorithm_names("cudnn")}
+_GRADIENTS = {1: (torch.nn.grad.conv1d_input, torch.nn.grad.conv1d_weight),
+              2: (torch.nn.grad.conv2d_input, torch.nn.grad.conv2d_weight),
+              3: (torch.nn.grad.conv3d_input, torch.nn.grad.conv3d_weight)}
+
+
+# -- which algorithm ------------------------------------------------------------------------
+class Choice:
+    """Names the cuDNN algorithm to run on a layer, or None for PyTorch's own convolution."""
+
+    math: str = "default"
+
+    def algorithm(self, layer: ConvShape) -> str | None:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        return type(self).__name__
+
+
+@dataclass
+class Fixed(Choice):
+    """One cuDNN algorithm on every layer (``seer.torch.force``)."""
+
+    name: str
+    math: str = "default"
+
+    def __post_init__(self) -> None:
+        algo = _cudnn_algorithm(self.name)
+        self.name = algo.name
+        self.math = get_math_mode(self.math).name
+
+    def algorithm(self, layer: ConvShape) -> str | None:
+        return self.name
+
+    def describe(self) -> str:
+        return self.name
+
+
+@dataclass
+class Predicted(Choice):
+    """seer's predicted-fastest cuDNN algorithm per layer, predicted once per distinct layer."""
+
+    model: object  # seer.model.Model
+    math: str = "default"
+    picks: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.math = get_math_mode(self.math).name
+        self._cudnn = set(algorithm_names("cudnn"))
+        self._lock = threading.Lock()
+
+    def prepare(self, layers: Iterable[ConvShape]) -> None:
+        """Predict every layer not yet seen, in one call to the model."""
+        from seer.model import best_per_layer
+
+        with self._lock:
+            new = sorted({layer for layer in layers if layer not in self.picks})
+            if not new:
+                return
+            best = best_per_layer(self.model.predict(new, self.math))["best_algo"]
+            for layer, algo in zip(new, best.to_numpy()):
+                # None where no algorithm is predicted to run, or the pick is not cuDNN's.
+                self.picks[layer] = algo if isinstance(algo, str) and algo in self._cudnn else None
+
+    def algorithm(self, layer: ConvShape) -> str | None:
+        if layer not in self.picks:
+            self.prepare([layer])
+        return self.picks[layer]
+
+    def describe(self) -> str:
+        return "seer"
+
+
+def _cudnn_algorithm(name: str):
+    try:
+        algo = get_algorithm(name)
+    except KeyError as exc:
+        raise InputError(exc.args[0], field="algo") from None
+    if algo.source != "cudnn":
+        raise InputError(f"{algo.name} is not a cuDNN algorithm", field="algo")
+    return algo
+
+
+# -- running one convolution through cuDNN --------------------------------------------------
+class _Engine:
+    """One cuDNN handle per device and thread, with the descriptors of every layer seen."""
+
+    def __init__(self, device: torch.device) -> None:
+        from seer.gpu import cudnn
+
+        self._cudnn = cudnn
+        with torch.cuda.device(device):
+            self.handle = cudnn.Handle(torch.cuda.current_stream(device).cuda_stream)
+        self.problems: dict[tuple[ConvShape, str], object] = {}
+        self.workspace_bytes: dict[tuple[ConvShape, str, int], int] = {}
+
+    def _problem(self, layer: ConvShape, math: str):
+        key = (layer, math)
+        if key not in self.problems:
+            self.problems[key] = self._cudnn.ConvolutionProblem(self.handle, layer, math)
+        return self.problems[key]
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, layer: ConvShape, algo: int, math: str) -> torch.Tensor:
+        """cuDNN's forward convolution; raises CudnnError where the algorithm cannot run."""
+        problem = self._problem(layer, math)
+        key = (layer, math, algo)
+        if key not in self.workspace_bytes:
+            self.workspace_bytes[key] = problem.workspace_size(algo)
+        size = self.workspace_bytes[key]
+        self.handle.set_stream(torch.cuda.current_stream(x.device).cuda_stream)
+        # From PyTorch's caching allocator: freed when this call returns, reused in stream order.
+        workspace = torch.empty(size, dtype=torch.uint8, device=x.device) if size else None
+        y = torch.empty(problem.y_dims, dtype=x.dtype, device=x.device)
+        problem.forward(algo, x.data_ptr(), weight.data_ptr(), y.data_ptr(),
+                        workspace.data_ptr() if size else 0, size)
+        return y
+
+
+_engines = threading.local()
+
+
+def _engine(device: torch.device) -> _Engine:
+    engines = _engines.__dict__.setdefault("by_device", {})
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in engines:
+        engines[index] = _Engine(torch.device("cuda", index))
+    return engines[index]
+
+
+@dataclass(frozen=True)
+class _Call:
+    """The arguments of one convolution call besides its tensors."""
+
+    dims: int
+    stride: tuple[int, ...]
+    padding: tuple[int, ...] | str
+    dilation: tuple[int, ...]
+    groups: int
+
+
+def _as_cudnn(tensor: torch.Tensor, dims: int) -> torch.Tensor:
+    # A 1D convolution is a 2D one of height 1, as PyTorch hands it to cuDNN.
+    return tensor.unsqueeze(-2) if dims == 1 else tensor
+
+
+class _CudnnConvolution(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, call: _Call, layer: ConvShape, algo: int, math: str):
+        y = _forward(x, weight, bias, call, layer, algo, math)
+        ctx.save_for_backward(x, weight)
+        ctx.call, ctx.has_bias = call, bias is not None
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        x, weight = ctx.saved_tensors
+        call = ctx.call
+        grad_input_fn, grad_weight_fn = _GRADIENTS[call.dims]
+        args = (call.stride, call.padding, call.dilation, call.groups)
+        grad_x = grad_input_fn(x.shape, weight, grad_y, *args) if ctx.needs_input_grad[0] else None
+        grad_w = grad_weight_fn(x, weight.shape, grad_y, *args) if ctx.needs_input_grad[1] else None
+        grad_b = grad_y.sum(dim=[0, *range(2, grad_y.dim())]) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return grad_x, grad_w, grad_b, None, None, None, None
+
+
+def _forward(x, weight, bias, call: _Call, layer: ConvShape, algo: int, math: str) -> torch.Tensor:
+    y = _engine(x.device).forward(_as_cudnn(x, call.dims), _as_cudnn(weight, call.dims), layer, algo, math)
+    if call.dims == 1:
+        y = y.squeeze(-2)
+    if bias is not None:
+        y.add_(bias.view(1, -1, *([1] * call.dims)))
+    return y
+
+
+def _run(x, weight, bias, call: _Call, layer: ConvShape, algo: int, math: str) -> torch.Tensor:
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
+                                    or (bias is not None and bias.requires_grad)):
+        return _CudnnConvolution.apply(x, weight, bias, call, layer, algo, math)
+    return _forward(x, weight, bias, call, layer, algo, math)
+
+
+def cudnn_convolution(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *,
+                      stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int], groups: int,
+                      algorithm: str, math: str = "default") -> torch.Tensor:
+    """``F.conv{1,2,3}d`` run by the named cuDNN algorithm (no fallback: raises CudnnError
+    where cuDNN cannot run it). Tensors must be contiguous fp32 on a GPU."""
+    dims = weight.dim() - 2
+    call = _Call(dims, tuple(stride), tuple(padding), tuple(dilation), int(groups))
+    layer = ConvShape(**layer_of_call({"input": x, "weight": weight, "stride": call.stride,
+                                       "padding": call.padding, "dilation": call.dilation,
+                                       "groups": call.groups}, dims))
+    return _run(x, weight, bias, call, layer, _cudnn_algorithm(algorithm).enum, get_math_mode(math).name)
+
+
+# -- the modules --------------------------------------------------------------------------
+class _SeerConv:
+    """What SeerConv1d/2d/3d add to their ``nn.Conv*`` base: the choice and the fallback.
+
+    ``fallbacks`` counts the calls that PyTorch ran, by reason; ``last_algorithm`` is the
+    algorithm of the last call (``"pytorch"`` where PyTorch's own convolution ran).
+    """
+
+    @classmethod
+    def from_conv(cls, conv: nn.Module, choice: Choice, name: str = "", nvtx: bool = False):
+        """A module of this class with ``conv``'s configuration and its very parameters;
+        with ``nvtx``, each call is an NVTX range named ``seer:<name>:<algorithm>``."""
+        new = cls(conv.in_channels, conv.out_channels, conv.kernel_size, stride=conv.stride,
+                  padding=conv.padding, dilation=conv.dilation, groups=conv.groups,
+                  bias=conv.bias is not None, padding_mode=conv.padding_mode, device="meta")
+        new.weight = conv.weight
+        new.bias = conv.bias
+        new.train(conv.training)
+        new.seer_choice, new.seer_name, new.seer_nvtx = choice, name, nvtx
+        new.fallbacks = {}
+        new.last_algorithm = None
+        new._plans = {}  # input shape -> (layer, algorithm enum or None, padding); choices are fixed per layer
+        return new
+
+    def to_conv(self) -> nn.Module:
+        """The plain ``nn.Conv*`` module with this one's configuration and parameters."""
+        base = _BASES[type(self)]
+        old = base(self.in_channels, self.out_channels, self.kernel_size, stride=self.stride,
+                   padding=self.padding, dilation=self.dilation, groups=self.groups,
+                   bias=self.bias is not None, padding_mode=self.padding_mode, device="meta")
+        old.weight, old.bias = self.weight, self.bias
+        old.train(self.training)
+        return old
+
+    def _numeric_padding(self) -> tuple[int, ...] | None:
+        """Padding per axis; None for 'same' padding that is uneven on some axis."""
+        if not isinstance(self.padding, str):
+            return tuple(self.padding)
+        if self.padding == "valid":
+            return (0,) * len(self.kernel_size)
+        totals = [d * (k - 1) for d, k in zip(self.dilation, self.kernel_size)]
+        return None if any(t % 2 for t in totals) else tuple(t // 2 for t in totals)
+
+    def _unrunnable(self, x: torch.Tensor) -> str | None:
+        if not x.is_cuda:
+            return "the input is not on a GPU"
+        if x.dtype != torch.float32 or self.weight.dtype != torch.float32:
+            return f"seer runs cuDNN for fp32 tensors only, not {x.dtype}"
+        if not (x.is_contiguous() and self.weight.is_contiguous()):
+            return "a tensor is not contiguous NC[D]HW (channels-last is not run here)"
+        if self._numeric_padding() is None:
+            return "'same' padding that pads one side more is left to PyTorch"
+        return None
+
+    def _fall_back(self, reason: str) -> None:
+        if reason not in self.fallbacks:
+            warnings.warn(f"seer: {self.seer_name or type(self).__name__}: {reason}; "
+                          "PyTorch's own convolution runs instead", stacklevel=3)
+        self.fallbacks[reason] = self.fallbacks.get(reason, 0) + 1
+
+    def _plan(self, x: torch.Tensor):
+        """(layer, cuDNN enum or None, padding) for an input of x's shape (after padding_mode)."""
+        key = tuple(x.shape)
+        if key not in self._plans:
+            dims = len(self.kernel_size)
+            padding = (0,) * dims if self.padding_mode != "zeros" else self._numeric_padding()
+            try:
+                layer = ConvShape(**layer_of_call({"input": x, "weight": self.weight, "stride": self.stride,
+                                                   "padding": padding, "dilation": self.dilation,
+                                                   "groups": self.groups}, dims))
+            except ShapeError as exc:
+                self._plans[key] = (None, f"not a layer seer describes ({exc})", padding)
+            else:
+                name = self.seer_choice.algorithm(layer)
+                self._plans[key] = (layer, None if name is None else get_algorithm(name).enum, padding)
+        return self._plans[key]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        reason = self._unrunnable(x)
+        if reason is not None:
+            self._fall_back(reason)
+            return self._pytorch(x)
+        if self.padding_mode != "zeros":  # PyTorch pads the input itself, then convolves unpadded
+            padding = self._numeric_padding()
+            x = F.pad(x, [p for p in reversed(padding) for _ in range(2)], mode=self.padding_mode)
+        layer, algo, padding = self._plan(x)
+        if layer is None:
+            self._fall_back(algo)
+            return self._pytorch(x, padding)
+        if algo is None:  # the choice leaves this layer to PyTorch
+            return self._pytorch(x, padding)
+        math = self.seer_choice.math
+        call = _Call(len(self.kernel_size), tuple(self.stride), padding, tuple(self.dilation), self.groups)
+        if self.seer_nvtx:
+            torch.cuda.nvtx.range_push(f"seer:{self.seer_name}:{_ENUM_NAMES[algo]}")
+        try:
+            y = _run(x, self.weight, self.bias, call, layer, algo, math)
+        except Exception as exc:
+            from seer.gpu.cudnn import CudnnError
+
+            if not isinstance(exc, CudnnError):
+                raise
+            self._fall_back(f"{_ENUM_NAMES[algo]} cannot run this layer ({exc})")
+            return self._pytorch(x, padding)
+        finally:
+            if self.seer_nvtx:
+                torch.cuda.nvtx.range_pop()
+        self.last_algorithm = _ENUM_NAMES[algo]
+        return y
+
+    def _pytorch(self, x: torch.Tensor, padding=None) -> torch.Tensor:
+        """PyTorch's own convolution; with ``padding``, x is already padded by padding_mode."""
+        self.last_algorithm = PYTORCH
+        if padding is None:
+            return super().forward(x)
+        return _FUNCTIONAL[len(self.kernel_size)](x, self.weight, self.bias, self.stride, padding,
+                                                  self.dilation, self.groups)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, algorithm={self.seer_choice.describe()}, math={self.seer_choice.math}"
+
+
+class SeerConv1d(_SeerConv, nn.Conv1d):
+    """``nn.Conv1d`` that runs the cuDNN algorithm its choice names."""
+
+
+class SeerConv2d(_SeerConv, nn.Conv2d):
+    """``nn.Conv2d`` that runs the cuDNN algorithm its choice names."""
+
+
+class SeerConv3d(_SeerConv, nn.Conv3d):
+    """``nn.Conv3d`` that runs the cuDNN algorithm its choice names."""
+
+
+#: Exact module types swapped, and what they become.
+SWAPS = {nn.Conv1d: SeerConv1d, nn.Conv2d: SeerConv2d, nn.Conv3d: SeerConv3d}
+_BASES = {seer: base for base, seer in SWAPS.items()}
+
+
+# -- whole models -------------------------------------------------------------------------
+def _swap(model: nn.Module, make) -> list[str]:
+    swapped = []
+    for parent_name, parent in list(model.named_modules()):
+        for child_name, child in list(parent.named_children()):
+            new = make(child, f"{parent_name}.{child_name}" if parent_name else child_name)
+            if new is not None:
+                setattr(parent, child_name, new)
+                swapped.append(f"{parent_name}.{child_name}" if parent_name else child_name)
+    return swapped
+
+
+def _swap_in(model: nn.Module, choice: Choice, nvtx: bool) -> nn.Module:
+    if type(model) in SWAPS:
+        raise InputError("give the model that holds the convolution, not the convolution itself", field="model")
+    _swap(model, lambda m, name: SWAPS[type(m)].from_conv(m, choice, name, nvtx) if type(m) in SWAPS else None)
+    return model
+
+
+def force(model: nn.Module, algorithm: str, math: str = "default", nvtx: bool = False) -> nn.Module:
+    """Run ``algorithm`` on every ``nn.Conv1d/2d/3d`` of ``model`` (swapped in place; returned)."""
+    return _swap_in(model, Fixed(algorithm, math), nvtx)
+
+
+def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_shape: Sequence[int] | None = None,
+          models_dir=None, seer_model=None, nvtx: bool = False) -> nn.Module:
+    """Run seer's predicted-fastest cuDNN algorithm on every ``nn.Conv1d/2d/3d`` of ``model``.
+
+    Each distinct layer is predicted when first seen; ``input_shape`` predicts the layers
+    of that input in advance, in one call (on the CPU, from a meta-device pass).
+    """
+    if seer_model is None:
+        from seer.persist import load_model
+
+        seer_model = load_model(gpu, math=math, models_dir=models_dir)
+    choice = Predicted(seer_model, math)
+    if input_shape is not None:
+        from seer.torch.layers import conv_calls
+
+        calls = conv_calls(model, input_shape)
+        choice.prepare(ConvShape.from_mapping(row) for row in calls.layers.to_dict("records"))
+    return _swap_in(model, choice, nvtx)
+
+
+def restore(model: nn.Module) -> nn.Module:
+    """Swap every seer convolution of ``model`` back to the plain PyTorch module."""
+    _swap(model, lambda m, name: m.to_conv() if isinstance(m, _SeerConv) else None)
+    return model
+
+
+def seer_convolutions(model: nn.Module) -> dict[str, _SeerConv]:
+    """The seer convolutions of ``model`` by module name."""
+    return {name: m for name, m in model.named_modules() if isinstance(m, _SeerConv)}

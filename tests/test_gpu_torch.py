@@ -1,0 +1,170 @@
+"""seer.torch on a real GPU: forced algorithms run and are verified by their kernels, seer's
+picks give PyTorch's outputs, gradients flow, and seer profile-network profiles and resumes."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+
+from seer.algorithms import algorithm_names  # noqa: E402
+from seer.cli import main  # noqa: E402
+from seer.torch.convolution import PYTORCH, apply, force, restore, seer_convolutions  # noqa: E402
+from seer.torch.layers import build_model  # noqa: E402
+
+TESTS = Path(__file__).parent
+DATASET = TESTS.parent / "data" / "h100"
+#: Relative L2 error against PyTorch's strict-FP32 result allowed per algorithm (Winograd's
+#: transforms lose the most: about 2e-3 on the device, see device facts).
+TOLERANCE = {"WINOGRAD_NONFUSED": 1e-2, "FFT": 1e-4, "FFT_TILING": 1e-4}
+
+
+@pytest.fixture(scope="module")
+def cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch sees no CUDA GPU")
+    torch.backends.cudnn.allow_tf32 = False  # strict FP32 on PyTorch's side, as under fma math
+    return torch.device("cuda")
+
+
+@pytest.fixture(scope="module")
+def evidence():
+    from seer.kernel_evidence import KernelEvidence
+
+    return KernelEvidence.from_dataset(DATASET)
+
+
+@pytest.fixture(scope="module")
+def tracer():
+    from seer.gpu import tracing
+
+    reason = tracing.available()
+    if reason is not None:
+        pytest.skip(f"CUPTI tracing unavailable: {reason}")
+    with tracing.KernelTracer() as t:
+        yield t
+
+
+def _every_kind(cuda):
+    import sys
+
+    sys.path.insert(0, str(TESTS))
+    try:
+        import torch_nets
+    finally:
+        sys.path.remove(str(TESTS))
+    torch.manual_seed(0)
+    model = torch_nets.every_kind().to(cuda).eval()
+    torch.nn.init.normal_(model.shared.weight, std=0.05)  # zeros in the CPU tests, which need no values
+    return model
+
+
+def _relative_error(a, b) -> float:
+    return float(torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(b))
+
+
+def _inputs(model, x) -> dict:
+    seen = {}
+    handles = [m.register_forward_pre_hook(lambda m, args, name=name: seen.setdefault(name, args[0]))
+               for name, m in seer_convolutions(model).items()]
+    model(x)
+    for h in handles:
+        h.remove()
+    return seen
+
+
+@pytest.mark.parametrize("algo", algorithm_names("cudnn"))
+def test_forced_algorithm_runs_and_its_kernels_say_so(cuda, evidence, tracer, algo):
+    model = _every_kind(cuda)
+    x = torch.randn(2, 3, 32, 32, device=cuda)
+    with torch.no_grad():
+        expected = model(x)
+        force(model, algo, math="fma")
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            got = model(x)
+        assert _relative_error(got, expected) < TOLERANCE.get(algo, 1e-5)
+        convs = seer_convolutions(model)
+        ran = {name for name, m in convs.items() if m.last_algorithm == algo}
+        for name, m in convs.items():
+            if name not in ran:  # PyTorch ran it, and the module says why
+                assert m.last_algorithm == PYTORCH and m.fallbacks, name
+        if algo in ("IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM"):
+            assert "same_even" not in ran and len(ran) >= 6, ran  # these run every layer kind here
+        inputs = _inputs(model, x)
+        for name in ran:
+            module = convs[name]
+            bias, module.bias = module.bias, None
+            kernels = tracer.trace(lambda: module(inputs[name]))
+            module.bias = bias
+            verdict, candidates = evidence.verify([k.name for k in kernels], algo)
+            assert verdict == "verified", (name, [k.name for k in kernels], candidates)
+    restore(model)
+    assert not seer_convolutions(model)
+
+
+def test_apply_gives_pytorch_outputs_and_picks_per_layer(cuda):
+    model = _every_kind(cuda)
+    x = torch.randn(1, 3, 40, 40, device=cuda)
+    with torch.no_grad():
+        expected = model(x)
+        apply(model, "h100", "fma", input_shape=tuple(x.shape))
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            got = model(x)
+    assert _relative_error(got, expected) < 1e-2
+    picks = {name: m.last_algorithm for name, m in seer_convolutions(model).items()}
+    assert set(picks.values()) - {PYTORCH} <= set(algorithm_names("cudnn"))
+    assert sum(v != PYTORCH for v in picks.values()) >= 6
+
+
+def test_gradients_are_pytorchs(cuda):
+    model = _every_kind(cuda)
+    x = torch.randn(2, 3, 24, 24, device=cuda, requires_grad=True)
+    model(x).square().sum().backward()
+    expected = [x.grad.clone()] + [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    x.grad = None
+    force(model, "IMPLICIT_PRECOMP_GEMM", math="fma")
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        model(x).square().sum().backward()
+    got = [x.grad] + [p.grad for p in model.parameters()]
+    for g, e in zip(got, expected):
+        assert _relative_error(g, e) < 1e-4
+
+
+def test_profile_network_measures_verifies_and_resumes(cuda, tmp_path, monkeypatch):
+    monkeypatch.chdir(TESTS)
+    out = tmp_path / "profile"
+    argv = ["profile-network", "torch_nets:every_kind", "--sizes", "32,48", "--algo", "seer,heuristic,GEMM",
+            "--math", "fma", "--out", str(out), "--data-dir", str(DATASET.parent), "--budget-ms", "2"]
+    assert main(argv) == 0
+    overall = pd.read_csv(out / "overall.csv")
+    assert len(overall) == 6 and (overall["status"] == "ok").all()
+    assert (overall["forward_ms"] > 0).all() and (overall["conv_ms"] > 0).all()
+    layers = pd.read_csv(out / "layers.csv")
+    gemm = layers[layers["policy"] == "GEMM"]
+    ran = gemm[gemm["algo"] == "GEMM"]
+    assert len(ran) >= 6 and (ran["verified"] == "verified").all()
+    assert (layers.loc[layers["policy"] == "heuristic", "verified"] == "pytorch").all()
+    seer_rows = layers[layers["policy"] == "seer"]
+    assert seer_rows["predicted_ms"].notna().sum() >= 6
+    records = sorted((out / "raw").glob("pass_times-*.jsonl"))
+    before = sum(len(p.read_text().splitlines()) for p in records)
+    assert main(argv) == 0  # everything recorded: nothing measured again
+    assert sum(len(p.read_text().splitlines()) for p in records) == before
+    assert np.isfinite(pd.read_csv(out / "overall.csv")["conv_ms"]).all()
+
+
+def test_build_on_gpu_has_weights(cuda):
+    pytest.importorskip("torchvision")
+    model = build_model("resnet18", device="cuda")
+    assert next(model.parameters()).is_cuda

@@ -1,0 +1,109 @@
+"""seer profile-network on the CPU: policies, sizes, shards, the kernel evidence, and the tables
+rebuilt from the records the H100 wrote (benchmarks/results/)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from seer.cli import main
+from seer.errors import InputError
+from seer.kernel_evidence import KernelEvidence
+from seer.profile_network import (KINDS, OVERALL_COLUMNS, PASS_KEY, mape_over_sizes, parse_policies, parse_sizes,
+                                  plan_jobs, read_profile, write_tables)
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+DATASET = Path(__file__).resolve().parents[1] / "data" / "h100"
+
+
+def test_policies():
+    assert parse_policies("seer, Heuristic,implicit_gemm") == ["seer", "heuristic", "IMPLICIT_GEMM"]
+    everything = parse_policies("all")
+    assert everything[:3] == ["seer", "heuristic", "benchmark"] and "WINOGRAD_NONFUSED" in everything
+    assert parse_policies("seer,all") == everything  # no repeats
+    for bad in ("", "fastest", "SEER_DIRECT"):
+        with pytest.raises(InputError):
+            parse_policies(bad)
+
+
+def test_sizes():
+    sizes = parse_sizes("224:512:100")
+    assert len(sizes) == 100 and sizes[0] == 224 and sizes[-1] == 512
+    assert parse_sizes("320,224,320") == [224, 320]
+    for bad in ("224:512", "512:224:3", "a,b", "0,3", "224:512:0"):
+        with pytest.raises(InputError):
+            parse_sizes(bad)
+
+
+def test_shards_split_the_jobs_without_overlap():
+    shapes = [(1, 3, s, s) for s in (224, 256, 288)]
+    every = plan_jobs(["a", "b"], shapes, ["fma", "default"], ["seer"])
+    shards = [plan_jobs(["a", "b"], shapes, ["fma", "default"], ["seer"], i, 5) for i in range(1, 6)]
+    assert sorted(map(repr, (j for s in shards for j in s))) == sorted(map(repr, every)) and len(every) == 12
+    assert every[0].input == "1x3x224x224"
+
+
+def test_kernel_evidence_from_the_h100_dataset():
+    evidence = KernelEvidence.from_dataset(DATASET)
+    sgemm = "void implicit_convolve_sgemm<float, float, 1024, 5, 5, 3, 3, 3, 1, false, false, true>(int, int)"
+    assert evidence.verify([sgemm], "IMPLICIT_GEMM")[0] == "verified"
+    assert evidence.verify([sgemm], "FFT")[0] == "mismatch"
+    fft = "void fft2d_r2c_32x32<float, false, 1u, false>(float2*, float const*, int)"
+    assert evidence.verify([fft, sgemm], "FFT")[0] == "mismatch"  # every kernel must allow it
+    # PyTorch's own kernels around a call (padding, bias) say nothing about the algorithm.
+    pad = "void at::native::(anonymous namespace)::reflection_pad2d_out_kernel<float>(float const*)"
+    assert evidence.verify([pad, sgemm], "IMPLICIT_GEMM")[0] == "verified"
+    assert evidence.verify([pad], "IMPLICIT_GEMM")[0] == "no_kernels"
+    assert evidence.verify([], "GEMM")[0] == "no_kernels"
+
+
+def test_overall_table_is_what_the_records_say():
+    """The committed overall.csv of the ResNet-152 sweep is rebuilt from its raw records."""
+    from seer.collect.store import RunStore
+
+    committed = pd.read_csv(RESULTS / "resnet152-sizes" / "overall.csv")
+    passes = RunStore(RESULTS / "resnet152-sizes", kinds=KINDS).read("pass_times", PASS_KEY)
+    assert len(committed) == len(passes) == 100 * 2 * 4
+    assert list(committed.columns[: len(OVERALL_COLUMNS)]) == list(OVERALL_COLUMNS)
+    assert (committed["status"] == "ok").all()
+    merged = committed.merge(passes, on=list(PASS_KEY), suffixes=("", "_raw"))
+    assert len(merged) == len(committed)
+    assert (merged["conv_ms"] - merged["conv_ms_raw"]).abs().max() < 1e-4 * merged["conv_ms"].max()
+    errors = mape_over_sizes(committed)
+    assert set(errors["policy"]) == {"seer", "IMPLICIT_PRECOMP_GEMM"}  # PyTorch's policies have no prediction
+    assert (errors["sizes"] == 100).all()
+
+
+def test_tables_and_plots_from_the_networks_records(tmp_path):
+    out = tmp_path / "networks"
+    shutil.copytree(RESULTS / "networks" / "raw", out / "raw")
+    tables = write_tables(out)
+    overall, layers = pd.read_csv(tables.overall), pd.read_csv(tables.layers)
+    assert len(overall) == 6 * 2 * 2 * 3  # networks x batches x maths x policies
+    assert set(overall["policy"]) == {"seer", "heuristic", "benchmark"}
+    # A pass's convolution time is the sum of its layers' calls x measured time.
+    totals = (layers["calls"] * layers["measured_ms"]).groupby([layers[k] for k in PASS_KEY]).sum()
+    joined = overall.set_index(list(PASS_KEY))["conv_ms"].to_frame().join(totals.rename("sum"))
+    assert ((joined["conv_ms"] - joined["sum"]).abs() <= 1e-5 * joined["conv_ms"]).all()
+    assert (layers.loc[layers["policy"] == "seer", "verified"] == "verified").all()
+    assert {p.name for p in tables.plots} >= {"resnet50-b1-fma-slowest.png", "inception_v3-b32-default-slowest.png"}
+    passes, _ = read_profile(out)
+    assert len(mape_over_sizes(passes)) == 6 * 2 * 2  # seer's prediction per network, batch and math
+
+
+def test_cli_refusals_and_a_slurm_script_without_a_gpu(tmp_path, capsys):
+    assert main(["profile-network", "resnet50", "--sizes", "224:512", "--out", str(tmp_path)]) == 2
+    assert "--sizes" in capsys.readouterr().err
+    assert main(["profile-network", "resnet50", "--sizes", "224", "--algo", "fastest", "--out", str(tmp_path)]) == 2
+    assert main(["profile-network", "resnet50", "--sizes", "224", "--tables-only", "--out", str(tmp_path / "none")]) == 2
+    script = tmp_path / "sweep.sh"
+    argv = ["profile-network", "resnet152", "--sizes", "224:512:100", "--math", "fma,default", "--out", "res",
+            "--slurm", str(script), "--slurm-tasks", "8", "--slurm-constraint", "h100", "--slurm-time", "01:30:00"]
+    assert main(argv) == 0
+    text = script.read_text()
+    assert "#SBATCH --array=1-8" in text and "#SBATCH --constraint=h100" in text
+    assert "--no-tables" in text and "--shard" in text and "--slurm" not in text.split("#SBATCH")[-1].split("\n", 1)[1]
+    assert main([*argv[:-6], "--slurm", str(script), "--slurm-tasks", "500"]) == 2  # more tasks than jobs

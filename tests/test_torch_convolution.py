@@ -1,0 +1,109 @@
+"""seer.torch's convolution modules on the CPU: swapping, choices and the fallback to PyTorch.
+
+That the chosen cuDNN algorithm really runs is tested on a GPU (tests/test_gpu_torch.py).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch_nets  # noqa: E402
+from seer.errors import InputError  # noqa: E402
+from seer.shapes import ConvShape  # noqa: E402
+from seer.torch.convolution import (PYTORCH, Fixed, Predicted, SeerConv1d, SeerConv2d, SeerConv3d, apply,  # noqa: E402
+                                    force, restore, seer_convolutions)
+
+
+def _conv_names(model) -> set[str]:
+    return {n for n, m in model.named_modules() if type(m) in (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)}
+
+
+def test_force_swaps_every_plain_convolution_and_keeps_the_parameters():
+    model = torch_nets.every_kind()
+    names = _conv_names(model)
+    weights = {n: m.weight for n, m in model.named_modules() if n in names}
+    keys = list(model.state_dict())
+    force(model, "implicit_gemm", math="fma")
+    swapped = seer_convolutions(model)
+    assert set(swapped) == names  # the transposed convolution is not swapped
+    assert all(m.weight is weights[n] for n, m in swapped.items())
+    assert list(model.state_dict()) == keys
+    assert all(m.seer_choice.name == "IMPLICIT_GEMM" and m.seer_choice.math == "fma" for m in swapped.values())
+    assert "algorithm=IMPLICIT_GEMM, math=fma" in repr(swapped["stem"])
+    restore(model)
+    assert not seer_convolutions(model) and _conv_names(model) == names
+    assert all(m.weight is weights[n] for n, m in model.named_modules() if n in names)
+
+
+def test_on_the_cpu_pytorch_runs_and_says_why_once_per_reason():
+    model = torch_nets.every_kind().eval()
+    x = torch.randn(1, 3, 32, 32)
+    with torch.no_grad():
+        expected = model(x)
+        force(model, "GEMM")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = model(x)
+            model(x)
+    assert torch.equal(got, expected)
+    swapped = seer_convolutions(model)
+    ours = [str(w.message) for w in caught if str(w.message).startswith("seer: ")]
+    assert len(ours) == len(swapped)  # once per module, not per call
+    assert all("not on a GPU" in message for message in ours)
+    assert all(m.last_algorithm == PYTORCH for m in swapped.values())
+    assert swapped["shared.conv"].fallbacks == {"the input is not on a GPU": 4}  # run twice per pass
+
+
+def test_every_kind_of_module_is_swapped_with_its_class():
+    model = torch_nets.video()
+    force(model, "IMPLICIT_PRECOMP_GEMM")
+    assert type(model.conv3d) is SeerConv3d and type(model.conv1d) is SeerConv1d
+    y = model(torch.randn(1, 3, 4, 16, 16))  # CPU: PyTorch's result, through the swapped modules
+    assert y.shape[1] == 4
+    restore(model)
+    assert type(model.conv3d) is torch.nn.Conv3d
+
+
+def test_subclasses_are_left_alone_and_a_bare_convolution_is_refused():
+    class Custom(torch.nn.Conv2d):
+        pass
+
+    model = torch.nn.Sequential(Custom(3, 4, 3), torch.nn.Conv2d(4, 4, 1))
+    force(model, "GEMM")
+    assert type(model[0]) is Custom and type(model[1]) is SeerConv2d
+    with pytest.raises(InputError, match="holds the convolution"):
+        force(torch.nn.Conv2d(3, 4, 3), "GEMM")
+
+
+@pytest.mark.parametrize("name", ["NO_SUCH_ALGO", "SEER_DIRECT", ""])
+def test_unknown_algorithms_are_input_errors(name):
+    with pytest.raises(InputError):
+        Fixed(name)
+
+
+def test_apply_predicts_every_layer_of_the_input_in_advance():
+    model = torch_nets.every_kind()
+    apply(model, "h100", "fma", input_shape=(1, 3, 32, 32))
+    choice = seer_convolutions(model)["stem"].seer_choice
+    assert isinstance(choice, Predicted) and choice.math == "fma"
+    stem = ConvShape.square(1, 3, 32, 16, 3, stride=2, padding=1)
+    assert stem in choice.picks and choice.picks[stem] is not None
+    assert len(choice.picks) >= 8  # every distinct layer of the pass
+    picked = set(choice.picks.values()) - {None}
+    from seer.algorithms import algorithm_names
+
+    assert picked <= set(algorithm_names("cudnn"))
+
+
+def test_a_layer_seen_later_is_predicted_then():
+    from seer.persist import load_model
+
+    choice = Predicted(load_model("h100", math="default"), "default")
+    layer = ConvShape.square(8, 64, 56, 64, 3, stride=1, padding=1)
+    assert choice.algorithm(layer) in {"IMPLICIT_PRECOMP_GEMM", "IMPLICIT_GEMM", "GEMM", "FFT", "FFT_TILING",
+                                       "WINOGRAD_NONFUSED"}
+    assert list(choice.picks) == [layer]
