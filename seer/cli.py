@@ -146,11 +146,8 @@ def _cmd_collect(args) -> int:
     if args.slurm:  # the options are checked above, here rather than in every task
         from seer.slurm import write_slurm_script
 
-        if args.slurm_tasks > len(shapes):
-            raise InputError(f"{args.slurm_tasks} tasks for {len(shapes)} shapes would leave some with none",
-                             field="slurm-tasks")
         # Tasks sharing a data folder must not all rebuild its tables at once: that is done once, after.
-        write_slurm_script(args, err_console, job_name=f"seer-collect-{spec.name}",
+        write_slurm_script(args, err_console, job_name=f"seer-collect-{spec.name}", work=len(shapes), unit="shapes",
                            extra=() if args.no_parse else ("--no-parse",))
         err_console.log(f"when every task is done: `seer parse --gpu {spec.name} --data-dir {args.data_dir}` "
                         "(`seer merge` instead, for shards written to separate folders)")
@@ -622,11 +619,8 @@ def _cmd_profile_network(args) -> int:
     if args.slurm:
         from seer.slurm import write_slurm_script
 
-        count = len(args.models) * len(shapes) * len(maths)
-        if args.slurm_tasks > count:
-            raise InputError(f"{args.slurm_tasks} tasks for {count} (model, input, math) would leave some with none",
-                             field="slurm-tasks")
         write_slurm_script(args, err_console, job_name="seer-profile-network",
+                           work=len(args.models) * len(shapes) * len(maths), unit="(model, input, math)",
                            extra=() if args.no_tables else ("--no-tables",))
         err_console.log(f"when every task is done: `seer merge --into {args.out} ...` for shards written to separate "
                         f"folders, or the same command with --tables-only")
@@ -653,9 +647,7 @@ def _cmd_profile_network(args) -> int:
             return 0
     tables = write_tables(args.out)
     err_console.log(f"wrote {tables.overall}, {tables.layers} and {len(tables.plots)} plots")
-    from seer.profile_network import read_profile
-
-    errors = mape_over_sizes(read_profile(args.out)[0])
+    errors = mape_over_sizes(tables.passes)
     if len(errors):
         out_console.print(errors.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
     return 0

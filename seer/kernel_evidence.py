@@ -64,11 +64,13 @@ class KernelEvidence:
         return self.by_family.get(classify_kernel(name).family)
 
     def candidates(self, kernel_names: Iterable[str]) -> frozenset[str] | None:
-        """Algorithms that could have launched all these kernels; None if none of them is known."""
+        """Algorithms that could have launched all these kernels (PyTorch's own left out);
+        None if none of them is known."""
+        return self._allowed_by_all(_cudnn_kernels(kernel_names))
+
+    def _allowed_by_all(self, kernel_names: Iterable[str]) -> frozenset[str] | None:
         result = None
         for name in kernel_names:
-            if FRAMEWORK_KERNELS.search(name):
-                continue
             allowed = self.allowed(name)
             if allowed is not None:
                 result = allowed if result is None else result & allowed
@@ -77,10 +79,15 @@ class KernelEvidence:
     def verify(self, kernel_names: Iterable[str], algorithm: str) -> tuple[str, frozenset[str] | None]:
         """Verdict (a key of :data:`VERDICTS`) for ``algorithm`` having launched these kernels,
         and the candidates."""
-        names = [n for n in kernel_names if not FRAMEWORK_KERNELS.search(n)]
+        names = _cudnn_kernels(kernel_names)
         if not names:
             return "no_kernels", None
-        candidates = self.candidates(names)
+        candidates = self._allowed_by_all(names)
         if candidates is None:
             return "unknown_kernels", None
         return ("verified" if algorithm in candidates else "mismatch"), candidates
+
+
+def _cudnn_kernels(kernel_names: Iterable[str]) -> list[str]:
+    """The names that are not PyTorch's own (:data:`FRAMEWORK_KERNELS`)."""
+    return [name for name in kernel_names if not FRAMEWORK_KERNELS.search(name)]

@@ -16,26 +16,22 @@ collection writes to the target.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import lzma
 import os
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Collection, Sequence
 
-# _complete_length: where a file's complete records end, by the rule its readers use.
-from seer.collect.store import DAMAGED_COMPRESSED, SESSIONS_FILE, _complete_length, set_aside_torn_tail
+from seer.collect.store import DAMAGED_COMPRESSED, OPENERS, SESSIONS_FILE, complete_length, set_aside_torn_tail
 from seer.errors import InputError
+from seer.output import AtomicOutput
 
 #: ``<kind>-<tag>.jsonl``, as :class:`seer.collect.store.RunStore` names a writer's file.
 _LOOSE = re.compile(r"(?P<kind>[A-Za-z0-9_]+)-(?P<tag>.+)\.jsonl(?P<suffix>\.gz|\.xz)?")
 #: ``<kind>.jsonl.xz``, as ``pack`` names a kind's one file.
 _PACKED = re.compile(r"(?P<kind>[A-Za-z0-9_]+)\.jsonl(?P<suffix>\.gz|\.xz)?")
-_OPENERS = {".gz": gzip.open, ".xz": lzma.open}
 _CHUNK = 1 << 20
 
 
@@ -60,12 +56,12 @@ class _Version:
 
     @property
     def compressed(self) -> bool:
-        return self.path.suffix in _OPENERS
+        return self.path.suffix in OPENERS
 
     def open(self):
         """Its content as a binary stream, decompressed and cut to the complete records."""
         if self.compressed:
-            return _OPENERS[self.path.suffix](self.path, "rb")
+            return OPENERS[self.path.suffix](self.path, "rb")
         return _Limited(open(self.path, "rb"), self.length)
 
 
@@ -88,10 +84,10 @@ class _Limited:
 
 
 def _version(path: Path) -> _Version:
-    if path.suffix in _OPENERS:
+    if path.suffix in OPENERS:
         return _Version(path, None)  # written whole (packed, or compressed afterwards): nothing torn to cut
     with open(path, "rb") as handle:
-        return _Version(path, _complete_length(handle))
+        return _Version(path, complete_length(handle))
 
 
 def _read(stream, size: int) -> bytes:
@@ -160,29 +156,17 @@ def _count_records(version: _Version) -> int:
 
 def _write_atomic(target: Path, version: _Version | None = None, data: bytes | None = None) -> None:
     """``target`` from a version's bytes (as stored: compressed stays compressed) or from ``data``."""
-    fd, tmp = tempfile.mkstemp(prefix=".seer-merge-", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            if data is not None:
-                out.write(data)
-            else:
-                with open(version.path, "rb") as source:
-                    shutil.copyfileobj(_Limited(source, version.length) if version.length is not None else source,
-                                       out, _CHUNK)
-            out.flush()
-            os.fsync(out.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide the records from the group
-        if version is not None:
-            # The store reads loose files oldest first by modification time: a copy keeps its shard's.
-            stat = version.path.stat()
-            os.utime(tmp, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with AtomicOutput(target, binary=True) as out:
+        if data is not None:
+            out.write(data)
+        else:
+            with open(version.path, "rb") as source:
+                shutil.copyfileobj(_Limited(source, version.length) if version.length is not None else source,
+                                   out, _CHUNK)
+    if version is not None:
+        # The store reads loose files oldest first by modification time: a copy keeps its shard's.
+        stat = version.path.stat()
+        os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns))
 
 
 def merge_raw(sources: Sequence[str | Path], target: str | Path,

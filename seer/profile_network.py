@@ -166,8 +166,7 @@ class NetworkProfiler:
 
         from seer.gpu.timing import BurstTimer
         from seer.gpu.tracing import KernelTracer, available
-        from seer.kernel_evidence import KernelEvidence
-        from seer.persist import load_model
+        from seer.kernel_evidence import TRACED_KERNELS, KernelEvidence
 
         if not torch.cuda.is_available():
             from seer.errors import EnvironmentProblem
@@ -184,14 +183,16 @@ class NetworkProfiler:
         self.trace_problem = reason
         dataset = options.dataset_dir
         self.evidence = (KernelEvidence.from_dataset(dataset)
-                         if dataset is not None and (Path(dataset) / "traced_kernels.csv.gz").exists() else None)
-        self._load_model = lambda math: load_model(options.gpu, math=math, models_dir=options.models_dir)
+                         if dataset is not None and (Path(dataset) / TRACED_KERNELS).exists() else None)
         self._models: dict[str, object] = {}
+        self._choice = None  # seer's picks for the current job's layers, made when its seer policy first runs
         self.measured = 0  # policies measured by run(), so far
 
     def seer_model(self, math: str):
         if math not in self._models:
-            self._models[math] = self._load_model(math)
+            from seer.persist import load_model
+
+            self._models[math] = load_model(self.options.gpu, math=math, models_dir=self.options.models_dir)
         return self._models[math]
 
     def done(self) -> set[tuple]:
@@ -212,14 +213,15 @@ class NetworkProfiler:
 
     # -- one job ----------------------------------------------------------------------
     def _run_job(self, job: Job, policies: Sequence[str]) -> int:
+        from seer.torch.convolution import restore
         from seer.torch.layers import build_model, conv_calls
 
         torch = self.torch
-        calls = conv_calls(build_model(job.network), job.input_shape)
-        layers = calls.layers.reset_index(drop=True)
-        predictions = self.seer_model(job.math).predict(layers, job.math) if len(layers) else None
-        self._choice = None  # seer's picks for this job's layers, made when the seer policy first runs
         model = build_model(job.network, device="cuda")
+        # A pass on the meta device, the model's parameters set aside: the layers as seer predicts them.
+        layers = conv_calls(model, job.input_shape).layers.reset_index(drop=True)
+        predictions = self.seer_model(job.math).predict(layers, job.math) if len(layers) else None
+        self._choice = None
         x = torch.randn(job.input_shape, device="cuda")
         count = 0
         for policy in policies:
@@ -229,12 +231,8 @@ class NetworkProfiler:
             except torch.cuda.OutOfMemoryError as exc:
                 passes, rows = self._failed(job, policy, "oom", exc), []
             except Exception as exc:  # noqa: BLE001 - one configuration fails; the others go on
-                if isinstance(exc, KeyboardInterrupt):
-                    raise
                 passes, rows = self._failed(job, policy, "error", exc), []
             finally:
-                from seer.torch.convolution import restore
-
                 restore(model)
                 torch.cuda.empty_cache()
             # Layer rows first: the pass record marks the policy done.
@@ -259,7 +257,7 @@ class NetworkProfiler:
                 "collected_at": stamp or datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
     def _set_policy(self, model, job: Job, policy: str, layers: pd.DataFrame):
-        from seer.torch.convolution import Predicted, _swap_in, force
+        from seer.torch.convolution import Predicted, force, swap_in
 
         if policy in PYTORCH_POLICIES:
             return _pytorch_flags(PYTORCH_POLICIES[policy], job.math)
@@ -269,7 +267,7 @@ class NetworkProfiler:
 
                 self._choice = Predicted(self.seer_model(job.math), job.math)
                 self._choice.prepare(ConvShape.from_mapping(r) for r in layers.to_dict("records"))
-            _swap_in(model, self._choice, nvtx=True)
+            swap_in(model, self._choice, nvtx=True)
         else:
             force(model, policy, job.math, nvtx=True)
         # Convolutions PyTorch runs (fallbacks) follow the same math mode.
@@ -411,6 +409,7 @@ class ProfileTables:
     overall: Path
     layers: Path
     plots: list[Path]
+    passes: pd.DataFrame  # what overall.csv holds
 
 
 def read_profile(out_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -446,7 +445,7 @@ def write_tables(out_dir: Path) -> ProfileTables:
             frame.to_csv(handle, index=False, float_format="%.6g")
         written[name] = out_dir / name
     plots = plot_profile(passes, layers, out_dir)
-    return ProfileTables(written["overall.csv"], written["layers.csv"], plots)
+    return ProfileTables(written["overall.csv"], written["layers.csv"], plots, passes)
 
 
 def plot_profile(passes: pd.DataFrame, layers: pd.DataFrame, out_dir: Path) -> list[Path]:

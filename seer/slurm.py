@@ -144,12 +144,16 @@ def job_array_script(argv: Sequence[str], *, tasks: int = DEFAULT_TASKS, partiti
     return "\n".join(lines)
 
 
-def write_slurm_script(args, console, *, job_name: str, extra: Sequence[str] = ()) -> int:
+def write_slurm_script(args, console, *, job_name: str, work: int, unit: str, extra: Sequence[str] = ()) -> int:
     """Write the script of a command parsed with :func:`add_slurm_options` (``args.argv``
     its arguments, ``extra`` added to each task's) to ``args.slurm``, executable; log where
-    it went. Returns exit code 0."""
+    it went. ``work`` counts the command's shardable items (``unit`` names them): more
+    tasks than items is an InputError. Returns exit code 0."""
     from seer.output import STDOUT, AtomicOutput
 
+    if args.slurm_tasks > work:
+        raise InputError(f"{args.slurm_tasks} tasks for {work} {unit} would leave some with none",
+                         field="slurm-tasks")
     log_dir = args.slurm_logs
     if log_dir is not None:
         try:  # sbatch does not make it, and a task without it fails with no log

@@ -56,6 +56,18 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = f"skipped in CI, which must run every test but those marked gpu or slurm: {report.longrepr}"
 
 
+
+@pytest.fixture(scope="module")
+def tracer():
+    """A CUPTI kernel tracer (tests marked gpu); skipped where CUPTI cannot be used."""
+    from seer.gpu import tracing
+
+    reason = tracing.available()
+    if reason is not None:
+        pytest.skip(f"CUPTI tracing unavailable: {reason}")
+    with tracing.KernelTracer() as t:
+        yield t
+
 # -- a small model set of the real data, fitted in seconds ----------------------------------
 def small_selector():
     """The shipped model's design with fewer, smaller trees and two folds."""

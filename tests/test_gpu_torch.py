@@ -41,17 +41,6 @@ def evidence():
     return KernelEvidence.from_dataset(DATASET)
 
 
-@pytest.fixture(scope="module")
-def tracer():
-    from seer.gpu import tracing
-
-    reason = tracing.available()
-    if reason is not None:
-        pytest.skip(f"CUPTI tracing unavailable: {reason}")
-    with tracing.KernelTracer() as t:
-        yield t
-
-
 def _every_kind(cuda):
     import sys
 

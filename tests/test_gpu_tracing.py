@@ -17,17 +17,6 @@ ALGOS = {0: "implicit_convolve_sgemm", 1: None, 4: None, 7: None}
 
 
 @pytest.fixture(scope="module")
-def tracer():
-    from seer.gpu import tracing
-
-    reason = tracing.available()
-    if reason is not None:
-        pytest.skip(f"CUPTI tracing unavailable: {reason}")
-    with tracing.KernelTracer() as t:
-        yield t
-
-
-@pytest.fixture(scope="module")
 def conv():
     """forward(algo) -> a callable running one cuDNN forward call with that algorithm."""
     import cupy as cp

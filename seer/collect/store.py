@@ -44,7 +44,7 @@ SESSIONS_FILE = "sessions.jsonl"
 #: Suffix of the file beside a record file that keeps the torn fragments cut from it.
 TORN_SUFFIX = ".torn"
 #: Compressed suffixes a record file may have, and their openers.
-_OPENERS = {".gz": gzip.open, ".xz": lzma.open}
+OPENERS = {".gz": gzip.open, ".xz": lzma.open}
 #: xz preset of packed files: well below gzip's best on these records, which keeps the committed
 #: raw data small; ``PRESET_EXTREME`` gains a little more at several times the time.
 PACK_PRESET = 9
@@ -63,7 +63,7 @@ def default_tag(shard_index: int = 1, shard_count: int = 1) -> str:
 def _open_text(path: Path):
     # Lines end at "\n" alone, as the writer's repair sees them; undecodable bytes (a
     # crash's garbage) fail as a corrupt record, with file and line.
-    opener = _OPENERS.get(path.suffix, open)
+    opener = OPENERS.get(path.suffix, open)
     return opener(path, "rt", newline="", errors="replace")
 
 
@@ -103,7 +103,7 @@ def _previous_newline(handle, end: int, chunk: int = 1 << 16) -> int:
     return -1
 
 
-def _complete_length(handle) -> int:
+def complete_length(handle) -> int:
     """Bytes of a binary JSON-lines file up to the end of its last complete record,
     by the rule of :func:`read_jsonl` (reading only the file's end)."""
     last = _previous_newline(handle, handle.seek(0, os.SEEK_END))
@@ -133,7 +133,7 @@ def set_aside_torn_tail(path: Path) -> int:
         return 0
     with handle:
         size = handle.seek(0, os.SEEK_END)
-        keep = _complete_length(handle)
+        keep = complete_length(handle)
         if keep == size:
             return 0
         handle.seek(keep)
@@ -223,7 +223,7 @@ class RunStore:
     def files(self, kind: str) -> list[Path]:
         if not self.raw_dir.exists():
             return []
-        suffixes = ("", *_OPENERS)
+        suffixes = ("", *OPENERS)
         # A packed file written before packs were xz is .gz; it holds older records than the .xz.
         packed = [p for s in (".gz", ".xz") if (p := self.raw_dir / f"{kind}.jsonl{s}").exists()]
         loose = [p for s in suffixes for p in self.raw_dir.glob(f"{kind}-*.jsonl{s}")]

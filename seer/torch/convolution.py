@@ -39,7 +39,6 @@ from seer.torch.layers import layer_of_call
 PYTORCH = "pytorch"
 
 _FUNCTIONAL = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
-_ENUM_NAMES = {get_algorithm(n).enum: n for n in algorithm_names("cudnn")}
 _GRADIENTS = {1: (torch.nn.grad.conv1d_input, torch.nn.grad.conv1d_weight),
               2: (torch.nn.grad.conv2d_input, torch.nn.grad.conv2d_weight),
               3: (torch.nn.grad.conv3d_input, torch.nn.grad.conv3d_weight)}
@@ -174,7 +173,7 @@ class _Call:
 
     dims: int
     stride: tuple[int, ...]
-    padding: tuple[int, ...] | str
+    padding: tuple[int, ...]
     dilation: tuple[int, ...]
     groups: int
 
@@ -245,27 +244,16 @@ class _SeerConv:
     def from_conv(cls, conv: nn.Module, choice: Choice, name: str = "", nvtx: bool = False):
         """A module of this class with ``conv``'s configuration and its very parameters;
         with ``nvtx``, each call is an NVTX range named ``seer:<name>:<algorithm>``."""
-        new = cls(conv.in_channels, conv.out_channels, conv.kernel_size, stride=conv.stride,
-                  padding=conv.padding, dilation=conv.dilation, groups=conv.groups,
-                  bias=conv.bias is not None, padding_mode=conv.padding_mode, device="meta")
-        new.weight = conv.weight
-        new.bias = conv.bias
-        new.train(conv.training)
+        new = _configured_like(cls, conv)
         new.seer_choice, new.seer_name, new.seer_nvtx = choice, name, nvtx
         new.fallbacks = {}
         new.last_algorithm = None
-        new._plans = {}  # input shape -> (layer, algorithm enum or None, padding); choices are fixed per layer
+        new._plans = {}  # input shape -> _Plan; a choice is fixed per layer
         return new
 
     def to_conv(self) -> nn.Module:
         """The plain ``nn.Conv*`` module with this one's configuration and parameters."""
-        base = _BASES[type(self)]
-        old = base(self.in_channels, self.out_channels, self.kernel_size, stride=self.stride,
-                   padding=self.padding, dilation=self.dilation, groups=self.groups,
-                   bias=self.bias is not None, padding_mode=self.padding_mode, device="meta")
-        old.weight, old.bias = self.weight, self.bias
-        old.train(self.training)
-        return old
+        return _configured_like(_BASES[type(self)], self)
 
     def _numeric_padding(self) -> tuple[int, ...] | None:
         """Padding per axis; None for 'same' padding that is uneven on some axis."""
@@ -293,8 +281,8 @@ class _SeerConv:
                           "PyTorch's own convolution runs instead", stacklevel=3)
         self.fallbacks[reason] = self.fallbacks.get(reason, 0) + 1
 
-    def _plan(self, x: torch.Tensor):
-        """(layer, cuDNN enum or None, padding) for an input of x's shape (after padding_mode)."""
+    def _plan(self, x: torch.Tensor) -> "_Plan":
+        """What runs an input of x's shape (already padded by padding_mode)."""
         key = tuple(x.shape)
         if key not in self._plans:
             dims = len(self.kernel_size)
@@ -304,10 +292,10 @@ class _SeerConv:
                                                    "padding": padding, "dilation": self.dilation,
                                                    "groups": self.groups}, dims))
             except ShapeError as exc:
-                self._plans[key] = (None, f"not a layer seer describes ({exc})", padding)
+                self._plans[key] = _Plan(padding, problem=f"not a layer seer describes ({exc})")
             else:
                 name = self.seer_choice.algorithm(layer)
-                self._plans[key] = (layer, None if name is None else get_algorithm(name).enum, padding)
+                self._plans[key] = _Plan(padding, layer, None if name is None else get_algorithm(name))
         return self._plans[key]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -318,29 +306,29 @@ class _SeerConv:
         if self.padding_mode != "zeros":  # PyTorch pads the input itself, then convolves unpadded
             padding = self._numeric_padding()
             x = F.pad(x, [p for p in reversed(padding) for _ in range(2)], mode=self.padding_mode)
-        layer, algo, padding = self._plan(x)
-        if layer is None:
-            self._fall_back(algo)
-            return self._pytorch(x, padding)
+        plan = self._plan(x)
+        if plan.problem is not None:
+            self._fall_back(plan.problem)
+            return self._pytorch(x, plan.padding)
+        algo = plan.algorithm
         if algo is None:  # the choice leaves this layer to PyTorch
-            return self._pytorch(x, padding)
-        math = self.seer_choice.math
-        call = _Call(len(self.kernel_size), tuple(self.stride), padding, tuple(self.dilation), self.groups)
+            return self._pytorch(x, plan.padding)
+        call = _Call(len(self.kernel_size), tuple(self.stride), plan.padding, tuple(self.dilation), self.groups)
         if self.seer_nvtx:
-            torch.cuda.nvtx.range_push(f"seer:{self.seer_name}:{_ENUM_NAMES[algo]}")
+            torch.cuda.nvtx.range_push(f"seer:{self.seer_name}:{algo.name}")
         try:
-            y = _run(x, self.weight, self.bias, call, layer, algo, math)
+            y = _run(x, self.weight, self.bias, call, plan.layer, algo.enum, self.seer_choice.math)
         except Exception as exc:
             from seer.gpu.cudnn import CudnnError
 
             if not isinstance(exc, CudnnError):
                 raise
-            self._fall_back(f"{_ENUM_NAMES[algo]} cannot run this layer ({exc})")
-            return self._pytorch(x, padding)
+            self._fall_back(f"{algo.name} cannot run this layer ({exc})")
+            return self._pytorch(x, plan.padding)
         finally:
             if self.seer_nvtx:
                 torch.cuda.nvtx.range_pop()
-        self.last_algorithm = _ENUM_NAMES[algo]
+        self.last_algorithm = algo.name
         return y
 
     def _pytorch(self, x: torch.Tensor, padding=None) -> torch.Tensor:
@@ -353,6 +341,26 @@ class _SeerConv:
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, algorithm={self.seer_choice.describe()}, math={self.seer_choice.math}"
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How a seer convolution runs one input shape: the padding cuDNN gets, the layer and the
+    algorithm (None: PyTorch's own), or the problem that leaves the input to PyTorch."""
+
+    padding: tuple[int, ...]
+    layer: ConvShape | None = None
+    algorithm: object = None  # seer.algorithms.Algorithm
+    problem: str | None = None
+
+
+def _configured_like(cls, conv: nn.Module) -> nn.Module:
+    """A ``cls`` module with ``conv``'s configuration, its very parameters and its mode."""
+    new = cls(conv.in_channels, conv.out_channels, conv.kernel_size, stride=conv.stride, padding=conv.padding,
+              dilation=conv.dilation, groups=conv.groups, bias=conv.bias is not None,
+              padding_mode=conv.padding_mode, device="meta")
+    new.weight, new.bias = conv.weight, conv.bias
+    return new.train(conv.training)
 
 
 class SeerConv1d(_SeerConv, nn.Conv1d):
@@ -373,18 +381,17 @@ _BASES = {seer: base for base, seer in SWAPS.items()}
 
 
 # -- whole models -------------------------------------------------------------------------
-def _swap(model: nn.Module, make) -> list[str]:
-    swapped = []
+def _swap(model: nn.Module, make) -> None:
+    """Replace each child for which ``make(child, its full name)`` gives a module."""
     for parent_name, parent in list(model.named_modules()):
         for child_name, child in list(parent.named_children()):
             new = make(child, f"{parent_name}.{child_name}" if parent_name else child_name)
             if new is not None:
                 setattr(parent, child_name, new)
-                swapped.append(f"{parent_name}.{child_name}" if parent_name else child_name)
-    return swapped
 
 
-def _swap_in(model: nn.Module, choice: Choice, nvtx: bool) -> nn.Module:
+def swap_in(model: nn.Module, choice: Choice, nvtx: bool = False) -> nn.Module:
+    """Run what ``choice`` names on every ``nn.Conv1d/2d/3d`` of ``model`` (swapped in place; returned)."""
     if type(model) in SWAPS:
         raise InputError("give the model that holds the convolution, not the convolution itself", field="model")
     _swap(model, lambda m, name: SWAPS[type(m)].from_conv(m, choice, name, nvtx) if type(m) in SWAPS else None)
@@ -393,7 +400,7 @@ def _swap_in(model: nn.Module, choice: Choice, nvtx: bool) -> nn.Module:
 
 def force(model: nn.Module, algorithm: str, math: str = "default", nvtx: bool = False) -> nn.Module:
     """Run ``algorithm`` on every ``nn.Conv1d/2d/3d`` of ``model`` (swapped in place; returned)."""
-    return _swap_in(model, Fixed(algorithm, math), nvtx)
+    return swap_in(model, Fixed(algorithm, math), nvtx)
 
 
 def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_shape: Sequence[int] | None = None,
@@ -413,7 +420,7 @@ def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_s
 
         calls = conv_calls(model, input_shape)
         choice.prepare(ConvShape.from_mapping(row) for row in calls.layers.to_dict("records"))
-    return _swap_in(model, choice, nvtx)
+    return swap_in(model, choice, nvtx)
 
 
 def restore(model: nn.Module) -> nn.Module:
