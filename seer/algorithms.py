@@ -51,6 +51,13 @@ ALGORITHMS: tuple[Algorithm, ...] = (
     Algorithm("WINOGRAD", "cudnn", 6, "WINO", 4, "fused Winograd transform"),
     Algorithm("WINOGRAD_NONFUSED", "cudnn", 7, "WINON", 5,
               "Winograd with separate transform and batched-GEMM kernels"),
+    # seer's own kernels (seer/gpu/kernels.py).
+    Algorithm("SEER_DIRECT", "cupy", None, "SDIR", None,
+              "seer's direct convolution: a thread per output position and block of channels"),
+    Algorithm("SEER_IMPLICIT_GEMM", "cupy", None, "SIG", None,
+              "seer's implicit GEMM, tiled in shared memory and registers"),
+    Algorithm("SEER_IMPLICIT_GEMM_SPLITK", "cupy", None, "SIGS", None,
+              "seer's implicit GEMM with the reduction split across blocks"),
 )
 
 _BY_NAME = {a.name: a for a in ALGORITHMS}
@@ -67,6 +74,26 @@ def get_algorithm(name: str) -> Algorithm:
 def algorithm_names(source: str | None = None) -> list[str]:
     """Names of the registered algorithms, in registry order, optionally of one source."""
     return [a.name for a in ALGORITHMS if source is None or a.source == source]
+
+
+#: Names that ``--algo`` accepts for a group of algorithms: every one, or one source's.
+ALGORITHM_GROUPS = {"all": None, "cudnn": "cudnn", "seer": "cupy"}
+
+
+def select_algorithms(text: str) -> list[str]:
+    """Algorithm names from a comma-separated list of names and groups
+    (:data:`ALGORITHM_GROUPS`), in registry order within a group; ``KeyError`` names the unknown one."""
+    names: list[str] = []
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        if item.lower() in ALGORITHM_GROUPS:
+            names += algorithm_names(ALGORITHM_GROUPS[item.lower()])
+        else:
+            try:
+                names.append(get_algorithm(item).name)
+            except KeyError:
+                raise KeyError(f"unknown algorithm {item!r}; known: {', '.join(_BY_NAME)}, "
+                               f"or a group: {', '.join(ALGORITHM_GROUPS)}") from None
+    return list(dict.fromkeys(names))
 
 
 def heuristic_ranks(choices) -> dict[str, int]:
@@ -115,6 +142,12 @@ def _compile(pattern: str) -> re.Pattern[str]:
 #: First match wins, so specific patterns come before general ones. Written against the
 #: kernel names cuDNN 9.19 and cuBLAS launched on the H100 (tests/test_algorithms.py).
 KERNEL_RULES: tuple[KernelRule, ...] = (
+    # seer's own kernels: the template arguments are the tile (seer/gpu/kernels.py).
+    KernelRule("seer_direct", r"seer_direct_conv<(?P<k>\d+)>", "compute", "direct_k{k}"),
+    KernelRule("seer_implicit_gemm",
+               r"seer_implicit_gemm<(?P<bm>\d+),\s*(?P<bn>\d+),\s*(?P<bk>\d+),\s*(?P<tm>\d+),\s*(?P<tn>\d+),"
+               r"\s*(?P<split>[01]),\s*(?P<minb>\d+)>",
+               "compute", "igemm_{bm}x{bn}x{bk}_{tm}x{tn}_b{minb}"),
     # cuDNN's own implicit and explicit GEMM: the template arguments carry the tiling.
     KernelRule("implicit_sgemm",
                r"implicit_convolve_sgemm<[^,]+,\s*[^,]+,\s*(?P<a>\d+),\s*(?P<b>\d+),\s*(?P<c>\d+),"

@@ -62,7 +62,9 @@ def _add_collect(sub) -> None:
                    help="only the grid's layers of these kinds, comma-separated, as `seer evaluate` names "
                         "them (square, grouped, depthwise, ...), or general for every kind but square")
     p.add_argument("--math", default="fma,default", help="math modes: fma, default or both (default: both)")
-    p.add_argument("--algo", default="all", help="comma-separated algorithm names (default: all cuDNN algorithms)")
+    p.add_argument("--algo", default="all",
+                   help="comma-separated algorithm names or groups: cudnn (cuDNN's), seer (seer's own kernels), "
+                        "all (default)")
     p.add_argument("--shard", default="1/1", help="i/n: collect only shard i of n of the grid (default 1/1)")
     p.add_argument("--profile-shapes", type=_profile_shapes, default=None, metavar="N|all",
                    help="profile under ncu every successful run of N shapes chosen evenly over the "
@@ -95,8 +97,14 @@ def _add_collect(sub) -> None:
                    help="flush caches before each replay pass (all, default) or not (none)")
     p.add_argument("--retry", default="", help="statuses to measure again, e.g. error,oom; 'unstable' re-times successful "
                         "runs whose repetitions spread over 10%% of their median, 'untraced' those without a "
-                        "kernel trace, 'trace_mismatch' one-kernel runs timed over twice their traced kernel; "
+                        "kernel trace, 'trace_mismatch' one-kernel runs timed over twice their traced kernel, 'energy' "
+                        "those without an energy reading; "
                         "statuses of timing or profiling (such as too_many_kernels) recorded by earlier sessions")
+    p.add_argument("--energy", type=float, default=0.0, metavar="SECONDS",
+                   help="also read each successful run's energy per call and average power from NVML's energy "
+                        "counter, over about SECONDS of back-to-back calls (1 is about ten counter steps on the "
+                        "H100); 0, the default, reads none. With --retry energy, runs timed without it are "
+                        "timed again")
     p.add_argument("--seed", type=int, default=0, help="seeds inputs and sampled checks (default 0)")
     p.add_argument("--keep-ncu-csv", action="store_true", help="keep ncu's raw CSV files in raw/")
     p.add_argument("--stop-after", type=float, metavar="MINUTES",
@@ -121,7 +129,7 @@ def _layer_kinds(text: str) -> tuple[str, ...]:
 
 
 def _cmd_collect(args) -> int:
-    from seer.algorithms import algorithm_names, get_algorithm
+    from seer.algorithms import select_algorithms
     from seer.collect.orchestrate import CollectOptions, Collector
     from seer.collect.plan import parse_shard
     from seer.gpus import get_gpu_spec
@@ -130,13 +138,12 @@ def _cmd_collect(args) -> int:
 
     spec = get_gpu_spec(args.gpu)  # an unknown GPU fails before anything else happens
     maths = parse_math_modes(args.math)
-    if args.algo.lower() == "all":
-        algos = algorithm_names("cudnn")
-    else:
-        try:
-            algos = [get_algorithm(a.strip()).name for a in args.algo.split(",") if a.strip()]
-        except KeyError as exc:
-            raise InputError(exc.args[0], field="algo") from None
+    try:
+        algos = select_algorithms(args.algo)
+    except KeyError as exc:
+        raise InputError(exc.args[0], field="algo") from None
+    if not algos:
+        raise InputError("no algorithm named", field="algo")
     shard_index, shard_count = parse_shard(args.shard)
     shapes = resolve_grids(args.grid)
     if args.kinds:
@@ -158,7 +165,7 @@ def _cmd_collect(args) -> int:
         dataset_dir=args.data_dir / spec.name, shard_index=shard_index, shard_count=shard_count,
         profile_shapes=args.profile_shapes, workspace_cap_bytes=int(args.workspace_cap_gib * 2**30),
         budget_ms=args.budget_ms, min_reps=args.min_reps, max_reps=args.max_reps,
-        min_burst_ms=args.min_burst_ms,
+        min_burst_ms=args.min_burst_ms, energy_s=args.energy,
         item_timeout_s=args.item_timeout, ncu=args.ncu, profile_chunk_items=args.profile_chunk,
         max_profile_kernels=args.max_profile_kernels,
         ncu_metric_set=args.ncu_metrics, ncu_replay=args.ncu_replay,
@@ -454,14 +461,19 @@ def _add_network(sub) -> None:
     from seer.output import FORMATS
 
     p = sub.add_parser(
-        "network", help="predict every convolution of a PyTorch model, layer by layer (no GPU needed; needs torch)",
-        description="MODEL is a torchvision model name (built with weights=None) or module:function, a function "
-                    "that takes no arguments and returns a torch.nn.Module. One forward pass on PyTorch's meta "
-                    "device finds every convolution it runs; seer predicts each algorithm's time for each, and "
-                    "totals the network's convolution time under seer's picks and under each algorithm fixed "
-                    "on every layer. Convolutions seer does not model are listed with the reason.")
-    p.add_argument("model", help="torchvision model name (resnet152, ...) or module:function")
-    p.add_argument("--input", required=True, help="input shape NxCxHxW or NxCxDxHxW, e.g. 1x3x224x224")
+        "network", help="predict every convolution of a PyTorch or ONNX model, layer by layer (no GPU needed; "
+                        "needs torch, or onnx for an .onnx file)",
+        description="MODEL is a torchvision model name (built with weights=None), module:function, a function "
+                    "that takes no arguments and returns a torch.nn.Module, or an ONNX file (a name ending in "
+                    ".onnx). For a PyTorch model one forward pass on PyTorch's meta device finds every convolution "
+                    "it runs; for an ONNX file, ONNX shape inference finds every Conv node's layer (nothing in the "
+                    "file runs, and external weight files are not read). seer predicts each algorithm's time for "
+                    "each, and totals the network's convolution time under seer's picks and under each algorithm "
+                    "fixed on every layer. Convolutions seer does not model are listed with the reason.")
+    p.add_argument("model", help="torchvision model name (resnet152, ...), module:function, or FILE.onnx")
+    p.add_argument("--input", help="input shape NxCxHxW or NxCxDxHxW, e.g. 1x3x224x224; required for a PyTorch "
+                                   "model; for an ONNX file, the shape of its first input (every size), needed "
+                                   "where the file leaves a size open (a batch size N)")
     _add_model_options(p)
     p.add_argument("-o", "--out", help="write every prediction here (- for standard output): CSV rows as "
                                        "`seer predict` writes them, with name and calls first; or JSON (.json "
@@ -473,8 +485,9 @@ def _add_network(sub) -> None:
     p.add_argument("--table", choices=("slowest", "all"), default="slowest",
                    help=f"layers the terminal shows: the {NETWORK_TABLE_LAYERS} slowest (default) or all")
     p.add_argument("--device", choices=("auto", "meta", "cpu"), default="auto",
-                   help="where the forward pass runs: meta (shapes only), cpu (zeros), or auto: meta, "
-                        "and the CPU if that fails (default)")
+                   help="where a PyTorch model's forward pass runs: meta (shapes only), cpu (zeros), or auto: "
+                        "meta, and the CPU if that fails (default); an ONNX file has no forward pass, and "
+                        "refuses meta and cpu")
     p.add_argument("--models-dir", type=Path, default=None, help=MODELS_DIR_HELP)
     p.set_defaults(func=_cmd_network)
 
@@ -486,35 +499,50 @@ NETWORK_TABLE_LAYERS = 10
 def _cmd_network(args) -> int:
     from contextlib import ExitStack
 
+    from seer.calls import parse_input_shape
     from seer.layers import write_layers
     from seer.network_time import predict_network
     from seer.output import STDOUT, AtomicOutput, NetworkWriter, format_for
     from seer.persist import load_model
-    from seer.torch import build_model, conv_calls, parse_input_shape
 
     if args.out == STDOUT and args.layers_out == STDOUT:
         raise InputError("only one of --out and --layers-out can be standard output", field="layers-out")
-    shape = parse_input_shape(args.input)
+    onnx_file = args.model.lower().endswith(".onnx")  # a torchvision name or module:function never does
+    if args.input is None and not onnx_file:
+        raise InputError("a PyTorch model needs --input, e.g. --input 1x3x224x224", field="input")
+    if onnx_file and args.device != "auto":
+        raise InputError(f"--device {args.device} is for PyTorch models: an ONNX file has no forward pass",
+                         field="device")
+    shape = None if args.input is None else parse_input_shape(args.input, any_rank=onnx_file)
     model = load_model(args.gpu, math=args.math, models_dir=args.models_dir)
     with ExitStack() as files:
         # Opened first, so that an unusable path fails before any work; renamed into place at the end.
         handles = {key: sys.stdout if path == STDOUT else files.enter_context(AtomicOutput(path))
                    for key, path in (("out", args.out), ("layers", args.layers_out)) if path}
         with StepProgress("network", err_console) as progress:
-            progress.update(0, 2, f"building {args.model}")
-            network = build_model(args.model)
-            progress.update(1, 2, f"one forward pass of {'x'.join(map(str, shape))}")
-            found = conv_calls(network, shape, device=args.device)
-            progress.update(2, 2, "done")
+            if onnx_file:
+                from seer.onnx_layers import onnx_conv_calls
+
+                progress.update(0, 1, f"reading {args.model} and inferring its shapes")
+                found = onnx_conv_calls(args.model, shape)
+                progress.update(1, 1, "done")
+            else:
+                from seer.torch import build_model, conv_calls
+
+                progress.update(0, 2, f"building {args.model}")
+                network = build_model(args.model)
+                progress.update(1, 2, f"one forward pass of {'x'.join(map(str, shape))}")
+                found = conv_calls(network, shape, device=args.device)
+                progress.update(2, 2, "done")
         result = predict_network(model, found.layers, args.math)
         if "out" in handles:
             NetworkWriter(handles["out"], format_for(args.out, args.format)).write(
-                result, found.skipped, {"model": args.model, "input": list(shape), "gpu": model.gpu,
+                result, found.skipped, {"model": args.model, "input": list(found.input_shape), "gpu": model.gpu,
                                         "device": found.device})
         if "layers" in handles:
             write_layers(handles["layers"], found.per_call(), fmt="csv")
     console = err_console if STDOUT in (args.out, args.layers_out) else out_console
-    _print_network(console, args, shape, model.gpu, found, result)
+    _print_network(console, args, found.input_shape, model.gpu, found, result)
     return 0
 
 
@@ -587,6 +615,8 @@ def _add_profile_network(sub) -> None:
     p.add_argument("--models-dir", type=Path, default=None, help=MODELS_DIR_HELP)
     p.add_argument("--shard", default="1/1", help="i/n: only every n-th (model, input, math), from the i-th")
     p.add_argument("--budget-ms", type=float, default=5.0, help="GPU time of one layer's timed bursts (default 5)")
+    p.add_argument("--retrace", action="store_true",
+                   help="measure again the passes recorded without a kernel tracer (their layers 'untraced')")
     p.add_argument("--tables-only", action="store_true", help="measure nothing: rebuild the tables and plots")
     p.add_argument("--no-tables", action="store_true",
                    help="only record: leave the tables and plots to `--tables-only` or `seer merge` (as shards do)")
@@ -629,7 +659,8 @@ def _cmd_profile_network(args) -> int:
         jobs = plan_jobs(args.models, shapes, maths, policies, shard_index, shard_count)
         options = ProfileOptions(out_dir=args.out, gpu=spec.name, models_dir=args.models_dir,
                                  dataset_dir=args.data_dir / spec.name, budget_ms=args.budget_ms,
-                                 tag=default_tag(shard_index, shard_count), argv=list(args.argv))
+                                 retrace=args.retrace, tag=default_tag(shard_index, shard_count),
+                                 argv=list(args.argv))
         started = time.perf_counter()
         profiler = NetworkProfiler(options, progress=err_console.log)
         if profiler.tracer is None:
@@ -650,6 +681,90 @@ def _cmd_profile_network(args) -> int:
     errors = mape_over_sizes(tables.passes)
     if len(errors):
         out_console.print(errors.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+    return 0
+
+
+def _add_ceilings(sub) -> None:
+    p = sub.add_parser("ceilings", help="measure this GPU's compute and memory ceilings for the roofline",
+                       description="FP32 and TF32 GEMM FLOP/s (cuBLAS), and DRAM, L2 and L1 bandwidth (copy and "
+                                   "re-read kernels), timed in bursts; written to DATA_DIR/GPU/ceilings.json beside "
+                                   "the datasheet's figures, with the machine and command.")
+    p.add_argument("--gpu", required=True, help="GPU spec name; the detected device must be this one")
+    p.add_argument("--data-dir", type=Path, default=Path("data"), help="datasets root (default: data)")
+    p.set_defaults(func=_cmd_ceilings)
+
+
+def _cmd_ceilings(args) -> int:
+    from seer.errors import EnvironmentProblem
+    from seer.gpus import get_gpu_spec
+    from seer.roofline import write_ceilings
+
+    spec = get_gpu_spec(args.gpu)
+    try:
+        from seer.gpu.ceilings import measure_ceilings
+        from seer.gpu.worker import probe
+
+        machine = probe()
+    except ImportError as exc:
+        raise EnvironmentProblem(f"seer ceilings needs a GPU host with CuPy: {exc}") from None
+    if not spec.matches(machine["device_name"], machine.get("sm_count")):
+        raise InputError(f"this GPU is {machine['device_name']}, not {spec.display_name}", field="gpu")
+    measured = measure_ceilings(progress=err_console.log)
+    path = write_ceilings(args.data_dir / spec.name, spec, measured, machine, list(args.argv))
+    err_console.log(f"wrote {path}")
+    return 0
+
+
+def _add_roofline(sub) -> None:
+    p = sub.add_parser("roofline", help="draw the hierarchical roofline (DRAM, L2, L1) of the profiled runs",
+                       description="Each profiled run of the GPU's dataset placed by its arithmetic intensity at "
+                                   "DRAM, L2 and L1 and its achieved FLOP/s (ncu's counters), under the ceilings "
+                                   "that `seer ceilings` measured. Writes OUT/roofline.csv and one plot per math mode.")
+    p.add_argument("--gpu", required=True)
+    p.add_argument("--data-dir", type=Path, default=Path("data"), help="datasets root (default: data)")
+    p.add_argument("--algo", default="all", help="algorithms or groups (cudnn, seer, all; default all)")
+    p.add_argument("--math", default="fma,default", help="math modes (default both)")
+    p.add_argument("--layers", help="only these layers: a grid name or a shapes/layer file")
+    p.add_argument("--out", type=Path, required=True, help="output folder")
+    p.set_defaults(func=_cmd_roofline)
+
+
+def _cmd_roofline(args) -> int:
+    import pandas as pd
+
+    from seer.algorithms import select_algorithms
+    from seer.gpus import get_gpu_spec
+    from seer.grids import resolve_grids
+    from seer.output import AtomicOutput
+    from seer.roofline import plot_roofline, read_ceilings, roofline_points
+    from seer.schema import parse_math_modes
+
+    spec = get_gpu_spec(args.gpu)
+    dataset_dir = args.data_dir / spec.name
+    try:
+        algos = select_algorithms(args.algo)
+    except KeyError as exc:
+        raise InputError(exc.args[0], field="algo") from None
+    maths = parse_math_modes(args.math)
+    ceilings = read_ceilings(dataset_dir)
+    table = dataset_dir / "measurements.csv.gz"
+    if not table.exists():
+        raise InputError(f"no dataset; run `seer parse --gpu {spec.name}` first", path=table)
+    runs = pd.read_csv(table, low_memory=False)
+    runs = runs[runs["algo"].isin(algos) & runs["math"].isin(maths)]
+    if args.layers:
+        runs = runs[runs["shape_id"].isin({s.shape.shape_id for s in resolve_grids(args.layers)})]
+    points = roofline_points(runs)
+    if points.empty:
+        raise InputError("no profiled run matches (profile with `seer collect --profile-shapes`)", field="layers")
+    args.out.mkdir(parents=True, exist_ok=True)
+    with AtomicOutput(args.out / "roofline.csv") as handle:
+        points.to_csv(handle, index=False, float_format="%.6g")
+    written = [args.out / "roofline.csv"]
+    for math, group in points.groupby("math", sort=False):
+        written.append(plot_roofline(group, ceilings, args.out / f"roofline-{math}.png",
+                                     f"{spec.display_name}, {math} math: {len(group)} profiled runs"))
+    err_console.log(f"wrote {', '.join(str(p) for p in written)}")
     return 0
 
 
@@ -747,6 +862,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_network(sub)
     _add_profile_network(sub)
     _add_evaluate(sub)
+    _add_ceilings(sub)
+    _add_roofline(sub)
     _add_grid(sub)
     _add_gpus(sub)
     return parser

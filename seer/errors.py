@@ -65,3 +65,9 @@ class EnvironmentProblem(SeerError):
     """The machine cannot do the job: no GPU, no ncu, no cuDNN, wrong GPU."""
 
     exit_code = EXIT_ENVIRONMENT
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception's message on one line, cut at ``limit`` characters: for a message that
+    quotes another library's error."""
+    return " ".join(str(exc).split())[:limit]

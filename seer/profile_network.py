@@ -130,6 +130,7 @@ class ProfileOptions:
     dataset_dir: Path | None = None  # the GPU's dataset, for the kernel evidence
     budget_ms: float = 5.0
     forward_budget_ms: float = 50.0
+    retrace: bool = False  # measure again the passes recorded without a kernel tracer
     tag: str = field(default_factory=default_tag)
     argv: list[str] = field(default_factory=list)
 
@@ -196,7 +197,10 @@ class NetworkProfiler:
         return self._models[math]
 
     def done(self) -> set[tuple]:
-        return self.store.done_keys("pass_times", PASS_KEY)
+        done = self.store.done_keys("pass_times", PASS_KEY)
+        if self.options.retrace and self.tracer is not None:
+            done -= untraced_passes(self.options.out_dir)
+        return done
 
     def run(self, jobs: Sequence[Job]) -> int:
         """Profile every job's policies not yet recorded; returns how many were measured."""
@@ -429,6 +433,13 @@ def read_profile(out_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     order = ["network", "math", "size", "policy"]
     return (passes.sort_values(order, kind="stable").reset_index(drop=True),
             layers.sort_values([*order], kind="stable").reset_index(drop=True))
+
+
+def untraced_passes(out_dir: Path) -> set[tuple]:
+    """Keys of the passes whose latest layer rows were measured without a kernel tracer."""
+    _, layers = read_profile(out_dir)
+    untraced = layers[layers["verified"] == "untraced"]
+    return set(untraced[list(PASS_KEY)].itertuples(index=False, name=None))
 
 
 def write_tables(out_dir: Path) -> ProfileTables:

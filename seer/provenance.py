@@ -90,6 +90,13 @@ def provenance(store: RunStore, table: pd.DataFrame, kernels: pd.DataFrame, cens
                          "metrics listed in seer/metrics.py",
             "split": f"seeded hash of shape_id: {test_fraction:.0%} of shapes to Test-set-I; "
                      f"grids {', '.join(test_set_ii_grids)} are Test-set-II",
+            "energy": "seer collect --energy S (seer.gpu.energy): NVML's total-energy counter (mJ; it steps "
+                      "about every 100 ms on the H100) read at its first and last step within about S seconds of "
+                      "back-to-back calls, after 0.25 s of calls to settle; power_w = energy / host time between "
+                      "the two steps, energy_mj = power_w x the run's median time; the board's power, static "
+                      "included",
+            "own_kernels": "algorithms SEER_*: seer's CuPy kernels (seer.gpu.kernels), FP32 FMA arithmetic under "
+                           "either math mode; timed, checked, traced and profiled like cuDNN's",
             "census": "seer collect --census: per shape and math mode, cudnnGetConvolutionForwardWorkspaceSize "
                       "for every algorithm and cudnnGetConvolutionForwardAlgorithm_v7's ranking; descriptors "
                       "only, no tensor allocated, no kernel run; shapes of no timed grid",

@@ -124,6 +124,7 @@ MEASUREMENT_COLUMNS: tuple[str, ...] = (
     "dram_write_bytes", "l2_bytes", "l1_bytes", "sm_util", "dram_util", "fma_pipe_util",
     "tensor_pipe_util", "sm_throughput_util", "dram_throughput_util", "sm_clock_hz",
     "trace_status", "trace_n_kernels", "trace_time_ms", "trace_main_kernel", "trace_variant",
+    "power_w", "energy_mj", "energy_window_s", "energy_counter_steps",
     "split", "collected_at",
 )
 #: Columns of measurements.csv.gz that hold text; every other column is numeric.

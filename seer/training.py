@@ -38,6 +38,8 @@ TRAINING_COLUMNS = (*LAYER_COLUMNS, "shape_id", "math", "algo", "status", "time_
 KERNEL_PATH_COLUMN = "trace_variant"
 #: Called with (steps done, steps in all, what comes next).
 Progress = Callable[[int, int, str], None]
+#: Share of a split's shapes an algorithm must have been run on to be modelled.
+MIN_COVERAGE = 0.95
 
 
 def training_frames(table: pd.DataFrame, math: str, split: str | None = "train",
@@ -54,9 +56,14 @@ def training_frames(table: pd.DataFrame, math: str, split: str | None = "train",
         succeeded = succeeded.astype(float)
     values = rows.assign(**{value: succeeded}).pivot(
         index="shape_id", columns="algo", values=value)
-    algos = [a for a in pd.unique(table["algo"]) if a in values.columns]
+    # A missing run is not a failed one, and the models would learn it as one: an algorithm
+    # run (a record, even a failure) on under MIN_COVERAGE of the shapes is left out, and so
+    # is a shape that lacks a record of an algorithm kept.
+    recorded = pd.crosstab(rows["shape_id"], rows["algo"]).reindex(index=values.index) > 0
+    algos = [a for a in pd.unique(table["algo"]) if a in values.columns and recorded[a].mean() >= MIN_COVERAGE]
+    values = values.loc[recorded[algos].all(axis=1), algos]
     shapes = rows.drop_duplicates("shape_id").set_index("shape_id").loc[values.index, list(LAYER_COLUMNS)]
-    return shapes, values[algos]
+    return shapes, values
 
 
 def training_inputs(table: pd.DataFrame, census: pd.DataFrame, math: str, split: str = "train"):

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from conftest import REPO
+from seer.algorithms import algorithm_names
 from seer.dataset import build_dataset, read_census, read_measurements, rollup_kernels, split_of
 from seer.gpus import get_gpu_spec
 from seer.grids import read_shapes_file
@@ -80,8 +81,11 @@ def test_columns_keys_and_statuses(table):
     assert set(table["gpu"]) == {"h100"} and table["cudnn_version"].nunique() == 1
     # Every (shape, math) has all eight cuDNN algorithms, whatever their status, except at
     # most one per session stopped early (time limit or Ctrl-C), which left its shape
-    # part-way: resuming completes it.
-    sizes = table.groupby(["shape_id", "math"]).size()
+    # part-way: resuming completes it. seer's own kernels ran on some shapes only.
+    assert set(table["algo"]) <= set(algorithm_names())
+    cudnn = table[table["algo"].isin(algorithm_names("cudnn"))]
+    sizes = cudnn.groupby(["shape_id", "math"]).size().reindex(
+        table[["shape_id", "math"]].drop_duplicates().itertuples(index=False, name=None), fill_value=0)
     sessions = [json.loads(line) for line in (H100 / "raw" / "sessions.jsonl").read_text().splitlines()]
     stopped = sum(bool(s.get("stopped_at_time_limit") or s.get("interrupted")) for s in sessions)
     assert (sizes <= 8).all() and (sizes < 8).sum() <= stopped
@@ -95,12 +99,13 @@ def test_dataset_size_promised_by_the_issue(table):
     shapes = table.groupby("grid")["shape_id"].nunique()
     assert shapes["seer"] + shapes["networks"] >= 1500
     assert set(table["math"]) == {"fma", "default"}
-    # ncu metrics for every successful run of at least 600 shapes, from both grids.
-    ok = table[table["status"] == "ok"]
+    # ncu metrics for every successful cuDNN run of at least 600 shapes, from both grids (seer's
+    # own kernels are profiled on some layers only).
+    ok = table[(table["status"] == "ok") & table["algo"].isin(algorithm_names("cudnn"))]
     complete = ok.groupby("shape_id")["profile_status"].agg(lambda s: (s == "ok").all())
     profiled = ok[ok["shape_id"].isin(complete[complete].index)]
     assert len(complete[complete]) >= 600
-    assert set(profiled["grid"]) == {"seer", "networks", "networks-general", "test-set-ii-general"}
+    assert set(profiled["grid"]) >= {"seer", "networks", "networks-general", "test-set-ii-general"}
     assert set(profiled["algo"]) >= {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "FFT", "FFT_TILING",
                                      "WINOGRAD_NONFUSED"}
     # Layers of the general kinds with runs under ncu, 2D and 3D (issue 14 asks for 500).

@@ -13,7 +13,7 @@ from seer.cli import main
 from seer.errors import InputError
 from seer.kernel_evidence import KernelEvidence
 from seer.profile_network import (KINDS, OVERALL_COLUMNS, PASS_KEY, mape_over_sizes, parse_policies, parse_sizes,
-                                  plan_jobs, read_profile, write_tables)
+                                  plan_jobs, read_profile, untraced_passes, write_tables)
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 DATASET = Path(__file__).resolve().parents[1] / "data" / "h100"
@@ -75,6 +75,26 @@ def test_overall_table_is_what_the_records_say():
     errors = mape_over_sizes(committed)
     assert set(errors["policy"]) == {"seer", "IMPLICIT_PRECOMP_GEMM"}  # PyTorch's policies have no prediction
     assert (errors["sizes"] == 100).all()
+
+
+def test_retrace_finds_the_passes_measured_without_a_tracer(tmp_path):
+    """--retrace measures again a pass whose latest layers are untraced, and only those."""
+    from seer.collect.store import RunStore
+
+    def record(size, stamp, verified):
+        base = {"network": "resnet18", "input": f"1x3x{size}x{size}", "math": "fma", "policy": "seer",
+                "size": size, "batch": 1, "collected_at": stamp}
+        store = RunStore(tmp_path, tag=stamp[-2:], kinds=KINDS)
+        store.append("layer_times", [{**base, "name": "conv1", "measured_ms": 0.1, "verified": verified}])
+        store.append("pass_times", [{**base, "status": "ok", "conv_ms": 0.1}])
+        store.close()
+
+    record(224, "2026-11-20T10:00:00+00:00", "untraced")
+    record(256, "2026-11-20T10:00:01+00:00", "verified")
+    assert untraced_passes(tmp_path) == {("resnet18", "1x3x224x224", "fma", "seer")}
+    record(224, "2026-11-24T10:00:02+00:00", "verified")  # measured again, traced
+    assert untraced_passes(tmp_path) == set()
+    assert (read_profile(tmp_path)[1]["verified"] == "verified").all()
 
 
 def test_tables_and_plots_from_the_networks_records(tmp_path):

@@ -71,6 +71,21 @@ def untraced_keys(timing) -> set[tuple]:
     return set(ok[list(RUN_KEY)].itertuples(index=False, name=None))
 
 
+#: ``--retry`` word that re-times successful runs without an energy reading (with ``--energy``).
+RETRY_ENERGY = "energy"
+
+
+def no_energy_keys(timing) -> set[tuple]:
+    """Keys of successful runs whose record holds no energy reading: what ``--retry energy``
+    measures again."""
+    if timing.empty:
+        return set()
+    ok = timing[timing["status"] == "ok"]
+    if "energy_mj" in ok.columns:
+        ok = ok[ok["energy_mj"].isna()]
+    return set(ok[list(RUN_KEY)].itertuples(index=False, name=None))
+
+
 #: ``--retry`` word that re-times successful one-kernel runs whose timed time per call is
 #: more than :data:`MAX_TRACE_RATIO` times their traced kernel's: the trace saw the kernel
 #: run far faster than the bursts did, so the bursts timed something besides it. Their
@@ -230,6 +245,7 @@ class Collector:
                 "shapes_in_grid": len(o.shapes), "shapes_in_shard": len(self.my_shapes()),
                 "workspace_cap_bytes": o.workspace_cap_bytes, "budget_ms": o.budget_ms,
                 "min_reps": o.min_reps, "max_reps": o.max_reps, "min_burst_ms": o.min_burst_ms,
+                "energy_s": o.energy_s,
                 "timing_protocol": TIMING_PROTOCOL, "seed": o.seed,
                 "counts": self.counts, "timing_seconds": round(self.timing_seconds, 1),
                 "profiling_seconds": round(self.profiler.seconds, 1),
@@ -262,6 +278,8 @@ class Collector:
             done -= untraced_keys(latest)
         if RETRY_TRACE_MISMATCH in o.retry:
             done -= trace_mismatch_keys(latest)
+        if RETRY_ENERGY in o.retry:
+            done -= no_energy_keys(latest)
         memory = self.info.get("memory_bytes") or self.spec.memory_bytes
         plan = build_plan(shapes, o.maths, o.algos, done)
         # A shape keeps the grid that first timed it (seer.collect.store.first_grids),
@@ -305,7 +323,7 @@ class Collector:
 
         return self._run_worker("time", ["--seed", str(o.seed), "--budget-ms", str(o.budget_ms),
                                          "--min-burst-ms", str(o.min_burst_ms), "--min-reps", str(o.min_reps),
-                                         "--max-reps", str(o.max_reps)],
+                                         "--max-reps", str(o.max_reps), "--energy-s", str(o.energy_s)],
                                 pending, "timing", "timing_rows", rows, failed, progress)
 
     def _run_worker(self, command_name: str, arguments: list[str], pending: list[ShapeWork], kind: str,

@@ -36,6 +36,7 @@ class CollectOptions:
     min_reps: int = 5
     max_reps: int = 50
     min_burst_ms: float = 1.0
+    energy_s: float = 0.0  # window of the energy reading per run (seer.gpu.energy); 0: none
     item_timeout_s: float = 300.0
     ncu: str | None = None
     profile_chunk_items: int = 150

@@ -126,6 +126,8 @@ def _prepare(problem, tensors, algo: str, workspace_cap: int):
 
     from seer.gpu.cudnn import CudnnError, CudnnNotSupported
 
+    if get_algorithm(algo).source == "cupy":
+        return _prepare_own(tensors, algo)
     enum = get_algorithm(algo).enum
     try:
         workspace_bytes = problem.workspace_size(enum)
@@ -147,6 +149,22 @@ def _prepare(problem, tensors, algo: str, workspace_cap: int):
                         ptr, workspace_bytes)
 
     return forward, workspace, workspace_bytes
+
+
+def _prepare_own(tensors, algo: str):
+    """seer's own kernel for one algorithm (no workspace), or _ItemFailed with the status."""
+    from cupy.cuda.compiler import CompileException
+
+    from seer.gpu import kernels
+
+    reason = kernels.unsupported_reason(algo, tensors.shape)
+    if reason:
+        raise _ItemFailed("not_supported", reason)
+    try:
+        forward, _ = kernels.forward(algo, tensors.shape, tensors.x, tensors.w, tensors.y)
+    except CompileException as exc:
+        raise _ItemFailed("error", f"compiling seer's kernels: {str(exc).splitlines()[0]}") from None
+    return forward, None, 0
 
 
 def _run_unchecked(forward) -> None:
@@ -217,6 +235,14 @@ def _for_each_item(plan: list[ShapeWork], emit, seed: int, per_item,
     handle.close()
 
 
+def _cuda_errors() -> tuple[type[BaseException], ...]:
+    """Errors after which the CUDA context may be unusable: a launch (driver API, seer's
+    kernels) or a call (runtime API) that failed."""
+    import cupy as cp
+
+    return cp.cuda.runtime.CUDARuntimeError, cp.cuda.driver.CUDADriverError
+
+
 def _base_row(work: ShapeWork, math_mode: str, algo: str) -> dict:
     return {"shape_id": work.shape_id, "math": math_mode, "algo": algo, "grid": work.grid,
             **work.shape.as_dict()}
@@ -237,24 +263,26 @@ def _sm_clock_reader() -> Callable[[], int | None]:
 
 def time_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, seed: int,
               budget_ms: float, min_reps: int, max_reps: int, min_burst_ms: float = 1.0,
-              stop_file: str | None = None) -> None:
+              energy_s: float = 0.0, stop_file: str | None = None) -> None:
     """Time every item: check the result, then the median GPU time per call over bursts.
 
     See :mod:`seer.gpu.timing`: each timed repetition is a burst of back-to-back calls of
     at least ``min_burst_ms``, started behind a spinning GPU so that host-side work stays
     outside the timed region; about ``budget_ms`` of bursts, ``min_reps`` to ``max_reps``
     of them. Repeated calls reuse the same buffers (a warm L2, as in a framework's
-    benchmark mode).
+    benchmark mode). With ``energy_s``, a successful run's energy per call is read over
+    about that many seconds of back-to-back calls (:mod:`seer.gpu.energy`).
     """
-    import cupy as cp
     import numpy as np
     from cupyx.profiler import benchmark
 
     from seer.gpu.timing import BurstTimer, steadiest
 
     timer = BurstTimer()
+    cuda_errors = _cuda_errors()
     sm_clock = _sm_clock_reader()
     tracer, trace_problem = _kernel_tracer()
+    meter, energy_problem = _energy_meter(energy_s)
 
     def per_item(problem, tensors, work, math_mode, algo, rank):
         row = _base_row(work, math_mode, algo) | {"heuristic_rank": rank}
@@ -282,10 +310,13 @@ def time_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, seed: int,
                     "host_us_per_call": round(host_us, 2), "first_call_ms": first_ms,
                     "sm_clock_mhz": sm_clock()}
             row |= _traced_kernels(tracer, trace_problem, forward)
+            if energy_s > 0 and status == "ok":
+                row |= (meter.measure(forward, float(median), energy_s).as_row() if meter is not None
+                        else {"energy_detail": energy_problem})
             del workspace
         except _ItemFailed as exc:
             row |= {"status": exc.status, "status_detail": exc.detail}
-        except cp.cuda.runtime.CUDARuntimeError as exc:
+        except cuda_errors as exc:
             # The context may be unusable: record the item, then let a fresh worker go on.
             emit({EVENT: protocol.ROW, "row": row | {"status": "error", "status_detail": f"CUDA error: {exc}"}})
             sys.exit(EXIT_CUDA_ERROR)
@@ -305,6 +336,18 @@ def _kernel_tracer():
         return tracing.KernelTracer(), None
     except Exception as exc:  # tracing is extra information: the timing goes on without it
         return None, f"{type(exc).__name__}: {exc}"
+
+
+def _energy_meter(energy_s: float):
+    """(an NVML energy meter, None) when energy is asked for and NVML works, else (None, why)."""
+    if energy_s <= 0:
+        return None, None
+    try:
+        from seer.gpu.energy import EnergyMeter
+
+        return EnergyMeter(), None
+    except Exception as exc:  # energy is extra information: the timing goes on without it
+        return None, f"NVML: {type(exc).__name__}: {exc}"
 
 
 def _traced_kernels(tracer, problem: str | None, forward) -> dict:
@@ -332,6 +375,8 @@ def profile_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, seed: int,
     import cupy as cp
     from cupy.cuda import nvtx
 
+    cuda_errors = _cuda_errors()
+
     def per_item(problem, tensors, work, math_mode, algo, rank):
         record = {EVENT: protocol.PROFILED, "shape_id": work.shape_id, "math": math_mode, "algo": algo}
         try:
@@ -347,7 +392,7 @@ def profile_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, seed: int,
             record["status"] = "ok"
         except _ItemFailed as exc:
             record |= {"status": "error", "status_detail": f"{exc.status}: {exc.detail}"}
-        except cp.cuda.runtime.CUDARuntimeError as exc:
+        except cuda_errors as exc:
             emit(record | {"status": "error", "status_detail": f"CUDA error: {exc}"})
             sys.exit(EXIT_CUDA_ERROR)
         return record
@@ -442,6 +487,7 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--min-burst-ms", type=float, default=1.0)
             p.add_argument("--min-reps", type=int, default=5)
             p.add_argument("--max-reps", type=int, default=50)
+            p.add_argument("--energy-s", type=float, default=0.0)
     args = parser.parse_args(argv)
     if args.command == "probe":
         try:
@@ -457,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "time":
         time_plan(plan, emit, workspace_cap=args.workspace_cap, seed=args.seed,
                   budget_ms=args.budget_ms, min_reps=args.min_reps, max_reps=args.max_reps,
-                  min_burst_ms=args.min_burst_ms, stop_file=args.stop_file)
+                  min_burst_ms=args.min_burst_ms, energy_s=args.energy_s, stop_file=args.stop_file)
     else:
         profile_plan(plan, emit, workspace_cap=args.workspace_cap, seed=args.seed,
                      stop_file=args.stop_file)

@@ -10,7 +10,9 @@ of a model and :func:`force` one algorithm everywhere (:mod:`seer.torch.convolut
 ``seer profile-network`` measures the result.
 """
 
-from seer.torch.layers import ConvCalls, build_model, conv_calls, parse_input_shape
+# ConvCalls and parse_input_shape need no torch (seer.calls); exported here as before.
+from seer.calls import ConvCalls, parse_input_shape
+from seer.torch.layers import build_model, conv_calls
 
 __all__ = ["ConvCalls", "apply", "build_model", "conv_calls", "force", "parse_input_shape", "restore"]
 

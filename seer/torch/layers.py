@@ -14,6 +14,7 @@ is what reaches cuDNN:
 - a 1D convolution: PyTorch hands cuDNN a 2D convolution of height 1, recorded as such;
 - transposed convolutions are listed as skipped, with the reason.
 
+These rules are :func:`seer.calls.conv_fields`, which :mod:`seer.onnx_layers` follows too.
 A model whose forward cannot run on ``meta`` (it reads tensor values) runs on the CPU
 instead, on zeros (``device="auto"``).
 """
@@ -23,18 +24,14 @@ from __future__ import annotations
 import difflib
 import importlib
 import os
-import re
 import sys
 import warnings
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
 
-import numpy as np
-import pandas as pd
-
-from seer.errors import EnvironmentProblem, InputError
-from seer.shapes import AXES, LAYER_FIELDS, PER_AXIS, ShapeError, check_layer_frame, layer_frame
+from seer.calls import TRANSPOSED_REASON, CallLog, ConvCalls, conv_fields
+from seer.errors import EnvironmentProblem, InputError, one_line
+from seer.shapes import ShapeError
 
 try:
     import torch
@@ -44,10 +41,6 @@ try:
 except ImportError as exc:  # pragma: no cover - the torch extra is installed in CI
     raise EnvironmentProblem("seer.torch needs PyTorch: pip install 'seer[torch]'") from exc
 
-#: Columns of :attr:`ConvCalls.layers` besides the layer's own.
-CALL_COLUMNS = ("name", "call", "calls")
-#: Columns of :attr:`ConvCalls.skipped`.
-SKIPPED_COLUMNS = ("name", "call", "calls", "reason")
 #: Devices :func:`conv_calls` can run the forward on.
 DEVICES = ("auto", "meta", "cpu")
 
@@ -56,39 +49,6 @@ _CONV_PARAMS = ("input", "weight", "bias", "stride", "padding", "dilation", "gro
 _TRANSPOSED_PARAMS = ("input", "weight", "bias", "stride", "padding", "output_padding", "groups", "dilation")
 _CONVOLUTIONS = {F.conv1d: 1, F.conv2d: 2, F.conv3d: 3}
 _TRANSPOSED = {F.conv_transpose1d: 1, F.conv_transpose2d: 2, F.conv_transpose3d: 3}
-
-
-@dataclass
-class ConvCalls:
-    """The convolutions of one forward pass.
-
-    Attributes
-    ----------
-    layers : pandas.DataFrame
-        One row per distinct (module, layer), in the order first run: ``name`` (the
-        module's name in ``named_modules``, ``""`` for the model itself), ``call`` (the
-        functional call, e.g. ``conv2d``), ``calls`` (how many times it ran) and the
-        layer columns (:data:`seer.shapes.LAYER_COLUMNS`).
-    skipped : pandas.DataFrame
-        Convolutions seer does not model, with the same first three columns and ``reason``.
-    device : str
-        Where the forward pass ran: ``"meta"`` or ``"cpu"``.
-    order : numpy.ndarray
-        The row of ``layers`` of each call, in the order the calls ran.
-    """
-
-    layers: pd.DataFrame
-    skipped: pd.DataFrame
-    device: str
-    order: np.ndarray
-
-    @property
-    def total_calls(self) -> int:
-        return int(self.layers["calls"].sum() + self.skipped["calls"].sum())
-
-    def per_call(self) -> pd.DataFrame:
-        """One row per call in forward order: ``name`` and the layer columns."""
-        return self.layers.iloc[self.order].drop(columns=["call", "calls"]).reset_index(drop=True)
 
 
 def _tuple(value, dims: int) -> tuple[int, ...]:
@@ -107,30 +67,22 @@ def _bound(args: tuple, kwargs: dict, names: Sequence[str]) -> dict:
 def layer_of_call(call: dict, dims: int) -> dict[str, int]:
     """Layer fields of a functional convolution's arguments, as cuDNN gets them."""
     x, weight = call["input"], call["weight"]
-    batched = x.dim() == dims + 2
     in_sizes = [int(v) for v in x.shape[-dims:]]
     kernel = [int(v) for v in weight.shape[2:]]
-    stride = list(_tuple(call.get("stride", 1), dims))
-    dilation = list(_tuple(call.get("dilation", 1), dims))
+    stride = _tuple(call.get("stride", 1), dims)
+    dilation = _tuple(call.get("dilation", 1), dims)
     padding = call.get("padding", 0)
     if isinstance(padding, str):
         if padding == "valid":
-            padding = [0] * dims
-        else:  # "same"; PyTorch refuses anything else before a kernel runs
+            begin = end = [0] * dims
+        else:  # "same"; PyTorch refuses anything else before a kernel runs. An odd total: one more at the end.
             total = [d * (k - 1) for d, k in zip(dilation, kernel)]
-            padding = [t // 2 for t in total]
-            in_sizes = [n + t % 2 for n, t in zip(in_sizes, total)]
+            begin, end = [t // 2 for t in total], [t - t // 2 for t in total]
     else:
-        padding = list(_tuple(padding, dims))
-    per_axis = dict(zip(("in", "kernel", "stride", "pad", "dilation"), (in_sizes, kernel, stride, padding, dilation)))
-    if dims == 1:  # PyTorch hands cuDNN a 2D convolution of height 1 (an axis of size 1)
-        per_axis = {quantity: [PER_AXIS[quantity]] + values for quantity, values in per_axis.items()}
-    row = {"batch": int(x.shape[0]) if batched else 1, "in_ch": int(x.shape[-dims - 1]),
-           "out_ch": int(weight.shape[0]), "groups": int(call.get("groups", 1)), "dims": 3 if dims == 3 else 2}
-    axes = AXES if dims == 3 else AXES[1:]
-    for quantity, values in per_axis.items():
-        row |= {f"{quantity}_{a}": v for a, v in zip(axes, values)}
-    return row
+        begin = end = _tuple(padding, dims)
+    batch = int(x.shape[0]) if x.dim() == dims + 2 else 1
+    return conv_fields(batch, int(x.shape[-dims - 1]), int(weight.shape[0]), int(call.get("groups", 1)), in_sizes,
+                       kernel, stride, dilation, begin, end)
 
 
 class _Recorder(TorchFunctionMode):
@@ -140,10 +92,7 @@ class _Recorder(TorchFunctionMode):
         super().__init__()
         self.names = names
         self.stack: list[str] = []
-        self.rows: list[dict] = []  # one per distinct (module, call, layer), in the order first run
-        self.index: dict[tuple, int] = {}  # its key -> its row
-        self.order: list[int] = []  # the row of every call, in the order run
-        self.skipped: dict[tuple, dict] = {}
+        self.log = CallLog()
 
     def push(self, module, args) -> None:
         self.stack.append(self.names.get(id(module), self.stack[-1] if self.stack else ""))
@@ -156,36 +105,11 @@ class _Recorder(TorchFunctionMode):
         kwargs = kwargs or {}
         name = self.stack[-1] if self.stack else ""
         if func in _CONVOLUTIONS:
-            dims = _CONVOLUTIONS[func]
-            fields = layer_of_call(_bound(args, kwargs, _CONV_PARAMS), dims)
-            key = (name, func.__name__, *(fields.get(f, 0) for f in LAYER_FIELDS))
-            row = self.index.setdefault(key, len(self.rows))
-            if row == len(self.rows):
-                self.rows.append({"name": name, "call": func.__name__, **fields})
-            self.order.append(row)
+            self.log.record(name, func.__name__, layer_of_call(_bound(args, kwargs, _CONV_PARAMS), _CONVOLUTIONS[func]))
         elif func in _TRANSPOSED:
             x = _bound(args, kwargs, _TRANSPOSED_PARAMS)["input"]
-            key = (name, func.__name__, tuple(x.shape))
-            entry = self.skipped.setdefault(key, {
-                "name": name, "call": func.__name__, "calls": 0,
-                "reason": "transposed convolution: cuDNN runs it as a backward-data convolution, "
-                          "which seer does not model"})
-            entry["calls"] += 1
+            self.log.skip(name, func.__name__, TRANSPOSED_REASON, key=tuple(x.shape))
         return func(*args, **kwargs)
-
-
-def _frames(recorder: _Recorder) -> tuple[pd.DataFrame, pd.DataFrame]:
-    rows = recorder.rows
-    calls = np.bincount(np.array(recorder.order, dtype=np.int64), minlength=len(rows))
-    fields = pd.DataFrame(rows, columns=["name", "call", *LAYER_FIELDS]).assign(calls=calls) if rows else pd.DataFrame(
-        np.zeros((0, len(LAYER_FIELDS)), dtype=np.int64), columns=list(LAYER_FIELDS))
-    layers = layer_frame(fields[[f for f in LAYER_FIELDS if f in fields]])
-    check_layer_frame(layers, where=lambda i: f"layer {rows[i]['name']!r}")
-    for j, column in enumerate(CALL_COLUMNS):
-        layers.insert(j, column, fields[column].to_numpy() if rows else np.array([], dtype=object))
-    layers["calls"] = layers["calls"].astype(np.int64)
-    skipped = pd.DataFrame(list(recorder.skipped.values()), columns=list(SKIPPED_COLUMNS))
-    return layers, skipped
 
 
 @contextmanager
@@ -230,29 +154,14 @@ def conv_calls(model: nn.Module, input_shape: Sequence[int], device: str = "auto
         try:
             recorder = _forward(model, shape, where)
         except Exception as exc:  # noqa: BLE001 - the model's own code: reported in one line per device
-            failures.append(f"on {where}: {type(exc).__name__}: {_one_line(exc)}")
+            failures.append(f"on {where}: {type(exc).__name__}: {one_line(exc)}")
             continue
         try:
-            layers, skipped = _frames(recorder)
+            return recorder.log.result(where, shape)
         except ShapeError as exc:  # pragma: no cover - PyTorch refuses such a layer first
             raise InputError(exc.message, field=exc.field) from None
-        return ConvCalls(layers, skipped, where, np.array(recorder.order, dtype=np.int64))
     raise InputError(f"the model's forward pass on an input of {'x'.join(map(str, shape))} failed "
                      + "; ".join(failures), field="input")
-
-
-def _one_line(exc: BaseException, limit: int = 300) -> str:
-    return " ".join(str(exc).split())[:limit]
-
-
-def parse_input_shape(text: str) -> tuple[int, ...]:
-    """``"1x3x224x224"`` -> ``(1, 3, 224, 224)``: batch, channels and 2 or 3 spatial sizes."""
-    if not re.fullmatch(r"\s*\d+(\s*[xX,]\s*\d+){3,4}\s*", text):
-        raise InputError(f"expected NxCxHxW or NxCxDxHxW, e.g. 1x3x224x224, got {text!r}", field="input")
-    shape = tuple(int(v) for v in re.split(r"\s*[xX,]\s*", text.strip()))
-    if min(shape) < 1:
-        raise InputError(f"every size must be positive, got {text!r}", field="input")
-    return shape
 
 
 def build_model(spec: str | Callable[[], object], device: str = "meta") -> nn.Module:
@@ -273,7 +182,7 @@ def build_model(spec: str | Callable[[], object], device: str = "meta") -> nn.Mo
         try:
             module = importlib.import_module(module_name)
         except Exception as exc:  # noqa: BLE001 - the user's module: a SyntaxError is their mistake too
-            raise InputError(f"cannot import {module_name!r}: {type(exc).__name__}: {_one_line(exc)}",
+            raise InputError(f"cannot import {module_name!r}: {type(exc).__name__}: {one_line(exc)}",
                              field="model") from None
         finally:
             sys.path.remove(os.getcwd())
@@ -294,7 +203,7 @@ def build_model(spec: str | Callable[[], object], device: str = "meta") -> nn.Mo
             with torch.device("cpu" if device == "meta" else device):
                 model = build()
     except Exception as exc:  # noqa: BLE001 - the user's code: one line, not a traceback
-        raise InputError(f"building {label!r} failed: {type(exc).__name__}: {_one_line(exc)}", field="model") from None
+        raise InputError(f"building {label!r} failed: {type(exc).__name__}: {one_line(exc)}", field="model") from None
     if not isinstance(model, nn.Module):
         raise InputError(f"{label!r} built a {type(model).__name__}, not a torch.nn.Module", field="model")
     return model.eval()

@@ -1,0 +1,71 @@
+"""Which implicit-GEMM tile of seer's own kernel is fastest, per layer? Measured on a GPU.
+
+    python benchmarks/kernel_tiles.py --layers seer/data/networks/cosmoflow.csv,networks --sample 40 \
+        --out benchmarks/results/h100-kernel-tiles.csv
+
+For each layer (every layer of the 3D files, and ``--sample`` layers drawn evenly from the
+other grids), every tile of :data:`seer.gpu.kernels.GEMM_TILES` that fits is checked
+against the float64 reference and timed as the collector times (bursts behind a spinning
+kernel, median), without and with the split reduction. The table says which tile
+:func:`seer.gpu.kernels.plan` should pick; the choice it makes is marked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from seer.grids import resolve_grids
+from seer.shapes import LAYER_COLUMNS
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", required=True, help="grids or layer files, comma-separated")
+    parser.add_argument("--sample", type=int, default=40, help="2D layers drawn evenly from the grids")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+
+    from cupyx.profiler import benchmark
+
+    from seer.gpu import kernels
+    from seer.gpu.reference import ShapeTensors
+    from seer.gpu.timing import BurstTimer, steadiest
+
+    shapes = [s.shape for s in resolve_grids(args.layers)]
+    three_d = [s for s in shapes if s.dims == 3]
+    two_d = [s for s in shapes if s.dims == 2]
+    picks = np.linspace(0, len(two_d) - 1, min(args.sample, len(two_d))).round().astype(int) if two_d else []
+    shapes = three_d + [two_d[i] for i in dict.fromkeys(picks)]
+    timer = BurstTimer()
+    rows = []
+    for number, shape in enumerate(shapes, 1):
+        tensors = ShapeTensors(shape, seed=number)
+        for algo in ("SEER_IMPLICIT_GEMM", "SEER_IMPLICIT_GEMM_SPLITK"):
+            if kernels.unsupported_reason(algo, shape):
+                continue
+            chosen = kernels.plan(algo, shape).kernel
+            for tile in kernels.GEMM_TILES:
+                forward, plan = kernels.forward(algo, shape, tensors.x, tensors.w, tensors.y, tile=tile)
+                tensors.poison_output()
+                forward()
+                error = tensors.relative_error()
+                estimate = benchmark(forward, n_repeat=1, n_warmup=1).gpu_times[0][0] * 1e3
+                (times, _, _), _ = steadiest(lambda: timer.measure(forward, estimate, budget_ms=10.0))
+                rows.append({**{c: getattr(shape, c) for c in LAYER_COLUMNS}, "algo": algo, "tile": tile,
+                             "splits": plan.splits, "time_ms": float(np.median(times)), "rel_error": error,
+                             "tflops": shape.flops / (np.median(times) * 1e-3) / 1e12,
+                             "planned": plan.kernel == chosen})
+        print(f"{number}/{len(shapes)} {shape}", file=sys.stderr, flush=True)
+    frame = pd.DataFrame(rows)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(args.out, index=False, float_format="%.6g")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

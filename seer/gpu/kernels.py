@@ -1,0 +1,408 @@
+"""seer's own forward convolution kernels, CUDA C++ compiled at run time through CuPy.
+
+Two kernels cover 2D and 3D layers (a 2D layer is a 3D one of depth 1), any stride,
+padding, dilation and group count, fp32 NCDHW in and out, plain FP32 FMA arithmetic:
+
+- ``seer_direct_conv<KPT>``: one thread per output position and ``KPT`` output channels
+  of its group; the input value is read once per channel block and reused ``KPT`` times.
+  Written for depthwise and thin layers, where a GEMM tile is mostly empty.
+- ``seer_implicit_gemm<BM, BN, BK, TM, TN, SPLIT, MINB>``: the convolution as a GEMM per group,
+  output positions x output channels x (input channels x filter taps), never formed in
+  memory: each block stages a BK-deep slice of the im2col matrix and of the filter in
+  shared memory (double-buffered, the next slice prefetched into registers while the
+  current one is used) and each thread accumulates a TM x TN tile in registers. With
+  ``SPLIT`` the reduction is cut into slices run by separate blocks that add into the
+  zeroed output, so that layers with few output tiles still fill the GPU.
+
+Which tile a layer gets is decided here, from its shape (:func:`plan`); the tile is the
+variant, and it is in the kernel's name, which :data:`seer.algorithms.KERNEL_RULES` reads.
+What this module decides without a GPU (support, the plan) imports no CuPy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable
+
+from seer.shapes import ConvShape
+
+#: Largest element count of any tensor: the kernels index within a tensor in 32 bits.
+MAX_ELEMENTS = 2**31 - 1
+#: SMs of the GPU the tiles are sized for; a split aims at two blocks per SM.
+TARGET_SMS = 132
+
+_SOURCE = r"""
+// x: [N][C][D][H][W], w: [K][C/G][T][R][S], y: [N][K][OD][OH][OW]; cross-correlation.
+#define CONV_PARAMS const int N, const int C, const int D, const int H, const int W, const int K, \
+    const int T, const int R, const int S, const int OD, const int OH, const int OW, \
+    const int sd, const int sh, const int sw, const int pd, const int ph, const int pw, \
+    const int dd, const int dh, const int dw, const int G
+
+template <int KPT>
+__global__ void __launch_bounds__(256) seer_direct_conv(
+    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, CONV_PARAMS)
+{
+    const int Cg = C / G, Kg = K / G, KB = (Kg + KPT - 1) / KPT;
+    const int HW = H * W, DHW = D * HW, RS = R * S, TRS = T * RS;
+    const int OHW = OH * OW, ODHW = OD * OHW;
+    const long long total = (long long)N * G * KB * ODHW;
+    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= total) return;
+    const int pix = (int)(idx % ODHW);
+    long long rest = idx / ODHW;
+    const int kb = (int)(rest % KB); rest /= KB;
+    const int g = (int)(rest % G);
+    const int n = (int)(rest / G);
+    const int od = pix / OHW, oh = (pix % OHW) / OW, ow = pix % OW;
+    const int k0 = kb * KPT, kv = min(KPT, Kg - k0);
+    const int id0 = od * sd - pd, ih0 = oh * sh - ph, iw0 = ow * sw - pw;
+    float acc[KPT];
+#pragma unroll
+    for (int j = 0; j < KPT; ++j) acc[j] = 0.f;
+    const float* xg = x + ((long long)n * C + (long long)g * Cg) * DHW;
+    const float* wg = w + ((long long)g * Kg + k0) * Cg * TRS;
+    for (int c = 0; c < Cg; ++c) {
+        const float* xc = xg + (long long)c * DHW;
+        const float* wc = wg + c * TRS;
+        for (int t = 0; t < T; ++t) {
+            const int id = id0 + t * dd;
+            if (id < 0 || id >= D) continue;
+            for (int r = 0; r < R; ++r) {
+                const int ih = ih0 + r * dh;
+                if (ih < 0 || ih >= H) continue;
+                const float* xrow = xc + id * HW + ih * W;
+                const float* wrow = wc + (t * R + r) * S;
+                for (int s = 0; s < S; ++s) {
+                    const int iw = iw0 + s * dw;
+                    if (iw < 0 || iw >= W) continue;
+                    const float xv = __ldg(xrow + iw);
+#pragma unroll
+                    for (int j = 0; j < KPT; ++j)
+                        if (j < kv) acc[j] = fmaf(xv, __ldg(wrow + (long long)j * Cg * TRS + s), acc[j]);
+                }
+            }
+        }
+    }
+    float* yp = y + ((long long)n * K + (long long)g * Kg + k0) * ODHW + pix;
+#pragma unroll
+    for (int j = 0; j < KPT; ++j)
+        if (j < kv) yp[(long long)j * ODHW] = acc[j];
+}
+
+// N consecutive floats of shared memory in one vector load (N = 1, 2 or 4, aligned).
+template <int N>
+__device__ __forceinline__ void load_half(const float* p, float* out)
+{
+    if constexpr (N == 4) {
+        const float4 v = *reinterpret_cast<const float4*>(p);
+        out[0] = v.x; out[1] = v.y; out[2] = v.z; out[3] = v.w;
+    } else if constexpr (N == 2) {
+        const float2 v = *reinterpret_cast<const float2*>(p);
+        out[0] = v.x; out[1] = v.y;
+    } else {
+        out[0] = p[0];
+    }
+}
+
+// MINB: blocks per SM the registers must allow (__launch_bounds__).
+template <int BM, int BN, int BK, int TM, int TN, int SPLIT, int MINB>
+__global__ void __launch_bounds__((BM / TM) * (BN / TN), MINB) seer_implicit_gemm(
+    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, CONV_PARAMS,
+    const int4* __restrict__ taps, const int tiles_per_split)
+{
+    constexpr int THREADS = (BM / TM) * (BN / TN);
+    constexpr int A_ROWS = THREADS / BM;          // reduction rows one pass of A loads covers
+    constexpr int A_LOADS = BK / A_ROWS;
+    constexpr int B_COLS = THREADS / BK;          // output channels one pass of B loads covers
+    constexpr int B_LOADS = BN / B_COLS;
+    static_assert(THREADS % BM == 0 && BK % A_ROWS == 0, "A tile loads");
+    static_assert(THREADS % BK == 0 && BN % B_COLS == 0, "B tile loads");
+    static_assert(TM % 2 == 0 && TN % 2 == 0, "thread tiles are two halves");
+    __shared__ __align__(16) float As[2][BK][BM];
+    // Rows of B padded by 4 floats: the 8 rows that a warp's coalesced filter loads fill
+    // land in different banks.
+    __shared__ __align__(16) float Bs[2][BK][BN + 4];
+
+    const int tid = threadIdx.x;
+    const int Cg = C / G, Kg = K / G;
+    const int HW = H * W, DHW = D * HW, RS = R * S, TRS = T * RS, KRED = Cg * TRS;
+    const int OHW = OH * OW, ODHW = OD * OHW, M = N * ODHW;
+    const int g = blockIdx.z % G, split = blockIdx.z / G;
+    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+    const int k_tiles = (KRED + BK - 1) / BK;
+    const int tile_begin = SPLIT ? split * tiles_per_split : 0;
+    const int tile_end = SPLIT ? min(k_tiles, tile_begin + tiles_per_split) : k_tiles;
+    if (tile_begin >= tile_end) return;
+
+    // The one output position whose im2col column this thread loads, decomposed once; the
+    // reduction index is decomposed by the precomputed tap table (offset, t*dd, r*dh, s*dw).
+    const int a_m = tid % BM, a_k = tid / BM;
+    const int am = m0 + a_m;
+    const bool a_valid = am < M;
+    int id0 = 0, ih0 = 0, iw0 = 0;
+    long long a_base = 0;
+    if (a_valid) {
+        const int n = am / ODHW, p = am % ODHW;
+        const int od = p / OHW, oh = (p % OHW) / OW, ow = p % OW;
+        id0 = od * sd - pd; ih0 = oh * sh - ph; iw0 = ow * sw - pw;
+        a_base = ((long long)n * C + (long long)g * Cg) * DHW + (long long)id0 * HW + ih0 * W + iw0;
+    }
+    const int b_k = tid % BK, b_n = tid / BK;
+    const float* wg = w + (long long)g * Kg * KRED;
+
+    float a_next[A_LOADS], b_next[B_LOADS];
+    auto load = [&](int tile) {
+#pragma unroll
+        for (int i = 0; i < A_LOADS; ++i) {
+            const int4 tap = __ldg(taps + tile * BK + a_k + i * A_ROWS);  // padded: never out of range
+            float v = 0.f;
+            if (a_valid && (unsigned)(id0 + tap.y) < (unsigned)D && (unsigned)(ih0 + tap.z) < (unsigned)H
+                && (unsigned)(iw0 + tap.w) < (unsigned)W)
+                v = __ldg(x + a_base + tap.x);
+            a_next[i] = v;
+        }
+#pragma unroll
+        for (int j = 0; j < B_LOADS; ++j) {
+            const int kk = tile * BK + b_k, nn = n0 + b_n + j * B_COLS;
+            b_next[j] = (kk < KRED && nn < Kg) ? __ldg(wg + (long long)nn * KRED + kk) : 0.f;
+        }
+    };
+    auto store = [&](int buf) {
+#pragma unroll
+        for (int i = 0; i < A_LOADS; ++i) As[buf][a_k + i * A_ROWS][a_m] = a_next[i];
+#pragma unroll
+        for (int j = 0; j < B_LOADS; ++j) Bs[buf][b_k][b_n + j * B_COLS] = b_next[j];
+    };
+
+    // Thread tile: two halves of TM/2 positions (and TN/2 channels), half a tile apart,
+    // so that a warp's shared-memory reads are contiguous.
+    const int tx = tid % (BM / TM), ty = tid / (BM / TM);
+    float acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+
+    load(tile_begin);
+    store(0);
+    __syncthreads();
+    int buf = 0;
+    for (int tile = tile_begin; tile < tile_end; ++tile) {
+        const bool more = tile + 1 < tile_end;
+        if (more) load(tile + 1);
+#pragma unroll
+        for (int k = 0; k < BK; ++k) {
+            float a[TM], b[TN];
+            load_half<TM / 2>(&As[buf][k][tx * (TM / 2)], a);
+            load_half<TM / 2>(&As[buf][k][BM / 2 + tx * (TM / 2)], a + TM / 2);
+            load_half<TN / 2>(&Bs[buf][k][ty * (TN / 2)], b);
+            load_half<TN / 2>(&Bs[buf][k][BN / 2 + ty * (TN / 2)], b + TN / 2);
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        }
+        if (more) {
+            store(buf ^ 1);
+            __syncthreads();
+            buf ^= 1;
+        }
+    }
+
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+        const int m = m0 + (i < TM / 2 ? tx * (TM / 2) + i : BM / 2 + tx * (TM / 2) + i - TM / 2);
+        if (m >= M) continue;
+        const int n = m / ODHW, p = m % ODHW;
+        float* yp = y + ((long long)n * K + (long long)g * Kg) * ODHW + p;
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+            const int nn = n0 + (j < TN / 2 ? ty * (TN / 2) + j : BN / 2 + ty * (TN / 2) + j - TN / 2);
+            if (nn >= Kg) continue;
+            if (SPLIT) atomicAdd(yp + (long long)nn * ODHW, acc[i][j]);
+            else yp[(long long)nn * ODHW] = acc[i][j];
+        }
+    }
+}
+"""
+
+@dataclass(frozen=True)
+class Tile:
+    """An implicit-GEMM block tile: BM output positions x BN output channels, BK deep; each
+    thread holds TM x TN outputs; MINB blocks per SM must fit in the registers."""
+
+    bm: int
+    bn: int
+    bk: int
+    tm: int
+    tn: int
+    minb: int
+
+    @property
+    def threads(self) -> int:
+        return (self.bm // self.tm) * (self.bn // self.tn)
+
+    def kernel(self, split: bool) -> str:
+        return f"seer_implicit_gemm<{self.bm}, {self.bn}, {self.bk}, {self.tm}, {self.tn}, {int(split)}, {self.minb}>"
+
+
+#: Every tile compiled, by name; :func:`plan` picks one per layer (``tile=`` overrides it).
+GEMM_TILES = {t_name: Tile(*t_fields) for t_name, t_fields in {
+    "128x128_8x8_b2": (128, 128, 8, 8, 8, 2),
+    "128x128_8x8_b1": (128, 128, 8, 8, 8, 1),
+    "128x64_8x8": (128, 64, 8, 8, 8, 2),
+    "128x64_8x4": (128, 64, 8, 8, 4, 2),
+    "128x32_8x4": (128, 32, 8, 8, 4, 2),
+    "128x32_4x4": (128, 32, 8, 4, 4, 2),
+    "64x64_8x4": (64, 64, 8, 8, 4, 2),
+    "64x64_4x4": (64, 64, 8, 4, 4, 2),
+    "64x32_4x4": (64, 32, 8, 4, 4, 2),
+    "64x32_4x2": (64, 32, 8, 4, 2, 2),
+}.items()}
+#: The tiles :func:`plan` picks from, from the most outputs per thread to the fewest. A layer
+#: gets the first whose channel width its channels fill and that makes at least
+#: :data:`MIN_BLOCKS` blocks, else the last that its channels fill. The order and the
+#: thresholds come from timing every tile on 50 layers (benchmarks/kernel_tiles.py).
+TILE_ORDER = ("128x128_8x8_b2", "128x64_8x8", "64x64_4x4", "64x32_4x4")
+MIN_BLOCKS = {"SEER_IMPLICIT_GEMM": TARGET_SMS, "SEER_IMPLICIT_GEMM_SPLITK": TARGET_SMS // 4}
+#: Output channels per thread of the direct kernel.
+DIRECT_CHANNELS = (1, 4, 8)
+THREADS_DIRECT = 256
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one of seer's algorithms runs one layer: the kernel, its launch, its variant."""
+
+    algo: str
+    kernel: str  # the template instance, as CUDA names it
+    grid: tuple[int, int, int]
+    block: int
+    splits: int = 1
+    tiles_per_split: int = 0
+
+    @property
+    def variant(self) -> str:
+        """The tile, read from the kernel's name by the kernel rules, as for cuDNN's kernels."""
+        from seer.algorithms import classify_kernel
+
+        return classify_kernel(self.kernel).variant
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def unsupported_reason(algo: str, shape: ConvShape) -> str | None:
+    """Why ``algo`` cannot run ``shape`` (None if it can); decided without a GPU."""
+    if max(shape.tensor_elements) > MAX_ELEMENTS:
+        return f"a tensor has more than {MAX_ELEMENTS} elements (32-bit indexing)"
+    if algo == "SEER_IMPLICIT_GEMM_SPLITK" and _k_tiles(shape) < 4:
+        return "the reduction (input channels per group x filter taps) is under 4 slices of 8: nothing to split"
+    return None
+
+
+def _blocks(shape: ConvShape, tile: Tile) -> int:
+    """Blocks of one reduction slice: position tiles x channel tiles x groups."""
+    positions = shape.batch * shape.out_d * shape.out_h * shape.out_w
+    return _ceil(positions, tile.bm) * _ceil(shape.out_ch // shape.groups, tile.bn) * shape.groups
+
+
+def _k_tiles(shape: ConvShape) -> int:
+    reduction = shape.in_ch // shape.groups * shape.kernel_d * shape.kernel_h * shape.kernel_w
+    return _ceil(reduction, 8)
+
+
+def plan(algo: str, shape: ConvShape, tile: str | None = None) -> Plan:
+    """The kernel and launch of ``algo`` for ``shape`` (which it must support); ``tile``, a
+    name of :data:`GEMM_TILES`, overrides the implicit GEMM's choice."""
+    reason = unsupported_reason(algo, shape)
+    if reason:
+        raise ValueError(f"{algo} does not run {shape}: {reason}")
+    k_per_group = shape.out_ch // shape.groups
+    positions = shape.batch * shape.out_d * shape.out_h * shape.out_w
+    if algo == "SEER_DIRECT":
+        kpt = 1 if k_per_group == 1 else 4 if k_per_group <= 8 else 8
+        threads = shape.batch * shape.groups * _ceil(k_per_group, kpt) * (positions // shape.batch)
+        return Plan(algo, f"seer_direct_conv<{kpt}>", (_ceil(threads, THREADS_DIRECT), 1, 1),
+                    THREADS_DIRECT)
+    if algo not in ("SEER_IMPLICIT_GEMM", "SEER_IMPLICIT_GEMM_SPLITK"):
+        raise KeyError(f"{algo} is not one of seer's kernels")
+    if tile is None:
+        width = 32 if k_per_group <= 32 else 64 if k_per_group <= 64 else 128
+        fitting = [name for name in TILE_ORDER if GEMM_TILES[name].bn <= width]
+        tile = next((name for name in fitting if _blocks(shape, GEMM_TILES[name]) >= MIN_BLOCKS[algo]), fitting[-1])
+    t = GEMM_TILES[tile]
+    blocks = _blocks(shape, t)
+    k_tiles = _k_tiles(shape)
+    splits, per_split = 1, k_tiles
+    split = algo == "SEER_IMPLICIT_GEMM_SPLITK"
+    if split:
+        # Two blocks per SM, each slice at least two tiles deep.
+        splits = max(2, min(_ceil(2 * TARGET_SMS, blocks), k_tiles // 2))
+        per_split = _ceil(k_tiles, splits)
+        splits = _ceil(k_tiles, per_split)
+    return Plan(algo, t.kernel(split), (_ceil(positions, t.bm), _ceil(k_per_group, t.bn), shape.groups * splits),
+                t.threads, splits, per_split)
+
+
+#: A tap that fails every bounds check: the padding of the table to whole slices reads zeros.
+_NO_TAP = 1 << 29
+
+
+def tap_table(shape: ConvShape):
+    """Per reduction index (input channel of the group, filter tap), padded to whole slices
+    of 8: the input offset from the position's corner, and the depth, row and column steps
+    that the bounds checks add (int32 x 4, the kernel's ``int4``)."""
+    import numpy as np
+
+    c, t, r, s = np.meshgrid(np.arange(shape.in_ch // shape.groups), np.arange(shape.kernel_d),
+                             np.arange(shape.kernel_h), np.arange(shape.kernel_w), indexing="ij")
+    dt, dr, ds = t * shape.dilation_d, r * shape.dilation_h, s * shape.dilation_w
+    hw = shape.in_h * shape.in_w
+    offset = c * shape.in_d * hw + dt * hw + dr * shape.in_w + ds
+    taps = np.stack([offset, dt, dr, ds], axis=-1).reshape(-1, 4)
+    padded = np.full((_k_tiles(shape) * 8, 4), _NO_TAP, dtype=np.int32)
+    padded[: len(taps)] = taps
+    return padded
+
+
+def _all_kernels() -> list[str]:
+    names = [f"seer_direct_conv<{k}>" for k in DIRECT_CHANNELS]
+    for t in GEMM_TILES.values():
+        names += [t.kernel(False), t.kernel(True)]
+    return names
+
+
+@lru_cache(maxsize=1)
+def _module():
+    import cupy as cp
+
+    return cp.RawModule(code=_SOURCE, options=("-std=c++17",), name_expressions=_all_kernels())
+
+
+def forward(algo: str, shape: ConvShape, x, w, y, tile: str | None = None) -> tuple[Callable[[], None], Plan]:
+    """A function that runs ``algo`` once on CuPy arrays ``x``, ``w``, ``y`` (float32, C
+    order, the shape's dims) on the current stream, and its :class:`Plan` (``tile``: see
+    :func:`plan`)."""
+    import cupy as cp
+    import numpy as np
+
+    p = plan(algo, shape, tile)
+    kernel = _module().get_function(p.kernel)
+    sizes = (shape.batch, shape.in_ch, shape.in_d, shape.in_h, shape.in_w, shape.out_ch, shape.kernel_d,
+             shape.kernel_h, shape.kernel_w, shape.out_d, shape.out_h, shape.out_w, shape.stride_d, shape.stride_h,
+             shape.stride_w, shape.pad_d, shape.pad_h, shape.pad_w, shape.dilation_d, shape.dilation_h,
+             shape.dilation_w, shape.groups)
+    args = (x, w, y, *(np.int32(v) for v in sizes))
+    if algo != "SEER_DIRECT":
+        args += (cp.asarray(tap_table(shape)), np.int32(p.tiles_per_split))
+    nbytes = y.nbytes
+
+    def run() -> None:
+        if p.splits > 1:  # slices add into the output
+            cp.cuda.runtime.memsetAsync(y.data.ptr, 0, nbytes, cp.cuda.get_current_stream().ptr)
+        kernel(p.grid, (p.block,), args)
+
+    return run, p

@@ -1,0 +1,223 @@
+"""The convolution layers of an ONNX model, as seer's layer frame, found without running it.
+
+The file is parsed (protobuf only: nothing in it runs, and weights kept in external files
+are not read), model-local functions are inlined, and ONNX shape inference gives the
+shape of every tensor. Each ``Conv`` node of the main graph is one call of the layer cuDNN
+gets, by the rules the PyTorch path follows too (:func:`seer.calls.conv_fields`), so that
+a model and its export give the same layers:
+
+- ``auto_pad`` ``SAME_UPPER``/``SAME_LOWER`` and explicit ``pads`` that differ between the
+  two sides of an axis: the input is taken to be padded by the difference first, as
+  PyTorch does for ``padding="same"`` (onnxruntime's CUDA provider instead pads both sides
+  by the larger and crops the output: a slightly larger layer);
+- a 1D convolution: a 2D one of height 1.
+
+Listed as skipped, with the reason: ``ConvTranspose``, ``ConvInteger``, ``QLinearConv``,
+``DeformConv`` and convolution operators of other domains (onnxruntime's ``FusedConv``,
+...); ``Conv`` nodes inside the subgraphs of ``If``, ``Loop`` and ``Scan`` (how often they
+run is known only when the model runs); ``Conv`` nodes whose shapes inference could not
+work out (after an operator it has no shape rule for).
+
+Needs the ``onnx`` package (``pip install 'seer[onnx]'``), and no PyTorch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from seer.calls import TRANSPOSED_REASON, CallLog, ConvCalls, conv_fields
+from seer.errors import EnvironmentProblem, InputError, one_line
+from seer.shapes import ConvShape, ShapeError
+
+try:
+    import onnx
+    import onnx.inliner
+    import onnx.shape_inference
+    from onnx import AttributeProto
+except ImportError as exc:  # pragma: no cover - the onnx extra is installed in CI
+    raise EnvironmentProblem("reading ONNX models needs the onnx package: pip install 'seer[onnx]'") from exc
+
+#: The value of :attr:`seer.calls.ConvCalls.device` for layers found by shape inference.
+DEVICE = "onnx"
+
+_STANDARD_DOMAINS = ("", "ai.onnx")
+_QUANTIZED_REASON = "integer (quantized) convolution: seer models floating-point convolutions"
+#: Standard operators that convolve but are not the forward convolution seer models.
+_OTHER_CONVOLUTIONS = {
+    "ConvTranspose": TRANSPOSED_REASON,
+    "ConvInteger": _QUANTIZED_REASON,
+    "QLinearConv": _QUANTIZED_REASON,
+    "DeformConv": "deformable convolution: not a convolution cuDNN runs",
+}
+
+
+def onnx_conv_calls(path: str | Path, input_shape: Sequence[int] | None = None) -> ConvCalls:
+    """The convolutions of the ONNX model in ``path``, on an input of ``input_shape``.
+
+    ``input_shape`` replaces the shape of the model's first input (initializers aside);
+    without it, that shape must be fixed in the file. Every other input's shape must be
+    fixed in the file. Each node is one call; its ``name`` is the node's name, or its first
+    output's where it has none. Raises :class:`InputError` (naming ``path``) for a file that
+    is not a readable ONNX model, an input shape left open, or failed shape inference.
+    """
+    model = _load(path)
+    shape = _fix_inputs(model, path, None if input_shape is None else tuple(int(v) for v in input_shape))
+    try:
+        if model.functions:  # their Conv nodes are the graph's once inlined
+            model = onnx.inliner.inline_local_functions(model)
+        model = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    except Exception as exc:  # noqa: BLE001 - onnx's C++ errors have no common Python type
+        raise InputError(f"ONNX shape inference failed: {one_line(exc)}", path=path) from None
+    log = CallLog()
+    shapes = _shapes(model.graph)
+    for node in model.graph.node:
+        reason = _not_modelled(node)
+        if reason is None and node.op_type == "Conv":
+            layer = _layer(node, shapes)
+            if isinstance(layer, str):
+                reason = layer
+            else:
+                log.record(_name(node), node.op_type, layer)
+        if reason is not None:
+            log.skip(_name(node), node.op_type, reason, key=(reason,))
+        for inner, holder in _subgraph_nodes(node):
+            if _not_modelled(inner) or inner.op_type == "Conv" and inner.domain in _STANDARD_DOMAINS:
+                reason = (f"inside the subgraph of {holder.op_type} {_name(holder)!r}: how often it runs is known "
+                          "only when the model runs")
+                log.skip(_name(inner), inner.op_type, reason, key=(reason,))
+    return log.result(DEVICE, shape)
+
+
+def _name(node: onnx.NodeProto) -> str:
+    return node.name or (node.output[0] if node.output else "")
+
+
+def _load(path: str | Path) -> onnx.ModelProto:
+    try:
+        # Weights in external files are not needed: initializers' shapes are in the model file.
+        model = onnx.load(str(path), load_external_data=False)
+    except OSError as exc:
+        raise InputError(f"cannot be read ({exc.strerror or one_line(exc)})", path=path) from None
+    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and kin: not a model
+        raise InputError(f"not an ONNX model ({one_line(exc)})", path=path) from None
+    if not model.HasField("graph"):  # an empty file parses as an empty model
+        raise InputError("not an ONNX model: it holds no graph", path=path)
+    return model
+
+
+def _dims(value: onnx.ValueInfoProto) -> list[int | str | None] | None:
+    """A tensor's sizes: an int where known, the symbol or None where not; None if no shape."""
+    tensor = value.type.tensor_type
+    if not value.type.HasField("tensor_type") or not tensor.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else d.dim_param or None for d in tensor.shape.dim]
+
+
+def _sizes(dims: Sequence) -> str:
+    """``1x3x?x?``; a symbol the file names (``N``) is kept, those inference makes up are not."""
+    return "x".join("?" if d is None or str(d).startswith("unk__") else str(d) for d in dims)
+
+
+def _fix_inputs(model: onnx.ModelProto, path: str | Path, shape: tuple[int, ...] | None) -> tuple[int, ...]:
+    """Set the first input's shape to ``shape`` and check that every input's shape is fixed;
+    the first input's shape."""
+    graph = model.graph
+    initialized = {t.name for t in graph.initializer}  # older files list initializers as inputs too
+    inputs = [value for value in graph.input if value.name not in initialized]
+    if not inputs:
+        raise InputError("the model has no inputs", path=path)
+    first = inputs[0]
+    if shape is not None:
+        dims = _dims(first)
+        if dims is not None and len(dims) != len(shape):
+            raise InputError(f"--input {_sizes(shape)} has {len(shape)} sizes, but the model's input {first.name!r} "
+                             f"has {len(dims)} ({_sizes(dims)})", path=path, field="input")
+        if not first.type.HasField("tensor_type"):
+            raise InputError(f"the model's input {first.name!r} is not a tensor", path=path, field="input")
+        first.type.tensor_type.ClearField("shape")
+        for size in shape:
+            first.type.tensor_type.shape.dim.add().dim_value = size
+        # Shapes the file records were inferred for the old input: inference works them out again.
+        del graph.value_info[:]
+        for output in graph.output:
+            output.type.tensor_type.ClearField("shape")
+    for position, value in enumerate(inputs):
+        dims = _dims(value)
+        if dims is None or not all(isinstance(d, int) and d > 0 for d in dims):
+            shown = "no shape" if dims is None else f"sizes {_sizes(dims)}"
+            if position == 0:
+                raise InputError(f"the model's input {value.name!r} has {shown}, left open in the file: pass --input "
+                                 "with every size, e.g. --input 1x3x224x224", path=path, field="input")
+            raise InputError(f"the model's input {value.name!r} has {shown}, left open in the file; --input sets only "
+                             f"the first input, {first.name!r}: seer needs the others fixed", path=path, field="input")
+    return tuple(_dims(first))
+
+
+def _shapes(graph: onnx.GraphProto) -> dict[str, list]:
+    """Every tensor of the main graph whose shape is known: its sizes."""
+    shapes = {t.name: [int(d) for d in t.dims] for t in graph.initializer}
+    for value in (*graph.input, *graph.value_info, *graph.output):
+        dims = _dims(value)
+        if dims is not None:
+            shapes[value.name] = dims
+    return shapes
+
+
+def _not_modelled(node: onnx.NodeProto) -> str | None:
+    """Why seer does not model a convolution-like node; None for a Conv and for other operators."""
+    if node.domain in _STANDARD_DOMAINS:
+        return _OTHER_CONVOLUTIONS.get(node.op_type)
+    if "conv" in node.op_type.lower() and "convert" not in node.op_type.lower():  # FusedConv, NhwcConv, ...
+        return f"operator of domain {node.domain!r}, not the standard ONNX Conv, which seer models"
+    return None
+
+
+def _subgraph_nodes(node: onnx.NodeProto) -> Iterator[tuple[onnx.NodeProto, onnx.NodeProto]]:
+    """Every node in the subgraphs of ``node``, however deep, with the node that holds its graph."""
+    for attribute in node.attribute:
+        graphs = [attribute.g] if attribute.type == AttributeProto.GRAPH else \
+            list(attribute.graphs) if attribute.type == AttributeProto.GRAPHS else []
+        for graph in graphs:
+            for inner in graph.node:
+                yield inner, node
+                yield from _subgraph_nodes(inner)
+
+
+def _layer(node: onnx.NodeProto, shapes: dict[str, list]) -> dict[str, int] | str:
+    """The layer fields of a Conv node, or why it has none."""
+    x = shapes.get(node.input[0])
+    weight = shapes.get(node.input[1]) if len(node.input) > 1 else None
+    if x is None or not all(isinstance(d, int) and d > 0 for d in x):
+        shown = "no shape" if x is None else _sizes(x)
+        return f"ONNX shape inference could not work out its input's shape ({shown}); folding the model's " \
+               "constants first may help"
+    dims = len(x) - 2
+    if not 1 <= dims <= 3:
+        return f"a convolution of {dims} spatial dimensions: seer models 1D, 2D and 3D ones"
+    attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    kernel = attributes.get("kernel_shape") or (weight[2:] if weight is not None else None)
+    out_ch = weight[0] if weight is not None else None
+    if out_ch is None or kernel is None or not all(isinstance(v, int) for v in (out_ch, *kernel)):
+        return "ONNX shape inference could not work out its weight's shape"
+    stride = attributes.get("strides") or [1] * dims
+    dilation = attributes.get("dilations") or [1] * dims
+    auto_pad = attributes.get("auto_pad", b"NOTSET").decode()
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        # The output is ceil(in / stride); an odd total goes at the end (UPPER) or the beginning (LOWER).
+        total = [max(0, (math.ceil(n / s) - 1) * s + d * (k - 1) + 1 - n)
+                 for n, k, s, d in zip(x[2:], kernel, stride, dilation)]
+        small, large = [t // 2 for t in total], [t - t // 2 for t in total]
+        begin, end = (small, large) if auto_pad == "SAME_UPPER" else (large, small)
+    elif auto_pad == "VALID":
+        begin = end = [0] * dims
+    else:
+        pads = attributes.get("pads") or [0] * (2 * dims)
+        begin, end = pads[:dims], pads[dims:]
+    fields = conv_fields(x[0], x[1], out_ch, attributes.get("group", 1), x[2:], kernel, stride, dilation, begin, end)
+    try:
+        ConvShape(**fields)
+    except ShapeError as exc:  # a node the file's own checks let through
+        return f"not a valid convolution: {exc}"
+    return fields

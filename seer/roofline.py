@@ -1,0 +1,130 @@
+"""The hierarchical roofline: each profiled run's arithmetic intensity at DRAM, L2 and L1
+against its achieved FLOP/s, under the GPU's measured ceilings (``seer roofline``).
+
+As in the hierarchical roofline of Nsight Compute's method (Yang et al.): FLOPs are the
+FP32 thread instructions (FMA counted twice: :func:`seer.metrics.thread_flops`) plus the
+tensor path's TF32 operations; bytes are ``dram__bytes``, ``lts__t_bytes`` and
+``l1tex__t_bytes``; time is the kernels' duration under ncu. The ceilings are measured
+by ``seer ceilings`` into ``DATA/GPU/ceilings.json`` (:mod:`seer.gpu.ceilings`), with the
+datasheet's figures beside them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from seer.errors import InputError
+from seer.gpus import GPUSpec
+from seer.shapes import LAYER_COLUMNS
+
+CEILINGS_FILE = "ceilings.json"
+
+
+@dataclass(frozen=True)
+class Level:
+    name: str
+    bytes_columns: tuple[str, ...]  # of measurements.csv.gz, summed
+    ceiling: str  # key of the measured ceilings
+
+
+LEVELS = (
+    Level("DRAM", ("dram_read_bytes", "dram_write_bytes"), "dram_bytes"),
+    Level("L2", ("l2_bytes",), "l2_bytes"),
+    Level("L1", ("l1_bytes",), "l1_bytes"),
+)
+#: Columns of roofline.csv, one row per profiled run.
+POINT_COLUMNS = ("math", *LAYER_COLUMNS, "shape_id", "algo", "variant", "time_ms", "ncu_time_ms", "flops",
+                 "flops_per_s", *(f"{lv.name.lower()}_bytes" for lv in LEVELS),
+                 *(f"ai_{lv.name.lower()}" for lv in LEVELS))
+
+
+def write_ceilings(dataset_dir: Path, spec: GPUSpec, measured: dict[str, float], machine: dict,
+                   argv: list[str]) -> Path:
+    """Store measured ceilings beside the datasheet's, with the machine and command."""
+    from seer.gpu.ceilings import CEILINGS
+    from seer.output import AtomicOutput
+
+    record = {
+        "gpu": spec.name, "measured": measured,
+        "datasheet": {"fp32_gemm_flops": spec.peak_fp32_flops_per_s, "tf32_gemm_flops": spec.peak_tf32_flops_per_s,
+                      "dram_bytes": spec.memory_bandwidth_bytes_per_s},
+        "method": {name: f"{unit}: {how}" for name, (unit, how) in CEILINGS.items()},
+        "machine": machine, "command": "seer " + " ".join(argv),
+        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    path = Path(dataset_dir) / CEILINGS_FILE
+    with AtomicOutput(path) as handle:
+        json.dump(record, handle, indent=1)
+    return path
+
+
+def read_ceilings(dataset_dir: Path) -> dict:
+    path = Path(dataset_dir) / CEILINGS_FILE
+    if not path.exists():
+        raise InputError("no measured ceilings; run `seer ceilings --gpu GPU` on that GPU first", path=path)
+    try:
+        record = json.loads(path.read_text())
+        measured = {k: float(v) for k, v in record["measured"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise InputError(f"not a ceilings file ({type(exc).__name__}: {exc})", path=path) from None
+    return {**record, "measured": measured}
+
+
+def roofline_points(measurements: pd.DataFrame) -> pd.DataFrame:
+    """One row per successful, profiled run: FLOP/s achieved and intensity at each level."""
+    needed = ["flops", "ncu_time_ms", *(c for lv in LEVELS for c in lv.bytes_columns)]
+    if measurements.empty or any(c not in measurements.columns for c in needed):
+        return pd.DataFrame(columns=list(POINT_COLUMNS))
+    runs = measurements[(measurements["status"] == "ok") & measurements[needed].notna().all(axis=1)
+                        & (measurements["ncu_time_ms"] > 0) & (measurements["flops"] > 0)].copy()
+    runs["flops_per_s"] = runs["flops"] / (runs["ncu_time_ms"] * 1e-3)
+    for lv in LEVELS:
+        key = lv.name.lower()
+        runs[f"{key}_bytes"] = runs[list(lv.bytes_columns)].sum(axis=1)
+        with np.errstate(divide="ignore"):
+            runs[f"ai_{key}"] = runs["flops"] / runs[f"{key}_bytes"].where(runs[f"{key}_bytes"] > 0)
+    return runs.reindex(columns=list(POINT_COLUMNS)).reset_index(drop=True)
+
+
+def plot_roofline(points: pd.DataFrame, ceilings: dict, path: Path, title: str) -> Path:
+    """One panel per memory level: the ceilings (compute flat, bandwidth sloped) and every
+    run as a point, one colour per algorithm."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from seer.output import AtomicOutput
+
+    measured = ceilings["measured"]
+    fig, axes = plt.subplots(1, len(LEVELS), figsize=(5.2 * len(LEVELS), 4.6), constrained_layout=True, sharey=True)
+    algos = list(dict.fromkeys(points["algo"]))
+    colours = {a: plt.cm.tab10(i % 10) for i, a in enumerate(algos)}
+    markers = {a: "o" if a.startswith("SEER_") else "s" for a in algos}  # seer's kernels round
+    ai_range = np.logspace(-2, 4, 200)
+    for ax, lv in zip(axes, LEVELS):
+        key = lv.name.lower()
+        bandwidth = measured[lv.ceiling]
+        for name, style in (("fp32_gemm_flops", "-"), ("tf32_gemm_flops", ":")):
+            peak = measured[name]
+            ax.loglog(ai_range, np.minimum(peak, bandwidth * ai_range), "k", ls=style, lw=1,
+                      label=f"{name.split('_')[0].upper()} GEMM {peak / 1e12:.0f} TFLOP/s")
+        for algo in algos:
+            p = points[points["algo"] == algo]
+            ax.loglog(p[f"ai_{key}"], p["flops_per_s"], markers[algo], ms=3.5, alpha=0.7, color=colours[algo],
+                      label=algo)
+        ax.set(title=f"{lv.name}: {bandwidth / 1e12:.1f} TB/s measured", xlabel=f"FLOP per {lv.name} byte")
+        ax.grid(alpha=0.3, which="both")
+    axes[0].set_ylabel("FLOP/s achieved")
+    axes[-1].legend(fontsize=7, loc="lower right")
+    fig.suptitle(title)
+    with AtomicOutput(path, binary=True) as handle:
+        fig.savefig(handle, dpi=110, format="png")
+    plt.close(fig)
+    return path

@@ -1,0 +1,51 @@
+"""seer's own kernels on a real GPU (skipped without one): every element of the output
+written and within FP32 tolerance of the float64 reference, for every layer kind, and the
+kernels that ran are the ones the plan names."""
+
+import pytest
+
+from seer.algorithms import algorithm_names, classify_kernel
+from seer.grids import quick_general_grid
+from seer.schema import get_math_mode
+from seer.shapes import ConvShape
+
+pytestmark = pytest.mark.gpu
+
+OWN = algorithm_names("cupy")
+#: Every layer kind, plus shapes that reach each tile, the tails of every tile, a split
+#: reduction, and the 3D layers of CosmoFlow's kind.
+SHAPES = [
+    *quick_general_grid(),
+    ConvShape.square(1, 3, 224, 64, 7, stride=2, padding=3),
+    ConvShape.square(32, 256, 14, 256, 3, stride=1, padding=1),
+    ConvShape.square(1, 512, 7, 2048, 1),
+    ConvShape.square(3, 17, 23, 45, 5, stride=3, padding=2),
+    ConvShape(2, 96, 200, in_h=9, in_w=13, kernel_h=3, kernel_w=1, pad_h=1, dilation_h=3),
+    ConvShape(1, 4, 32, in_d=64, in_h=64, in_w=64, kernel_d=3, kernel_h=3, kernel_w=3, pad_d=1, pad_h=1,
+              pad_w=1),
+    ConvShape(2, 64, 64, groups=2, in_d=9, in_h=10, in_w=11, kernel_d=3, kernel_h=3, kernel_w=3,
+              stride_d=2, stride_h=1, stride_w=2, dilation_w=2),
+]
+
+
+@pytest.mark.parametrize("algo", OWN)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_output_matches_float64(algo, shape, tracer):
+    import cupy as cp
+
+    from seer.gpu import kernels
+    from seer.gpu.reference import ShapeTensors
+
+    if kernels.unsupported_reason(algo, shape):
+        assert algo == "SEER_IMPLICIT_GEMM_SPLITK"  # only a reduction too short to split is refused
+        return
+    tensors = ShapeTensors(shape, seed=7)
+    forward, plan = kernels.forward(algo, shape, tensors.x, tensors.w, tensors.y)
+    for _ in range(2):  # a second call must not add to the first (split-K zeroes its output)
+        tensors.poison_output()
+        forward()
+        cp.cuda.Device().synchronize()
+        assert tensors.relative_error() <= get_math_mode("fma").tolerance / 50
+    names = [k.name for k in tracer.trace(forward)]
+    launched = [n for n in names if "seer_" in n]
+    assert len(launched) == 1 and classify_kernel(launched[0]).variant == plan.variant, names
