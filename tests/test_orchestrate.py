@@ -20,8 +20,8 @@ import pytest
 
 from seer.algorithms import algorithm_names
 from seer.collect import children, orchestrate, scratch
-from seer.collect.orchestrate import (CollectOptions, Collector, check_device, trace_mismatch_keys, unstable_keys,
-                                      untraced_keys)
+from seer.collect.orchestrate import (CollectOptions, Collector, check_device, no_energy_keys, trace_mismatch_keys,
+                                      unstable_keys, untraced_keys)
 from seer.collect.store import TORN_SUFFIX, RunStore, profile_records, read_jsonl
 from seer.dataset import census_table, kernels_table, profile_status_table
 from seer.errors import EnvironmentProblem
@@ -695,3 +695,12 @@ def test_a_shape_keeps_the_grid_that_first_timed_it(tmp_path, fake_worker, monke
     table = measurements_table(store, get_gpu_spec("h100"))
     assert table.groupby("shape_id")["split"].nunique().max() == 1
     assert "test2" not in set(table["split"])
+
+
+def test_retry_energy_takes_the_successful_runs_without_a_reading():
+    timing = pd.DataFrame({"shape_id": ["a", "a", "b", "c"], "math": "fma", "algo": ["GEMM", "FFT", "GEMM", "GEMM"],
+                           "status": ["ok", "ok", "ok", "oom"], "energy_mj": [12.5, None, None, None]})
+    assert no_energy_keys(timing) == {("a", "fma", "FFT"), ("b", "fma", "GEMM")}
+    assert no_energy_keys(timing.drop(columns="energy_mj")) == {("a", "fma", "GEMM"), ("a", "fma", "FFT"),
+                                                                ("b", "fma", "GEMM")}
+    assert no_energy_keys(timing.iloc[:0]) == set()

@@ -1,0 +1,81 @@
+"""The hierarchical roofline on the CPU, from the committed H100 dataset and its measured
+ceilings (seer/roofline.py, `seer roofline`, `seer ceilings`)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from seer.cli import main
+from seer.errors import InputError
+from seer.roofline import LEVELS, POINT_COLUMNS, read_ceilings, roofline_points
+
+H100 = Path(__file__).resolve().parents[1] / "data" / "h100"
+
+
+def test_the_committed_ceilings_are_measured_values_beside_the_datasheet():
+    ceilings = read_ceilings(H100)
+    measured, datasheet = ceilings["measured"], ceilings["datasheet"]
+    assert set(measured) == {"fp32_gemm_flops", "tf32_gemm_flops", "dram_bytes", "l2_bytes", "l1_bytes"}
+    # Measured below the datasheet, and the levels in the order of the hierarchy.
+    for name in datasheet:
+        assert 0.5 * datasheet[name] < measured[name] <= datasheet[name]
+    assert measured["dram_bytes"] < measured["l2_bytes"] < measured["l1_bytes"]
+    assert ceilings["machine"]["device_name"] == "NVIDIA H100 80GB HBM3" and ceilings["command"].startswith("seer ")
+
+
+def test_points_are_flops_over_bytes_and_time(table):
+    rows = table[table["shape_id"].isin(table.loc[table["algo"] == "SEER_IMPLICIT_GEMM", "shape_id"])]
+    points = roofline_points(rows)
+    assert list(points.columns) == list(POINT_COLUMNS) and len(points) > 50
+    assert {"SEER_IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM"} <= set(points["algo"])
+    for level in LEVELS:
+        key = level.name.lower()
+        assert np.allclose(points[f"ai_{key}"] * points[f"{key}_bytes"], points["flops"])
+    assert np.allclose(points["flops_per_s"] * points["ncu_time_ms"] * 1e-3, points["flops"])
+    # An FMA-only implicit GEMM counts at least the convolution's multiply-adds.
+    own = points[points["algo"] == "SEER_IMPLICIT_GEMM"].join(table.set_index(["shape_id", "math", "algo"])[
+        "flops_analytic"], on=["shape_id", "math", "algo"])
+    assert (own["flops"] >= 0.99 * own["flops_analytic"]).all()
+    assert roofline_points(pd.DataFrame()).empty
+
+
+def test_seer_roofline_writes_points_and_plots(tmp_path, capsys):
+    out = tmp_path / "roofline"
+    assert main(["roofline", "--gpu", "h100", "--layers", "seer/data/networks/cosmoflow.csv", "--math", "fma",
+                 "--out", str(out)]) == 0
+    points = pd.read_csv(out / "roofline.csv")
+    assert set(points["math"]) == {"fma"} and len(points) >= 5 * 3
+    assert (out / "roofline-fma.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--algo", "FASTEST"], "algo: unknown algorithm"),
+    (["--layers", "no-such-grid"], "no such grid or file"),
+])
+def test_roofline_mistakes_are_one_line_and_exit_2(tmp_path, capsys, argv, words):
+    assert main(["roofline", "--gpu", "h100", "--out", str(tmp_path), *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and len(err.strip().splitlines()) == 1
+
+
+def test_ceilings_file_missing_or_broken_is_one_line(tmp_path):
+    with pytest.raises(InputError, match="seer ceilings"):
+        read_ceilings(tmp_path)
+    (tmp_path / "ceilings.json").write_text(json.dumps({"measured": {"dram_bytes": "fast"}}))
+    with pytest.raises(InputError, match="not a ceilings file"):
+        read_ceilings(tmp_path)
+
+
+def test_ceilings_without_a_gpu_stack_is_one_sentence(tmp_path, capsys):
+    shutil.copytree(H100, tmp_path / "h100", ignore=shutil.ignore_patterns("raw", "*.gz", "*.xlsx"))
+    code = main(["ceilings", "--gpu", "h100", "--data-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 1 and "needs a GPU host with CuPy" in err and "Traceback" not in err
+    assert json.loads((tmp_path / "h100" / "ceilings.json").read_text()) == json.loads(
+        (H100 / "ceilings.json").read_text())  # nothing half-written
