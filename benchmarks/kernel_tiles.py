@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
 
+    import cupy as cp
     from cupyx.profiler import benchmark
 
     from seer.gpu import kernels
@@ -42,13 +43,14 @@ def main(argv: list[str] | None = None) -> int:
     picks = np.linspace(0, len(two_d) - 1, min(args.sample, len(two_d))).round().astype(int) if two_d else []
     shapes = three_d + [two_d[i] for i in dict.fromkeys(picks)]
     timer = BurstTimer()
+    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     rows = []
     for number, shape in enumerate(shapes, 1):
         tensors = ShapeTensors(shape, seed=number)
         for algo in ("SEER_IMPLICIT_GEMM", "SEER_IMPLICIT_GEMM_SPLITK"):
             if kernels.unsupported_reason(algo, shape):
                 continue
-            chosen = kernels.plan(algo, shape).kernel
+            chosen = kernels.plan(algo, shape, sms=sms).kernel
             for tile in kernels.GEMM_TILES:
                 forward, plan = kernels.forward(algo, shape, tensors.x, tensors.w, tensors.y, tile=tile)
                 tensors.poison_output()

@@ -55,6 +55,10 @@ def test_tiles_follow_the_layer():
     assert wide.variant == "igemm_128x128x8_8x8_b2" and thin.variant == "igemm_64x32x8_4x4_b2"
     assert few.variant == "igemm_64x32x8_4x4_b2"  # 196 positions: the smallest tile, for the most blocks
     assert kernels.plan("SEER_IMPLICIT_GEMM_SPLITK", ConvShape.square(1, 256, 14, 256, 3, padding=1)).splits > 1
+    # A GPU of fewer SMs fills with bigger tiles: 1 block per SM is the bar.
+    layer = ConvShape.square(8, 256, 14, 256, 3, padding=1)  # 1,568 positions
+    assert kernels.plan("SEER_IMPLICIT_GEMM", layer).variant == "igemm_64x32x8_4x4_b2"
+    assert kernels.plan("SEER_IMPLICIT_GEMM", layer, sms=20).variant == "igemm_128x128x8_8x8_b2"
     depthwise = kernels.plan("SEER_DIRECT", ConvShape(8, 32, 32, groups=32, in_h=28, in_w=28, kernel_h=3,
                                                       kernel_w=3, pad_h=1, pad_w=1))
     assert depthwise.variant == "direct_k1"

@@ -29,8 +29,9 @@ from seer.shapes import ConvShape
 
 #: Largest element count of any tensor: the kernels index within a tensor in 32 bits.
 MAX_ELEMENTS = 2**31 - 1
-#: SMs of the GPU the tiles are sized for; a split aims at two blocks per SM.
-TARGET_SMS = 132
+#: SMs that :func:`plan` sizes launches for when not told (the H100's); :func:`forward` tells
+#: it the current GPU's.
+DEFAULT_SMS = 132
 
 _SOURCE = r"""
 // x: [N][C][D][H][W], w: [K][C/G][T][R][S], y: [N][K][OD][OH][OW]; cross-correlation.
@@ -262,10 +263,11 @@ GEMM_TILES = {t_name: Tile(*t_fields) for t_name, t_fields in {
 }.items()}
 #: The tiles :func:`plan` picks from, from the most outputs per thread to the fewest. A layer
 #: gets the first whose channel width its channels fill and that makes at least
-#: :data:`MIN_BLOCKS` blocks, else the last that its channels fill. The order and the
-#: thresholds come from timing every tile on 50 layers (benchmarks/kernel_tiles.py).
+#: :data:`MIN_BLOCKS_PER_SM` blocks per SM, else the last that its channels fill. The order
+#: and the thresholds come from timing every tile on 50 layers on the H100
+#: (benchmarks/kernel_tiles.py).
 TILE_ORDER = ("128x128_8x8_b2", "128x64_8x8", "64x64_4x4", "64x32_4x4")
-MIN_BLOCKS = {"SEER_IMPLICIT_GEMM": TARGET_SMS, "SEER_IMPLICIT_GEMM_SPLITK": TARGET_SMS // 4}
+MIN_BLOCKS_PER_SM = {"SEER_IMPLICIT_GEMM": 1.0, "SEER_IMPLICIT_GEMM_SPLITK": 0.25}
 #: Output channels per thread of the direct kernel.
 DIRECT_CHANNELS = (1, 4, 8)
 THREADS_DIRECT = 256
@@ -314,9 +316,9 @@ def _k_tiles(shape: ConvShape) -> int:
     return _ceil(reduction, 8)
 
 
-def plan(algo: str, shape: ConvShape, tile: str | None = None) -> Plan:
-    """The kernel and launch of ``algo`` for ``shape`` (which it must support); ``tile``, a
-    name of :data:`GEMM_TILES`, overrides the implicit GEMM's choice."""
+def plan(algo: str, shape: ConvShape, tile: str | None = None, sms: int = DEFAULT_SMS) -> Plan:
+    """The kernel and launch of ``algo`` for ``shape`` (which it must support) on a GPU of
+    ``sms`` SMs; ``tile``, a name of :data:`GEMM_TILES`, overrides the implicit GEMM's choice."""
     reason = unsupported_reason(algo, shape)
     if reason:
         raise ValueError(f"{algo} does not run {shape}: {reason}")
@@ -332,7 +334,8 @@ def plan(algo: str, shape: ConvShape, tile: str | None = None) -> Plan:
     if tile is None:
         width = 32 if k_per_group <= 32 else 64 if k_per_group <= 64 else 128
         fitting = [name for name in TILE_ORDER if GEMM_TILES[name].bn <= width]
-        tile = next((name for name in fitting if _blocks(shape, GEMM_TILES[name]) >= MIN_BLOCKS[algo]), fitting[-1])
+        enough = MIN_BLOCKS_PER_SM[algo] * sms
+        tile = next((name for name in fitting if _blocks(shape, GEMM_TILES[name]) >= enough), fitting[-1])
     t = GEMM_TILES[tile]
     blocks = _blocks(shape, t)
     k_tiles = _k_tiles(shape)
@@ -340,7 +343,7 @@ def plan(algo: str, shape: ConvShape, tile: str | None = None) -> Plan:
     split = algo == "SEER_IMPLICIT_GEMM_SPLITK"
     if split:
         # Two blocks per SM, each slice at least two tiles deep.
-        splits = max(2, min(_ceil(2 * TARGET_SMS, blocks), k_tiles // 2))
+        splits = max(2, min(_ceil(2 * sms, blocks), k_tiles // 2))
         per_split = _ceil(k_tiles, splits)
         splits = _ceil(k_tiles, per_split)
     return Plan(algo, t.kernel(split), (_ceil(positions, t.bm), _ceil(k_per_group, t.bn), shape.groups * splits),
@@ -389,7 +392,7 @@ def forward(algo: str, shape: ConvShape, x, w, y, tile: str | None = None) -> tu
     import cupy as cp
     import numpy as np
 
-    p = plan(algo, shape, tile)
+    p = plan(algo, shape, tile, sms=cp.cuda.Device().attributes["MultiProcessorCount"])
     kernel = _module().get_function(p.kernel)
     sizes = (shape.batch, shape.in_ch, shape.in_d, shape.in_h, shape.in_w, shape.out_ch, shape.kernel_d,
              shape.kernel_h, shape.kernel_w, shape.out_d, shape.out_h, shape.out_w, shape.stride_d, shape.stride_h,
