@@ -31,7 +31,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import cupy as cp
-    from cupyx.profiler import benchmark
 
     from seer.gpu import kernels
     from seer.gpu.reference import ShapeTensors
@@ -56,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
                 tensors.poison_output()
                 forward()
                 error = tensors.relative_error()
-                estimate = benchmark(forward, n_repeat=1, n_warmup=1).gpu_times[0][0] * 1e3
+                estimate = timer.estimate_ms(forward)
                 (times, _, _), _ = steadiest(lambda: timer.measure(forward, estimate, budget_ms=10.0))
                 rows.append({**{c: getattr(shape, c) for c in LAYER_COLUMNS}, "algo": algo, "tile": tile,
                              "splits": plan.splits, "time_ms": float(np.median(times)), "rel_error": error,

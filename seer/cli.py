@@ -128,8 +128,17 @@ def _layer_kinds(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(exc.args[0]) from None
 
 
-def _cmd_collect(args) -> int:
+def _algorithms(text: str) -> list[str]:
+    """``--algo``'s algorithm names (:func:`seer.algorithms.select_algorithms`); a mistake is one line."""
     from seer.algorithms import select_algorithms
+
+    try:
+        return select_algorithms(text)
+    except KeyError as exc:
+        raise InputError(exc.args[0], field="algo") from None
+
+
+def _cmd_collect(args) -> int:
     from seer.collect.orchestrate import CollectOptions, Collector
     from seer.collect.plan import parse_shard
     from seer.gpus import get_gpu_spec
@@ -138,10 +147,7 @@ def _cmd_collect(args) -> int:
 
     spec = get_gpu_spec(args.gpu)  # an unknown GPU fails before anything else happens
     maths = parse_math_modes(args.math)
-    try:
-        algos = select_algorithms(args.algo)
-    except KeyError as exc:
-        raise InputError(exc.args[0], field="algo") from None
+    algos = _algorithms(args.algo)
     if not algos:
         raise InputError("no algorithm named", field="algo")
     shard_index, shard_count = parse_shard(args.shard)
@@ -695,6 +701,7 @@ def _add_ceilings(sub) -> None:
 
 
 def _cmd_ceilings(args) -> int:
+    from seer.collect.orchestrate import check_device
     from seer.errors import EnvironmentProblem
     from seer.gpus import get_gpu_spec
     from seer.roofline import write_ceilings
@@ -707,8 +714,7 @@ def _cmd_ceilings(args) -> int:
         machine = probe()
     except ImportError as exc:
         raise EnvironmentProblem(f"seer ceilings needs a GPU host with CuPy: {exc}") from None
-    if not spec.matches(machine["device_name"], machine.get("sm_count")):
-        raise InputError(f"this GPU is {machine['device_name']}, not {spec.display_name}", field="gpu")
+    check_device(spec, machine)
     measured = measure_ceilings(progress=err_console.log)
     path = write_ceilings(args.data_dir / spec.name, spec, measured, machine, list(args.argv))
     err_console.log(f"wrote {path}")
@@ -730,40 +736,15 @@ def _add_roofline(sub) -> None:
 
 
 def _cmd_roofline(args) -> int:
-    import pandas as pd
-
-    from seer.algorithms import select_algorithms
     from seer.gpus import get_gpu_spec
     from seer.grids import resolve_grids
-    from seer.output import AtomicOutput
-    from seer.roofline import plot_roofline, read_ceilings, roofline_points
+    from seer.roofline import write_roofline
     from seer.schema import parse_math_modes
 
     spec = get_gpu_spec(args.gpu)
-    dataset_dir = args.data_dir / spec.name
-    try:
-        algos = select_algorithms(args.algo)
-    except KeyError as exc:
-        raise InputError(exc.args[0], field="algo") from None
-    maths = parse_math_modes(args.math)
-    ceilings = read_ceilings(dataset_dir)
-    table = dataset_dir / "measurements.csv.gz"
-    if not table.exists():
-        raise InputError(f"no dataset; run `seer parse --gpu {spec.name}` first", path=table)
-    runs = pd.read_csv(table, low_memory=False)
-    runs = runs[runs["algo"].isin(algos) & runs["math"].isin(maths)]
-    if args.layers:
-        runs = runs[runs["shape_id"].isin({s.shape.shape_id for s in resolve_grids(args.layers)})]
-    points = roofline_points(runs)
-    if points.empty:
-        raise InputError("no profiled run matches (profile with `seer collect --profile-shapes`)", field="layers")
-    args.out.mkdir(parents=True, exist_ok=True)
-    with AtomicOutput(args.out / "roofline.csv") as handle:
-        points.to_csv(handle, index=False, float_format="%.6g")
-    written = [args.out / "roofline.csv"]
-    for math, group in points.groupby("math", sort=False):
-        written.append(plot_roofline(group, ceilings, args.out / f"roofline-{math}.png",
-                                     f"{spec.display_name}, {math} math: {len(group)} profiled runs"))
+    algos, maths = _algorithms(args.algo), parse_math_modes(args.math)
+    shape_ids = {s.shape.shape_id for s in resolve_grids(args.layers)} if args.layers else None
+    written = write_roofline(args.data_dir / spec.name, spec, args.out, algos, maths, shape_ids)
     err_console.log(f"wrote {', '.join(str(p) for p in written)}")
     return 0
 

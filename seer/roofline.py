@@ -12,6 +12,7 @@ datasheet's figures beside them.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,6 +22,7 @@ import pandas as pd
 
 from seer.errors import InputError
 from seer.gpus import GPUSpec
+from seer.schema import MEASUREMENT_COLUMNS
 from seer.shapes import LAYER_COLUMNS
 
 CEILINGS_FILE = "ceilings.json"
@@ -90,6 +92,36 @@ def roofline_points(measurements: pd.DataFrame) -> pd.DataFrame:
         with np.errstate(divide="ignore"):
             runs[f"ai_{key}"] = runs["flops"] / runs[f"{key}_bytes"].where(runs[f"{key}_bytes"] > 0)
     return runs.reindex(columns=list(POINT_COLUMNS)).reset_index(drop=True)
+
+
+#: Columns of measurements.csv.gz the points are made of.
+RUN_COLUMNS = tuple(dict.fromkeys(c for c in (*POINT_COLUMNS, "status", *(c for lv in LEVELS for c in lv.bytes_columns))
+                                  if c in MEASUREMENT_COLUMNS))
+
+
+def write_roofline(dataset_dir: Path, spec: GPUSpec, out_dir: Path, algos: Sequence[str], maths: Sequence[str],
+                   shape_ids: set[str] | None = None) -> list[Path]:
+    """``out_dir/roofline.csv`` and one plot per math mode, of the dataset's profiled runs of
+    these algorithms and math modes (and layers, by shape_id); the files written."""
+    from seer.dataset import read_measurements
+    from seer.output import AtomicOutput
+
+    ceilings = read_ceilings(dataset_dir)
+    runs = read_measurements(Path(dataset_dir) / "measurements.csv.gz", columns=RUN_COLUMNS)
+    runs = runs[runs["algo"].isin(algos) & runs["math"].isin(maths)]
+    if shape_ids is not None:
+        runs = runs[runs["shape_id"].isin(shape_ids)]
+    points = roofline_points(runs)
+    if points.empty:
+        raise InputError("no profiled run matches (profile with `seer collect --profile-shapes`)", field="layers")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with AtomicOutput(out_dir / "roofline.csv") as handle:
+        points.to_csv(handle, index=False, float_format="%.6g")
+    written = [out_dir / "roofline.csv"]
+    for math, group in points.groupby("math", sort=False):
+        written.append(plot_roofline(group, ceilings, out_dir / f"roofline-{math}.png",
+                                     f"{spec.display_name}, {math} math: {len(group)} profiled runs"))
+    return written
 
 
 def plot_roofline(points: pd.DataFrame, ceilings: dict, path: Path, title: str) -> Path:

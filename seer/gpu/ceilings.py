@@ -70,11 +70,9 @@ CUBLAS_TF32_TENSOR_OP_MATH = 3
 
 def _timed_ms(fn, timer) -> float:
     """Median GPU time of one call, in bursts behind the spinner (as every measurement)."""
-    from cupyx.profiler import benchmark
-
     from seer.gpu.timing import steadiest
 
-    estimate = benchmark(fn, n_repeat=1, n_warmup=1).gpu_times[0][0] * 1e3
+    estimate = timer.estimate_ms(fn)
     (times, _, _), _ = steadiest(lambda: timer.measure(fn, estimate, budget_ms=max(50.0, 10 * estimate),
                                                        min_reps=5, max_reps=20))
     return float(np.median(times))

@@ -371,18 +371,27 @@ def tap_table(shape: ConvShape):
     return padded
 
 
-def _all_kernels() -> list[str]:
+def _plannable_kernels() -> tuple[str, ...]:
+    """Every template instance :func:`plan` can choose (the direct kernels, and the tiles of
+    :data:`TILE_ORDER` with and without the split)."""
     names = [f"seer_direct_conv<{k}>" for k in DIRECT_CHANNELS]
-    for t in GEMM_TILES.values():
-        names += [t.kernel(False), t.kernel(True)]
-    return names
+    for name in TILE_ORDER:
+        names += [GEMM_TILES[name].kernel(False), GEMM_TILES[name].kernel(True)]
+    return tuple(names)
 
 
-@lru_cache(maxsize=1)
-def _module():
+@lru_cache(maxsize=None)
+def _module(names: tuple[str, ...]):
     import cupy as cp
 
-    return cp.RawModule(code=_SOURCE, options=("-std=c++17",), name_expressions=_all_kernels())
+    return cp.RawModule(code=_SOURCE, options=("-std=c++17",), name_expressions=names)
+
+
+def _function(kernel: str):
+    """The compiled kernel: one module holds every instance :func:`plan` can choose, compiled
+    at first use; a tile only a ``tile=`` override names is compiled on its own when asked."""
+    plannable = _plannable_kernels()
+    return _module(plannable if kernel in plannable else (kernel,)).get_function(kernel)
 
 
 def forward(algo: str, shape: ConvShape, x, w, y, tile: str | None = None) -> tuple[Callable[[], None], Plan]:
@@ -393,7 +402,7 @@ def forward(algo: str, shape: ConvShape, x, w, y, tile: str | None = None) -> tu
     import numpy as np
 
     p = plan(algo, shape, tile, sms=cp.cuda.Device().attributes["MultiProcessorCount"])
-    kernel = _module().get_function(p.kernel)
+    kernel = _function(p.kernel)
     sizes = (shape.batch, shape.in_ch, shape.in_d, shape.in_h, shape.in_w, shape.out_ch, shape.kernel_d,
              shape.kernel_h, shape.kernel_w, shape.out_d, shape.out_h, shape.out_w, shape.stride_d, shape.stride_h,
              shape.stride_w, shape.pad_d, shape.pad_h, shape.pad_w, shape.dilation_d, shape.dilation_h,

@@ -120,6 +120,14 @@ class BurstTimer:
         self._end.synchronize()
         return cp.cuda.get_elapsed_time(self._start, self._end) / burst
 
+    @staticmethod
+    def estimate_ms(forward: Callable[[], None]) -> float:
+        """GPU time of one warm call, host time included (it can only overestimate): what
+        sizes the bursts of :meth:`measure`."""
+        from cupyx.profiler import benchmark
+
+        return benchmark(forward, n_repeat=1, n_warmup=1).gpu_times[0][0] * 1e3
+
     def measure(self, forward: Callable[[], None], estimate_ms: float, **schedule_args):
         """Per-call times (ms) of every timed burst, after one untimed warm-up burst."""
         import numpy as np

@@ -274,7 +274,6 @@ def time_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, seed: int,
     about that many seconds of back-to-back calls (:mod:`seer.gpu.energy`).
     """
     import numpy as np
-    from cupyx.profiler import benchmark
 
     from seer.gpu.timing import BurstTimer, steadiest
 
@@ -298,8 +297,7 @@ def time_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, seed: int,
             if status == "wrong_result":
                 row["status_detail"] = (f"relative error {error:.3g} > tolerance {tolerance:g}"
                                         if math.isfinite(error) else "output has NaN/inf (unwritten or overflow)")
-            # A warm call, host time included, sizes the bursts; it can only overestimate.
-            estimate = benchmark(forward, n_repeat=1, n_warmup=1).gpu_times[0][0] * 1e3
+            estimate = timer.estimate_ms(forward)
             (times_ms, schedule, host_us), attempts = steadiest(lambda: timer.measure(
                 forward, estimate, budget_ms=budget_ms, min_burst_ms=min_burst_ms,
                 min_reps=min_reps, max_reps=max_reps))
