@@ -78,8 +78,11 @@ def run(argv: list[str] | None = None) -> int:
         return _write(merge(args.merge), args.report)
     dataset = args.data_dir / args.gpu
     table = read_measurements(dataset / "measurements.csv.gz")
-    shapes, times, workspaces, census, paths = training_inputs(table, read_census(dataset / "census.csv.gz"),
-                                                               args.math)
+    inputs = training_inputs(table, read_census(dataset / "census.csv.gz"), args.math)
+    full = [a for a in inputs.times.columns if inputs.recorded[a].all()]  # cuDNN's: seer's kernels ran on part
+    shapes, census = inputs.shapes, inputs.census
+    times, workspaces = inputs.times[full], inputs.workspaces[full]
+    paths = inputs.paths[full] if inputs.paths is not None else None
     tests = {split: training_frames(table, args.math, split) for split in ("test1", "test2")}
     largest = 2.0 ** log2_flops(shapes).max()
     result = {"gpu": args.gpu, "math": args.math, "training_shapes": len(shapes),

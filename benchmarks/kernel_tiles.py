@@ -4,10 +4,10 @@
         --out benchmarks/results/h100-kernel-tiles.csv
 
 For each layer (every layer of the 3D files, and ``--sample`` layers drawn evenly from the
-other grids), every tile of :data:`seer.gpu.kernels.GEMM_TILES` that fits is checked
+other grids), every tile of :data:`seer.kernel_plans.GEMM_TILES` that fits is checked
 against the float64 reference and timed as the collector times (bursts behind a spinning
 kernel, median), without and with the split reduction. The table says which tile
-:func:`seer.gpu.kernels.plan` should pick; the choice it makes is marked.
+:func:`seer.kernel_plans.plan` should pick; the choice it makes is marked.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import cupy as cp
 
+    from seer import kernel_plans
     from seer.gpu import kernels
     from seer.gpu.reference import ShapeTensors
     from seer.gpu.timing import BurstTimer, steadiest
@@ -47,10 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     for number, shape in enumerate(shapes, 1):
         tensors = ShapeTensors(shape, seed=number)
         for algo in ("SEER_IMPLICIT_GEMM", "SEER_IMPLICIT_GEMM_SPLITK"):
-            if kernels.unsupported_reason(algo, shape):
+            if kernel_plans.unsupported_reason(algo, shape):
                 continue
-            chosen = kernels.plan(algo, shape, sms=sms).kernel
-            for tile in kernels.GEMM_TILES:
+            chosen = kernel_plans.plan(algo, shape, sms=sms).kernel
+            for tile in kernel_plans.GEMM_TILES:
                 forward, plan = kernels.forward(algo, shape, tensors.x, tensors.w, tensors.y, tile=tile)
                 tensors.poison_output()
                 forward()

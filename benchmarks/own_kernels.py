@@ -7,7 +7,8 @@ Reads ``data/GPU/measurements.csv.gz`` (what ``seer collect`` timed, ``--energy`
 and ``data/GPU/ceilings.json``; writes ``summary.json``, ``layers.csv`` (one row per layer
 and math: each algorithm's time, the fastest of cuDNN's and of seer's) and plots: every
 algorithm's time on each 3D layer (as seed 000 draws them) and the speed ratio over layers.
-Only layers where seer's kernels ran count.
+Speed counts the layers of real networks (``--grids``, and CosmoFlow's and the 3D U-Net's)
+where seer's kernels ran; energy every layer with readings.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ OWN = algorithm_names("cupy")
 CUDNN = algorithm_names("cudnn")
 
 
+#: Grids of real networks' layers: the speed figures' layers (with CosmoFlow's and the U-Net's).
+NETWORK_GRIDS = ("networks", "networks-general", "test-set-ii", "test-set-ii-general")
 #: The 3D layers the issue names: CosmoFlow's and the 3D U-Net's, at the batch of their files.
 FOCUS_3D = "seer/data/networks/cosmoflow.csv,seer/data/networks/unet3d.csv"
 
@@ -51,13 +54,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu", default="h100")
     parser.add_argument("--data-dir", type=Path, default=Path("data"))
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--grids", default=",".join(NETWORK_GRIDS),
+                        help="grids whose layers the speed figures count (default: the network grids)")
     args = parser.parse_args(argv)
     spec = get_gpu_spec(args.gpu)
     dataset = args.data_dir / spec.name
     runs = read_measurements(dataset / "measurements.csv.gz")
     ceilings = read_ceilings(dataset)["measured"]
+    focus = {s.shape.shape_id for s in resolve_grids(FOCUS_3D)}
+    energy = energy_summary(runs[(runs["status"] == "ok") & runs["shape_id"].isin(
+        runs.loc[runs["energy_mj"].notna(), "shape_id"])])
     own_shapes = set(runs.loc[runs["algo"].isin(OWN), "shape_id"])
-    runs = runs[runs["shape_id"].isin(own_shapes)]
+    counted = runs["grid"].isin(args.grids.split(",")) | runs["shape_id"].isin(focus)
+    runs = runs[runs["shape_id"].isin(own_shapes) & counted]
     ok = runs[runs["status"] == "ok"]
 
     times = ok.pivot_table(index=["shape_id", "math"], columns="algo", values="time_ms")
@@ -71,7 +80,6 @@ def main(argv: list[str] | None = None) -> int:
     table["own_best_ms"] = table[OWN].min(axis=1)
     table["own_best"] = table[OWN].idxmin(axis=1)
     table["ratio"] = table["own_best_ms"] / table["cudnn_best_ms"]
-    focus = {s.shape.shape_id for s in resolve_grids(FOCUS_3D)}
     table["class"] = table.apply(layer_class, axis=1, focus=focus)
     flops = runs.drop_duplicates("shape_id").set_index("shape_id")["flops_analytic"]
     table["own_tflops"] = flops.reindex(table["shape_id"]).to_numpy() / (table["own_best_ms"] * 1e-3) / 1e12
@@ -92,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                              "statuses": checks.loc[checks["algo"] == a, "status"].value_counts().to_dict(),
                              "max_rel_error": float(checks.loc[checks["algo"] == a, "rel_error"].max())}
                          for a in OWN}
-    summary["energy"] = energy_summary(ok)
+    summary["energy"] = energy
     args.out.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.out / "layers.csv", index=False, float_format="%.6g")
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1, default=float))

@@ -29,6 +29,10 @@ class Algorithm:
         A short tag for Excel sheet names (31-character limit).
     seer_index : int or None
         The algorithm's number in SEER's data format, which differs from cuDNN's enum.
+    one_math : str or None
+        The math mode whose runs stand for every math mode, for an algorithm with one code
+        path whatever the mode asks (seer's kernels compute in FP32 FMA only); None for an
+        algorithm whose kernels depend on the math mode (cuDNN's).
     """
 
     name: str
@@ -37,6 +41,7 @@ class Algorithm:
     short: str
     seer_index: int | None
     description: str
+    one_math: str | None = None
 
 
 ALGORITHMS: tuple[Algorithm, ...] = (
@@ -53,11 +58,11 @@ ALGORITHMS: tuple[Algorithm, ...] = (
               "Winograd with separate transform and batched-GEMM kernels"),
     # seer's own kernels (seer/gpu/kernels.py).
     Algorithm("SEER_DIRECT", "cupy", None, "SDIR", None,
-              "seer's direct convolution: a thread per output position and block of channels"),
+              "seer's direct convolution: a thread per output position and block of channels", "fma"),
     Algorithm("SEER_IMPLICIT_GEMM", "cupy", None, "SIG", None,
-              "seer's implicit GEMM, tiled in shared memory and registers"),
+              "seer's implicit GEMM, tiled in shared memory and registers", "fma"),
     Algorithm("SEER_IMPLICIT_GEMM_SPLITK", "cupy", None, "SIGS", None,
-              "seer's implicit GEMM with the reduction split across blocks"),
+              "seer's implicit GEMM with the reduction split across blocks", "fma"),
 )
 
 _BY_NAME = {a.name: a for a in ALGORITHMS}

@@ -321,11 +321,17 @@ def _cmd_train(args) -> int:
 
 def _add_model_options(p) -> None:
     """--gpu and --math: which trained model predicts."""
-    from seer.schema import MATH_MODE_NAMES
+    from seer.schema import MATH_MODE_NAMES, OBJECTIVES
 
     p.add_argument("--gpu", default=None, help="model to use (default: the only trained one)")
     p.add_argument("--math", choices=list(MATH_MODE_NAMES), default="default",
                    help="fma: strict FP32; default: cuDNN may use TF32 (default: default)")
+    p.add_argument("--algo", default="all",
+                   help="algorithms to rank, comma-separated names or groups: cudnn (cuDNN's, what PyTorch "
+                        "runs), seer (seer's own kernels), all (default)")
+    p.add_argument("--objective", choices=list(OBJECTIVES), default="time",
+                   help="what the pick minimises: time per call (default) or energy per call (among the "
+                        "algorithms with an energy model)")
 
 
 def _add_predict(sub) -> None:
@@ -368,6 +374,7 @@ def _cmd_predict(args) -> int:
     from seer.output import STDOUT, AtomicOutput, PickSummary, PredictionWriter, format_for
     from seer.persist import load_model
 
+    algorithms = _algorithms(args.algo)
     model = load_model(args.gpu, math=args.math, models_dir=args.models_dir)
     to_stdout = args.out == STDOUT
     shown = []  # per-layer picks to show as a table
@@ -383,7 +390,7 @@ def _cmd_predict(args) -> int:
         writer = PredictionWriter(handle, format_for(args.out, args.format)) if handle is not None else None
         offset = 0
         for chunk in iter_layer_chunks(args.file, PREDICT_CHUNK):
-            predictions = model.predict(chunk, args.math)
+            predictions = model.predict(chunk, args.math, algorithms, args.objective)
             predictions["layer"] += offset
             if writer is not None:
                 writer.write(predictions)
@@ -396,42 +403,51 @@ def _cmd_predict(args) -> int:
             writer.close()
     console = err_console if to_stdout else out_console
     if args.table != "summary" and (show_all or (not args.out and summary.layers <= TABLE_LAYERS)):
-        _print_table(console, model.gpu, args.math, pd.concat(shown) if shown else pd.DataFrame())
+        _print_table(console, model.gpu, args.math, pd.concat(shown) if shown else pd.DataFrame(), args.objective)
     else:
         _print_summary(console, model.gpu, args.math, summary, args.out)
     return 0
 
 
-def _print_table(console, gpu: str, math: str, rows) -> None:
+def _print_table(console, gpu: str, math: str, rows, objective: str = "time") -> None:
     from rich import box
     from rich.table import Table
 
-    table = Table("#", title=f"{gpu}, {math} math: predicted times", box=box.SIMPLE_HEAD, padding=(0, 1),
+    energy = objective == "energy"
+    title = f"{gpu}, {math} math: predicted times" + (" and energies per call" if energy else "")
+    table = Table("#", title=title, box=box.SIMPLE_HEAD, padding=(0, 1),
                   collapse_padding=True, pad_edge=False,
                   caption="layer = batch x in_ch x input size -> out_ch, kernel, stride s, padding p, "
                           "dilation d, groups g")
     table.add_column("layer", min_width=12)
-    for header in ("fastest", "ms", "runner-up", "ms"):
+    headers = ("least energy", "ms", "mJ", "runner-up", "ms", "mJ") if energy else ("fastest", "ms", "runner-up", "ms")
+    for header in headers:
         # Names and numbers are never cut short: a narrow terminal wraps the layer instead.
-        table.add_column(header, no_wrap=header != "ms", overflow="fold", min_width=6 if header == "ms" else None)
+        number = header in ("ms", "mJ")
+        table.add_column(header, no_wrap=not number, overflow="fold", min_width=6 if number else None)
     for i, row in rows.iterrows():
-        table.add_row(str(i + 1), *_pick_cells(row))
+        table.add_row(str(i + 1), *_pick_cells(row, energy))
     console.print(table, crop=False)  # never cut a number off at the edge
     _note_extrapolated(console, int(rows["extrapolated"].sum()) if len(rows) else 0)
 
 
-def _pick_cells(row) -> list[str]:
+def _pick_cells(row, energy: bool = False) -> list[str]:
     """A row of :func:`seer.model.best_per_layer` joined to its layer, as table cells: the layer
-    (* where extrapolated), the pick and its time, the runner-up and its time."""
+    (* where extrapolated), the pick and its time (and energy), the runner-up and its time
+    (and energy)."""
     import pandas as pd
 
     from seer.shapes import describe
 
-    return [describe(row) + (" *" if row["extrapolated"] else ""),
-            "no algorithm predicted to run" if pd.isna(row["best_algo"]) else str(row["best_algo"]),
-            "" if pd.isna(row["best_ms"]) else f"{row['best_ms']:.3g}",
-            "" if pd.isna(row["runner_up"]) else str(row["runner_up"]),
-            "" if pd.isna(row["runner_up_ms"]) else f"{row['runner_up_ms']:.3g}"]
+    def number(column: str) -> str:
+        return "" if pd.isna(row[column]) else f"{row[column]:.3g}"
+
+    pick = ["no algorithm predicted to run" if pd.isna(row["best_algo"]) else str(row["best_algo"]), number("best_ms")]
+    runner_up = ["" if pd.isna(row["runner_up"]) else str(row["runner_up"]), number("runner_up_ms")]
+    if energy:
+        pick.append(number("best_mj"))
+        runner_up.append(number("runner_up_mj"))
+    return [describe(row) + (" *" if row["extrapolated"] else ""), *pick, *runner_up]
 
 
 def _note_extrapolated(console, extrapolated: int) -> None:
@@ -520,6 +536,7 @@ def _cmd_network(args) -> int:
         raise InputError(f"--device {args.device} is for PyTorch models: an ONNX file has no forward pass",
                          field="device")
     shape = None if args.input is None else parse_input_shape(args.input, any_rank=onnx_file)
+    algorithms = _algorithms(args.algo)
     model = load_model(args.gpu, math=args.math, models_dir=args.models_dir)
     with ExitStack() as files:
         # Opened first, so that an unusable path fails before any work; renamed into place at the end.
@@ -540,7 +557,7 @@ def _cmd_network(args) -> int:
                 progress.update(1, 2, f"one forward pass of {'x'.join(map(str, shape))}")
                 found = conv_calls(network, shape, device=args.device)
                 progress.update(2, 2, "done")
-        result = predict_network(model, found.layers, args.math)
+        result = predict_network(model, found.layers, args.math, algorithms, args.objective)
         if "out" in handles:
             NetworkWriter(handles["out"], format_for(args.out, args.format)).write(
                 result, found.skipped, {"model": args.model, "input": list(found.input_shape), "gpu": model.gpu,

@@ -44,7 +44,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from seer.features import feature_names, log2_flops, shape_features
 from seer.gpus import GPUSpec
-from seer.predictors import (ALL_RUNS, ALWAYS, BASELINES, BY_FIRST_STAGE, NEVER, WITH_WORKSPACE, WITHOUT_WORKSPACE,
+from seer.predictors import (ALL_RUNS, ALWAYS, BASELINES, BY_FIRST_STAGE, BY_KERNEL_PLAN, KERNEL_PLAN_ALGORITHMS, NEVER,
+                             WITH_WORKSPACE, WITHOUT_WORKSPACE,
                              AlgorithmPredictor, BoostedClassifier, BoostedRegressor, Constant, LogTarget, Part,
                              QuadraticRegressor, WorkspacePredictor, baseline_ms, mix_paths, path_weight, pick_inputs,
                              regressor_inputs)
@@ -77,6 +78,14 @@ def _candidates(leaves: int, mean_rounds: int, median_rounds: int, learning_rate
             loss="absolute_error", max_iter=median_rounds, learning_rate=learning_rate, max_leaf_nodes=leaves,
             random_state=0)),
     }
+
+
+def power_regressor() -> TransformedTargetRegressor:
+    """Average power (W) of an algorithm from the shape features: shallow boosted trees on
+    log power, for the few layers that energy readings cover (about a second of GPU time
+    each)."""
+    return log_time_regressor(HistGradientBoostingRegressor(
+        max_iter=60, learning_rate=0.1, max_depth=2, min_samples_leaf=3, random_state=0))
 
 
 def quadratic_power_law() -> TransformedTargetRegressor:
@@ -337,6 +346,8 @@ class AlgorithmSelector(BaseEstimator):
         cross-validation says they help. Off by default: on the H100 data it did not lower
         the held-out error (README.md, *Kernel paths in the models*), and each class costs
         trees in prediction.
+    min_power_runs : int, default=10
+        Fewer energy readings than this: the algorithm gets no energy model.
 
     Attributes
     ----------
@@ -346,7 +357,7 @@ class AlgorithmSelector(BaseEstimator):
         The first stage (None when fitted without a census or workspaces).
     supports_ : dict
         Per algorithm, ``"always"`` / ``"never"``, ``"workspace model"`` (the first stage
-        decides) or a fitted classifier.
+        decides), ``"kernel plan"`` (seer's own kernels) or a fitted classifier.
     regressors_ : dict
         Per algorithm that runs anywhere, its fitted time regressors by kernel path
         (``"all"``, or ``"workspace"`` and ``"no_workspace"``).
@@ -359,6 +370,11 @@ class AlgorithmSelector(BaseEstimator):
         Per algorithm and kernel path, the candidate chosen.
     cv_mape_ : dict
         Per algorithm, kernel path and candidate, the cross-validated MAPE (percent).
+    power_regressors_ : dict
+        Per algorithm with ``min_power_runs`` energy readings, its fitted power regressor
+        (:func:`power_regressor`).
+    power_cv_mape_ : dict of str to float
+        Per such algorithm, the cross-validated MAPE (percent) of its power.
     pick_weight_ : float
         The fastest-algorithm classifier's weight in the pick.
     pick_cv_regret_ : dict of float to float
@@ -371,7 +387,7 @@ class AlgorithmSelector(BaseEstimator):
 
     def __init__(self, gpu: GPUSpec | None = None, candidates=None, classifier=None, cv: int = 5,
                  min_runs: int = 20, baseline: str = "roofline", workspace_model=None,
-                 max_kernel_paths: int = 0) -> None:
+                 max_kernel_paths: int = 0, min_power_runs: int = 10) -> None:
         self.gpu = gpu
         self.candidates = candidates
         self.classifier = classifier
@@ -380,10 +396,12 @@ class AlgorithmSelector(BaseEstimator):
         self.baseline = baseline
         self.workspace_model = workspace_model
         self.max_kernel_paths = max_kernel_paths
+        self.min_power_runs = min_power_runs
 
     def fit(self, X: pd.DataFrame, Y: pd.DataFrame, W: pd.DataFrame | None = None,
             census: tuple[pd.DataFrame, pd.DataFrame] | None = None,
-            paths: pd.DataFrame | None = None, progress: Progress | None = None) -> "AlgorithmSelector":
+            paths: pd.DataFrame | None = None, progress: Progress | None = None,
+            recorded: pd.DataFrame | None = None, power: pd.DataFrame | None = None) -> "AlgorithmSelector":
         """Fit on shapes ``X`` and times ``Y`` (one column per algorithm, NaN: did not run).
 
         ``W`` (``Y``'s layout) holds the workspaces of the training runs, which tell their
@@ -392,14 +410,20 @@ class AlgorithmSelector(BaseEstimator):
         stage learns from it; without one, from ``W``, and its answers for the training
         shapes then come out of fold; with neither there is no first stage. ``paths``
         (``Y``'s layout) names the kernel path each run's trace saw, missing where it was not
-        traced. ``progress`` is told each step as it starts.
+        traced. ``recorded`` (``Y``'s layout, bool) says which runs were made at all, where an
+        algorithm was run on part of the shapes only (None: every one): a time model learns
+        from the shapes its algorithm ran on, and the pick from the shapes where every
+        algorithm was run. seer's own kernels run where their plan says (exactly, from the
+        shape); the others as the first stage or a classifier predicts.
+        ``power`` (``Y``'s layout) holds the average power (W) of the runs with an energy
+        reading, NaN elsewhere. ``progress`` is told each step as it starts.
         """
         _require_gpu(self.gpu)
         X = layer_frame(X)
         Y = pd.DataFrame(Y)
         if len(X) != len(Y):
             raise ValueError(f"X has {len(X)} shapes but Y has {len(Y)} rows")
-        for name, frame in (("W", W), ("paths", paths)):
+        for name, frame in (("W", W), ("paths", paths), ("recorded", recorded), ("power", power)):
             if frame is not None and (len(frame) != len(Y) or list(frame.columns) != list(Y.columns)):
                 raise ValueError(f"{name} must have Y's rows and columns")
         if self.baseline not in BASELINES:
@@ -434,10 +458,13 @@ class AlgorithmSelector(BaseEstimator):
             if runs.sum() < self.min_runs:
                 self.supports_[algo] = NEVER
                 continue
-            if self.workspace_model_ is not None:
+            if algo in KERNEL_PLAN_ALGORITHMS:
+                self.supports_[algo] = BY_KERNEL_PLAN
+            elif self.workspace_model_ is not None:
                 self.supports_[algo] = BY_FIRST_STAGE
             else:
-                self.supports_[algo] = ALWAYS if runs.all() else clone(classifier).fit(F, runs)
+                made = np.ones(len(X), dtype=bool) if recorded is None else recorded[algo].to_numpy(dtype=bool)
+                self.supports_[algo] = ALWAYS if runs[made].all() else clone(classifier).fit(F[made], runs[made])
             self.fixed_cost_ms_[algo] = (float(np.quantile(times[runs], FIXED_COST_QUANTILE))
                                          if self.baseline == "roofline" else 0.0)
             inputs = regressor_inputs(F, answers, j)
@@ -488,7 +515,10 @@ class AlgorithmSelector(BaseEstimator):
             out_of_fold[runs, j] = mix_paths(ratios, weight) * base[runs]
         if progress:
             progress(steps - 1, steps, "pick classifier")
-        self._fit_pick(pick_inputs(F, answers), Y.to_numpy(dtype=float), out_of_fold, folds)
+        complete = np.ones(len(X), dtype=bool) if recorded is None else recorded.to_numpy(dtype=bool).all(axis=1)
+        self._fit_pick(pick_inputs(F[complete], answers[complete] if answers is not None else None),
+                       Y.to_numpy(dtype=float)[complete], out_of_fold[complete], folds)
+        self._fit_power(F, power)
         log_flops = log2_flops(X)
         self.training_ranges_ = {f: [int(X[f].min()), int(X[f].max())] for f in LAYER_COLUMNS}
         self.training_ranges_["log2_flops"] = [float(log_flops.min()), float(log_flops.max())]
@@ -499,6 +529,7 @@ class AlgorithmSelector(BaseEstimator):
             regressors={a: {p: to_part(r) for p, r in by_path.items()} for a, by_path in self.regressors_.items()},
             fixed_cost_ms=dict(self.fixed_cost_ms_), baseline=self.baseline,
             kernel_paths={a: to_part(c) for a, c in self.kernel_path_classifiers_.items()},
+            power={a: to_part(r) for a, r in self.power_regressors_.items()},
             pick_classifier=to_part(self.pick_classifier_) if self.pick_classifier_ is not None else None,
             pick_weight=float(self.pick_weight_), training_ranges=self.training_ranges_)
         if progress:
@@ -525,6 +556,22 @@ class AlgorithmSelector(BaseEstimator):
             answers[held_out] = fold.transform(X.iloc[held_out])
         self.workspace_model_ = clone(template).fit(X, W, progress=progress)
         return answers
+
+    def _fit_power(self, F: np.ndarray, power: pd.DataFrame | None) -> None:
+        """A power regressor per timed algorithm with enough energy readings, and its
+        cross-validated MAPE."""
+        self.power_regressors_, self.power_cv_mape_ = {}, {}
+        if power is None:
+            return
+        for algo in self.regressors_:
+            watts = power[algo].to_numpy(dtype=float)
+            read = np.isfinite(watts) & (watts > 0)
+            if read.sum() < max(self.min_power_runs, 2):
+                continue
+            folds = KFold(n_splits=min(self.cv, int(read.sum())), shuffle=True, random_state=0)
+            predicted = cross_val_predict(power_regressor(), F[read], watts[read], cv=folds)
+            self.power_cv_mape_[algo] = round(mape(watts[read], predicted), 3)
+            self.power_regressors_[algo] = power_regressor().fit(F[read], watts[read])
 
     @staticmethod
     def _path_helps(scores: dict, workspace_paths: dict) -> bool:

@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from seer.algorithms import select_algorithms
 from seer.errors import InputError
 from seer.predictors import AlgorithmPredictor, SeerFamilyPredictor
-from seer.schema import PREDICTION_COLUMNS
+from seer.schema import OBJECTIVES, PREDICTION_COLUMNS
 from seer.shapes import ConvShape, ShapeError, check_layer_frame, layer_frame
 
 Layers = pd.DataFrame | np.ndarray | Sequence[ConvShape]
@@ -58,7 +59,8 @@ class Model:
             raise InputError(f"the {self.gpu} model has no {math!r} math mode (it has {', '.join(self.maths)})",
                              field="math") from None
 
-    def predict(self, layers: Layers, math: str = "default") -> pd.DataFrame:
+    def predict(self, layers: Layers, math: str = "default", algorithms: Sequence[str] | None = None,
+                objective: str = "time") -> pd.DataFrame:
         """Every algorithm's predicted time for each layer, ranked by the pick.
 
         ``layers``: a frame with the layer columns (``seer.read_layers``; optional ones may be
@@ -67,8 +69,14 @@ class Model:
         (position in ``layers``) and :data:`seer.schema.PREDICTION_COLUMNS`, one row per
         (layer, algorithm predicted to run), rank 1 first; a layer with no algorithm
         predicted to run has one row whose ``algo``, ``predicted_ms`` and ``rank`` are
-        missing.
+        missing. ``algorithms`` (names, or groups such as ``"cudnn"``: see
+        :func:`seer.algorithms.select_algorithms`) limits the ranking to those; None ranks all.
+        ``objective="energy"`` ranks by predicted energy per call, among the algorithms that
+        have an energy model, instead of by time.
         """
+        if objective not in OBJECTIVES:
+            raise InputError(f"unknown objective {objective!r}; choose one of: {', '.join(OBJECTIVES)}",
+                             field="objective")
         predictor = self.predictor(math)
         try:
             frame = layer_frame(layers).reset_index(drop=True)
@@ -76,17 +84,35 @@ class Model:
         except (ShapeError, ValueError) as exc:  # a caller's frame, not a file: no line to name
             raise InputError(str(exc), field=getattr(exc, "field", None)) from None
         times, scores = predictor.predict_with_scores(frame)
-        return ranked(frame, math, predictor.algorithms, times, scores, predictor.extrapolated(frame))
+        energies = times * predictor.predict_power(frame)  # ms x W = mJ
+        if objective == "energy":
+            if not predictor.power:
+                raise InputError(f"the {self.gpu} {math}-math model has no energy model; retrain it from a "
+                                 f"dataset with energy readings (seer collect --energy)", field="objective")
+            times, scores = np.where(np.isfinite(energies), times, np.nan), energies
+        if algorithms is not None:
+            left_out = ~np.isin(predictor.algorithms, _algorithm_names(algorithms))
+            times[:, left_out] = scores[:, left_out] = np.nan
+        return ranked(frame, math, predictor.algorithms, times, scores, predictor.extrapolated(frame), energies)
 
-    def pick(self, layers: Layers, math: str = "default") -> pd.DataFrame:
+    def pick(self, layers: Layers, math: str = "default", algorithms: Sequence[str] | None = None,
+             objective: str = "time") -> pd.DataFrame:
         """Per layer: the pick and its predicted time, the runner-up, and the extrapolation mark."""
-        return best_per_layer(self.predict(layers, math))
+        return best_per_layer(self.predict(layers, math, algorithms, objective))
+
+
+def _algorithm_names(algorithms: Sequence[str]) -> list[str]:
+    """Names from names and groups; an unknown one is an InputError."""
+    try:
+        return select_algorithms(algorithms if isinstance(algorithms, str) else ",".join(algorithms))
+    except KeyError as exc:
+        raise InputError(exc.args[0], field="algo") from None
 
 
 def ranked(frame: pd.DataFrame, math: str, algorithms: list[str], times: np.ndarray, scores: np.ndarray,
-           extrapolated: np.ndarray) -> pd.DataFrame:
-    """The tidy prediction frame of :meth:`Model.predict` from per-layer arrays of times and
-    pick scores (NaN: predicted not to run)."""
+           extrapolated: np.ndarray, energies: np.ndarray | None = None) -> pd.DataFrame:
+    """The tidy prediction frame of :meth:`Model.predict` from per-layer arrays of times,
+    pick scores (NaN: predicted not to run) and energies (NaN: no energy model)."""
     runs = np.isfinite(times)
     # Algorithms by score, those that run first: a stable sort keeps the algorithms' order
     # on ties, as a first-come rank does. Row-major nonzero then walks (layer, rank).
@@ -106,6 +132,7 @@ def ranked(frame: pd.DataFrame, math: str, algorithms: list[str], times: np.ndar
     out["math"] = math
     out["algo"] = pd.array(np.where(has, np.asarray(algorithms, dtype=object)[slots], None), dtype="string")
     out["predicted_ms"] = np.where(has, times[rows, slots], np.nan)
+    out["predicted_mj"] = np.where(has, energies[rows, slots], np.nan) if energies is not None else np.nan
     out["rank"] = pd.array(rank, dtype="Int64")
     out.loc[~has, "rank"] = pd.NA
     out["extrapolated"] = extrapolated[rows]
@@ -121,7 +148,9 @@ def best_per_layer(predictions: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame(index=first.index)
     out["best_algo"] = first["algo"]
     out["best_ms"] = first["predicted_ms"]
+    out["best_mj"] = first["predicted_mj"]
     out["runner_up"] = second["algo"]
     out["runner_up_ms"] = second["predicted_ms"]
+    out["runner_up_mj"] = second["predicted_mj"]
     out["extrapolated"] = first["extrapolated"].astype(bool)
     return out

@@ -10,6 +10,7 @@ and the rest are counted, never filled in.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,11 +50,13 @@ class NetworkPrediction:
     math: str
 
 
-def predict_network(model: Model, layers: pd.DataFrame, math: str = "default") -> NetworkPrediction:
-    """Predict every layer of ``layers`` (a layer frame with ``calls``, and ``name`` if known)."""
+def predict_network(model: Model, layers: pd.DataFrame, math: str = "default",
+                    algorithms: Sequence[str] | None = None, objective: str = "time") -> NetworkPrediction:
+    """Predict every layer of ``layers`` (a layer frame with ``calls``, and ``name`` if known),
+    ranking ``algorithms`` (None: all) by ``objective`` (see :meth:`seer.model.Model.predict`)."""
     calls = layers["calls"].to_numpy(dtype=np.int64) if "calls" in layers else np.ones(len(layers), dtype=np.int64)
     names = layers["name"].astype(str).to_numpy() if "name" in layers else np.arange(1, len(layers) + 1).astype(str)
-    predictions = model.predict(layers, math)
+    predictions = model.predict(layers, math, algorithms, objective)
     predictions.insert(1, "name", names[predictions["layer"].to_numpy()])
     predictions.insert(2, "calls", calls[predictions["layer"].to_numpy()])
     best = best_per_layer(predictions)

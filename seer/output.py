@@ -141,12 +141,14 @@ def layer_objects(predictions: pd.DataFrame) -> list[dict]:
     fields = predictions[list(LAYER_COLUMNS)].to_numpy(dtype=np.int64)
     algos = predictions["algo"].to_numpy(dtype=object, na_value=None)
     times = predictions["predicted_ms"].to_numpy(dtype=float)
+    energies = predictions["predicted_mj"].to_numpy(dtype=float)
     ranks = predictions["rank"].to_numpy(dtype=float, na_value=np.nan)
     math = predictions["math"].to_numpy(dtype=object)
     extrapolated = predictions["extrapolated"].to_numpy(dtype=bool)
     out = []
     for start, end in zip(starts, ends):
-        runs = [{"algo": algos[i], "predicted_ms": float(times[i]), "rank": int(ranks[i])}
+        runs = [{"algo": algos[i], "predicted_ms": float(times[i]),
+                 "predicted_mj": float(energies[i]) if np.isfinite(energies[i]) else None, "rank": int(ranks[i])}
                 for i in range(start, end) if algos[i] is not None]
         out.append({"layer": int(layers[start]), **dict(zip(LAYER_COLUMNS, fields[start].tolist())),
                     "math": math[start], "pick": runs[0]["algo"] if runs else None,

@@ -28,15 +28,21 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
+from seer.algorithms import algorithm_names
 from seer.features import feature_names, log2_flops, shape_features
 from seer.gpus import GPUSpec, spec_from_fields
-from seer.shapes import LAYER_COLUMNS, is_seer_layer, layer_frame
+from seer.shapes import LAYER_COLUMNS, LAYER_FIELDS, ConvShape, is_seer_layer, layer_frame
 from seer.trees import TreeEnsemble, TreeError
 
 #: Support decisions that need no classifier: the algorithm ran on every or no training shape.
 ALWAYS, NEVER = "always", "never"
 #: The support of an algorithm that the first stage decides.
 BY_FIRST_STAGE = "workspace model"
+#: The support of seer's own kernels: their launch plan decides, exactly, from the shape
+#: (:func:`seer.kernel_plans.unsupported_reason`).
+BY_KERNEL_PLAN = "kernel plan"
+#: The algorithms that have such a plan: seer's own kernels.
+KERNEL_PLAN_ALGORITHMS = tuple(algorithm_names("cupy"))
 #: What the time regressors predict a ratio to (see :class:`AlgorithmPredictor`).
 BASELINES = ("roofline", "none")
 #: An algorithm is predicted to run where the probability that it runs is at least this.
@@ -392,7 +398,8 @@ def likeliest_path_ratio(ratios: dict[str, np.ndarray], weight: np.ndarray | Non
 class AlgorithmPredictor(Part):
     """Every algorithm's predicted time for a layer, from its shape alone, and the pick.
 
-    Per algorithm: whether it runs (the first stage's answer, or a decision of its own),
+    Per algorithm: whether it runs (the first stage's answer, seer's kernel plan, or a
+    decision of its own),
     and its time as a multiple of a physical baseline, the algorithm's fixed cost plus the
     roofline floor (FP32 FLOPs at peak plus tensor bytes at DRAM bandwidth, from the GPU
     spec): trees cannot extrapolate beyond the times they saw, but a ratio to the roofline
@@ -404,6 +411,8 @@ class AlgorithmPredictor(Part):
     Times come in ``algorithms`` order, NaN where an algorithm is predicted not to run, so
     that it is never recommended. Where ``kernel_paths`` has a classifier of the
     kernel path cuDNN takes inside an algorithm, its probabilities are regressor inputs too.
+    ``power`` holds, per algorithm timed with energy readings, a regressor of its average
+    power (W) from the shape features: energy per call is predicted time x predicted power.
     """
 
     spec: GPUSpec
@@ -418,17 +427,32 @@ class AlgorithmPredictor(Part):
     pick_weight: float
     training_ranges: dict
     kernel_paths: dict = field(default_factory=dict)
+    power: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._roofline_column = self.features.index("log2_roofline_floor_s")
 
     # Public methods take shapes; each computes the features and the first stage's answers
     # once and hands them to the private methods, which they share.
-    def prepare(self, X, complete: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
-        """Features and the first stage's answers; ``complete=False`` leaves out the workspace
-        answers of algorithms predicted not to run (enough for masked predictions)."""
+    def prepare(self, X, complete: bool = True) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """Features, the first stage's answers, and whether each algorithm's kernel plan
+        takes each shape (True for an algorithm without one); ``complete=False`` leaves out
+        the workspace answers of algorithms predicted not to run (enough for masked
+        predictions)."""
+        X = layer_frame(X)
         F = shape_features(X, self.spec).to_numpy()
-        return F, (self.workspace.answers(F, only_where_runs=not complete) if self.workspace is not None else None)
+        answers = self.workspace.answers(F, only_where_runs=not complete) if self.workspace is not None else None
+        return F, answers, kernel_plan_support(X, self.algorithms, self.supports, self.spec)
+
+    def predict_power(self, X) -> np.ndarray:
+        """Predicted average power (W) per shape and algorithm while it runs back to back;
+        NaN for an algorithm without an energy model."""
+        F = shape_features(layer_frame(X), self.spec).to_numpy()
+        out = np.full((len(F), len(self.algorithms)), np.nan)
+        for j, algo in enumerate(self.algorithms):
+            if algo in self.power and len(F):
+                out[:, j] = self.power[algo].predict(F)
+        return out
 
     def predict_support(self, X) -> np.ndarray:
         """Probability that each algorithm runs on each shape, shape (n_shapes, n_algorithms)."""
@@ -445,8 +469,8 @@ class AlgorithmPredictor(Part):
 
     def predict_with_scores(self, X) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`predict` and :meth:`pick_scores` together, from one pass over the models."""
-        F, answers = self.prepare(X, complete=False)
-        reported, weighed = self._times(F, answers)
+        F, answers, planned = self.prepare(X, complete=False)
+        reported, weighed = self._times(F, answers, planned)
         return reported, self._scores(F, answers, weighed)
 
     def pick_scores(self, X) -> np.ndarray:
@@ -473,11 +497,12 @@ class AlgorithmPredictor(Part):
         """What ``algo``'s regressor predicts a ratio to, per row of features, in ms."""
         return baseline_ms(F[:, self._roofline_column], self.fixed_cost_ms.get(algo, 0.0), self.baseline)
 
-    def _support(self, F: np.ndarray, answers: np.ndarray | None) -> np.ndarray:
+    def _support(self, F: np.ndarray, answers: np.ndarray | None, planned: np.ndarray) -> np.ndarray:
         out = np.empty((len(F), len(self.algorithms)))
         for j, algo in enumerate(self.algorithms):
             support = self.supports[algo]
-            out[:, j] = answers[:, 3 * j] if support == BY_FIRST_STAGE else probability(support, F)
+            out[:, j] = (answers[:, 3 * j] if support == BY_FIRST_STAGE else planned[:, j].astype(float)
+                         if support == BY_KERNEL_PLAN else probability(support, F))
         return out
 
     def _ratios(self, j: int, inputs: np.ndarray, answers: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -501,11 +526,11 @@ class AlgorithmPredictor(Part):
         classifier = self.kernel_paths.get(self.algorithms[j])
         return inputs if classifier is None else np.hstack([inputs, classifier.predict_proba(inputs)])
 
-    def _times(self, F: np.ndarray, answers: np.ndarray | None,
+    def _times(self, F: np.ndarray, answers: np.ndarray | None, planned: np.ndarray,
                masked: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Times (ms) per row and algorithm, NaN where not run (``masked``) or never trained:
         the ones to report and the ones the pick weighs (:meth:`_ratios`)."""
-        runs = (self._support(F, answers) >= RUNS_THRESHOLD if masked
+        runs = (self._support(F, answers, planned) >= RUNS_THRESHOLD if masked
                 else np.ones((len(F), len(self.algorithms)), dtype=bool))
         reported = np.full((len(F), len(self.algorithms)), np.nan)
         weighed = reported.copy()
@@ -553,6 +578,9 @@ class AlgorithmPredictor(Part):
             if support == BY_FIRST_STAGE:
                 if workspace is None:
                     raise StateError(f"{where}: support by a first stage that is missing")
+            elif support == BY_KERNEL_PLAN:
+                if algo not in KERNEL_PLAN_ALGORITHMS:
+                    raise StateError(f"{where}: {algo} has no kernel plan of seer's")
             else:
                 _decision(support, where)
         for algo, paths in regressors.items():
@@ -576,13 +604,33 @@ class AlgorithmPredictor(Part):
         if not set(kernel_paths) <= set(regressors) or not all(
                 isinstance(c, BoostedClassifier) for c in kernel_paths.values()):
             raise StateError(f"{where}: kernel-path classifiers must be boosted classifiers of algorithms it times")
+        power = state.get("power", {})  # models trained before energy readings have none
+        if not isinstance(power, dict) or not set(power) <= set(regressors) or not all(
+                isinstance(r, LogTarget) for r in power.values()):
+            raise StateError(f"{where}: power models must be log-target regressors of algorithms it times")
         ranges = _require(state, "training_ranges", dict, where)
         if set(ranges) != {*LAYER_COLUMNS, "log2_flops"} or not all(
                 isinstance(r, list) and len(r) == 2 and all(isinstance(v, (int, float)) for v in r)
                 for r in ranges.values()):
             raise StateError(f"{where}: training ranges must give [low, high] per shape field and log2_flops")
         return cls(spec, features, algorithms, workspace, supports, regressors,
-                   {a: float(v) for a, v in fixed_cost.items()}, baseline, classifier, weight, ranges, kernel_paths)
+                   {a: float(v) for a, v in fixed_cost.items()}, baseline, classifier, weight, ranges, kernel_paths,
+                   power)
+
+
+def kernel_plan_support(X: pd.DataFrame, algorithms: list[str], supports: dict, spec: GPUSpec) -> np.ndarray:
+    """Per shape and algorithm, whether seer's kernel plan takes the shape: for the
+    algorithms whose support is :data:`BY_KERNEL_PLAN`; True for the others."""
+    from seer.kernel_plans import unsupported_reason
+
+    planned = np.ones((len(X), len(algorithms)), dtype=bool)
+    columns = [j for j, a in enumerate(algorithms) if supports.get(a) == BY_KERNEL_PLAN]
+    if columns:
+        for i, fields_ in enumerate(X[list(LAYER_FIELDS)].to_dict("records")):
+            shape = ConvShape.from_mapping(fields_)
+            for j in columns:
+                planned[i, j] = unsupported_reason(algorithms[j], shape) is None
+    return planned
 
 
 def baseline_ms(log2_roofline_s: np.ndarray, fixed_cost_ms: float, baseline: str) -> np.ndarray:

@@ -9,7 +9,7 @@ import pandas as pd
 
 from seer.model import Model
 from seer.schema import MATH_MODE_NAMES, SPLITS, TEST_SPLITS
-from seer.scoring import NEAR_BEST
+from seer.scoring import CUDNN, NEAR_BEST, WITH_OWN
 
 
 def _markdown(frame: pd.DataFrame, floatfmt: str = ".1f") -> str:
@@ -67,11 +67,18 @@ def write_report(results: dict[str, pd.DataFrame], model: Model, path: Path) -> 
     for split in (SPLITS[s] for s in TEST_SPLITS):
         if sel.empty or split not in set(sel["split"]):
             continue
-        lines += [f"## {split}", "", "### Selection", ""]
-        main = sel[(sel["split"] == split) & ~sel["policy"].str.startswith("always")]
-        lines += [_markdown(main.drop(columns="split")), "", "Single fixed algorithms:", "",
-                  _markdown(sel[(sel["split"] == split) & sel["policy"].str.startswith("always")].drop(columns="split")),
-                  "", "### Time per algorithm (runs that succeeded)", ""]
+        lines += [f"## {split}", "", "### Selection among cuDNN's algorithms", ""]
+        here = sel[(sel["split"] == split) & (sel["algorithms"] == CUDNN)].drop(columns=["split", "algorithms"])
+        fixed = here["policy"].str.startswith("always")
+        lines += [_markdown(here[~fixed]), "", "Single fixed algorithms:", "", _markdown(here[fixed]), ""]
+        own = sel[(sel["split"] == split) & (sel["algorithms"] == WITH_OWN)].drop(columns=["split", "algorithms"])
+        if not own.empty:
+            lines += ["### Selection with seer's own kernels", "",
+                      "Among every algorithm, seer's kernels included, on the layers where every one was timed "
+                      "(`layers`). Regret is against the fastest of them all: the `(cudnn only)` rows are the "
+                      "picks above, and `oracle (cudnn only)` is what seer's kernels save at best.", "",
+                      _markdown(own), ""]
+        lines += ["### Time per algorithm (runs that succeeded)", ""]
         reg = results["regression"]
         lines += [_markdown(reg[reg["split"] == split].drop(columns="split"), ".2f"), ""]
     kinds = results.get("by_kind", pd.DataFrame())

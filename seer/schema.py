@@ -148,5 +148,8 @@ CENSUS_COLUMNS: tuple[str, ...] = ("math", *LAYER_COLUMNS, "shape_id", "grid", "
                                    "heuristic_rank", "heuristic_math_type")
 #: Columns of a prediction, one row per (layer, algorithm predicted to run); a layer with
 #: no algorithm predicted to run has one row with ``algo``, ``predicted_ms`` and ``rank``
-#: empty.
-PREDICTION_COLUMNS: tuple[str, ...] = (*LAYER_COLUMNS, "math", "algo", "predicted_ms", "rank", "extrapolated")
+#: empty. ``predicted_mj`` is the energy per call, empty for an algorithm without an energy model.
+PREDICTION_COLUMNS: tuple[str, ...] = (*LAYER_COLUMNS, "math", "algo", "predicted_ms", "predicted_mj", "rank",
+                                       "extrapolated")
+#: What a pick minimises: the time per call, or the energy per call.
+OBJECTIVES: tuple[str, ...] = ("time", "energy")

@@ -7,8 +7,10 @@ Two test sets: Test-set-I (the 30% of grid shapes held out by the split) and Tes
   share within +-10%, and R^2 of log time;
 - selection: top-1 accuracy (the pick is the measured fastest), regret (time of the pick /
   fastest measured - 1: mean, p95, max) and picks of algorithms that did not run, for our
-  model, cuDNN's heuristic top pick and each single fixed algorithm; the measured fastest
-  is the oracle;
+  model, cuDNN's heuristic top pick and each single fixed algorithm, among cuDNN's
+  algorithms (what a framework runs); the measured fastest is the oracle;
+- selection among every algorithm, seer's own kernels included, on the layers where each
+  was timed (the kernels may have been timed on part of the grid only);
 - per layer kind (square, grouped, depthwise, 1xN, non-square input, dilated, 3D): the
   selection figures and the time models' MAPE; SEER's model only on square layers, the
   only ones its inputs describe;
@@ -25,10 +27,11 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from seer.algorithms import algorithm_names, get_algorithm
 from seer.model import Model
 from seer.schema import SPLITS, TEST_SPLITS
 from seer.shapes import LAYER_COLUMNS, is_seer_layer, layer_frame, layer_kind_flags
-from seer.training import training_frames
+from seer.training import recorded_runs, training_frames
 
 #: Measurement columns the evaluation reads.
 EVALUATION_COLUMNS = (*LAYER_COLUMNS, "shape_id", "math", "algo", "status", "time_ms", "split", "heuristic_rank")
@@ -102,9 +105,10 @@ def evaluate(model: Model, table: pd.DataFrame,
             progress(number, steps, f"{SPLITS[split]}, {math} math")
         split_name = SPLITS[split]
         predictor = model.predictors[math]
-        shapes, measured = training_frames(table, math, split)
+        shapes, measured = training_frames(table, math, split, partial=True)
         if shapes.empty:
             continue
+        recorded = recorded_runs(table, math, split, measured)
         families = {"ours": pd.DataFrame(predictor.predict_unmasked(shapes), index=shapes.index,
                                          columns=predictor.algorithms)}
         if math in model.baselines:
@@ -121,23 +125,30 @@ def evaluate(model: Model, table: pd.DataFrame,
                 points.append(pd.DataFrame({"split": split_name, "math": math, "algo": algo, "family": family,
                                             "measured_ms": measured.loc[ran, algo],
                                             "predicted_ms": predicted.loc[ran, algo]}))
-        policies = _model_picks(model, math, shapes, table)
+        # cuDNN's algorithms, what a framework runs, on every layer; seer's own kernels
+        # beside them below, on the layers where every algorithm was timed.
+        cudnn = [a for a in measured.columns if get_algorithm(a).source == "cudnn"]
+        own = [a for a in measured.columns if a not in cudnn]
+        policies = _model_picks(model, math, shapes, table, cudnn)
         seer_picks = policies.pop("seer", None)  # the report lists it after the oracle
-        policies["oracle"] = measured.idxmin(axis=1)
+        policies["oracle"] = measured[cudnn].idxmin(axis=1)
         if seer_picks is not None:
             policies["seer"] = seer_picks
-        policies |= {f"always {a}": pd.Series(a, index=shapes.index) for a in measured.columns
+        policies |= {f"always {a}": pd.Series(a, index=shapes.index) for a in cudnn
                      if measured[a].notna().any()}
         square = is_seer_layer(layer_frame(shapes))
         for name, picks in policies.items():
             # SEER's model is scored where its inputs exist: square, ungrouped, undilated 2D layers.
-            scored = measured[square] if name == "seer" else measured
-            selection.append({"split": split_name, "math": math, "policy": name}
+            scored = measured.loc[square, cudnn] if name == "seer" else measured[cudnn]
+            selection.append({"split": split_name, "math": math, "algorithms": CUDNN, "policy": name}
                              | selection_metrics(scored, picks))
             if split == "test2" and name in ("ours", "seer", "cudnn heuristic"):
                 per_layer.append(pd.DataFrame({"math": math, "policy": name,
-                                               "regret_pct": regrets(measured, picks) * 100}))
-        by_kind += _by_kind(split_name, math, shapes, measured, families["ours"], policies)
+                                               "regret_pct": regrets(measured[cudnn], picks) * 100}))
+        if own:
+            selection += _with_own_kernels(split_name, math, shapes, measured, recorded.all(axis=1),
+                                           _model_picks(model, math, shapes, table)["ours"], policies)
+        by_kind += _by_kind(split_name, math, shapes, measured[cudnn], families["ours"], policies)
     if progress:
         progress(steps - 1, steps, "Test-set-II networks")
     return {"regression": pd.DataFrame(regression), "selection": pd.DataFrame(selection),
@@ -145,6 +156,25 @@ def evaluate(model: Model, table: pd.DataFrame,
             "networks": network_totals(model, table),
             "regret_per_layer": pd.concat(per_layer, ignore_index=True) if per_layer else pd.DataFrame(),
             "by_kind": pd.DataFrame(by_kind)}
+
+
+#: What the ``algorithms`` column of the selection frame says a policy chose among.
+CUDNN, WITH_OWN = "cudnn", "cudnn+seer"
+
+
+def _with_own_kernels(split: str, math: str, shapes: pd.DataFrame, measured: pd.DataFrame, complete: pd.Series,
+                      ours: pd.Series, cudnn_policies: dict[str, pd.Series]) -> list[dict]:
+    """Selection among every algorithm, seer's kernels included, on the layers where every
+    one was timed: our pick among all, the oracle, and the cuDNN-only picks against them."""
+    if not complete.any():
+        return []
+    scored = measured[complete.to_numpy()]
+    policies = {"ours": ours, "oracle": scored.idxmin(axis=1)}
+    policies |= {f"{name} (cudnn only)": cudnn_policies[name] for name in ("ours", "cudnn heuristic", "oracle")}
+    own = [a for a in measured.columns if get_algorithm(a).source != "cudnn"]
+    policies |= {f"always {a}": pd.Series(a, index=shapes.index) for a in own if scored[a].notna().any()}
+    return [{"split": split, "math": math, "algorithms": WITH_OWN, "policy": name}
+            | selection_metrics(scored, picks) for name, picks in policies.items()]
 
 
 #: Policies compared per layer kind; SEER's model only on square layers, where its inputs exist.
@@ -173,17 +203,20 @@ def _by_kind(split: str, math: str, shapes: pd.DataFrame, measured: pd.DataFrame
     return rows
 
 
-def _model_picks(model: Model, math: str, shapes: pd.DataFrame, table: pd.DataFrame) -> dict[str, pd.Series]:
+def _model_picks(model: Model, math: str, shapes: pd.DataFrame, table: pd.DataFrame,
+                 algorithms: list[str] | None = None) -> dict[str, pd.Series]:
     """Picks per shape (aligned with ``shapes``, whose index holds shape ids) of our model,
-    SEER's model and cuDNN's heuristic."""
+    SEER's model and cuDNN's heuristic, among ``algorithms`` (None: all)."""
     predictor = model.predictors[math]
     times, scores = (pd.DataFrame(a, index=shapes.index, columns=predictor.algorithms)
                      for a in predictor.predict_with_scores(shapes))
+    if algorithms is not None:
+        times, scores = times.reindex(columns=algorithms), scores.reindex(columns=algorithms)
     picks = {"ours": _fastest(scores),
              "cudnn heuristic": heuristic_picks(table, shapes.index, math).set_axis(shapes.index)}
     if math in model.baselines:
         seer_times = pd.DataFrame(model.baselines[math].predict_times(shapes, predictor.algorithms),
-                                  index=shapes.index, columns=predictor.algorithms)
+                                  index=shapes.index, columns=predictor.algorithms).reindex(columns=times.columns)
         # SEER's times, over the algorithms seer's support decisions expect to run.
         picks["seer"] = _fastest(seer_times.where(times.notna()))
     return picks
@@ -202,7 +235,9 @@ def network_totals(model: Model, table: pd.DataFrame) -> pd.DataFrame:
 
     rows = []
     for math, predictor in model.predictors.items():
-        measured = training_frames(table, math, split=None)[1][predictor.algorithms]
+        # PyTorch runs cuDNN's algorithms: the policies choose among those.
+        cudnn = [a for a in predictor.algorithms if a in algorithm_names("cudnn")]
+        measured = training_frames(table, math, split=None)[1][cudnn]
         for network in TEST_SET_II_NETWORKS:
             for batch in NETWORK_BATCHES:
                 layers = [layer.shape for layer in network_layers(network, batch)]
@@ -214,7 +249,7 @@ def network_totals(model: Model, table: pd.DataFrame) -> pd.DataFrame:
                 # A network repeats shapes: the picks come back one per layer, by position.
                 frame = layer_frame(layers).set_axis(pd.Index(ids, name="shape_id"))
                 picks = {name: policy.reset_index(drop=True)
-                         for name, policy in _model_picks(model, math, frame, table).items()}
+                         for name, policy in _model_picks(model, math, frame, table, cudnn).items()}
                 row = {"math": math, "network": network, "batch": batch, "layers": len(ids),
                        "oracle_ms": float(times.min(axis=1).sum())}
                 for name, policy in picks.items():

@@ -13,7 +13,7 @@ from __future__ import annotations
 import platform
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 import pandas as pd
@@ -21,6 +21,7 @@ import sklearn
 from sklearn.base import clone
 
 import seer
+from seer.algorithms import ALGORITHMS
 from seer.dataset import read_census, read_measurements
 from seer.errors import InputError
 from seer.estimators import CANDIDATE_SETS, AlgorithmSelector
@@ -32,7 +33,7 @@ from seer.seer_baseline import PROFILE_COLUMNS, SeerFamily
 from seer.shapes import LAYER_COLUMNS, is_seer_layer
 
 #: Measurement columns training reads.
-TRAINING_COLUMNS = (*LAYER_COLUMNS, "shape_id", "math", "algo", "status", "time_ms", "workspace_bytes", "split",
+TRAINING_COLUMNS = (*LAYER_COLUMNS, "shape_id", "math", "algo", "status", "time_ms", "workspace_bytes", "power_w", "split",
                     "profile_status", "trace_variant", *PROFILE_COLUMNS)
 #: The column that names a run's kernel path: its traced main kernel's variant.
 KERNEL_PATH_COLUMN = "trace_variant"
@@ -42,13 +43,25 @@ Progress = Callable[[int, int, str], None]
 MIN_COVERAGE = 0.95
 
 
+def math_rows(table: pd.DataFrame, math: str) -> pd.DataFrame:
+    """The rows that stand for ``math``: its own, and for an algorithm with one code path
+    whatever the mode (:attr:`seer.algorithms.Algorithm.one_math`), that mode's rows."""
+    one_math = table["algo"].map({a.name: a.one_math for a in ALGORITHMS if a.one_math})
+    return table[(table["math"] == one_math).where(one_math.notna(), table["math"] == math)]
+
+
 def training_frames(table: pd.DataFrame, math: str, split: str | None = "train",
-                    value: str = "time_ms") -> tuple[pd.DataFrame, pd.DataFrame]:
+                    value: str = "time_ms", partial: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Layers (the layer columns, indexed by shape_id) and one column per algorithm of
     ``value`` (the time, ``workspace_bytes``, or a text column such as the kernel path), NaN
     where the run did not succeed, of one split (None: every split; a census table has
-    none) and math mode."""
-    rows = table[table["math"] == math]
+    none) and math mode (:func:`math_rows`).
+
+    The layers are those with a record of every algorithm run on MIN_COVERAGE of the split's
+    layers. An algorithm run on fewer is left out, or with ``partial`` kept with NaN where
+    it was not run too: :func:`recorded_runs` tells the two NaNs apart.
+    """
+    rows = math_rows(table, math)
     if split is not None:
         rows = rows[rows["split"] == split]
     succeeded = rows[value].where(rows["status"] == "ok")
@@ -56,32 +69,69 @@ def training_frames(table: pd.DataFrame, math: str, split: str | None = "train",
         succeeded = succeeded.astype(float)
     values = rows.assign(**{value: succeeded}).pivot(
         index="shape_id", columns="algo", values=value)
-    # A missing run is not a failed one, and the models would learn it as one: an algorithm
-    # run (a record, even a failure) on under MIN_COVERAGE of the shapes is left out, and so
-    # is a shape that lacks a record of an algorithm kept.
-    recorded = pd.crosstab(rows["shape_id"], rows["algo"]).reindex(index=values.index) > 0
-    algos = [a for a in pd.unique(table["algo"]) if a in values.columns and recorded[a].mean() >= MIN_COVERAGE]
-    values = values.loc[recorded[algos].all(axis=1), algos]
+    # A missing run is not a failed one, and the models would learn it as one: the layers
+    # kept have a record (even a failure) of every algorithm of full coverage.
+    recorded = _recorded(rows).reindex(index=values.index)
+    present = [a for a in pd.unique(table["algo"]) if a in values.columns]
+    full = [a for a in present if recorded[a].mean() >= MIN_COVERAGE]
+    kept = [a for a in present if a in full or partial]
+    values = values.loc[recorded[full].all(axis=1), kept]
     shapes = rows.drop_duplicates("shape_id").set_index("shape_id").loc[values.index, list(LAYER_COLUMNS)]
     return shapes, values
 
 
-def training_inputs(table: pd.DataFrame, census: pd.DataFrame, math: str, split: str = "train"):
+def recorded_runs(table: pd.DataFrame, math: str, split: str | None, like: pd.DataFrame) -> pd.DataFrame:
+    """Whether each (layer, algorithm) of ``like`` (a :func:`training_frames` frame) has a
+    record, a failure included, in ``split`` and ``math``."""
+    rows = math_rows(table, math)
+    if split is not None:
+        rows = rows[rows["split"] == split]
+    return _recorded(rows).reindex(index=like.index, columns=like.columns, fill_value=False).astype(bool)
+
+
+def _recorded(rows: pd.DataFrame) -> pd.DataFrame:
+    return pd.crosstab(rows["shape_id"], rows["algo"]) > 0
+
+
+class TrainingInputs(NamedTuple):
     """What :meth:`AlgorithmSelector.fit` takes for one math mode: shapes, times and
-    workspaces of the split's runs, the census as (shapes, workspaces) (None if empty), and
-    the runs' traced kernel paths (None without the column)."""
-    shapes, times = training_frames(table, math, split)
-    workspaces = training_frames(table, math, split, value="workspace_bytes")[1].reindex(
+    workspaces of the split's runs (algorithms run on part of the layers included), the
+    census as (shapes, workspaces) (None if empty), the runs' traced kernel paths (None
+    without the column), which runs were recorded, and the average power of the runs with
+    an energy reading (None without the column)."""
+
+    shapes: pd.DataFrame
+    times: pd.DataFrame
+    workspaces: pd.DataFrame
+    census: tuple[pd.DataFrame, pd.DataFrame] | None
+    paths: pd.DataFrame | None
+    recorded: pd.DataFrame
+    power: pd.DataFrame | None
+
+    def fit_arguments(self) -> dict:
+        """The keyword arguments of :meth:`AlgorithmSelector.fit`."""
+        return {"X": self.shapes, "Y": self.times, "W": self.workspaces, "census": self.census,
+                "paths": self.paths, "recorded": self.recorded, "power": self.power}
+
+
+def training_inputs(table: pd.DataFrame, census: pd.DataFrame, math: str, split: str = "train") -> TrainingInputs:
+    """:class:`TrainingInputs` of one split and math mode."""
+    shapes, times = training_frames(table, math, split, partial=True)
+    workspaces = training_frames(table, math, split, value="workspace_bytes", partial=True)[1].reindex(
         index=times.index, columns=times.columns)
     paths = None
     if KERNEL_PATH_COLUMN in table.columns:
-        paths = training_frames(table, math, split, value=KERNEL_PATH_COLUMN)[1].reindex(
+        paths = training_frames(table, math, split, value=KERNEL_PATH_COLUMN, partial=True)[1].reindex(
             index=times.index, columns=times.columns)
     asked = None
     if not census.empty:
         census_shapes, census_workspaces = training_frames(census, math, split=None, value="workspace_bytes")
         asked = (census_shapes, census_workspaces.reindex(columns=times.columns))
-    return shapes, times, workspaces, asked, paths
+    power = None
+    if "power_w" in table.columns:
+        power = training_frames(table, math, split, value="power_w", partial=True)[1].reindex(
+            index=times.index, columns=times.columns)
+    return TrainingInputs(shapes, times, workspaces, asked, paths, recorded_runs(table, math, split, times), power)
 
 
 def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAMES,
@@ -112,7 +162,8 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
     per_math_steps = 2 * n_algos + 2  # first stage and time per algorithm, the pick, SEER's model
     total = per_math_steps * len(maths)
     for index, math in enumerate(maths):
-        shapes, times, workspaces, asked, paths = training_inputs(table, census, math)
+        inputs = training_inputs(table, census, math)
+        shapes, asked, recorded, power = inputs.shapes, inputs.census, inputs.recorded, inputs.power
         if shapes.empty:
             raise InputError(f"no {math}-math rows in the train split", path=measurements)
         offset = index * per_math_steps
@@ -121,7 +172,7 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
             if progress and done < steps:
                 progress(offset + done, total, f"{math} math, {text}")
 
-        fitted = clone(template).set_params(gpu=spec).fit(shapes, times, workspaces, asked, paths, progress=step)
+        fitted = clone(template).set_params(gpu=spec).fit(**inputs.fit_arguments(), progress=step)
         predictors[math] = fitted.predictor_
         step(per_math_steps - 1, per_math_steps, "SEER's model")  # the selector took the steps before
         rows = table[(table["split"] == "train") & (table["math"] == math)]
@@ -134,6 +185,10 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
                           "regressor": fitted.choice_, "cv_mape_percent": fitted.cv_mape_,
                           "kernel_paths": {a: [str(c) for c in k.classes_]
                                            for a, k in fitted.kernel_path_classifiers_.items()},
+                          "recorded_shapes": {a: int(n) for a, n in recorded.sum().items() if n < len(recorded)},
+                          "power_models": {a: {"runs": int(power[a].notna().sum()), "cv_mape_percent": m}
+                                           for a, m in fitted.power_cv_mape_.items()},
+                          "pick_shapes": int(recorded.all(axis=1).sum()),
                           "pick_weight": fitted.pick_weight_,
                           "pick_cv_regret_percent": {str(w): r for w, r in fitted.pick_cv_regret_.items()},
                           "seer_baseline_algorithms": family.algorithms_}

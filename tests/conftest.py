@@ -103,13 +103,14 @@ SMALL_TRAIN, SMALL_TEST1, SMALL_CENSUS = 1500, 800, 6000
 @pytest.fixture(scope="session")
 def small_dataset(tmp_path_factory, table, census) -> Path:
     """A dataset directory holding a seeded sample of the committed one: every Test-set-II
-    layer, and some training, Test-set-I and census shapes."""
+    layer and every layer with energy readings, and some training, Test-set-I and census shapes."""
     rng = np.random.default_rng(0)
     keep = []
     for split, count in (("train", SMALL_TRAIN), ("test1", SMALL_TEST1)):
         ids = np.sort(table.loc[table["split"] == split, "shape_id"].unique())
         keep.extend(rng.choice(ids, size=count, replace=False))
     keep.extend(table.loc[table["split"] == "test2", "shape_id"].unique())
+    keep.extend(table.loc[table["power_w"].notna(), "shape_id"].unique())  # every energy reading
     directory = tmp_path_factory.mktemp("small") / "h100"
     directory.mkdir()
     gz = {"method": "gzip", "compresslevel": 1}

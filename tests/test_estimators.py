@@ -108,7 +108,7 @@ def test_the_first_stage_learns_cudnns_answers_from_the_census(table, census):
 @pytest.fixture(scope="module")
 def path_selector(table, census):
     """A small selector of IMPLICIT_GEMM (one path) and GEMM (two), fitted with a census."""
-    shapes, times, workspaces, asked, _paths = training_inputs(table, census, "fma")
+    shapes, times, workspaces, asked = training_inputs(table, census, "fma")[:4]
     keep = ["IMPLICIT_GEMM", "GEMM"]
     rows = np.sort(np.random.default_rng(0).choice(len(shapes), size=4000, replace=False))
     asked = (asked[0].iloc[:15000], asked[1].iloc[:15000][keep])
@@ -133,7 +133,8 @@ def test_kernel_paths_get_their_own_regressors_where_the_workspace_tells_them_ap
 
 
 def test_the_kernel_path_classifier_names_held_out_runs_paths(table):
-    shapes, times, _, _, paths = training_inputs(table, pd.DataFrame(), "fma")
+    inputs = training_inputs(table, pd.DataFrame(), "fma")
+    shapes, times, paths = inputs.shapes, inputs.times, inputs.paths
     test_shapes, _ = training_frames(table, "fma", "test1")
     test_paths = training_frames(table, "fma", "test1", value="trace_variant")[1]["IMPLICIT_GEMM"].dropna()
     features = ShapeFeatures(H100).fit(shapes)
@@ -158,7 +159,8 @@ def test_the_kernel_path_classifier_names_held_out_runs_paths(table):
 
 
 def test_kernel_paths_feed_the_regressors_only_where_cross_validation_says_so(table):
-    shapes, times, workspaces, _, paths = training_inputs(table, pd.DataFrame(), "fma")
+    inputs = training_inputs(table, pd.DataFrame(), "fma")
+    shapes, times, workspaces, paths = inputs.shapes, inputs.times, inputs.workspaces, inputs.paths
     keep = ["IMPLICIT_GEMM", "FFT"]
     traced = np.flatnonzero(paths["IMPLICIT_GEMM"].notna().to_numpy())
     rows = np.sort(np.random.default_rng(0).choice(traced, size=2500, replace=False))
@@ -172,7 +174,7 @@ def test_kernel_paths_feed_the_regressors_only_where_cross_validation_says_so(ta
     # The predictor feeds the regressors what they learned from: the converted classifier's
     # probabilities match scikit-learn's.
     for algo, classifier in selector.kernel_path_classifiers_.items():
-        F, answers = selector.predictor_.prepare(shapes.iloc[rows[:200]])
+        F, answers, _ = selector.predictor_.prepare(shapes.iloc[rows[:200]])
         inputs = regressor_inputs(F, answers, keep.index(algo))
         assert np.allclose(selector.predictor_.kernel_paths[algo].predict_proba(inputs),
                            classifier.predict_proba(inputs))
@@ -198,14 +200,14 @@ def test_the_path_mix_leaves_out_only_negligible_paths_and_masking_changes_no_ti
     np.testing.assert_array_equal(masked[runs], unmasked[runs])
     assert np.isnan(masked[~runs]).all()
     # What the pick weighs for GEMM: the exact geometric mix of both paths' predictions.
-    F, answers = predictor.prepare(test_shapes)
+    F, answers, planned = predictor.prepare(test_shapes)
     j = predictor.algorithms.index("GEMM")
     inputs = regressor_inputs(F, answers, j)
     with_ws, without_ws = (predictor.regressors["GEMM"][path].predict(inputs) for path in ("workspace", "no_workspace"))
     base = predictor.baseline_ms(F, "GEMM")
     p = answers[:, 3 * j + 1]
     exact = np.exp(p * np.log(with_ws) + (1 - p) * np.log(without_ws)) * base
-    reported, weighed = (times[:, j] for times in predictor._times(F, answers, masked=False))
+    reported, weighed = (times[:, j] for times in predictor._times(F, answers, planned, masked=False))
     np.testing.assert_array_equal(reported, unmasked[:, j])
     sure = (p < negligible) | (p > 1 - negligible)
     assert sure.any() and (~sure).any()
@@ -254,8 +256,8 @@ def test_the_pick_classifier_reads_the_same_inputs_whether_or_not_the_first_stag
 
     predictor = persist.load(small_models / "h100", maths=["fma"], families=["ours"]).predictors["fma"]
     shapes, _ = training_frames(table, "fma", "test1")
-    F, complete = predictor.prepare(shapes, complete=True)
-    _, masked = predictor.prepare(shapes, complete=False)
+    F, complete, _ = predictor.prepare(shapes, complete=True)
+    _, masked, _ = predictor.prepare(shapes, complete=False)
     assert np.isnan(masked).any() and not np.isnan(complete).any()
     inputs = pick_inputs(F, complete)
     np.testing.assert_array_equal(inputs, pick_inputs(F, masked))

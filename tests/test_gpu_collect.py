@@ -95,7 +95,9 @@ def test_quick_grid_collection_end_to_end(tmp_path):
     assert code == 0
     gpu_dir = next(tmp_path.iterdir())
     table = pd.read_csv(gpu_dir / "measurements.csv.gz")
-    assert len(table) == 6 * 2 * len(algorithm_names())  # cuDNN's algorithms and seer's own
+    # cuDNN's algorithms under both math modes; seer's own under fma only, which stands for both.
+    assert len(table) == 6 * (2 * len(algorithm_names("cudnn")) + len(algorithm_names("cupy")))
+    assert set(table.loc[table["algo"].isin(algorithm_names("cupy")), "math"]) == {"fma"}
     assert set(table["status"]) <= {"ok", "not_supported", "workspace_too_large"}
     ok = table[table["status"] == "ok"]
     assert set(ok["algo"]) >= {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM"}
@@ -128,7 +130,7 @@ def test_quick_general_grid_collection_end_to_end(tmp_path):
     assert code == 0
     gpu_dir = next(tmp_path.iterdir())
     table = pd.read_csv(gpu_dir / "measurements.csv.gz")
-    assert len(table) == 12 * 2 * len(algorithm_names())
+    assert len(table) == 12 * (2 * len(algorithm_names("cudnn")) + len(algorithm_names("cupy")))
     assert set(table["status"]) <= {"ok", "not_supported", "workspace_too_large"}
     ok = table[table["status"] == "ok"]
     assert (ok["time_ms"] > 0).all() and (ok["rel_error"] < 1e-2).all()

@@ -1,10 +1,10 @@
 """seer's own kernels, what is decided without a GPU: which layers they run, the tile and
-launch of each (seer/gpu/kernels.py), and their place in the registry."""
+launch of each (seer/kernel_plans.py), and their place in the registry."""
 
 import pytest
 
 from seer.algorithms import algorithm_names, classify_kernel, get_algorithm, select_algorithms
-from seer.gpu import kernels
+from seer import kernel_plans
 from seer.grids import quick_general_grid
 from seer.shapes import ConvShape
 
@@ -29,9 +29,9 @@ def test_every_output_is_covered(shape):
     k_group = shape.out_ch // shape.groups
     positions = shape.batch * shape.out_d * shape.out_h * shape.out_w
     for algo in OWN:
-        if kernels.unsupported_reason(algo, shape):
+        if kernel_plans.unsupported_reason(algo, shape):
             continue
-        plan = kernels.plan(algo, shape)
+        plan = kernel_plans.plan(algo, shape)
         info = classify_kernel(plan.kernel)
         assert info.role == "compute" and info.variant == plan.variant
         if algo == "SEER_DIRECT":
@@ -49,24 +49,24 @@ def test_every_output_is_covered(shape):
 
 
 def test_tiles_follow_the_layer():
-    wide = kernels.plan("SEER_IMPLICIT_GEMM", ConvShape.square(32, 256, 56, 256, 3, padding=1))
-    thin = kernels.plan("SEER_IMPLICIT_GEMM", ConvShape.square(1, 256, 7, 32, 1))
-    few = kernels.plan("SEER_IMPLICIT_GEMM", ConvShape.square(1, 256, 14, 256, 3, padding=1))
+    wide = kernel_plans.plan("SEER_IMPLICIT_GEMM", ConvShape.square(32, 256, 56, 256, 3, padding=1))
+    thin = kernel_plans.plan("SEER_IMPLICIT_GEMM", ConvShape.square(1, 256, 7, 32, 1))
+    few = kernel_plans.plan("SEER_IMPLICIT_GEMM", ConvShape.square(1, 256, 14, 256, 3, padding=1))
     assert wide.variant == "igemm_128x128x8_8x8_b2" and thin.variant == "igemm_64x32x8_4x4_b2"
     assert few.variant == "igemm_64x32x8_4x4_b2"  # 196 positions: the smallest tile, for the most blocks
-    assert kernels.plan("SEER_IMPLICIT_GEMM_SPLITK", ConvShape.square(1, 256, 14, 256, 3, padding=1)).splits > 1
+    assert kernel_plans.plan("SEER_IMPLICIT_GEMM_SPLITK", ConvShape.square(1, 256, 14, 256, 3, padding=1)).splits > 1
     # A GPU of fewer SMs fills with bigger tiles: 1 block per SM is the bar.
     layer = ConvShape.square(8, 256, 14, 256, 3, padding=1)  # 1,568 positions
-    assert kernels.plan("SEER_IMPLICIT_GEMM", layer).variant == "igemm_64x32x8_4x4_b2"
-    assert kernels.plan("SEER_IMPLICIT_GEMM", layer, sms=20).variant == "igemm_128x128x8_8x8_b2"
-    depthwise = kernels.plan("SEER_DIRECT", ConvShape(8, 32, 32, groups=32, in_h=28, in_w=28, kernel_h=3,
+    assert kernel_plans.plan("SEER_IMPLICIT_GEMM", layer).variant == "igemm_64x32x8_4x4_b2"
+    assert kernel_plans.plan("SEER_IMPLICIT_GEMM", layer, sms=20).variant == "igemm_128x128x8_8x8_b2"
+    depthwise = kernel_plans.plan("SEER_DIRECT", ConvShape(8, 32, 32, groups=32, in_h=28, in_w=28, kernel_h=3,
                                                       kernel_w=3, pad_h=1, pad_w=1))
     assert depthwise.variant == "direct_k1"
 
 
 def test_refusals_say_why():
-    assert "nothing to split" in kernels.unsupported_reason("SEER_IMPLICIT_GEMM_SPLITK", ConvShape.square(1, 3, 32, 8, 1))
+    assert "nothing to split" in kernel_plans.unsupported_reason("SEER_IMPLICIT_GEMM_SPLITK", ConvShape.square(1, 3, 32, 8, 1))
     huge = ConvShape.square(64, 1024, 256, 1024, 3, padding=1)  # 4.3e9 input elements
-    assert "32-bit" in kernels.unsupported_reason("SEER_DIRECT", huge)
+    assert "32-bit" in kernel_plans.unsupported_reason("SEER_DIRECT", huge)
     with pytest.raises(ValueError, match="32-bit"):
-        kernels.plan("SEER_IMPLICIT_GEMM", huge)
+        kernel_plans.plan("SEER_IMPLICIT_GEMM", huge)

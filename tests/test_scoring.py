@@ -42,6 +42,15 @@ def test_the_evaluation_compares_every_policy_with_the_measured_fastest(small_mo
     assert set(selection["split"]) == {"Test-set-I", "Test-set-II"}
     oracle = selection[selection["policy"] == "oracle"]
     assert (oracle["top1_pct"] == 100).all() and (oracle["mean_regret_pct"] == 0).all()
+    # With seer's own kernels, on the layers where every algorithm was timed: the picks among
+    # cuDNN's alone are scored against the fastest of all, and seer's kernels win somewhere.
+    own = selection[selection["algorithms"] == "cudnn+seer"].set_index(["split", "math", "policy"])
+    assert {"ours", "oracle", "ours (cudnn only)", "oracle (cudnn only)"} <= set(own.index.get_level_values("policy"))
+    cudnn_best = own.xs("oracle (cudnn only)", level="policy")
+    assert (cudnn_best["mean_regret_pct"] > 0).all() and (cudnn_best["top1_pct"] < 100).all()
+    assert (own.xs("ours", level="policy")["layers"] < selection.loc[
+        (selection["algorithms"] == "cudnn") & (selection["policy"] == "ours")].set_index(["split", "math"])["layers"]).all()
+    selection = selection[selection["algorithms"] == "cudnn"]
     ours = selection[selection["policy"] == "ours"].set_index(["split", "math"])
     heuristic = selection[selection["policy"] == "cudnn heuristic"].set_index(["split", "math"])
     # Even the small model picks better than cuDNN's heuristic under strict FP32.

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from seer.algorithms import ALGORITHMS
 from seer.collect.protocol import ShapeWork
 from seer.errors import InputError
 from seer.gpus import GPUSpec
@@ -81,11 +82,14 @@ def fits_in_memory(shape: ConvShape, memory_bytes: int) -> bool:
 
 def build_plan(shapes: Iterable[GridShape], maths: Sequence[str], algos: Sequence[str],
                done: set[tuple]) -> list[ShapeWork]:
-    """Pending work per shape, in grid order; keys in ``done`` are skipped."""
+    """Pending work per shape, in grid order; keys in ``done`` are skipped, and so is an
+    algorithm with one code path under any math mode but its own (its runs stand for all)."""
+    one_math = {a.name: a.one_math for a in ALGORITHMS}  # the census's item is no algorithm
     plan = []
     for gs in shapes:
         sid = gs.shape.shape_id
-        items = [(m, a) for m in maths for a in algos if (sid, m, a) not in done]
+        items = [(m, a) for m in maths for a in algos
+                 if one_math.get(a) in (None, m) and (sid, m, a) not in done]
         if items:
             plan.append(ShapeWork(gs.shape, gs.grid, items))
     return plan

@@ -156,8 +156,9 @@ def _prepare_own(tensors, algo: str):
     from cupy.cuda.compiler import CompileException
 
     from seer.gpu import kernels
+    from seer.kernel_plans import unsupported_reason
 
-    reason = kernels.unsupported_reason(algo, tensors.shape)
+    reason = unsupported_reason(algo, tensors.shape)
     if reason:
         raise _ItemFailed("not_supported", reason)
     try:

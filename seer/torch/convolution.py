@@ -97,9 +97,10 @@ class Predicted(Choice):
             new = sorted({layer for layer in layers if layer not in self.picks})
             if not new:
                 return
-            best = best_per_layer(self.model.predict(new, self.math))["best_algo"]
+            # PyTorch runs cuDNN's algorithms only: the pick among them.
+            best = best_per_layer(self.model.predict(new, self.math, algorithms=["cudnn"]))["best_algo"]
             for layer, algo in zip(new, best.to_numpy()):
-                # None where no algorithm is predicted to run, or the pick is not cuDNN's.
+                # None where no algorithm is predicted to run.
                 self.picks[layer] = algo if isinstance(algo, str) and algo in self._cudnn else None
 
     def algorithm(self, layer: ConvShape) -> str | None:

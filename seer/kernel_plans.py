@@ -1,0 +1,163 @@
+"""seer's own kernels as plans: which layers each takes, and the kernel, tile and launch it
+runs there, decided on the CPU from the shape alone (:mod:`seer.gpu.kernels` compiles and
+runs them).
+
+The implicit GEMM's tile is chosen per layer from :data:`TILE_ORDER` (:func:`plan`); the
+tile is the variant, and it is in the kernel's name, which :data:`seer.algorithms.KERNEL_RULES`
+reads. :func:`unsupported_reason` is the exact support rule the models use for these
+algorithms, and :func:`tap_table` the per-layer table of filter taps the implicit GEMM reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from seer.shapes import ConvShape
+
+#: Largest element count of any tensor: the kernels index within a tensor in 32 bits.
+MAX_ELEMENTS = 2**31 - 1
+#: SMs that :func:`plan` sizes launches for when not told (the H100's); :func:`forward` tells
+#: it the current GPU's.
+DEFAULT_SMS = 132
+
+@dataclass(frozen=True)
+class Tile:
+    """An implicit-GEMM block tile: BM output positions x BN output channels, BK deep; each
+    thread holds TM x TN outputs; MINB blocks per SM must fit in the registers."""
+
+    bm: int
+    bn: int
+    bk: int
+    tm: int
+    tn: int
+    minb: int
+
+    @property
+    def threads(self) -> int:
+        return (self.bm // self.tm) * (self.bn // self.tn)
+
+    def kernel(self, split: bool) -> str:
+        return f"seer_implicit_gemm<{self.bm}, {self.bn}, {self.bk}, {self.tm}, {self.tn}, {int(split)}, {self.minb}>"
+
+
+#: Every tile compiled, by name; :func:`plan` picks one per layer (``tile=`` overrides it).
+GEMM_TILES = {t_name: Tile(*t_fields) for t_name, t_fields in {
+    "128x128_8x8_b2": (128, 128, 8, 8, 8, 2),
+    "128x128_8x8_b1": (128, 128, 8, 8, 8, 1),
+    "128x64_8x8": (128, 64, 8, 8, 8, 2),
+    "128x64_8x4": (128, 64, 8, 8, 4, 2),
+    "128x32_8x4": (128, 32, 8, 8, 4, 2),
+    "128x32_4x4": (128, 32, 8, 4, 4, 2),
+    "64x64_8x4": (64, 64, 8, 8, 4, 2),
+    "64x64_4x4": (64, 64, 8, 4, 4, 2),
+    "64x32_4x4": (64, 32, 8, 4, 4, 2),
+    "64x32_4x2": (64, 32, 8, 4, 2, 2),
+}.items()}
+#: The tiles :func:`plan` picks from, from the most outputs per thread to the fewest. A layer
+#: gets the first whose channel width its channels fill and that makes at least
+#: :data:`MIN_BLOCKS_PER_SM` blocks per SM, else the last that its channels fill. The order
+#: and the thresholds come from timing every tile on 50 layers on the H100
+#: (benchmarks/kernel_tiles.py).
+TILE_ORDER = ("128x128_8x8_b2", "128x64_8x8", "64x64_4x4", "64x32_4x4")
+MIN_BLOCKS_PER_SM = {"SEER_IMPLICIT_GEMM": 1.0, "SEER_IMPLICIT_GEMM_SPLITK": 0.25}
+#: Output channels per thread of the direct kernel.
+DIRECT_CHANNELS = (1, 4, 8)
+THREADS_DIRECT = 256
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one of seer's algorithms runs one layer: the kernel, its launch, its variant."""
+
+    algo: str
+    kernel: str  # the template instance, as CUDA names it
+    grid: tuple[int, int, int]
+    block: int
+    splits: int = 1
+    tiles_per_split: int = 0
+
+    @property
+    def variant(self) -> str:
+        """The tile, read from the kernel's name by the kernel rules, as for cuDNN's kernels."""
+        from seer.algorithms import classify_kernel
+
+        return classify_kernel(self.kernel).variant
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def unsupported_reason(algo: str, shape: ConvShape) -> str | None:
+    """Why ``algo`` cannot run ``shape`` (None if it can); decided without a GPU."""
+    if max(shape.tensor_elements) > MAX_ELEMENTS:
+        return f"a tensor has more than {MAX_ELEMENTS} elements (32-bit indexing)"
+    if algo == "SEER_IMPLICIT_GEMM_SPLITK" and _k_tiles(shape) < 4:
+        return "the reduction (input channels per group x filter taps) is under 4 slices of 8: nothing to split"
+    return None
+
+
+def _blocks(shape: ConvShape, tile: Tile) -> int:
+    """Blocks of one reduction slice: position tiles x channel tiles x groups."""
+    positions = shape.batch * shape.out_d * shape.out_h * shape.out_w
+    return _ceil(positions, tile.bm) * _ceil(shape.out_ch // shape.groups, tile.bn) * shape.groups
+
+
+def _k_tiles(shape: ConvShape) -> int:
+    reduction = shape.in_ch // shape.groups * shape.kernel_d * shape.kernel_h * shape.kernel_w
+    return _ceil(reduction, 8)
+
+
+def plan(algo: str, shape: ConvShape, tile: str | None = None, sms: int = DEFAULT_SMS) -> Plan:
+    """The kernel and launch of ``algo`` for ``shape`` (which it must support) on a GPU of
+    ``sms`` SMs; ``tile``, a name of :data:`GEMM_TILES`, overrides the implicit GEMM's choice."""
+    reason = unsupported_reason(algo, shape)
+    if reason:
+        raise ValueError(f"{algo} does not run {shape}: {reason}")
+    k_per_group = shape.out_ch // shape.groups
+    positions = shape.batch * shape.out_d * shape.out_h * shape.out_w
+    if algo == "SEER_DIRECT":
+        kpt = 1 if k_per_group == 1 else 4 if k_per_group <= 8 else 8
+        threads = shape.batch * shape.groups * _ceil(k_per_group, kpt) * (positions // shape.batch)
+        return Plan(algo, f"seer_direct_conv<{kpt}>", (_ceil(threads, THREADS_DIRECT), 1, 1),
+                    THREADS_DIRECT)
+    if algo not in ("SEER_IMPLICIT_GEMM", "SEER_IMPLICIT_GEMM_SPLITK"):
+        raise KeyError(f"{algo} is not one of seer's kernels")
+    if tile is None:
+        width = 32 if k_per_group <= 32 else 64 if k_per_group <= 64 else 128
+        fitting = [name for name in TILE_ORDER if GEMM_TILES[name].bn <= width]
+        enough = MIN_BLOCKS_PER_SM[algo] * sms
+        tile = next((name for name in fitting if _blocks(shape, GEMM_TILES[name]) >= enough), fitting[-1])
+    t = GEMM_TILES[tile]
+    blocks = _blocks(shape, t)
+    k_tiles = _k_tiles(shape)
+    splits, per_split = 1, k_tiles
+    split = algo == "SEER_IMPLICIT_GEMM_SPLITK"
+    if split:
+        # Two blocks per SM, each slice at least two tiles deep.
+        splits = max(2, min(_ceil(2 * sms, blocks), k_tiles // 2))
+        per_split = _ceil(k_tiles, splits)
+        splits = _ceil(k_tiles, per_split)
+    return Plan(algo, t.kernel(split), (_ceil(positions, t.bm), _ceil(k_per_group, t.bn), shape.groups * splits),
+                t.threads, splits, per_split)
+
+
+#: A tap that fails every bounds check: the padding of the table to whole slices reads zeros.
+_NO_TAP = 1 << 29
+
+
+def tap_table(shape: ConvShape):
+    """Per reduction index (input channel of the group, filter tap), padded to whole slices
+    of 8: the input offset from the position's corner, and the depth, row and column steps
+    that the bounds checks add (int32 x 4, the kernel's ``int4``)."""
+    import numpy as np
+
+    c, t, r, s = np.meshgrid(np.arange(shape.in_ch // shape.groups), np.arange(shape.kernel_d),
+                             np.arange(shape.kernel_h), np.arange(shape.kernel_w), indexing="ij")
+    dt, dr, ds = t * shape.dilation_d, r * shape.dilation_h, s * shape.dilation_w
+    hw = shape.in_h * shape.in_w
+    offset = c * shape.in_d * hw + dt * hw + dr * shape.in_w + ds
+    taps = np.stack([offset, dt, dr, ds], axis=-1).reshape(-1, 4)
+    padded = np.full((_k_tiles(shape) * 8, 4), _NO_TAP, dtype=np.int32)
+    padded[: len(taps)] = taps
+    return padded
