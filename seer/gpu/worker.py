@@ -120,8 +120,9 @@ class _ItemFailed(Exception):
         super().__init__(detail)
 
 
-def _prepare(problem, tensors, algo: str, workspace_cap: int):
-    """Workspace for one algorithm, or _ItemFailed with the status to record."""
+def prepare_run(problem, tensors, algo: str, workspace_cap: int):
+    """One algorithm's forward call on the shape's tensors (cuDNN's or seer's own), its
+    workspace and the workspace's size; or _ItemFailed with the status to record."""
     import cupy as cp
 
     from seer.gpu.cudnn import CudnnError, CudnnNotSupported
@@ -287,7 +288,7 @@ def time_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, seed: int,
     def per_item(problem, tensors, work, math_mode, algo, rank):
         row = _base_row(work, math_mode, algo) | {"heuristic_rank": rank}
         try:
-            forward, workspace, workspace_bytes = _prepare(problem, tensors, algo, workspace_cap)
+            forward, workspace, workspace_bytes = prepare_run(problem, tensors, algo, workspace_cap)
             row["workspace_bytes"] = workspace_bytes
             started = time.perf_counter()
             error = _run_checked(forward, tensors)
@@ -379,7 +380,7 @@ def profile_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, seed: int,
     def per_item(problem, tensors, work, math_mode, algo, rank):
         record = {EVENT: protocol.PROFILED, "shape_id": work.shape_id, "math": math_mode, "algo": algo}
         try:
-            forward, workspace, _ = _prepare(problem, tensors, algo, workspace_cap)
+            forward, workspace, _ = prepare_run(problem, tensors, algo, workspace_cap)
             _run_unchecked(forward)  # warm-up: lazy module loading stays out of the profile
             nvtx.RangePush(range_name(work.shape_id, math_mode, algo))
             try:
