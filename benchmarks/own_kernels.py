@@ -62,8 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = read_measurements(dataset / "measurements.csv.gz")
     ceilings = read_ceilings(dataset)["measured"]
     focus = {s.shape.shape_id for s in resolve_grids(FOCUS_3D)}
-    energy = energy_summary(runs[(runs["status"] == "ok") & runs["shape_id"].isin(
-        runs.loc[runs["energy_mj"].notna(), "shape_id"])])
+    energy = energy_summary(runs[runs["status"] == "ok"])
     own_shapes = set(runs.loc[runs["algo"].isin(OWN), "shape_id"])
     counted = runs["grid"].isin(args.grids.split(",")) | runs["shape_id"].isin(focus)
     runs = runs[runs["shape_id"].isin(own_shapes) & counted]

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from seer.shapes import ConvShape
+import numpy as np
+import pandas as pd
+
+from seer.shapes import ConvShape, frame_volumes, tensor_elements
 
 #: Largest element count of any tensor: the kernels index within a tensor in 32 bits.
 MAX_ELEMENTS = 2**31 - 1
@@ -88,13 +91,32 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _refusals(algo: str, largest_tensor, k_tiles) -> tuple:
+    """(refused, why) per rule: for one layer (numbers) or a whole frame (arrays)."""
+    return ((largest_tensor > MAX_ELEMENTS, f"a tensor has more than {MAX_ELEMENTS} elements (32-bit indexing)"),
+            (algo == "SEER_IMPLICIT_GEMM_SPLITK" and k_tiles < 4,
+             "the reduction (input channels per group x filter taps) is under 4 slices of 8: nothing to split"))
+
+
 def unsupported_reason(algo: str, shape: ConvShape) -> str | None:
     """Why ``algo`` cannot run ``shape`` (None if it can); decided without a GPU."""
-    if max(shape.tensor_elements) > MAX_ELEMENTS:
-        return f"a tensor has more than {MAX_ELEMENTS} elements (32-bit indexing)"
-    if algo == "SEER_IMPLICIT_GEMM_SPLITK" and _k_tiles(shape) < 4:
-        return "the reduction (input channels per group x filter taps) is under 4 slices of 8: nothing to split"
+    for refused, why in _refusals(algo, max(shape.tensor_elements), _k_tiles(shape)):
+        if refused:
+            return why
     return None
+
+
+def runs_layers(algo: str, layers: pd.DataFrame) -> np.ndarray:
+    """Whether ``algo`` runs each layer of a layer frame (:func:`seer.shapes.layer_frame`):
+    :func:`unsupported_reason`'s rules, over the whole frame at once."""
+    vol = frame_volumes(layers)
+    columns = (layers[c].to_numpy(dtype=float) for c in ("batch", "in_ch", "out_ch", "groups"))
+    largest = np.max(tensor_elements(*columns, vol["in"], vol["kernel"], vol["out"]), axis=0)
+    k_tiles = _slices(layers["in_ch"].to_numpy(dtype=float) // layers["groups"].to_numpy(dtype=float) * vol["kernel"])
+    runs = np.ones(len(layers), dtype=bool)
+    for refused, _ in _refusals(algo, largest, k_tiles):
+        runs &= ~np.asarray(refused, dtype=bool)
+    return runs
 
 
 def _blocks(shape: ConvShape, tile: Tile) -> int:
@@ -104,7 +126,11 @@ def _blocks(shape: ConvShape, tile: Tile) -> int:
 
 
 def _k_tiles(shape: ConvShape) -> int:
-    reduction = shape.in_ch // shape.groups * shape.kernel_d * shape.kernel_h * shape.kernel_w
+    return _slices(shape.in_ch // shape.groups * shape.kernel_d * shape.kernel_h * shape.kernel_w)
+
+
+def _slices(reduction):
+    """Slices of 8 of the reduction (input channels per group x filter taps)."""
     return _ceil(reduction, 8)
 
 

@@ -83,8 +83,7 @@ class Model:
             check_layer_frame(frame)
         except (ShapeError, ValueError) as exc:  # a caller's frame, not a file: no line to name
             raise InputError(str(exc), field=getattr(exc, "field", None)) from None
-        times, scores = predictor.predict_with_scores(frame)
-        energies = times * predictor.predict_power(frame)  # ms x W = mJ
+        times, scores, energies = predictor.predict_with_energy(frame)
         if objective == "energy":
             if not predictor.power:
                 raise InputError(f"the {self.gpu} {math}-math model has no energy model; retrain it from a "

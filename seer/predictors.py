@@ -31,7 +31,8 @@ import pandas as pd
 from seer.algorithms import algorithm_names
 from seer.features import feature_names, log2_flops, shape_features
 from seer.gpus import GPUSpec, spec_from_fields
-from seer.shapes import LAYER_COLUMNS, LAYER_FIELDS, ConvShape, is_seer_layer, layer_frame
+from seer.kernel_plans import runs_layers
+from seer.shapes import LAYER_COLUMNS, is_seer_layer, layer_frame
 from seer.trees import TreeEnsemble, TreeError
 
 #: Support decisions that need no classifier: the algorithm ran on every or no training shape.
@@ -442,12 +443,14 @@ class AlgorithmPredictor(Part):
         X = layer_frame(X)
         F = shape_features(X, self.spec).to_numpy()
         answers = self.workspace.answers(F, only_where_runs=not complete) if self.workspace is not None else None
-        return F, answers, kernel_plan_support(X, self.algorithms, self.supports, self.spec)
+        return F, answers, kernel_plan_support(X, self.algorithms, self.supports)
 
     def predict_power(self, X) -> np.ndarray:
         """Predicted average power (W) per shape and algorithm while it runs back to back;
         NaN for an algorithm without an energy model."""
-        F = shape_features(layer_frame(X), self.spec).to_numpy()
+        return self._power(shape_features(layer_frame(X), self.spec).to_numpy())
+
+    def _power(self, F: np.ndarray) -> np.ndarray:
         out = np.full((len(F), len(self.algorithms)), np.nan)
         for j, algo in enumerate(self.algorithms):
             if algo in self.power and len(F):
@@ -472,6 +475,13 @@ class AlgorithmPredictor(Part):
         F, answers, planned = self.prepare(X, complete=False)
         reported, weighed = self._times(F, answers, planned)
         return reported, self._scores(F, answers, weighed)
+
+    def predict_with_energy(self, X) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`predict_with_scores` and the energy per call (mJ: predicted time x predicted
+        power; NaN without an energy model), from one pass over the features."""
+        F, answers, planned = self.prepare(X, complete=False)
+        reported, weighed = self._times(F, answers, planned)
+        return reported, self._scores(F, answers, weighed), reported * self._power(F)
 
     def pick_scores(self, X) -> np.ndarray:
         """What the pick minimises per shape and algorithm (NaN where predicted not to run)."""
@@ -618,18 +628,13 @@ class AlgorithmPredictor(Part):
                    power)
 
 
-def kernel_plan_support(X: pd.DataFrame, algorithms: list[str], supports: dict, spec: GPUSpec) -> np.ndarray:
+def kernel_plan_support(X: pd.DataFrame, algorithms: list[str], supports: dict) -> np.ndarray:
     """Per shape and algorithm, whether seer's kernel plan takes the shape: for the
     algorithms whose support is :data:`BY_KERNEL_PLAN`; True for the others."""
-    from seer.kernel_plans import unsupported_reason
-
     planned = np.ones((len(X), len(algorithms)), dtype=bool)
-    columns = [j for j, a in enumerate(algorithms) if supports.get(a) == BY_KERNEL_PLAN]
-    if columns:
-        for i, fields_ in enumerate(X[list(LAYER_FIELDS)].to_dict("records")):
-            shape = ConvShape.from_mapping(fields_)
-            for j in columns:
-                planned[i, j] = unsupported_reason(algorithms[j], shape) is None
+    for j, algo in enumerate(algorithms):
+        if supports.get(algo) == BY_KERNEL_PLAN:
+            planned[:, j] = runs_layers(algo, X)
     return planned
 
 

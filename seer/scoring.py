@@ -129,7 +129,8 @@ def evaluate(model: Model, table: pd.DataFrame,
         # beside them below, on the layers where every algorithm was timed.
         cudnn = [a for a in measured.columns if get_algorithm(a).source == "cudnn"]
         own = [a for a in measured.columns if a not in cudnn]
-        policies = _model_picks(model, math, shapes, table, cudnn)
+        predicted = _predicted(model, math, shapes)
+        policies = _model_picks(model, math, shapes, table, cudnn, predicted)
         seer_picks = policies.pop("seer", None)  # the report lists it after the oracle
         policies["oracle"] = measured[cudnn].idxmin(axis=1)
         if seer_picks is not None:
@@ -147,7 +148,7 @@ def evaluate(model: Model, table: pd.DataFrame,
                                                "regret_pct": regrets(measured[cudnn], picks) * 100}))
         if own:
             selection += _with_own_kernels(split_name, math, shapes, measured, recorded.all(axis=1),
-                                           _model_picks(model, math, shapes, table)["ours"], policies)
+                                           _fastest(predicted[1]), policies)
         by_kind += _by_kind(split_name, math, shapes, measured[cudnn], families["ours"], policies)
     if progress:
         progress(steps - 1, steps, "Test-set-II networks")
@@ -203,13 +204,22 @@ def _by_kind(split: str, math: str, shapes: pd.DataFrame, measured: pd.DataFrame
     return rows
 
 
-def _model_picks(model: Model, math: str, shapes: pd.DataFrame, table: pd.DataFrame,
-                 algorithms: list[str] | None = None) -> dict[str, pd.Series]:
-    """Picks per shape (aligned with ``shapes``, whose index holds shape ids) of our model,
-    SEER's model and cuDNN's heuristic, among ``algorithms`` (None: all)."""
+def _predicted(model: Model, math: str, shapes: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Our model's times and pick scores per shape (``shapes``' index) and algorithm."""
     predictor = model.predictors[math]
     times, scores = (pd.DataFrame(a, index=shapes.index, columns=predictor.algorithms)
                      for a in predictor.predict_with_scores(shapes))
+    return times, scores
+
+
+def _model_picks(model: Model, math: str, shapes: pd.DataFrame, table: pd.DataFrame,
+                 algorithms: list[str] | None = None,
+                 predicted: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> dict[str, pd.Series]:
+    """Picks per shape (aligned with ``shapes``, whose index holds shape ids) of our model,
+    SEER's model and cuDNN's heuristic, among ``algorithms`` (None: all); ``predicted`` is
+    :func:`_predicted`'s answer where the caller has it."""
+    predictor = model.predictors[math]
+    times, scores = predicted if predicted is not None else _predicted(model, math, shapes)
     if algorithms is not None:
         times, scores = times.reindex(columns=algorithms), scores.reindex(columns=algorithms)
     picks = {"ours": _fastest(scores),

@@ -61,18 +61,36 @@ def training_frames(table: pd.DataFrame, math: str, split: str | None = "train",
     layers. An algorithm run on fewer is left out, or with ``partial`` kept with NaN where
     it was not run too: :func:`recorded_runs` tells the two NaNs apart.
     """
+    return _frames(_split_rows(table, math, split), pd.unique(table["algo"]), value, partial)
+
+
+def recorded_runs(table: pd.DataFrame, math: str, split: str | None, like: pd.DataFrame) -> pd.DataFrame:
+    """Whether each (layer, algorithm) of ``like`` (a :func:`training_frames` frame) has a
+    record, a failure included, in ``split`` and ``math``."""
+    return _recorded_like(_split_rows(table, math, split), like)
+
+
+def _split_rows(table: pd.DataFrame, math: str, split: str | None) -> pd.DataFrame:
     rows = math_rows(table, math)
-    if split is not None:
-        rows = rows[rows["split"] == split]
+    return rows if split is None else rows[rows["split"] == split]
+
+
+def _values(rows: pd.DataFrame, value: str) -> pd.DataFrame:
+    """``value`` per layer (index) and algorithm (columns), NaN where the run did not succeed."""
     succeeded = rows[value].where(rows["status"] == "ok")
     if pd.api.types.is_numeric_dtype(rows[value]):
         succeeded = succeeded.astype(float)
-    values = rows.assign(**{value: succeeded}).pivot(
-        index="shape_id", columns="algo", values=value)
+    return rows.assign(**{value: succeeded}).pivot(index="shape_id", columns="algo", values=value)
+
+
+def _frames(rows: pd.DataFrame, order, value: str, partial: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`training_frames` of rows already of one split and math mode; ``order`` lists
+    the algorithms in the order of the columns."""
+    values = _values(rows, value)
     # A missing run is not a failed one, and the models would learn it as one: the layers
     # kept have a record (even a failure) of every algorithm of full coverage.
     recorded = _recorded(rows).reindex(index=values.index)
-    present = [a for a in pd.unique(table["algo"]) if a in values.columns]
+    present = [a for a in order if a in values.columns]
     full = [a for a in present if recorded[a].mean() >= MIN_COVERAGE]
     kept = [a for a in present if a in full or partial]
     values = values.loc[recorded[full].all(axis=1), kept]
@@ -80,17 +98,12 @@ def training_frames(table: pd.DataFrame, math: str, split: str | None = "train",
     return shapes, values
 
 
-def recorded_runs(table: pd.DataFrame, math: str, split: str | None, like: pd.DataFrame) -> pd.DataFrame:
-    """Whether each (layer, algorithm) of ``like`` (a :func:`training_frames` frame) has a
-    record, a failure included, in ``split`` and ``math``."""
-    rows = math_rows(table, math)
-    if split is not None:
-        rows = rows[rows["split"] == split]
-    return _recorded(rows).reindex(index=like.index, columns=like.columns, fill_value=False).astype(bool)
-
-
 def _recorded(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.crosstab(rows["shape_id"], rows["algo"]) > 0
+
+
+def _recorded_like(rows: pd.DataFrame, like: pd.DataFrame) -> pd.DataFrame:
+    return _recorded(rows).reindex(index=like.index, columns=like.columns, fill_value=False).astype(bool)
 
 
 class TrainingInputs(NamedTuple):
@@ -116,22 +129,19 @@ class TrainingInputs(NamedTuple):
 
 def training_inputs(table: pd.DataFrame, census: pd.DataFrame, math: str, split: str = "train") -> TrainingInputs:
     """:class:`TrainingInputs` of one split and math mode."""
-    shapes, times = training_frames(table, math, split, partial=True)
-    workspaces = training_frames(table, math, split, value="workspace_bytes", partial=True)[1].reindex(
-        index=times.index, columns=times.columns)
-    paths = None
-    if KERNEL_PATH_COLUMN in table.columns:
-        paths = training_frames(table, math, split, value=KERNEL_PATH_COLUMN, partial=True)[1].reindex(
-            index=times.index, columns=times.columns)
+    rows = _split_rows(table, math, split)
+    shapes, times = _frames(rows, pd.unique(table["algo"]), "time_ms", partial=True)
+
+    def like_times(value: str) -> pd.DataFrame:
+        return _values(rows, value).reindex(index=times.index, columns=times.columns)
+
     asked = None
     if not census.empty:
         census_shapes, census_workspaces = training_frames(census, math, split=None, value="workspace_bytes")
         asked = (census_shapes, census_workspaces.reindex(columns=times.columns))
-    power = None
-    if "power_w" in table.columns:
-        power = training_frames(table, math, split, value="power_w", partial=True)[1].reindex(
-            index=times.index, columns=times.columns)
-    return TrainingInputs(shapes, times, workspaces, asked, paths, recorded_runs(table, math, split, times), power)
+    paths = like_times(KERNEL_PATH_COLUMN) if KERNEL_PATH_COLUMN in table.columns else None
+    power = like_times("power_w") if "power_w" in table.columns else None
+    return TrainingInputs(shapes, times, like_times("workspace_bytes"), asked, paths, _recorded_like(rows, times), power)
 
 
 def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAMES,
