@@ -7,7 +7,8 @@ For each layer (every layer of the 3D files, and ``--sample`` layers drawn evenl
 other grids), every tile of :data:`seer.kernel_plans.GEMM_TILES` that fits is checked
 against the float64 reference and timed as the collector times (bursts behind a spinning
 kernel, median), without and with the split reduction. The table says which tile
-:func:`seer.kernel_plans.plan` should pick; the choice it makes is marked.
+:func:`seer.kernel_plans.plan` should pick; the choice it makes is marked, and scored
+against each layer's fastest tile (printed last).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     shapes = three_d + [two_d[i] for i in dict.fromkeys(picks)]
     timer = BurstTimer()
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     rows = []
     for number, shape in enumerate(shapes, 1):
         tensors = ShapeTensors(shape, seed=number)
@@ -62,11 +64,23 @@ def main(argv: list[str] | None = None) -> int:
                              "splits": plan.splits, "time_ms": float(np.median(times)), "rel_error": error,
                              "tflops": shape.flops / (np.median(times) * 1e-3) / 1e12,
                              "planned": plan.kernel == chosen})
+        # Written after every layer: a run stopped early keeps the layers done.
+        frame = pd.DataFrame(rows)
+        frame.to_csv(args.out, index=False, float_format="%.6g")
         print(f"{number}/{len(shapes)} {shape}", file=sys.stderr, flush=True)
-    frame = pd.DataFrame(rows)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(args.out, index=False, float_format="%.6g")
+    print(plan_score(frame).to_string())
     return 0
+
+
+def plan_score(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per algorithm, how the planned tile's time compares with each layer's fastest tile:
+    the geometric mean and the worst of planned / fastest, and the share within 5%."""
+    layer = [c for c in LAYER_COLUMNS if c in frame.columns]
+    fastest = frame.groupby([*layer, "algo"])["time_ms"].transform("min")
+    planned = frame[frame["planned"]].assign(ratio=lambda f: f["time_ms"] / fastest[f.index])
+    return planned.groupby("algo")["ratio"].agg(
+        layers="size", geomean=lambda r: float(np.exp(np.log(r).mean())), worst="max",
+        within_5pct=lambda r: float((r <= 1.05).mean()))
 
 
 if __name__ == "__main__":

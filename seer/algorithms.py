@@ -33,6 +33,10 @@ class Algorithm:
         The math mode whose runs stand for every math mode, for an algorithm with one code
         path whatever the mode asks (seer's kernels compute in FP32 FMA only); None for an
         algorithm whose kernels depend on the math mode (cuDNN's).
+    revision : int
+        The revision of seer's own kernel code and launch plans (cuDNN's algorithms are
+        versioned by ``cudnn_version``). A run recorded under an earlier revision measured
+        other code: ``seer collect`` measures it again, and the tables leave it out.
     """
 
     name: str
@@ -42,6 +46,7 @@ class Algorithm:
     seer_index: int | None
     description: str
     one_math: str | None = None
+    revision: int = 1
 
 
 ALGORITHMS: tuple[Algorithm, ...] = (
@@ -59,10 +64,12 @@ ALGORITHMS: tuple[Algorithm, ...] = (
     # seer's own kernels (seer/gpu/kernels.py).
     Algorithm("SEER_DIRECT", "cupy", None, "SDIR", None,
               "seer's direct convolution: a thread per output position and block of channels", "fma"),
+    # Revision 2: slices copied into shared memory with cp.async, three in flight, and a
+    # 256x64 tile (revision 1 staged one slice ahead in registers).
     Algorithm("SEER_IMPLICIT_GEMM", "cupy", None, "SIG", None,
-              "seer's implicit GEMM, tiled in shared memory and registers", "fma"),
+              "seer's implicit GEMM, tiled in shared memory and registers", "fma", revision=2),
     Algorithm("SEER_IMPLICIT_GEMM_SPLITK", "cupy", None, "SIGS", None,
-              "seer's implicit GEMM with the reduction split across blocks", "fma"),
+              "seer's implicit GEMM with the reduction split across blocks", "fma", revision=2),
 )
 
 _BY_NAME = {a.name: a for a in ALGORITHMS}
@@ -99,6 +106,28 @@ def select_algorithms(text: str) -> list[str]:
                 raise KeyError(f"unknown algorithm {item!r}; known: {', '.join(_BY_NAME)}, "
                                f"or a group: {', '.join(ALGORITHM_GROUPS)}") from None
     return list(dict.fromkeys(names))
+
+
+#: The record field (timing, profile and kernel records) that holds the revision of seer's
+#: kernel a run measured; records without it measured revision 1.
+REVISION_FIELD = "kernel_revision"
+
+
+def stamp_revision(record: dict) -> dict:
+    """``record`` with its algorithm's revision, if it is a run of one of seer's kernels that
+    does not already say which revision it measured."""
+    algo = _BY_NAME.get(record.get("algo", ""))
+    return {REVISION_FIELD: algo.revision} | record if algo is not None and algo.source == "cupy" else record
+
+
+def current_revision(records) -> "np.ndarray":
+    """Which records (a frame with ``algo``, and ``kernel_revision`` where recorded) measured
+    today's revision of their algorithm; every run of cuDNN's algorithms does."""
+    import numpy as np
+
+    today = records["algo"].map({a.name: a.revision for a in ALGORITHMS if a.source == "cupy"})
+    recorded = records[REVISION_FIELD].fillna(1) if REVISION_FIELD in records.columns else 1
+    return np.asarray(today.isna() | (today == recorded), dtype=bool)
 
 
 def heuristic_ranks(choices) -> dict[str, int]:
@@ -149,6 +178,11 @@ def _compile(pattern: str) -> re.Pattern[str]:
 KERNEL_RULES: tuple[KernelRule, ...] = (
     # seer's own kernels: the template arguments are the tile (seer/gpu/kernels.py).
     KernelRule("seer_direct", r"seer_direct_conv<(?P<k>\d+)>", "compute", "direct_k{k}"),
+    KernelRule("seer_implicit_gemm",
+               r"seer_implicit_gemm<(?P<bm>\d+),\s*(?P<bn>\d+),\s*(?P<bk>\d+),\s*(?P<tm>\d+),\s*(?P<tn>\d+),"
+               r"\s*(?P<split>[01]),\s*(?P<minb>\d+),\s*(?P<stages>\d+)>",
+               "compute", "igemm_{bm}x{bn}x{bk}_{tm}x{tn}_b{minb}_s{stages}"),
+    # Revision 1 of the implicit GEMM (no stages: registers staged the next slice).
     KernelRule("seer_implicit_gemm",
                r"seer_implicit_gemm<(?P<bm>\d+),\s*(?P<bn>\d+),\s*(?P<bk>\d+),\s*(?P<tm>\d+),\s*(?P<tn>\d+),"
                r"\s*(?P<split>[01]),\s*(?P<minb>\d+)>",

@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from seer.algorithms import (ALGORITHMS, algorithm_names, canonical_kernel_name, classify_kernel,
+from seer.algorithms import (ALGORITHMS, algorithm_names, canonical_kernel_name, classify_kernel, current_revision,
                              heuristic_ranks)
 from seer.collect.store import (DAMAGED_COMPRESSED, RunStore, first_grids, grouped_records, latest_records,
                                 profile_records, recorded_columns)
@@ -119,6 +119,9 @@ def rollup_kernels(kernels: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:
     """
     if kernels.empty:
         return pd.DataFrame(columns=[*RUN_KEY, "n_kernels"])
+    # Kernels profiled before a metric joined its group lack it (seer.metrics.Metric.required).
+    added_later = [m.column for m in METRICS if not m.required and m.column not in kernels.columns]
+    kernels = kernels.assign(**{column: np.nan for column in added_later})
     sums = columns_with_rollup("sum")
     weighted = columns_with_rollup("time_weighted")
     main_cols = columns_with_rollup("main")
@@ -151,8 +154,7 @@ def rollup_kernels(kernels: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:
         runs[frac] = runs[pct] / 100
     # FMA math forbids tensor cores, so an fma run's tensor FLOPs are zero, not unmeasured.
     tensor = runs["tensor_ops_tf32"].where(runs["math"] != "fma", runs["tensor_ops_tf32"].fillna(0))
-    runs["thread_flops"] = thread_flops(runs["inst_ffma"], runs["inst_fadd"], runs["inst_fmul"],
-                                        runs["inst_hfma"])
+    runs["thread_flops"] = thread_flops(runs)
     runs["tensor_flops"] = tensor
     runs["flops"] = runs["thread_flops"] + tensor
     # ncu prints waves with two decimals (a one-block grid shows 0.00): keep them as
@@ -209,11 +211,14 @@ def trace_rollup(traced: pd.DataFrame) -> pd.DataFrame:
 
 # -- the tidy tables ----------------------------------------------------------------------
 def latest_timing_records(store: RunStore) -> pd.DataFrame:
-    """The latest timing record of each run, each labelled with its shape's first grid."""
+    """The latest timing record of each run, each labelled with its shape's first grid. A run
+    whose latest record measured an earlier revision of seer's kernels is left out (the raw
+    records keep it): it timed other code."""
     history = store.read("timing")  # oldest first
     if history.empty:
         return history
     records = latest_records(history, RUN_KEY)
+    records = records[current_revision(records)]
     return records.assign(grid=records["shape_id"].map(first_grids(history)))
 
 

@@ -26,7 +26,8 @@ DEFAULT_SMS = 132
 @dataclass(frozen=True)
 class Tile:
     """An implicit-GEMM block tile: BM output positions x BN output channels, BK deep; each
-    thread holds TM x TN outputs; MINB blocks per SM must fit in the registers."""
+    thread holds TM x TN outputs; MINB blocks per SM must fit in the registers; STAGES
+    slices of the reduction are in flight."""
 
     bm: int
     bn: int
@@ -34,35 +35,38 @@ class Tile:
     tm: int
     tn: int
     minb: int
+    stages: int
 
     @property
     def threads(self) -> int:
         return (self.bm // self.tm) * (self.bn // self.tn)
 
     def kernel(self, split: bool) -> str:
-        return f"seer_implicit_gemm<{self.bm}, {self.bn}, {self.bk}, {self.tm}, {self.tn}, {int(split)}, {self.minb}>"
+        return (f"seer_implicit_gemm<{self.bm}, {self.bn}, {self.bk}, {self.tm}, {self.tn}, {int(split)}, "
+                f"{self.minb}, {self.stages}>")
 
 
 #: Every tile compiled, by name; :func:`plan` picks one per layer (``tile=`` overrides it).
+#: All are BK = 8 deep, the depth :func:`tap_table` pads the reduction to.
 GEMM_TILES = {t_name: Tile(*t_fields) for t_name, t_fields in {
-    "128x128_8x8_b2": (128, 128, 8, 8, 8, 2),
-    "128x128_8x8_b1": (128, 128, 8, 8, 8, 1),
-    "128x64_8x8": (128, 64, 8, 8, 8, 2),
-    "128x64_8x4": (128, 64, 8, 8, 4, 2),
-    "128x32_8x4": (128, 32, 8, 8, 4, 2),
-    "128x32_4x4": (128, 32, 8, 4, 4, 2),
-    "64x64_8x4": (64, 64, 8, 8, 4, 2),
-    "64x64_4x4": (64, 64, 8, 4, 4, 2),
-    "64x32_4x4": (64, 32, 8, 4, 4, 2),
-    "64x32_4x2": (64, 32, 8, 4, 2, 2),
+    "256x64_8x8": (256, 64, 8, 8, 8, 2, 3),
+    "128x128_8x8": (128, 128, 8, 8, 8, 2, 3),
+    "128x128_8x8_s4": (128, 128, 8, 8, 8, 2, 4),
+    "128x128_8x8_b1": (128, 128, 8, 8, 8, 1, 3),
+    "128x64_8x8": (128, 64, 8, 8, 8, 2, 3),
+    "64x64_8x4": (64, 64, 8, 8, 4, 2, 3),
+    "64x64_4x4": (64, 64, 8, 4, 4, 2, 3),
+    "256x32_8x4": (256, 32, 8, 8, 4, 2, 3),
+    "128x32_8x4": (128, 32, 8, 8, 4, 2, 3),
+    "64x32_4x4": (64, 32, 8, 4, 4, 2, 3),
 }.items()}
-#: The tiles :func:`plan` picks from, from the most outputs per thread to the fewest. A layer
+#: The tiles :func:`plan` picks from, from the most outputs per block to the fewest. A layer
 #: gets the first whose channel width its channels fill and that makes at least
 #: :data:`MIN_BLOCKS_PER_SM` blocks per SM, else the last that its channels fill. The order
-#: and the thresholds come from timing every tile on 50 layers on the H100
-#: (benchmarks/kernel_tiles.py).
-TILE_ORDER = ("128x128_8x8_b2", "128x64_8x8", "64x64_4x4", "64x32_4x4")
-MIN_BLOCKS_PER_SM = {"SEER_IMPLICIT_GEMM": 1.0, "SEER_IMPLICIT_GEMM_SPLITK": 0.25}
+#: and the thresholds come from timing every tile on CosmoFlow's, the 3D U-Net's and the
+#: networks grid's layers on the H100 (benchmarks/kernel_tiles.py, which also scores this rule).
+TILE_ORDER = ("256x64_8x8", "128x64_8x8", "64x64_4x4", "64x32_4x4")
+MIN_BLOCKS_PER_SM = {"SEER_IMPLICIT_GEMM": 1.5, "SEER_IMPLICIT_GEMM_SPLITK": 1.0}
 #: Output channels per thread of the direct kernel.
 DIRECT_CHANNELS = (1, 4, 8)
 THREADS_DIRECT = 256

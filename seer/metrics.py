@@ -21,6 +21,9 @@ class Metric:
     rollup: str  # "sum" | "main" | "time_weighted"
     description: str
     group: str  # the profiling group (one ncu run) that collects it; see PROFILE_GROUPS
+    # False for a metric added to its group after records of the group were collected: those
+    # records lack it, and a run's profile is complete without it.
+    required: bool = True
 
 
 #: Each group is collected by its own ncu run over a chunk of runs, and each must stay one
@@ -78,6 +81,12 @@ METRICS: tuple[Metric, ...] = (
            "fp32 multiplies", "launch_sass"),
     Metric("inst_hfma", "smsp__sass_thread_inst_executed_op_hfma_pred_on.sum", "thread-inst", "sum",
            "fp16 fused multiply-adds", "launch_sass"),
+    # FP16 adds and multiplies and FP64 arithmetic, for the roofline's FLOPs (seed 002); the
+    # same instrumented pass. Profiles from before 2026-11-25 lack them.
+    *(Metric(f"inst_{op}", f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum", "thread-inst", "sum",
+             text, "launch_sass", required=False)
+      for op, text in (("hadd", "fp16 adds"), ("hmul", "fp16 multiplies"), ("dfma", "fp64 fused multiply-adds"),
+                       ("dadd", "fp64 adds"), ("dmul", "fp64 multiplies"))),
     # Memory hierarchy traffic.
     Metric("dram_read_bytes", "dram__bytes_read.sum", "bytes", "sum", "DRAM bytes read", "counters"),
     Metric("dram_write_bytes", "dram__bytes_write.sum", "bytes", "sum", "DRAM bytes written", "counters"),
@@ -120,7 +129,10 @@ GROUP_COLUMNS: dict[str, frozenset[str]] = {
 def required_columns(metric_set: str, math: str) -> frozenset[str]:
     """Metric columns a run of this math mode needs before its profile is complete."""
     groups = [g for g in METRIC_SETS[metric_set] if math == "default" or g not in DEFAULT_MATH_ONLY_GROUPS]
-    return frozenset().union(*(GROUP_COLUMNS[g] for g in groups))
+    return frozenset().union(*(GROUP_COLUMNS[g] for g in groups)) - _NOT_REQUIRED
+
+
+_NOT_REQUIRED = frozenset(m.column for m in METRICS if not m.required)
 
 
 def ncu_metric_names(group: str | None = None) -> list[str]:
@@ -132,10 +144,22 @@ def columns_with_rollup(rollup: str) -> list[str]:
     return [m.column for m in METRICS if m.rollup == rollup]
 
 
-def thread_flops(inst_ffma, inst_fadd, inst_fmul, inst_hfma):
-    """FLOPs counted from SASS thread instructions: an FMA is two, add and multiply one.
+#: SASS thread-instruction counts that are floating-point arithmetic, and the FLOPs of each:
+#: FP32, FP16 and FP64 adds and multiplies one, fused multiply-adds two (as seed 002 counts).
+THREAD_FLOPS_PER_INSTRUCTION = {"inst_ffma": 2, "inst_fadd": 1, "inst_fmul": 1, "inst_hfma": 2, "inst_hadd": 1,
+                                "inst_hmul": 1, "inst_dfma": 2, "inst_dadd": 1, "inst_dmul": 1}
+
+
+def thread_flops(counts):
+    """FLOPs counted from SASS thread instructions (:data:`THREAD_FLOPS_PER_INSTRUCTION`), for
+    a mapping or frame of the counts. A count that a profile lacks (:attr:`Metric.required`)
+    adds nothing.
 
     Tensor-core FLOPs are not included: warp-level tensor instruction counts do not say
     how many multiply-adds each instruction did (that depends on the MMA shape).
     """
-    return 2 * inst_ffma + inst_fadd + inst_fmul + 2 * inst_hfma
+    total = 0
+    for column, flops in THREAD_FLOPS_PER_INSTRUCTION.items():
+        count = counts[column]
+        total = total + flops * (count if METRIC_BY_COLUMN[column].required else count.fillna(0))
+    return total

@@ -5,6 +5,7 @@ kernels that ran are the ones the plan names."""
 import pytest
 
 from seer.algorithms import algorithm_names, classify_kernel
+from seer.kernel_plans import GEMM_TILES
 from seer.grids import quick_general_grid
 from seer.schema import get_math_mode
 from seer.shapes import ConvShape
@@ -50,3 +51,28 @@ def test_output_matches_float64(algo, shape, tracer):
     names = [k.name for k in tracer.trace(forward)]
     launched = [n for n in names if "seer_" in n]
     assert len(launched) == 1 and classify_kernel(launched[0]).variant == plan.variant, names
+
+
+#: Tails in every direction (positions, channels, reduction) for every tile, 2D and grouped 3D.
+TILE_SHAPES = [ConvShape.square(3, 17, 23, 45, 5, stride=3, padding=2),
+               ConvShape(2, 64, 160, groups=2, in_d=9, in_h=10, in_w=11, kernel_d=3, kernel_h=3, kernel_w=3,
+                         stride_d=2, stride_h=1, stride_w=2, dilation_w=2, pad_h=1)]
+
+
+@pytest.mark.parametrize("algo", ["SEER_IMPLICIT_GEMM", "SEER_IMPLICIT_GEMM_SPLITK"])
+@pytest.mark.parametrize("tile", list(GEMM_TILES))
+@pytest.mark.parametrize("shape", TILE_SHAPES, ids=str)
+def test_every_tile_matches_float64(algo, tile, shape):
+    """Every tile benchmarks/kernel_tiles.py may time is right, not only the planned ones."""
+    import cupy as cp
+
+    from seer.gpu import kernels
+    from seer.gpu.reference import ShapeTensors
+
+    tensors = ShapeTensors(shape, seed=11)
+    forward, plan = kernels.forward(algo, shape, tensors.x, tensors.w, tensors.y, tile=tile)
+    tensors.poison_output()
+    forward()
+    cp.cuda.Device().synchronize()
+    assert tensors.relative_error() <= get_math_mode("fma").tolerance / 50
+    assert plan.variant.startswith(f"igemm_{tile.split('_')[0]}x8_")

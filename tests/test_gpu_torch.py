@@ -69,7 +69,7 @@ def _inputs(model, x) -> dict:
     return seen
 
 
-@pytest.mark.parametrize("algo", algorithm_names("cudnn"))
+@pytest.mark.parametrize("algo", algorithm_names())
 def test_forced_algorithm_runs_and_its_kernels_say_so(cuda, evidence, tracer, algo):
     model = _every_kind(cuda)
     x = torch.randn(2, 3, 32, 32, device=cuda)
@@ -85,7 +85,7 @@ def test_forced_algorithm_runs_and_its_kernels_say_so(cuda, evidence, tracer, al
         for name, m in convs.items():
             if name not in ran:  # PyTorch ran it, and the module says why
                 assert m.last_algorithm == PYTORCH and m.fallbacks, name
-        if algo in ("IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM"):
+        if algo in ("IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "SEER_DIRECT", "SEER_IMPLICIT_GEMM"):
             assert "same_even" not in ran and len(ran) >= 6, ran  # these run every layer kind here
         inputs = _inputs(model, x)
         for name in ran:
@@ -112,6 +112,26 @@ def test_apply_gives_pytorch_outputs_and_picks_per_layer(cuda):
     picks = {name: m.last_algorithm for name, m in seer_convolutions(model).items()}
     assert set(picks.values()) - {PYTORCH} <= set(algorithm_names("cudnn"))
     assert sum(v != PYTORCH for v in picks.values()) >= 6
+
+
+def test_apply_may_pick_seers_own_kernels(cuda):
+    model = _every_kind(cuda)
+    x = torch.randn(4, 3, 64, 64, device=cuda)
+    with torch.no_grad():
+        expected = model(x)
+        apply(model, "h100", "fma", input_shape=tuple(x.shape), algorithms="all")
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            got = model(x)
+    assert _relative_error(got, expected) < 1e-4
+    convs = seer_convolutions(model)
+    for name, m in convs.items():
+        # Each module ran what was picked for its input; seer's kernels did not fall back.
+        picked = {p.algorithm.name for p in m._plans.values() if p.algorithm is not None}
+        if m.last_algorithm == PYTORCH:
+            assert not any("CuPy" in reason for reason in m.fallbacks), (name, m.fallbacks)
+        else:
+            assert m.last_algorithm in picked, (name, m.last_algorithm, picked)
 
 
 def test_gradients_are_pytorchs(cuda):

@@ -52,13 +52,13 @@ def test_tiles_follow_the_layer():
     wide = kernel_plans.plan("SEER_IMPLICIT_GEMM", ConvShape.square(32, 256, 56, 256, 3, padding=1))
     thin = kernel_plans.plan("SEER_IMPLICIT_GEMM", ConvShape.square(1, 256, 7, 32, 1))
     few = kernel_plans.plan("SEER_IMPLICIT_GEMM", ConvShape.square(1, 256, 14, 256, 3, padding=1))
-    assert wide.variant == "igemm_128x128x8_8x8_b2" and thin.variant == "igemm_64x32x8_4x4_b2"
-    assert few.variant == "igemm_64x32x8_4x4_b2"  # 196 positions: the smallest tile, for the most blocks
+    assert wide.variant == "igemm_256x64x8_8x8_b2_s3" and thin.variant == "igemm_64x32x8_4x4_b2_s3"
+    assert few.variant == "igemm_64x32x8_4x4_b2_s3"  # 196 positions: the smallest tile, for the most blocks
     assert kernel_plans.plan("SEER_IMPLICIT_GEMM_SPLITK", ConvShape.square(1, 256, 14, 256, 3, padding=1)).splits > 1
-    # A GPU of fewer SMs fills with bigger tiles: 1 block per SM is the bar.
+    # A GPU of fewer SMs fills with bigger tiles: 1.5 blocks per SM is the bar.
     layer = ConvShape.square(8, 256, 14, 256, 3, padding=1)  # 1,568 positions
-    assert kernel_plans.plan("SEER_IMPLICIT_GEMM", layer).variant == "igemm_64x32x8_4x4_b2"
-    assert kernel_plans.plan("SEER_IMPLICIT_GEMM", layer, sms=20).variant == "igemm_128x128x8_8x8_b2"
+    assert kernel_plans.plan("SEER_IMPLICIT_GEMM", layer).variant == "igemm_64x32x8_4x4_b2_s3"  # 200 blocks
+    assert kernel_plans.plan("SEER_IMPLICIT_GEMM", layer, sms=20).variant == "igemm_128x64x8_8x8_b2_s3"  # 52
     depthwise = kernel_plans.plan("SEER_DIRECT", ConvShape(8, 32, 32, groups=32, in_h=28, in_w=28, kernel_h=3,
                                                       kernel_w=3, pad_h=1, pad_w=1))
     assert depthwise.variant == "direct_k1"

@@ -48,8 +48,11 @@ def test_the_evaluation_compares_every_policy_with_the_measured_fastest(small_mo
     assert {"ours", "oracle", "ours (cudnn only)", "oracle (cudnn only)"} <= set(own.index.get_level_values("policy"))
     cudnn_best = own.xs("oracle (cudnn only)", level="policy")
     assert (cudnn_best["mean_regret_pct"] > 0).all() and (cudnn_best["top1_pct"] < 100).all()
-    assert (own.xs("ours", level="policy")["layers"] < selection.loc[
-        (selection["algorithms"] == "cudnn") & (selection["policy"] == "ours")].set_index(["split", "math"])["layers"]).all()
+    # Every Test-set-II layer has seer's kernels timed; Test-set-I's only in part.
+    every = own.xs("ours", level="policy")["layers"]
+    cudnn_layers = selection.loc[(selection["algorithms"] == "cudnn") & (selection["policy"] == "ours")].set_index(
+        ["split", "math"])["layers"]
+    assert (every <= cudnn_layers).all() and (every.loc["Test-set-I"] < cudnn_layers.loc["Test-set-I"]).all()
     selection = selection[selection["algorithms"] == "cudnn"]
     ours = selection[selection["policy"] == "ours"].set_index(["split", "math"])
     heuristic = selection[selection["policy"] == "cudnn heuristic"].set_index(["split", "math"])

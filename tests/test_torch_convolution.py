@@ -1,6 +1,6 @@
 """seer.torch's convolution modules on the CPU: swapping, choices and the fallback to PyTorch.
 
-That the chosen cuDNN algorithm really runs is tested on a GPU (tests/test_gpu_torch.py).
+That the chosen algorithm really runs is tested on a GPU (tests/test_gpu_torch.py).
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import torch_nets  # noqa: E402
+from seer.algorithms import algorithm_names  # noqa: E402
 from seer.errors import InputError  # noqa: E402
+from seer.model import best_per_layer  # noqa: E402
 from seer.shapes import ConvShape  # noqa: E402
 from seer.torch.convolution import (PYTORCH, Fixed, Predicted, SeerConv1d, SeerConv2d, SeerConv3d, apply,  # noqa: E402
                                     force, restore, seer_convolutions)
@@ -79,10 +81,24 @@ def test_subclasses_are_left_alone_and_a_bare_convolution_is_refused():
         force(torch.nn.Conv2d(3, 4, 3), "GEMM")
 
 
-@pytest.mark.parametrize("name", ["NO_SUCH_ALGO", "SEER_DIRECT", ""])
+@pytest.mark.parametrize("name", ["NO_SUCH_ALGO", ""])
 def test_unknown_algorithms_are_input_errors(name):
     with pytest.raises(InputError):
         Fixed(name)
+
+
+def test_seers_own_kernels_can_be_forced_and_ranked():
+    assert Fixed("seer_implicit_gemm", "fma").name == "SEER_IMPLICIT_GEMM"
+    from seer.persist import load_model
+
+    model = load_model("h100", math="fma")
+    layer = ConvShape.square(8, 64, 56, 64, 3, stride=1, padding=1)
+    every = Predicted(model, "fma", algorithms="all")
+    assert every.algorithm(layer) == best_per_layer(model.predict([layer], "fma"))["best_algo"].iloc[0]
+    assert Predicted(model, "fma", algorithms="seer").algorithm(layer).startswith("SEER_")
+    assert Predicted(model, "fma").algorithm(layer) in algorithm_names("cudnn")
+    with pytest.raises(InputError, match="unknown algorithm"):
+        Predicted(model, "fma", algorithms="fastest")
 
 
 def test_apply_predicts_every_layer_of_the_input_in_advance():

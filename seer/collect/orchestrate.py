@@ -26,6 +26,7 @@ from rich.console import Console
 
 import seer
 from seer import ncu as ncu_mod
+from seer.algorithms import current_revision
 from seer.collect import children
 from seer.collect.children import Deadline, run_child
 from seer.collect.plan import CollectOptions, build_plan, fits_in_memory, shard, without
@@ -269,7 +270,9 @@ class Collector:
         history = self.store.read("timing")  # oldest first; read once, it is the largest kind
         latest = latest_records(history, RUN_KEY)
         # Every key recorded under this timing protocol is done, except those whose status
-        # the user asked to retry; rows of an older protocol are measured again.
+        # the user asked to retry; rows of an older protocol, or of an earlier revision of
+        # seer's kernels, are measured again.
+        latest = latest[current_revision(latest)] if not latest.empty else latest
         done = keys_done(latest, RUN_KEY, skip_status=o.retry or None,
                          require={"timing_protocol": TIMING_PROTOCOL})
         if RETRY_UNSTABLE in o.retry:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Callable
 from rich.console import Console
 
 from seer import ncu as ncu_mod
+from seer.algorithms import current_revision
 from seer.collect import children
 from seer.collect.children import ChildOutcome, Deadline, run_child, tail
 from seer.collect.plan import CollectOptions, build_plan, select_evenly, shard, take_items, without
@@ -74,7 +75,7 @@ def profile_items(options: CollectOptions, store: RunStore,
         return []
     shapes = shard(o.shapes, o.shard_index, o.shard_count)
     chosen = shapes if o.profile_shapes is None else select_evenly(shapes, o.profile_shapes)
-    ok = timing[timing["status"] == "ok"]
+    ok = timing[(timing["status"] == "ok") & current_revision(timing)]
     ok_keys = set(ok[list(RUN_KEY)].itertuples(index=False, name=None))
     done = profiled_keys(store, o.retry)
     groups = profile_groups(o)

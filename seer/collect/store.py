@@ -30,6 +30,7 @@ from typing import Iterable, Mapping, Sequence
 
 import pandas as pd
 
+from seer.algorithms import current_revision, stamp_revision
 from seer.errors import InputError
 from seer.metrics import GROUP_COLUMNS, METRICS
 from seer.schema import GROUP_KEY
@@ -179,12 +180,15 @@ class RunStore:
         return self._handles[kind]
 
     def append(self, kind: str, records: Iterable[dict]) -> int:
-        """Append finished records durably; returns how many were written."""
+        """Append finished records durably; returns how many were written. A run of seer's
+        own kernels is stamped with the revision of the code that ran it
+        (:func:`seer.algorithms.stamp_revision`)."""
         if kind not in self.kinds:
             raise ValueError(f"unknown record kind {kind!r}")
         handle = self._handle(kind)
         count = 0
         for record in records:
+            record = stamp_revision(record)
             handle.write(json.dumps(record, separators=(",", ":"), default=_json_default) + "\n")
             count += 1
         if count:
@@ -341,10 +345,13 @@ def recorded_columns(group: str) -> frozenset[str]:
 
 def grouped_records(store: RunStore, kind: str) -> pd.DataFrame:
     """Every record of a profiling kind (``profiles``, ``kernels``) with its metric group;
-    records from before metric groups belong to :data:`ALL_GROUPS`."""
+    records from before metric groups belong to :data:`ALL_GROUPS`. Profiles of an earlier
+    revision of seer's kernels (:func:`seer.algorithms.current_revision`) are left out: they
+    profiled other code."""
     frame = store.read(kind)
     if frame.empty:
         return frame
+    frame = frame[current_revision(frame)].reset_index(drop=True)
     if "group" not in frame.columns:
         frame["group"] = ALL_GROUPS
     frame["group"] = frame["group"].fillna(ALL_GROUPS)

@@ -6,11 +6,11 @@ padding, dilation and group count, fp32 NCDHW in and out, plain FP32 FMA arithme
 - ``seer_direct_conv<KPT>``: one thread per output position and ``KPT`` output channels
   of its group; the input value is read once per channel block and reused ``KPT`` times.
   Written for depthwise and thin layers, where a GEMM tile is mostly empty.
-- ``seer_implicit_gemm<BM, BN, BK, TM, TN, SPLIT, MINB>``: the convolution as a GEMM per group,
-  output positions x output channels x (input channels x filter taps), never formed in
-  memory: each block stages a BK-deep slice of the im2col matrix and of the filter in
-  shared memory (double-buffered, the next slice prefetched into registers while the
-  current one is used) and each thread accumulates a TM x TN tile in registers. With
+- ``seer_implicit_gemm<BM, BN, BK, TM, TN, SPLIT, MINB, STAGES>``: the convolution as a GEMM
+  per group, output positions x output channels x (input channels x filter taps), never
+  formed in memory: each block copies BK-deep slices of the im2col matrix and of the filter
+  into shared memory with ``cp.async`` (STAGES slices in flight, none through registers)
+  and each thread accumulates a TM x TN tile in registers. With
   ``SPLIT`` the reduction is cut into slices run by separate blocks that add into the
   zeroed output, so that layers with few output tiles still fill the GPU.
 
@@ -99,24 +99,35 @@ __device__ __forceinline__ void load_half(const float* p, float* out)
     }
 }
 
-// MINB: blocks per SM the registers must allow (__launch_bounds__).
-template <int BM, int BN, int BK, int TM, int TN, int SPLIT, int MINB>
+// One float from global to shared memory, not through registers (cp.async, sm_80 on); a
+// source size of 0 writes a zero instead: padding, and rows or columns past the GEMM's edge.
+__device__ __forceinline__ void copy_async(float* dst, const float* src, const bool valid)
+{
+    const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"(to), "l"(src), "r"(valid ? 4 : 0));
+}
+
+// MINB: blocks per SM the registers must allow (__launch_bounds__); STAGES: slices of the
+// reduction in flight, copied into shared memory while an earlier one is used. Indices are
+// 32-bit: the plans refuse tensors of 2**31 elements or more.
+template <int BM, int BN, int BK, int TM, int TN, int SPLIT, int MINB, int STAGES>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN), MINB) seer_implicit_gemm(
     const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, CONV_PARAMS,
     const int4* __restrict__ taps, const int tiles_per_split)
 {
     constexpr int THREADS = (BM / TM) * (BN / TN);
-    constexpr int A_ROWS = THREADS / BM;          // reduction rows one pass of A loads covers
+    constexpr int A_ROWS = THREADS / BM;          // reduction rows one pass of A copies covers
     constexpr int A_LOADS = BK / A_ROWS;
-    constexpr int B_COLS = THREADS / BK;          // output channels one pass of B loads covers
+    constexpr int B_COLS = THREADS / BK;          // output channels one pass of B copies covers
     constexpr int B_LOADS = BN / B_COLS;
     static_assert(THREADS % BM == 0 && BK % A_ROWS == 0, "A tile loads");
     static_assert(THREADS % BK == 0 && BN % B_COLS == 0, "B tile loads");
     static_assert(TM % 2 == 0 && TN % 2 == 0, "thread tiles are two halves");
-    __shared__ __align__(16) float As[2][BK][BM];
-    // Rows of B padded by 4 floats: the 8 rows that a warp's coalesced filter loads fill
+    static_assert(STAGES >= 2, "a slice in use and one in flight at least");
+    __shared__ __align__(16) float As[STAGES][BK][BM];
+    // Rows of B padded by 4 floats: the 8 rows that a warp's coalesced filter copies fill
     // land in different banks.
-    __shared__ __align__(16) float Bs[2][BK][BN + 4];
+    __shared__ __align__(16) float Bs[STAGES][BK][BN + 4];
 
     const int tid = threadIdx.x;
     const int Cg = C / G, Kg = K / G;
@@ -129,44 +140,40 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN), MINB) seer_implicit_gem
     const int tile_end = SPLIT ? min(k_tiles, tile_begin + tiles_per_split) : k_tiles;
     if (tile_begin >= tile_end) return;
 
-    // The one output position whose im2col column this thread loads, decomposed once; the
+    // The one output position whose im2col column this thread copies, decomposed once; the
     // reduction index is decomposed by the precomputed tap table (offset, t*dd, r*dh, s*dw).
+    // A position past M starts far outside the input, so that every bounds check fails
+    // without a branch of its own.
     const int a_m = tid % BM, a_k = tid / BM;
     const int am = m0 + a_m;
-    const bool a_valid = am < M;
-    int id0 = 0, ih0 = 0, iw0 = 0;
-    long long a_base = 0;
-    if (a_valid) {
+    int id0 = -(1 << 30), ih0 = 0, iw0 = 0, a_base = 0;
+    if (am < M) {
         const int n = am / ODHW, p = am % ODHW;
         const int od = p / OHW, oh = (p % OHW) / OW, ow = p % OW;
         id0 = od * sd - pd; ih0 = oh * sh - ph; iw0 = ow * sw - pw;
-        a_base = ((long long)n * C + (long long)g * Cg) * DHW + (long long)id0 * HW + ih0 * W + iw0;
+        a_base = (n * C + g * Cg) * DHW + id0 * HW + ih0 * W + iw0;
     }
     const int b_k = tid % BK, b_n = tid / BK;
-    const float* wg = w + (long long)g * Kg * KRED;
+    const float* wg = w + g * Kg * KRED;
 
-    float a_next[A_LOADS], b_next[B_LOADS];
-    auto load = [&](int tile) {
+    // Every tap of the slice is loaded before any is used, and the checks are bitwise: no
+    // branch makes one copy wait for the previous one's tap.
+    auto issue = [&](int tile, int stage) {
+        int4 tap[A_LOADS];
+#pragma unroll
+        for (int i = 0; i < A_LOADS; ++i) tap[i] = __ldg(taps + tile * BK + a_k + i * A_ROWS);  // padded
 #pragma unroll
         for (int i = 0; i < A_LOADS; ++i) {
-            const int4 tap = __ldg(taps + tile * BK + a_k + i * A_ROWS);  // padded: never out of range
-            float v = 0.f;
-            if (a_valid && (unsigned)(id0 + tap.y) < (unsigned)D && (unsigned)(ih0 + tap.z) < (unsigned)H
-                && (unsigned)(iw0 + tap.w) < (unsigned)W)
-                v = __ldg(x + a_base + tap.x);
-            a_next[i] = v;
+            const bool ok = ((unsigned)(id0 + tap[i].y) < (unsigned)D) & ((unsigned)(ih0 + tap[i].z) < (unsigned)H)
+                & ((unsigned)(iw0 + tap[i].w) < (unsigned)W);
+            copy_async(&As[stage][a_k + i * A_ROWS][a_m], ok ? x + (a_base + tap[i].x) : x, ok);
         }
 #pragma unroll
         for (int j = 0; j < B_LOADS; ++j) {
             const int kk = tile * BK + b_k, nn = n0 + b_n + j * B_COLS;
-            b_next[j] = (kk < KRED && nn < Kg) ? __ldg(wg + (long long)nn * KRED + kk) : 0.f;
+            const bool ok = (kk < KRED) & (nn < Kg);
+            copy_async(&Bs[stage][b_k][b_n + j * B_COLS], ok ? wg + (nn * KRED + kk) : w, ok);
         }
-    };
-    auto store = [&](int buf) {
-#pragma unroll
-        for (int i = 0; i < A_LOADS; ++i) As[buf][a_k + i * A_ROWS][a_m] = a_next[i];
-#pragma unroll
-        for (int j = 0; j < B_LOADS; ++j) Bs[buf][b_k][b_n + j * B_COLS] = b_next[j];
     };
 
     // Thread tile: two halves of TM/2 positions (and TN/2 channels), half a tile apart,
@@ -178,30 +185,33 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN), MINB) seer_implicit_gem
 #pragma unroll
         for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
 
-    load(tile_begin);
-    store(0);
-    __syncthreads();
-    int buf = 0;
+    // One commit group per slice, empty past the end, so that waiting for all but the
+    // newest STAGES - 2 groups always means the slice about to be used has landed.
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (tile_begin + s < tile_end) issue(tile_begin + s, s);
+        asm volatile("cp.async.commit_group;\n" ::);
+    }
+    int stage = 0;
     for (int tile = tile_begin; tile < tile_end; ++tile) {
-        const bool more = tile + 1 < tile_end;
-        if (more) load(tile + 1);
+        asm volatile("cp.async.wait_group %0;\n" :: "n"(STAGES - 2));
+        // Also: every thread is done with the stage the next copies overwrite.
+        __syncthreads();
+        if (tile + STAGES - 1 < tile_end) issue(tile + STAGES - 1, (stage + STAGES - 1) % STAGES);
+        asm volatile("cp.async.commit_group;\n" ::);
 #pragma unroll
         for (int k = 0; k < BK; ++k) {
             float a[TM], b[TN];
-            load_half<TM / 2>(&As[buf][k][tx * (TM / 2)], a);
-            load_half<TM / 2>(&As[buf][k][BM / 2 + tx * (TM / 2)], a + TM / 2);
-            load_half<TN / 2>(&Bs[buf][k][ty * (TN / 2)], b);
-            load_half<TN / 2>(&Bs[buf][k][BN / 2 + ty * (TN / 2)], b + TN / 2);
+            load_half<TM / 2>(&As[stage][k][tx * (TM / 2)], a);
+            load_half<TM / 2>(&As[stage][k][BM / 2 + tx * (TM / 2)], a + TM / 2);
+            load_half<TN / 2>(&Bs[stage][k][ty * (TN / 2)], b);
+            load_half<TN / 2>(&Bs[stage][k][BN / 2 + ty * (TN / 2)], b + TN / 2);
 #pragma unroll
             for (int i = 0; i < TM; ++i)
 #pragma unroll
                 for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
         }
-        if (more) {
-            store(buf ^ 1);
-            __syncthreads();
-            buf ^= 1;
-        }
+        stage = (stage + 1) % STAGES;
     }
 
 #pragma unroll
@@ -209,13 +219,13 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN), MINB) seer_implicit_gem
         const int m = m0 + (i < TM / 2 ? tx * (TM / 2) + i : BM / 2 + tx * (TM / 2) + i - TM / 2);
         if (m >= M) continue;
         const int n = m / ODHW, p = m % ODHW;
-        float* yp = y + ((long long)n * K + (long long)g * Kg) * ODHW + p;
+        float* yp = y + (n * K + g * Kg) * ODHW + p;
 #pragma unroll
         for (int j = 0; j < TN; ++j) {
             const int nn = n0 + (j < TN / 2 ? ty * (TN / 2) + j : BN / 2 + ty * (TN / 2) + j - TN / 2);
             if (nn >= Kg) continue;
-            if (SPLIT) atomicAdd(yp + (long long)nn * ODHW, acc[i][j]);
-            else yp[(long long)nn * ODHW] = acc[i][j];
+            if (SPLIT) atomicAdd(yp + nn * ODHW, acc[i][j]);
+            else yp[nn * ODHW] = acc[i][j];
         }
     }
 }
@@ -244,6 +254,18 @@ def _function(kernel: str):
     return _module(plannable if kernel in plannable else (kernel,)).get_function(kernel)
 
 
+@lru_cache(maxsize=256)
+def _device_taps(shape: ConvShape, device: int):
+    """The layer's tap table on a GPU, copied once (a PyTorch module calls :func:`forward`
+    for every batch) and complete before any stream reads it."""
+    import cupy as cp
+
+    with cp.cuda.Device(device):
+        taps = cp.asarray(tap_table(shape))
+        cp.cuda.Device().synchronize()
+    return taps
+
+
 def forward(algo: str, shape: ConvShape, x, w, y, tile: str | None = None) -> tuple[Callable[[], None], Plan]:
     """A function that runs ``algo`` once on CuPy arrays ``x``, ``w``, ``y`` (float32, C
     order, the shape's dims) on the current stream, and its :class:`Plan` (``tile``: see
@@ -259,7 +281,7 @@ def forward(algo: str, shape: ConvShape, x, w, y, tile: str | None = None) -> tu
              shape.dilation_w, shape.groups)
     args = (x, w, y, *(np.int32(v) for v in sizes))
     if algo != "SEER_DIRECT":
-        args += (cp.asarray(tap_table(shape)), np.int32(p.tiles_per_split))
+        args += (_device_taps(shape, cp.cuda.Device().id), np.int32(p.tiles_per_split))
     nbytes = y.nbytes
 
     def run() -> None:

@@ -1,16 +1,18 @@
-"""PyTorch convolutions that run a chosen cuDNN algorithm (GPU hosts).
+"""PyTorch convolutions that run a chosen algorithm, cuDNN's or seer's own (GPU hosts).
 
 PyTorch lets cuDNN choose (its heuristics, or ``cudnn.benchmark``'s trial runs); it has no
 way to ask for one algorithm. :class:`SeerConv1d`/``2d``/``3d`` are ``nn.Conv*`` modules
 that call ``cudnnConvolutionForward`` themselves, through :mod:`seer.gpu.cudnn`, on the
 module's own tensors, PyTorch's current stream and a workspace from PyTorch's caching
-allocator. Which algorithm runs is asked of the module's :class:`Choice` for every layer
-it sees (input sizes may change between calls): :class:`Fixed` for one algorithm
-everywhere, :class:`Predicted` for seer's predicted fastest.
+allocator; or, for seer's own kernels, launch them through CuPy on views of the same
+tensors, on the same stream. Which algorithm runs is asked of the module's :class:`Choice`
+for every layer it sees (input sizes may change between calls): :class:`Fixed` for one
+algorithm everywhere, :class:`Predicted` for seer's predicted fastest.
 
-Where the chosen algorithm cannot run (cuDNN does not support it for the layer, a tensor
-is not fp32, not on a GPU, or not contiguous), PyTorch's own convolution runs instead and
-the module warns once per reason; :attr:`SeerConv2d.fallbacks` keeps the reasons.
+Where the chosen algorithm cannot run (cuDNN does not support it for the layer, seer's
+kernel plan refuses it, CuPy is missing, a tensor is not fp32, not on a GPU, or not
+contiguous), PyTorch's own convolution runs instead and the module warns once per reason;
+:attr:`SeerConv2d.fallbacks` keeps the reasons.
 Gradients, where asked for, come from PyTorch's own ``torch.nn.grad`` functions.
 
 :func:`apply` and :func:`force` swap every ``nn.Conv1d/2d/3d`` of a model (exact types: a
@@ -29,13 +31,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seer.algorithms import algorithm_names, get_algorithm
+from seer.algorithms import Algorithm, get_algorithm, select_algorithms
 from seer.errors import InputError
 from seer.schema import get_math_mode
 from seer.shapes import ConvShape, ShapeError
 from seer.torch.layers import layer_of_call
 
-#: What runs a layer where no cuDNN algorithm is chosen, or the chosen one cannot run.
+#: What runs a layer where no algorithm is chosen, or the chosen one cannot run.
 PYTORCH = "pytorch"
 
 _FUNCTIONAL = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
@@ -46,7 +48,7 @@ _GRADIENTS = {1: (torch.nn.grad.conv1d_input, torch.nn.grad.conv1d_weight),
 
 # -- which algorithm ------------------------------------------------------------------------
 class Choice:
-    """Names the cuDNN algorithm to run on a layer, or None for PyTorch's own convolution."""
+    """Names the algorithm to run on a layer, or None for PyTorch's own convolution."""
 
     math: str = "default"
 
@@ -59,13 +61,13 @@ class Choice:
 
 @dataclass
 class Fixed(Choice):
-    """One cuDNN algorithm on every layer (``seer.torch.force``)."""
+    """One algorithm, cuDNN's or seer's own, on every layer (``seer.torch.force``)."""
 
     name: str
     math: str = "default"
 
     def __post_init__(self) -> None:
-        algo = _cudnn_algorithm(self.name)
+        algo = _algorithm(self.name)
         self.name = algo.name
         self.math = get_math_mode(self.math).name
 
@@ -78,15 +80,20 @@ class Fixed(Choice):
 
 @dataclass
 class Predicted(Choice):
-    """seer's predicted-fastest cuDNN algorithm per layer, predicted once per distinct layer."""
+    """seer's predicted-fastest algorithm per layer among ``algorithms`` (names or groups, as
+    ``seer predict --algo``; cuDNN's by default), predicted once per distinct layer."""
 
     model: object  # seer.model.Model
     math: str = "default"
     picks: dict = field(default_factory=dict)
+    algorithms: str = "cudnn"
 
     def __post_init__(self) -> None:
         self.math = get_math_mode(self.math).name
-        self._cudnn = set(algorithm_names("cudnn"))
+        try:
+            self._ranked = select_algorithms(self.algorithms)
+        except KeyError as exc:
+            raise InputError(exc.args[0], field="algorithms") from None
         self._lock = threading.Lock()
 
     def prepare(self, layers: Iterable[ConvShape]) -> None:
@@ -97,11 +104,10 @@ class Predicted(Choice):
             new = sorted({layer for layer in layers if layer not in self.picks})
             if not new:
                 return
-            # PyTorch runs cuDNN's algorithms only: the pick among them.
-            best = best_per_layer(self.model.predict(new, self.math, algorithms=["cudnn"]))["best_algo"]
+            best = best_per_layer(self.model.predict(new, self.math, algorithms=self._ranked))["best_algo"]
             for layer, algo in zip(new, best.to_numpy()):
                 # None where no algorithm is predicted to run.
-                self.picks[layer] = algo if isinstance(algo, str) and algo in self._cudnn else None
+                self.picks[layer] = algo if isinstance(algo, str) and algo in self._ranked else None
 
     def algorithm(self, layer: ConvShape) -> str | None:
         if layer not in self.picks:
@@ -112,12 +118,12 @@ class Predicted(Choice):
         return "seer"
 
 
-def _cudnn_algorithm(name: str):
+def _algorithm(name: str, source: str | None = None) -> Algorithm:
     try:
         algo = get_algorithm(name)
     except KeyError as exc:
         raise InputError(exc.args[0], field="algo") from None
-    if algo.source != "cudnn":
+    if source is not None and algo.source != source:
         raise InputError(f"{algo.name} is not a cuDNN algorithm", field="algo")
     return algo
 
@@ -184,9 +190,9 @@ def _as_cudnn(tensor: torch.Tensor, dims: int) -> torch.Tensor:
     return tensor.unsqueeze(-2) if dims == 1 else tensor
 
 
-class _CudnnConvolution(torch.autograd.Function):
+class _Convolution(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, call: _Call, layer: ConvShape, algo: int, math: str):
+    def forward(ctx, x, weight, bias, call: _Call, layer: ConvShape, algo: Algorithm, math: str):
         y = _forward(x, weight, bias, call, layer, algo, math)
         ctx.save_for_backward(x, weight)
         ctx.call, ctx.has_bias = call, bias is not None
@@ -204,8 +210,26 @@ class _CudnnConvolution(torch.autograd.Function):
         return grad_x, grad_w, grad_b, None, None, None, None
 
 
-def _forward(x, weight, bias, call: _Call, layer: ConvShape, algo: int, math: str) -> torch.Tensor:
-    y = _engine(x.device).forward(_as_cudnn(x, call.dims), _as_cudnn(weight, call.dims), layer, algo, math)
+def _own_forward(x: torch.Tensor, weight: torch.Tensor, layer: ConvShape, algo: str) -> torch.Tensor:
+    """One of seer's own kernels on PyTorch's tensors (CuPy views, no copies) and current stream."""
+    import cupy as cp
+
+    from seer.gpu import kernels
+
+    y = torch.empty(layer.output_dims, dtype=x.dtype, device=x.device)
+    with cp.cuda.Device(x.device.index), cp.cuda.ExternalStream(torch.cuda.current_stream(x.device).cuda_stream):
+        # Views of the same memory; detached, since CuPy refuses tensors that require grad.
+        run, _ = kernels.forward(algo, layer, cp.asarray(x.detach()), cp.asarray(weight.detach()), cp.asarray(y))
+        run()
+    return y
+
+
+def _forward(x, weight, bias, call: _Call, layer: ConvShape, algo: Algorithm, math: str) -> torch.Tensor:
+    x, weight = _as_cudnn(x, call.dims), _as_cudnn(weight, call.dims)
+    if algo.source == "cupy":
+        y = _own_forward(x, weight, layer, algo.name)
+    else:
+        y = _engine(x.device).forward(x, weight, layer, algo.enum, math)
     if call.dims == 1:
         y = y.squeeze(-2)
     if bias is not None:
@@ -213,10 +237,10 @@ def _forward(x, weight, bias, call: _Call, layer: ConvShape, algo: int, math: st
     return y
 
 
-def _run(x, weight, bias, call: _Call, layer: ConvShape, algo: int, math: str) -> torch.Tensor:
+def _run(x, weight, bias, call: _Call, layer: ConvShape, algo: Algorithm, math: str) -> torch.Tensor:
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
                                     or (bias is not None and bias.requires_grad)):
-        return _CudnnConvolution.apply(x, weight, bias, call, layer, algo, math)
+        return _Convolution.apply(x, weight, bias, call, layer, algo, math)
     return _forward(x, weight, bias, call, layer, algo, math)
 
 
@@ -230,7 +254,7 @@ def cudnn_convolution(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     layer = ConvShape(**layer_of_call({"input": x, "weight": weight, "stride": call.stride,
                                        "padding": call.padding, "dilation": call.dilation,
                                        "groups": call.groups}, dims))
-    return _run(x, weight, bias, call, layer, _cudnn_algorithm(algorithm).enum, get_math_mode(math).name)
+    return _run(x, weight, bias, call, layer, _algorithm(algorithm, "cudnn"), get_math_mode(math).name)
 
 
 # -- the modules --------------------------------------------------------------------------
@@ -269,7 +293,7 @@ class _SeerConv:
         if not x.is_cuda:
             return "the input is not on a GPU"
         if x.dtype != torch.float32 or self.weight.dtype != torch.float32:
-            return f"seer runs cuDNN for fp32 tensors only, not {x.dtype}"
+            return f"seer runs fp32 tensors only, not {x.dtype}"
         if not (x.is_contiguous() and self.weight.is_contiguous()):
             return "a tensor is not contiguous NC[D]HW (channels-last is not run here)"
         if self._numeric_padding() is None:
@@ -296,7 +320,10 @@ class _SeerConv:
                 self._plans[key] = _Plan(padding, problem=f"not a layer seer describes ({exc})")
             else:
                 name = self.seer_choice.algorithm(layer)
-                self._plans[key] = _Plan(padding, layer, None if name is None else get_algorithm(name))
+                algo = None if name is None else get_algorithm(name)
+                refused = _refusal(algo, layer)
+                self._plans[key] = (_Plan(padding, layer, algo) if refused is None else
+                                    _Plan(padding, problem=f"{algo.name} cannot run this layer ({refused})"))
         return self._plans[key]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -318,7 +345,10 @@ class _SeerConv:
         if self.seer_nvtx:
             torch.cuda.nvtx.range_push(f"seer:{self.seer_name}:{algo.name}")
         try:
-            y = _run(x, self.weight, self.bias, call, plan.layer, algo.enum, self.seer_choice.math)
+            y = _run(x, self.weight, self.bias, call, plan.layer, algo, self.seer_choice.math)
+        except ImportError as exc:  # CuPy, which seer's own kernels need, is not installed
+            self._fall_back(f"{algo.name} needs CuPy ({exc})")
+            return self._pytorch(x, plan.padding)
         except Exception as exc:
             from seer.gpu.cudnn import CudnnError
 
@@ -344,6 +374,15 @@ class _SeerConv:
         return f"{super().extra_repr()}, algorithm={self.seer_choice.describe()}, math={self.seer_choice.math}"
 
 
+def _refusal(algo: Algorithm | None, layer: ConvShape) -> str | None:
+    """Why seer's own kernel ``algo`` cannot run ``layer`` (its launch plan's rule), else None."""
+    if algo is None or algo.source != "cupy":
+        return None
+    from seer.kernel_plans import unsupported_reason
+
+    return unsupported_reason(algo.name, layer)
+
+
 @dataclass(frozen=True)
 class _Plan:
     """How a seer convolution runs one input shape: the padding cuDNN gets, the layer and the
@@ -365,15 +404,15 @@ def _configured_like(cls, conv: nn.Module) -> nn.Module:
 
 
 class SeerConv1d(_SeerConv, nn.Conv1d):
-    """``nn.Conv1d`` that runs the cuDNN algorithm its choice names."""
+    """``nn.Conv1d`` that runs the algorithm its choice names."""
 
 
 class SeerConv2d(_SeerConv, nn.Conv2d):
-    """``nn.Conv2d`` that runs the cuDNN algorithm its choice names."""
+    """``nn.Conv2d`` that runs the algorithm its choice names."""
 
 
 class SeerConv3d(_SeerConv, nn.Conv3d):
-    """``nn.Conv3d`` that runs the cuDNN algorithm its choice names."""
+    """``nn.Conv3d`` that runs the algorithm its choice names."""
 
 
 #: Exact module types swapped, and what they become.
@@ -400,22 +439,25 @@ def swap_in(model: nn.Module, choice: Choice, nvtx: bool = False) -> nn.Module:
 
 
 def force(model: nn.Module, algorithm: str, math: str = "default", nvtx: bool = False) -> nn.Module:
-    """Run ``algorithm`` on every ``nn.Conv1d/2d/3d`` of ``model`` (swapped in place; returned)."""
+    """Run ``algorithm`` (cuDNN's, or one of seer's own kernels, which need CuPy) on every
+    ``nn.Conv1d/2d/3d`` of ``model`` (swapped in place; returned)."""
     return swap_in(model, Fixed(algorithm, math), nvtx)
 
 
 def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_shape: Sequence[int] | None = None,
-          models_dir=None, seer_model=None, nvtx: bool = False) -> nn.Module:
-    """Run seer's predicted-fastest cuDNN algorithm on every ``nn.Conv1d/2d/3d`` of ``model``.
+          models_dir=None, seer_model=None, nvtx: bool = False, algorithms: str = "cudnn") -> nn.Module:
+    """Run seer's predicted-fastest algorithm on every ``nn.Conv1d/2d/3d`` of ``model``.
 
-    Each distinct layer is predicted when first seen; ``input_shape`` predicts the layers
-    of that input in advance, in one call (on the CPU, from a meta-device pass).
+    The pick is among ``algorithms``: cuDNN's by default (what PyTorch itself runs), or
+    ``"all"`` to rank seer's own kernels too (they need CuPy). Each distinct layer is
+    predicted when first seen; ``input_shape`` predicts the layers of that input in
+    advance, in one call (on the CPU, from a meta-device pass).
     """
     if seer_model is None:
         from seer.persist import load_model
 
         seer_model = load_model(gpu, math=math, models_dir=models_dir)
-    choice = Predicted(seer_model, math)
+    choice = Predicted(seer_model, math, algorithms=algorithms)
     if input_shape is not None:
         from seer.torch.layers import conv_calls
 
