@@ -151,9 +151,9 @@ THREAD_FLOPS_PER_INSTRUCTION = {"inst_ffma": 2, "inst_fadd": 1, "inst_fmul": 1, 
 
 
 def thread_flops(counts):
-    """FLOPs counted from SASS thread instructions (:data:`THREAD_FLOPS_PER_INSTRUCTION`), for
-    a mapping or frame of the counts. A count that a profile lacks (:attr:`Metric.required`)
-    adds nothing.
+    """FLOPs counted from SASS thread instructions (:data:`THREAD_FLOPS_PER_INSTRUCTION`), from
+    a frame of the counts (one column each). A count that a profile may lack
+    (:attr:`Metric.required` false) adds nothing where it is missing.
 
     Tensor-core FLOPs are not included: warp-level tensor instruction counts do not say
     how many multiply-adds each instruction did (that depends on the MMA shape).
