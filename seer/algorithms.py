@@ -182,6 +182,10 @@ KERNEL_RULES: tuple[KernelRule, ...] = (
                r"seer_implicit_gemm<(?P<bm>\d+),\s*(?P<bn>\d+),\s*(?P<bk>\d+),\s*(?P<tm>\d+),\s*(?P<tn>\d+),"
                r"\s*(?P<split>[01]),\s*(?P<minb>\d+),\s*(?P<stages>\d+)>",
                "compute", "igemm_{bm}x{bn}x{bk}_{tm}x{tn}_b{minb}_s{stages}"),
+    KernelRule("seer_implicit_gemm",
+               r"seer_implicit_gemm_nhwc<(?P<bm>\d+),\s*(?P<bn>\d+),\s*(?P<bk>\d+),\s*(?P<tm>\d+),\s*(?P<tn>\d+),"
+               r"\s*(?P<split>[01]),\s*(?P<minb>\d+),\s*(?P<stages>\d+)>",
+               "compute", "igemm_nhwc_{bm}x{bn}x{bk}_{tm}x{tn}_b{minb}_s{stages}"),
     # Revision 1 of the implicit GEMM (no stages: registers staged the next slice).
     KernelRule("seer_implicit_gemm",
                r"seer_implicit_gemm<(?P<bm>\d+),\s*(?P<bn>\d+),\s*(?P<bk>\d+),\s*(?P<tm>\d+),\s*(?P<tn>\d+),"

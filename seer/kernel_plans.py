@@ -6,6 +6,8 @@ The implicit GEMM's tile is chosen per layer from :data:`TILE_ORDER` (:func:`pla
 tile is the variant, and it is in the kernel's name, which :data:`seer.algorithms.KERNEL_RULES`
 reads. :func:`unsupported_reason` is the exact support rule the models use for these
 algorithms, and :func:`tap_table` the per-layer table of filter taps the implicit GEMM reads.
+The implicit GEMMs also run channels-last tensors (``layout="nhwc"``, a kernel of its own);
+seer's tables and models are NC[D]HW throughout.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from seer.shapes import ConvShape, frame_volumes, tensor_elements
+from seer.shapes import LAYOUTS, ConvShape, frame_volumes, tensor_elements
 
 #: Largest element count of any tensor: the kernels index within a tensor in 32 bits.
 MAX_ELEMENTS = 2**31 - 1
@@ -41,8 +43,9 @@ class Tile:
     def threads(self) -> int:
         return (self.bm // self.tm) * (self.bn // self.tn)
 
-    def kernel(self, split: bool) -> str:
-        return (f"seer_implicit_gemm<{self.bm}, {self.bn}, {self.bk}, {self.tm}, {self.tn}, {int(split)}, "
+    def kernel(self, split: bool, layout: str = "nchw") -> str:
+        name = "seer_implicit_gemm" if layout == "nchw" else "seer_implicit_gemm_nhwc"
+        return (f"{name}<{self.bm}, {self.bn}, {self.bk}, {self.tm}, {self.tn}, {int(split)}, "
                 f"{self.minb}, {self.stages}>")
 
 
@@ -67,6 +70,8 @@ GEMM_TILES = {t_name: Tile(*t_fields) for t_name, t_fields in {
 #: networks grid's layers on the H100 (benchmarks/kernel_tiles.py, which also scores this rule).
 TILE_ORDER = ("256x64_8x8", "128x64_8x8", "64x64_4x4", "64x32_4x4")
 MIN_BLOCKS_PER_SM = {"SEER_IMPLICIT_GEMM": 1.5, "SEER_IMPLICIT_GEMM_SPLITK": 1.0}
+#: Channels of one filter tap that a slice of the channels-last implicit GEMM holds (its BK).
+CHANNELS_LAST_SLICE = 8
 #: Output channels per thread of the direct kernel.
 DIRECT_CHANNELS = (1, 4, 8)
 THREADS_DIRECT = 256
@@ -102,11 +107,20 @@ def _refusals(algo: str, largest_tensor, k_tiles) -> tuple:
              "the reduction (input channels per group x filter taps) is under 4 slices of 8: nothing to split"))
 
 
-def unsupported_reason(algo: str, shape: ConvShape) -> str | None:
-    """Why ``algo`` cannot run ``shape`` (None if it can); decided without a GPU."""
+def unsupported_reason(algo: str, shape: ConvShape, layout: str = "nchw") -> str | None:
+    """Why ``algo`` cannot run ``shape`` with tensors in ``layout`` (None if it can);
+    decided without a GPU."""
     for refused, why in _refusals(algo, max(shape.tensor_elements), _k_tiles(shape)):
         if refused:
             return why
+    if layout not in LAYOUTS:
+        return f"layout {layout!r} is not one of {', '.join(LAYOUTS)}"
+    if layout == "nhwc":
+        if algo == "SEER_DIRECT":
+            return "SEER_DIRECT runs NC[D]HW tensors only"
+        if (shape.in_ch // shape.groups) % CHANNELS_LAST_SLICE:
+            return (f"channels-last needs input channels per group a multiple of {CHANNELS_LAST_SLICE} "
+                    "(a slice of the reduction is that many channels of one filter tap)")
     return None
 
 
@@ -138,10 +152,12 @@ def _slices(reduction):
     return _ceil(reduction, 8)
 
 
-def plan(algo: str, shape: ConvShape, tile: str | None = None, sms: int = DEFAULT_SMS) -> Plan:
+def plan(algo: str, shape: ConvShape, tile: str | None = None, sms: int = DEFAULT_SMS,
+         layout: str = "nchw") -> Plan:
     """The kernel and launch of ``algo`` for ``shape`` (which it must support) on a GPU of
-    ``sms`` SMs; ``tile``, a name of :data:`GEMM_TILES`, overrides the implicit GEMM's choice."""
-    reason = unsupported_reason(algo, shape)
+    ``sms`` SMs, tensors in ``layout``; ``tile``, a name of :data:`GEMM_TILES`, overrides the
+    implicit GEMM's choice (the same in both layouts)."""
+    reason = unsupported_reason(algo, shape, layout)
     if reason:
         raise ValueError(f"{algo} does not run {shape}: {reason}")
     k_per_group = shape.out_ch // shape.groups
@@ -168,7 +184,7 @@ def plan(algo: str, shape: ConvShape, tile: str | None = None, sms: int = DEFAUL
         splits = max(2, min(_ceil(2 * sms, blocks), k_tiles // 2))
         per_split = _ceil(k_tiles, splits)
         splits = _ceil(k_tiles, per_split)
-    return Plan(algo, t.kernel(split), (_ceil(positions, t.bm), _ceil(k_per_group, t.bn), shape.groups * splits),
+    return Plan(algo, t.kernel(split, layout), (_ceil(positions, t.bm), _ceil(k_per_group, t.bn), shape.groups * splits),
                 t.threads, splits, per_split)
 
 
@@ -176,16 +192,24 @@ def plan(algo: str, shape: ConvShape, tile: str | None = None, sms: int = DEFAUL
 _NO_TAP = 1 << 29
 
 
-def tap_table(shape: ConvShape):
-    """Per reduction index (input channel of the group, filter tap), padded to whole slices
-    of 8: the input offset from the position's corner, and the depth, row and column steps
-    that the bounds checks add (int32 x 4, the kernel's ``int4``)."""
-    import numpy as np
-
-    c, t, r, s = np.meshgrid(np.arange(shape.in_ch // shape.groups), np.arange(shape.kernel_d),
+def tap_table(shape: ConvShape, layout: str = "nchw"):
+    """The filter taps the implicit GEMM reads, as int32 x 4 (the kernel's ``int4``): the
+    input offset from an output position's corner, and the depth, row and column steps
+    that the bounds checks add. NC[D]HW: one per reduction index (input channel of the
+    group, filter tap), padded to whole slices of 8. Channels-last: one per slice of 8
+    channels of one tap, the offset including the slice's first channel."""
+    cg, hw = shape.in_ch // shape.groups, shape.in_h * shape.in_w
+    if layout == "nhwc":
+        first = np.arange(0, cg * shape.kernel_d * shape.kernel_h * shape.kernel_w, CHANNELS_LAST_SLICE)
+        tap, c = np.divmod(first, cg)
+        t, rest = np.divmod(tap, shape.kernel_h * shape.kernel_w)
+        r, s = np.divmod(rest, shape.kernel_w)
+        dt, dr, ds = t * shape.dilation_d, r * shape.dilation_h, s * shape.dilation_w
+        offset = ((dt * shape.in_h + dr) * shape.in_w + ds) * shape.in_ch + c
+        return np.stack([offset, dt, dr, ds], axis=-1).astype(np.int32)
+    c, t, r, s = np.meshgrid(np.arange(cg), np.arange(shape.kernel_d),
                              np.arange(shape.kernel_h), np.arange(shape.kernel_w), indexing="ij")
     dt, dr, ds = t * shape.dilation_d, r * shape.dilation_h, s * shape.dilation_w
-    hw = shape.in_h * shape.in_w
     offset = c * shape.in_d * hw + dt * hw + dr * shape.in_w + ds
     taps = np.stack([offset, dt, dr, ds], axis=-1).reshape(-1, 4)
     padded = np.full((_k_tiles(shape) * 8, 4), _NO_TAP, dtype=np.int32)

@@ -46,6 +46,9 @@ LAYER_DEFAULTS: dict[str, int] = {
 }
 
 FP32_BYTES = 4
+#: Memory layouts of a layer's tensors: ``nchw`` is NC[D]HW activations with KC[T]RS filters
+#: (every measurement in seer's tables); ``nhwc`` is channels-last, N[D]HWC with K[T]RSC.
+LAYOUTS: tuple[str, ...] = ("nchw", "nhwc")
 #: Every field is at most this: cuDNN describes tensors with 32-bit ints.
 MAX_FIELD = 2**31 - 1
 
@@ -227,6 +230,14 @@ class ConvShape:
     def output_dims(self) -> tuple[int, ...]:
         """NKPQ (NKOPQ for 3D) dimensions of the output tensor."""
         return (self.batch, self.out_ch, *self._axis("out"))
+
+    def layout_order(self, layout: str) -> tuple[int, ...]:
+        """The axes of an NC[D]HW tensor (or KC[T]RS filter) in ``layout``'s memory order:
+        ``x.transpose(order)`` is the tensor laid out so."""
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout {layout!r} is not one of {', '.join(LAYOUTS)}")
+        spatial = tuple(range(2, 2 + len(self._axis("in"))))
+        return (0, 1, *spatial) if layout == "nchw" else (0, *spatial, 1)
 
     @property
     def spatial_padding(self) -> tuple[int, ...]:

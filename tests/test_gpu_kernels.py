@@ -1,6 +1,6 @@
 """seer's own kernels on a real GPU (skipped without one): every element of the output
-written and within FP32 tolerance of the float64 reference, for every layer kind, and the
-kernels that ran are the ones the plan names."""
+written and within FP32 tolerance of the float64 reference, for every layer kind, in both
+layouts, and the kernels that ran are the ones the plan names."""
 
 import pytest
 
@@ -29,20 +29,23 @@ SHAPES = [
 ]
 
 
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 @pytest.mark.parametrize("algo", OWN)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-def test_output_matches_float64(algo, shape, tracer):
+def test_output_matches_float64(algo, shape, layout, tracer):
     import cupy as cp
 
     from seer import kernel_plans
     from seer.gpu import kernels
     from seer.gpu.reference import ShapeTensors
 
-    if kernel_plans.unsupported_reason(algo, shape):
-        assert algo == "SEER_IMPLICIT_GEMM_SPLITK"  # only a reduction too short to split is refused
+    refused = kernel_plans.unsupported_reason(algo, shape, layout)
+    if refused:
+        # Only a reduction too short to split, or channels-last where it is not run.
+        assert "split" in refused or (layout == "nhwc" and ("NC[D]HW" in refused or "multiple of 8" in refused))
         return
-    tensors = ShapeTensors(shape, seed=7)
-    forward, plan = kernels.forward(algo, shape, tensors.x, tensors.w, tensors.y)
+    tensors = ShapeTensors(shape, seed=7, layout=layout)
+    forward, plan = kernels.forward(algo, shape, tensors.x, tensors.w, tensors.y, layout=layout)
     for _ in range(2):  # a second call must not add to the first (split-K zeroes its output)
         tensors.poison_output()
         forward()
@@ -55,24 +58,31 @@ def test_output_matches_float64(algo, shape, tracer):
 
 #: Tails in every direction (positions, channels, reduction) for every tile, 2D and grouped 3D.
 TILE_SHAPES = [ConvShape.square(3, 17, 23, 45, 5, stride=3, padding=2),
+               ConvShape.square(3, 24, 23, 44, 5, stride=3, padding=2),
                ConvShape(2, 64, 160, groups=2, in_d=9, in_h=10, in_w=11, kernel_d=3, kernel_h=3, kernel_w=3,
                          stride_d=2, stride_h=1, stride_w=2, dilation_w=2, pad_h=1)]
 
 
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 @pytest.mark.parametrize("algo", ["SEER_IMPLICIT_GEMM", "SEER_IMPLICIT_GEMM_SPLITK"])
 @pytest.mark.parametrize("tile", list(GEMM_TILES))
 @pytest.mark.parametrize("shape", TILE_SHAPES, ids=str)
-def test_every_tile_matches_float64(algo, tile, shape):
+def test_every_tile_matches_float64(algo, tile, shape, layout):
     """Every tile benchmarks/kernel_tiles.py may time is right, not only the planned ones."""
     import cupy as cp
 
+    from seer import kernel_plans
     from seer.gpu import kernels
     from seer.gpu.reference import ShapeTensors
 
-    tensors = ShapeTensors(shape, seed=11)
-    forward, plan = kernels.forward(algo, shape, tensors.x, tensors.w, tensors.y, tile=tile)
+    if kernel_plans.unsupported_reason(algo, shape, layout):
+        assert layout == "nhwc" and shape.in_ch % 8
+        return
+    tensors = ShapeTensors(shape, seed=11, layout=layout)
+    forward, plan = kernels.forward(algo, shape, tensors.x, tensors.w, tensors.y, tile=tile, layout=layout)
     tensors.poison_output()
     forward()
     cp.cuda.Device().synchronize()
     assert tensors.relative_error() <= get_math_mode("fma").tolerance / 50
-    assert plan.variant.startswith(f"igemm_{tile.split('_')[0]}x8_")
+    prefix = "igemm_" if layout == "nchw" else "igemm_nhwc_"
+    assert plan.variant.startswith(f"{prefix}{tile.split('_')[0]}x8_")

@@ -99,6 +99,33 @@ def test_forced_algorithm_runs_and_its_kernels_say_so(cuda, evidence, tracer, al
     assert not seer_convolutions(model)
 
 
+@pytest.mark.parametrize("algo", ["SEER_IMPLICIT_GEMM", "SEER_IMPLICIT_GEMM_SPLITK", "IMPLICIT_PRECOMP_GEMM"])
+def test_channels_last_runs_in_its_own_layout(cuda, tracer, algo):
+    """A channels-last model runs channels-last: outputs match, keep the layout, and seer's
+    kernels are the channels-last ones; layers they refuse in this layout fall back."""
+    model = _every_kind(cuda).to(memory_format=torch.channels_last)
+    x = torch.randn(2, 3, 32, 32, device=cuda).to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        expected = model(x)
+        force(model, algo, math="fma")
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            got = model(x)
+        assert _relative_error(got, expected) < 1e-5
+        convs = seer_convolutions(model)
+        ran = {name for name, m in convs.items() if m.last_algorithm == algo}
+        assert {"shared.conv", "one_by_seven", "dilated", "reflect"} <= ran, ran
+        if algo.startswith("SEER"):  # 3, 4 or 1 input channels per group: refused, and said why
+            assert all(convs[n].fallbacks and n not in ran for n in ("stem", "grouped", "depthwise"))
+            assert all("multiple of 8" in " ".join(convs[n].fallbacks) for n in ("stem", "grouped"))
+        inputs = _inputs(model, x)
+        for name in ran:
+            assert convs[name](inputs[name]).is_contiguous(memory_format=torch.channels_last), name
+        names = [k.name for k in tracer.trace(lambda: convs["dilated"](inputs["dilated"]))]
+    if algo.startswith("SEER"):
+        assert any("seer_implicit_gemm_nhwc<" in n for n in names), names
+
+
 def test_apply_gives_pytorch_outputs_and_picks_per_layer(cuda):
     model = _every_kind(cuda)
     x = torch.randn(1, 3, 40, 40, device=cuda)

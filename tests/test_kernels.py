@@ -1,6 +1,7 @@
 """seer's own kernels, what is decided without a GPU: which layers they run, the tile and
 launch of each (seer/kernel_plans.py), and their place in the registry."""
 
+import numpy as np
 import pytest
 
 from seer.algorithms import algorithm_names, classify_kernel, get_algorithm, select_algorithms
@@ -70,3 +71,86 @@ def test_refusals_say_why():
     assert "32-bit" in kernel_plans.unsupported_reason("SEER_DIRECT", huge)
     with pytest.raises(ValueError, match="32-bit"):
         kernel_plans.plan("SEER_IMPLICIT_GEMM", huge)
+
+
+# -- the tap tables, read as the kernels read them -------------------------------------------
+def _direct(shape: ConvShape, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """The convolution by definition, in float64 (x NCDHW, w K(C/G)TRS, a 2D layer of depth 1)."""
+    x, w = x.reshape(shape.batch, shape.in_ch, shape.in_d, shape.in_h, shape.in_w), \
+        w.reshape(shape.out_ch, shape.in_ch // shape.groups, shape.kernel_d, shape.kernel_h, shape.kernel_w)
+    pads = ((0, 0), (0, 0), (shape.pad_d,) * 2, (shape.pad_h,) * 2, (shape.pad_w,) * 2)
+    xp = np.pad(x, pads)
+    y = np.zeros((shape.batch, shape.out_ch, shape.out_d, shape.out_h, shape.out_w))
+    cg, kg = shape.in_ch // shape.groups, shape.out_ch // shape.groups
+    for t, r, s in np.ndindex(shape.kernel_d, shape.kernel_h, shape.kernel_w):
+        window = xp[:, :, t * shape.dilation_d::shape.stride_d, r * shape.dilation_h::shape.stride_h,
+                    s * shape.dilation_w::shape.stride_w][:, :, :shape.out_d, :shape.out_h, :shape.out_w]
+        for g in range(shape.groups):
+            y[:, g * kg:(g + 1) * kg] += np.einsum("ncdhw,kc->nkdhw", window[:, g * cg:(g + 1) * cg],
+                                                   w[g * kg:(g + 1) * kg, :, t, r, s])
+    return y
+
+
+def _implicit_gemm(shape: ConvShape, x: np.ndarray, w: np.ndarray, layout: str) -> np.ndarray:
+    """The implicit GEMM's arithmetic on flat tensors in ``layout``: each output position's
+    im2col row gathered through the tap table with the kernel's bounds checks, times the
+    filter's (C/G x taps) rows; the output NCDHW."""
+    D, H, W, C = shape.in_d, shape.in_h, shape.in_w, shape.in_ch
+    cg, kg = C // shape.groups, shape.out_ch // shape.groups
+    m = np.arange(shape.batch * shape.out_d * shape.out_h * shape.out_w)
+    n, p = np.divmod(m, shape.out_d * shape.out_h * shape.out_w)
+    od, rest = np.divmod(p, shape.out_h * shape.out_w)
+    oh, ow = np.divmod(rest, shape.out_w)
+    id0, ih0, iw0 = od * shape.stride_d - shape.pad_d, oh * shape.stride_h - shape.pad_h, ow * shape.stride_w - shape.pad_w
+    taps = kernel_plans.tap_table(shape, layout).astype(np.int64)
+    reduction = cg * shape.kernel_d * shape.kernel_h * shape.kernel_w
+    flat_x, out = x.ravel(), np.zeros((len(m), shape.out_ch))
+    for g in range(shape.groups):
+        if layout == "nhwc":
+            base = (((n * D + id0) * H + ih0) * W + iw0) * C + g * cg
+            lanes = np.arange(kernel_plans.CHANNELS_LAST_SLICE)  # a slice: channels of one tap
+        else:
+            base = (n * C + g * cg) * D * H * W + (id0 * H + ih0) * W + iw0
+            lanes = np.arange(1)
+        columns = []
+        for offset, dt, dr, ds in taps:
+            ok = (0 <= id0 + dt) & (id0 + dt < D) & (0 <= ih0 + dr) & (ih0 + dr < H) & (0 <= iw0 + ds) & (iw0 + ds < W)
+            index = np.where(ok, base + offset, 0)[:, None] + lanes
+            columns.append(np.where(ok[:, None], flat_x[index], 0.0))
+        im2col = np.concatenate(columns, axis=1)[:, :reduction]
+        filters = w.reshape(shape.out_ch, reduction)[g * kg:(g + 1) * kg]  # K(C/G)TRS or KTRS(C/G), flat
+        out[:, g * kg:(g + 1) * kg] = im2col @ filters.T
+    return out.reshape(shape.batch, shape.out_d, shape.out_h, shape.out_w, shape.out_ch).transpose(0, 4, 1, 2, 3)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("shape", [
+    ConvShape.square(2, 16, 9, 12, 3, padding=1),
+    ConvShape(2, 16, 8, in_h=11, in_w=7, kernel_h=3, kernel_w=2, stride_h=2, pad_h=2, pad_w=1, dilation_w=2),
+    ConvShape(1, 32, 12, groups=2, in_h=6, in_w=6, kernel_h=3, kernel_w=3, pad_h=1, pad_w=1),
+    ConvShape(2, 8, 4, in_d=5, in_h=6, in_w=4, kernel_d=3, kernel_h=2, kernel_w=3, stride_d=2, pad_d=1, pad_w=1,
+              dilation_h=2)], ids=str)
+def test_tap_tables_compute_the_convolution(shape, layout):
+    """Gathering each output's im2col row through the tap table, with the kernels' bounds
+    checks and offsets, and multiplying by the filter gives the convolution in either layout."""
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal(shape.input_dims), rng.standard_normal(shape.filter_dims)
+    order = shape.layout_order(layout)
+    got = _implicit_gemm(shape, np.ascontiguousarray(x.transpose(order)), np.ascontiguousarray(w.transpose(order)),
+                         layout)
+    np.testing.assert_allclose(got, _direct(shape, x, w).reshape(got.shape), rtol=1e-12, atol=1e-12)
+
+
+def test_channels_last_plans_and_refusals():
+    layer = ConvShape.square(32, 256, 56, 256, 3, padding=1)
+    nchw, nhwc = (kernel_plans.plan("SEER_IMPLICIT_GEMM", layer, layout=layout) for layout in ("nchw", "nhwc"))
+    assert nhwc.kernel.startswith("seer_implicit_gemm_nhwc<") and nhwc.grid == nchw.grid
+    assert classify_kernel(nhwc.kernel).variant == "igemm_nhwc_256x64x8_8x8_b2_s3" == nhwc.variant
+    assert len(kernel_plans.tap_table(layer, "nhwc")) == 256 * 9 // 8  # one tap per slice of 8 channels
+    assert "NC[D]HW" in kernel_plans.unsupported_reason("SEER_DIRECT", layer, "nhwc")
+    odd = ConvShape.square(1, 12, 8, 16, 3)
+    assert "multiple of 8" in kernel_plans.unsupported_reason("SEER_IMPLICIT_GEMM", odd, "nhwc")
+    assert kernel_plans.unsupported_reason("SEER_IMPLICIT_GEMM", odd, "nchw") is None
+    assert "not one of" in kernel_plans.unsupported_reason("SEER_IMPLICIT_GEMM", layer, "chwn")
+    with pytest.raises(ValueError, match="multiple of 8"):
+        kernel_plans.plan("SEER_IMPLICIT_GEMM_SPLITK", odd, layout="nhwc")

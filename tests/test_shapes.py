@@ -172,3 +172,20 @@ def test_a_layer_frame_fills_empty_optional_fields_with_their_defaults():
     assert frame["out_d"].tolist() == [1, 3] and frame["out_h"].tolist() == [7, 7]
     with pytest.raises(ValueError, match="in_ch is empty in 1 rows"):
         layer_frame(rows.assign(in_ch=[4, None]))
+
+
+def test_layout_orders_and_cudnn_strides_agree_with_numpy():
+    """The axis order a layout stores a tensor in, and the strides cuDNN is told, are numpy's
+    for the transposed, packed tensor."""
+    from seer.gpu.cudnn import packed_strides
+
+    for shape in (ConvShape.square(2, 16, 9, 12, 3), ConvShape(1, 8, 4, in_d=5, in_h=6, in_w=7, kernel_d=3)):
+        dims = shape.input_dims
+        assert shape.layout_order("nchw") == tuple(range(len(dims)))
+        for layout in ("nchw", "nhwc"):
+            order = shape.layout_order(layout)
+            packed = np.ascontiguousarray(np.zeros(dims, dtype=np.float32).transpose(order)).transpose(np.argsort(order))
+            assert packed.shape == dims
+            assert packed_strides(dims, layout) == [s // 4 for s in packed.strides]
+    with pytest.raises(ValueError, match="layout"):
+        ConvShape.square(1, 8, 8, 8, 3).layout_order("chwn")

@@ -123,3 +123,16 @@ def test_a_layer_seen_later_is_predicted_then():
     assert choice.algorithm(layer) in {"IMPLICIT_PRECOMP_GEMM", "IMPLICIT_GEMM", "GEMM", "FFT", "FFT_TILING",
                                        "WINOGRAD_NONFUSED"}
     assert list(choice.picks) == [layer]
+
+
+def test_the_layout_is_read_from_input_and_weight_alike():
+    from seer.torch.convolution import _layout
+
+    x, w = torch.zeros(2, 16, 8, 8), torch.zeros(32, 16, 3, 3)
+    last = torch.channels_last
+    assert _layout(x, w, 2) == "nchw"
+    assert _layout(x.to(memory_format=last), w.to(memory_format=last), 2) == "nhwc"
+    assert _layout(x.to(memory_format=last), w, 2) is None  # mixed: PyTorch runs it, and says why
+    x3, w3 = torch.zeros(1, 8, 4, 4, 4), torch.zeros(8, 8, 3, 3, 3)
+    assert _layout(x3.to(memory_format=torch.channels_last_3d), w3.to(memory_format=torch.channels_last_3d), 3) == "nhwc"
+    assert _layout(torch.zeros(2, 16, 9).transpose(1, 2).contiguous().transpose(1, 2), torch.zeros(4, 16, 3), 1) is None

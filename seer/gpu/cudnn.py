@@ -20,11 +20,12 @@ from typing import Sequence
 
 from seer.errors import EnvironmentProblem
 from seer.schema import get_math_mode
-from seer.shapes import ConvShape
+from seer.shapes import LAYOUTS, ConvShape
 
 # -- enums (cudnn_graph.h / cudnn_cnn.h, cuDNN 9) ----------------------------------------
 CUDNN_DATA_FLOAT = 0
 CUDNN_TENSOR_NCHW = 0
+CUDNN_TENSOR_NHWC = 1
 CUDNN_CROSS_CORRELATION = 1
 CUDNN_STATUS_SUCCESS = 0
 
@@ -243,29 +244,40 @@ class _Descriptor:
         self.close()
 
 
+def packed_strides(dims: Sequence[int], layout: str) -> list[int]:
+    """Element strides of a packed tensor of NC[D]HW ``dims`` laid out as ``layout``: memory
+    order N, C, spatial (``nchw``) or N, spatial, C (``nhwc``), outermost first."""
+    order = list(range(len(dims))) if layout == "nchw" else [0, *range(2, len(dims)), 1]
+    strides = [1] * len(dims)
+    step = 1
+    for axis in reversed(order):
+        strides[axis] = step
+        step *= dims[axis]
+    return strides
+
+
 class TensorDescriptor(_Descriptor):
-    """A packed fp32 NCHW (or NCDHW) tensor."""
+    """A packed fp32 tensor of NCHW (or NCDHW) dims, laid out as ``layout`` says
+    (:data:`seer.shapes.LAYOUTS`: ``nhwc`` is channels-last)."""
 
     _create, _destroy = "cudnnCreateTensorDescriptor", "cudnnDestroyTensorDescriptor"
 
-    def __init__(self, dims: Sequence[int]) -> None:
+    def __init__(self, dims: Sequence[int], layout: str = "nchw") -> None:
         super().__init__()
-        strides = [1] * len(dims)
-        for i in range(len(dims) - 2, -1, -1):
-            strides[i] = strides[i + 1] * dims[i + 1]
+        strides = packed_strides(dims, layout)
         _call("cudnnSetTensorNdDescriptor", self.ptr, CUDNN_DATA_FLOAT, len(dims),
               _ints(dims), _ints(strides))
 
 
 class FilterDescriptor(_Descriptor):
-    """An fp32 KCRS (or KCTRS) filter."""
+    """An fp32 filter of KCRS (or KCTRS) dims, laid out KCRS or, for ``nhwc``, KRSC."""
 
     _create, _destroy = "cudnnCreateFilterDescriptor", "cudnnDestroyFilterDescriptor"
 
-    def __init__(self, dims: Sequence[int]) -> None:
+    def __init__(self, dims: Sequence[int], layout: str = "nchw") -> None:
         super().__init__()
-        _call("cudnnSetFilterNdDescriptor", self.ptr, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
-              len(dims), _ints(dims))
+        _call("cudnnSetFilterNdDescriptor", self.ptr, CUDNN_DATA_FLOAT,
+              CUDNN_TENSOR_NCHW if layout == "nchw" else CUDNN_TENSOR_NHWC, len(dims), _ints(dims))
 
 
 class ConvolutionDescriptor(_Descriptor):
@@ -302,15 +314,19 @@ class ConvolutionProblem:
         per spatial axis and group count become Nd descriptors (4D or 5D tensors).
     math : str
         A math mode of :data:`seer.schema.MATH_MODES`.
+    layout : str, default="nchw"
+        Memory layout of the tensors (:data:`seer.shapes.LAYOUTS`); ``y_dims`` stay NCHW.
     """
 
-    def __init__(self, handle: Handle, shape: ConvShape, math: str) -> None:
+    def __init__(self, handle: Handle, shape: ConvShape, math: str, layout: str = "nchw") -> None:
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout {layout!r} is not one of {', '.join(LAYOUTS)}")
         self.handle = handle
         self._stack = ExitStack()
         x_dims = shape.input_dims
         try:
-            self.x_desc = self._stack.enter_context(TensorDescriptor(x_dims))
-            self.w_desc = self._stack.enter_context(FilterDescriptor(shape.filter_dims))
+            self.x_desc = self._stack.enter_context(TensorDescriptor(x_dims, layout))
+            self.w_desc = self._stack.enter_context(FilterDescriptor(shape.filter_dims, layout))
             self.conv_desc = self._stack.enter_context(ConvolutionDescriptor(
                 shape.spatial_padding, shape.spatial_stride, shape.spatial_dilation, shape.groups, math))
             out = (ctypes.c_int * len(x_dims))()
@@ -320,7 +336,7 @@ class ConvolutionProblem:
             if self.y_dims != shape.output_dims:  # seer's output rule and cuDNN's must agree
                 raise CudnnError(2000, f"cudnnGetConvolutionNdForwardOutputDim gave {self.y_dims}, "
                                        f"seer expects {shape.output_dims}")
-            self.y_desc = self._stack.enter_context(TensorDescriptor(self.y_dims))
+            self.y_desc = self._stack.enter_context(TensorDescriptor(self.y_dims, layout))
         except BaseException:
             self._stack.close()
             raise

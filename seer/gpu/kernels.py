@@ -13,6 +13,8 @@ padding, dilation and group count, fp32 NCDHW in and out, plain FP32 FMA arithme
   and each thread accumulates a TM x TN tile in registers. With
   ``SPLIT`` the reduction is cut into slices run by separate blocks that add into the
   zeroed output, so that layers with few output tiles still fill the GPU.
+  ``seer_implicit_gemm_nhwc`` is the same GEMM on channels-last tensors (NDHWC, filters
+  KTRSC), where a slice is 8 channels of one filter tap: 16-byte copies, one bounds check.
 
 Which layers each kernel takes, and with which tile and launch, is decided on the CPU by
 :mod:`seer.kernel_plans`; this module holds the CUDA source and runs the plans.
@@ -107,11 +109,28 @@ __device__ __forceinline__ void copy_async(float* dst, const float* src, const b
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"(to), "l"(src), "r"(valid ? 4 : 0));
 }
 
+// One 16-byte chunk (4 consecutive floats, both ends 16-byte aligned) by cp.async, zero-filled
+// when not valid.
+__device__ __forceinline__ void copy_async16(float* dst, const float* src, const bool valid)
+{
+    const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" :: "r"(to), "l"(src), "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ float lane(const float4& v, const int i)
+{
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
 // MINB: blocks per SM the registers must allow (__launch_bounds__); STAGES: slices of the
 // reduction in flight, copied into shared memory while an earlier one is used. Indices are
 // 32-bit: the plans refuse tensors of 2**31 elements or more.
-template <int BM, int BN, int BK, int TM, int TN, int SPLIT, int MINB, int STAGES>
-__global__ void __launch_bounds__((BM / TM) * (BN / TN), MINB) seer_implicit_gemm(
+// CL (channels-last): x is [N][D][H][W][C], w [K][T][R][S][C/G], y [N][OD][OH][OW][K], and
+// the reduction runs over (tap, channel), channel fastest. With C/G a multiple of BK a slice
+// is BK consecutive channels of one tap: per output position, BK/4 16-byte copies under one
+// bounds check and one tap, where NC[D]HW needs a 4-byte copy, a tap and a check per element.
+template <int BM, int BN, int BK, int TM, int TN, int SPLIT, int MINB, int STAGES, bool CL>
+__device__ __forceinline__ void implicit_gemm(
     const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, CONV_PARAMS,
     const int4* __restrict__ taps, const int tiles_per_split)
 {
@@ -120,11 +139,17 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN), MINB) seer_implicit_gem
     constexpr int A_LOADS = BK / A_ROWS;
     constexpr int B_COLS = THREADS / BK;          // output channels one pass of B copies covers
     constexpr int B_LOADS = BN / B_COLS;
-    static_assert(THREADS % BM == 0 && BK % A_ROWS == 0, "A tile loads");
+    constexpr int A_CHUNKS = BM * BK / 4;         // CL: 16-byte copies of an A slice
+    // Output positions whose input corner this thread keeps: one (NC[D]HW), one per chunk (CL).
+    constexpr int A_POS = CL ? (A_CHUNKS + THREADS - 1) / THREADS : 1;
+    static_assert(CL || (THREADS % BM == 0 && BK % A_ROWS == 0), "A tile loads");
     static_assert(THREADS % BK == 0 && BN % B_COLS == 0, "B tile loads");
     static_assert(TM % 2 == 0 && TN % 2 == 0, "thread tiles are two halves");
     static_assert(STAGES >= 2, "a slice in use and one in flight at least");
-    __shared__ __align__(16) float As[STAGES][BK][BM];
+    static_assert(!CL || BK % 4 == 0, "whole 16-byte chunks");
+    // A is reduction-major (rows of BM positions) for NC[D]HW; position-major for CL, rows
+    // padded to 12 floats so that the 16-byte reads of 8 consecutive rows hit distinct banks.
+    __shared__ __align__(16) float As[STAGES][CL ? BM : BK][CL ? BK + 4 : BM];
     // Rows of B padded by 4 floats: the 8 rows that a warp's coalesced filter copies fill
     // land in different banks.
     __shared__ __align__(16) float Bs[STAGES][BK][BN + 4];
@@ -140,18 +165,23 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN), MINB) seer_implicit_gem
     const int tile_end = SPLIT ? min(k_tiles, tile_begin + tiles_per_split) : k_tiles;
     if (tile_begin >= tile_end) return;
 
-    // The one output position whose im2col column this thread copies, decomposed once; the
+    // The output positions whose im2col columns this thread copies, decomposed once; the
     // reduction index is decomposed by the precomputed tap table (offset, t*dd, r*dh, s*dw).
     // A position past M starts far outside the input, so that every bounds check fails
     // without a branch of its own.
     const int a_m = tid % BM, a_k = tid / BM;
-    const int am = m0 + a_m;
-    int id0 = -(1 << 30), ih0 = 0, iw0 = 0, a_base = 0;
-    if (am < M) {
-        const int n = am / ODHW, p = am % ODHW;
-        const int od = p / OHW, oh = (p % OHW) / OW, ow = p % OW;
-        id0 = od * sd - pd; ih0 = oh * sh - ph; iw0 = ow * sw - pw;
-        a_base = (n * C + g * Cg) * DHW + id0 * HW + ih0 * W + iw0;
+    int id0[A_POS], ih0[A_POS], iw0[A_POS], a_base[A_POS];
+#pragma unroll
+    for (int i = 0; i < A_POS; ++i) {
+        const int am = m0 + (CL ? (tid + i * THREADS) / (BK / 4) : a_m);
+        id0[i] = -(1 << 30); ih0[i] = 0; iw0[i] = 0; a_base[i] = 0;
+        if (am < M) {
+            const int n = am / ODHW, p = am % ODHW;
+            const int od = p / OHW, oh = (p % OHW) / OW, ow = p % OW;
+            id0[i] = od * sd - pd; ih0[i] = oh * sh - ph; iw0[i] = ow * sw - pw;
+            a_base[i] = CL ? (((n * D + id0[i]) * H + ih0[i]) * W + iw0[i]) * C + g * Cg
+                           : (n * C + g * Cg) * DHW + id0[i] * HW + ih0[i] * W + iw0[i];
+        }
     }
     const int b_k = tid % BK, b_n = tid / BK;
     const float* wg = w + g * Kg * KRED;
@@ -159,14 +189,27 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN), MINB) seer_implicit_gem
     // Every tap of the slice is loaded before any is used, and the checks are bitwise: no
     // branch makes one copy wait for the previous one's tap.
     auto issue = [&](int tile, int stage) {
-        int4 tap[A_LOADS];
+        if constexpr (CL) {
+            const int4 tap = __ldg(taps + tile);  // one tap per slice
 #pragma unroll
-        for (int i = 0; i < A_LOADS; ++i) tap[i] = __ldg(taps + tile * BK + a_k + i * A_ROWS);  // padded
+            for (int i = 0; i < A_POS; ++i) {
+                const int q = tid + i * THREADS, row = q / (BK / 4), col = q % (BK / 4) * 4;
+                if (A_CHUNKS % THREADS == 0 || q < A_CHUNKS) {
+                    const bool ok = ((unsigned)(id0[i] + tap.y) < (unsigned)D)
+                        & ((unsigned)(ih0[i] + tap.z) < (unsigned)H) & ((unsigned)(iw0[i] + tap.w) < (unsigned)W);
+                    copy_async16(&As[stage][row][col], ok ? x + (a_base[i] + tap.x + col) : x, ok);
+                }
+            }
+        } else {
+            int4 tap[A_LOADS];
 #pragma unroll
-        for (int i = 0; i < A_LOADS; ++i) {
-            const bool ok = ((unsigned)(id0 + tap[i].y) < (unsigned)D) & ((unsigned)(ih0 + tap[i].z) < (unsigned)H)
-                & ((unsigned)(iw0 + tap[i].w) < (unsigned)W);
-            copy_async(&As[stage][a_k + i * A_ROWS][a_m], ok ? x + (a_base + tap[i].x) : x, ok);
+            for (int i = 0; i < A_LOADS; ++i) tap[i] = __ldg(taps + tile * BK + a_k + i * A_ROWS);  // padded
+#pragma unroll
+            for (int i = 0; i < A_LOADS; ++i) {
+                const bool ok = ((unsigned)(id0[0] + tap[i].y) < (unsigned)D)
+                    & ((unsigned)(ih0[0] + tap[i].z) < (unsigned)H) & ((unsigned)(iw0[0] + tap[i].w) < (unsigned)W);
+                copy_async(&As[stage][a_k + i * A_ROWS][a_m], ok ? x + (a_base[0] + tap[i].x) : x, ok);
+            }
         }
 #pragma unroll
         for (int j = 0; j < B_LOADS; ++j) {
@@ -199,44 +242,109 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN), MINB) seer_implicit_gem
         __syncthreads();
         if (tile + STAGES - 1 < tile_end) issue(tile + STAGES - 1, (stage + STAGES - 1) % STAGES);
         asm volatile("cp.async.commit_group;\n" ::);
+        if constexpr (CL) {
+            // Rows tx, tx + BM/TM, ...: four reduction steps per 16-byte read.
 #pragma unroll
-        for (int k = 0; k < BK; ++k) {
-            float a[TM], b[TN];
-            load_half<TM / 2>(&As[stage][k][tx * (TM / 2)], a);
-            load_half<TM / 2>(&As[stage][k][BM / 2 + tx * (TM / 2)], a + TM / 2);
-            load_half<TN / 2>(&Bs[stage][k][ty * (TN / 2)], b);
-            load_half<TN / 2>(&Bs[stage][k][BN / 2 + ty * (TN / 2)], b + TN / 2);
+            for (int k4 = 0; k4 < BK; k4 += 4) {
+                float4 a4[TM];
 #pragma unroll
-            for (int i = 0; i < TM; ++i)
+                for (int i = 0; i < TM; ++i) a4[i] = *reinterpret_cast<const float4*>(&As[stage][tx + i * (BM / TM)][k4]);
 #pragma unroll
-                for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+                for (int kk = 0; kk < 4; ++kk) {
+                    float b[TN];
+                    load_half<TN / 2>(&Bs[stage][k4 + kk][ty * (TN / 2)], b);
+                    load_half<TN / 2>(&Bs[stage][k4 + kk][BN / 2 + ty * (TN / 2)], b + TN / 2);
+#pragma unroll
+                    for (int i = 0; i < TM; ++i)
+#pragma unroll
+                        for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(lane(a4[i], kk), b[j], acc[i][j]);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < BK; ++k) {
+                float a[TM], b[TN];
+                load_half<TM / 2>(&As[stage][k][tx * (TM / 2)], a);
+                load_half<TM / 2>(&As[stage][k][BM / 2 + tx * (TM / 2)], a + TM / 2);
+                load_half<TN / 2>(&Bs[stage][k][ty * (TN / 2)], b);
+                load_half<TN / 2>(&Bs[stage][k][BN / 2 + ty * (TN / 2)], b + TN / 2);
+#pragma unroll
+                for (int i = 0; i < TM; ++i)
+#pragma unroll
+                    for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+            }
         }
         stage = (stage + 1) % STAGES;
     }
 
+    if constexpr (CL) {
+        // y[m][K]: each half of a thread's channels is TN/2 consecutive floats of one row,
+        // one 16-byte store (or, split, one 16-byte atomic add) where they are four and aligned.
+        const bool aligned = Kg % 4 == 0;
 #pragma unroll
-    for (int i = 0; i < TM; ++i) {
-        const int m = m0 + (i < TM / 2 ? tx * (TM / 2) + i : BM / 2 + tx * (TM / 2) + i - TM / 2);
-        if (m >= M) continue;
-        const int n = m / ODHW, p = m % ODHW;
-        float* yp = y + (n * K + g * Kg) * ODHW + p;
+        for (int i = 0; i < TM; ++i) {
+            const int m = m0 + tx + i * (BM / TM);
+            if (m >= M) continue;
+            float* yp = y + m * K + g * Kg;
 #pragma unroll
-        for (int j = 0; j < TN; ++j) {
-            const int nn = n0 + (j < TN / 2 ? ty * (TN / 2) + j : BN / 2 + ty * (TN / 2) + j - TN / 2);
-            if (nn >= Kg) continue;
-            if (SPLIT) atomicAdd(yp + nn * ODHW, acc[i][j]);
-            else yp[nn * ODHW] = acc[i][j];
+            for (int h = 0; h < 2; ++h) {
+                const int nn0 = n0 + h * (BN / 2) + ty * (TN / 2);
+                const float* v = acc[i] + h * (TN / 2);
+                if constexpr (TN / 2 == 4) {
+                    if (aligned) {
+                        if (nn0 < Kg) {
+                            const float4 out = make_float4(v[0], v[1], v[2], v[3]);
+                            if (SPLIT) atomicAdd(reinterpret_cast<float4*>(yp + nn0), out);  // sm_90 on
+                            else *reinterpret_cast<float4*>(yp + nn0) = out;
+                        }
+                        continue;
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < TN / 2; ++j) {
+                    if (nn0 + j >= Kg) continue;
+                    if (SPLIT) atomicAdd(yp + nn0 + j, v[j]);
+                    else yp[nn0 + j] = v[j];
+                }
+            }
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+            const int m = m0 + (i < TM / 2 ? tx * (TM / 2) + i : BM / 2 + tx * (TM / 2) + i - TM / 2);
+            if (m >= M) continue;
+            const int n = m / ODHW, p = m % ODHW;
+            float* yp = y + (n * K + g * Kg) * ODHW + p;
+#pragma unroll
+            for (int j = 0; j < TN; ++j) {
+                const int nn = n0 + (j < TN / 2 ? ty * (TN / 2) + j : BN / 2 + ty * (TN / 2) + j - TN / 2);
+                if (nn >= Kg) continue;
+                if (SPLIT) atomicAdd(yp + nn * ODHW, acc[i][j]);
+                else yp[nn * ODHW] = acc[i][j];
+            }
         }
     }
 }
+
+#define GEMM_KERNEL(NAME, CL) \
+template <int BM, int BN, int BK, int TM, int TN, int SPLIT, int MINB, int STAGES> \
+__global__ void __launch_bounds__((BM / TM) * (BN / TN), MINB) NAME( \
+    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, CONV_PARAMS, \
+    const int4* __restrict__ taps, const int tiles_per_split) \
+{ \
+    implicit_gemm<BM, BN, BK, TM, TN, SPLIT, MINB, STAGES, CL>(x, w, y, N, C, D, H, W, K, T, R, S, OD, OH, OW, \
+        sd, sh, sw, pd, ph, pw, dd, dh, dw, G, taps, tiles_per_split); \
+}
+GEMM_KERNEL(seer_implicit_gemm, false)
+GEMM_KERNEL(seer_implicit_gemm_nhwc, true)
 """
 
-def _plannable_kernels() -> tuple[str, ...]:
-    """Every template instance :func:`plan` can choose (the direct kernels, and the tiles of
-    :data:`TILE_ORDER` with and without the split)."""
-    names = [f"seer_direct_conv<{k}>" for k in DIRECT_CHANNELS]
+def _plannable_kernels(layout: str) -> tuple[str, ...]:
+    """Every template instance :func:`plan` can choose in ``layout`` (the direct kernels, and
+    the tiles of :data:`TILE_ORDER` with and without the split)."""
+    names = [f"seer_direct_conv<{k}>" for k in DIRECT_CHANNELS] if layout == "nchw" else []
     for name in TILE_ORDER:
-        names += [GEMM_TILES[name].kernel(False), GEMM_TILES[name].kernel(True)]
+        names += [GEMM_TILES[name].kernel(False, layout), GEMM_TILES[name].kernel(True, layout)]
     return tuple(names)
 
 
@@ -247,41 +355,43 @@ def _module(names: tuple[str, ...]):
     return cp.RawModule(code=_SOURCE, options=("-std=c++17",), name_expressions=names)
 
 
-def _function(kernel: str):
-    """The compiled kernel: one module holds every instance :func:`plan` can choose, compiled
-    at first use; a tile only a ``tile=`` override names is compiled on its own when asked."""
-    plannable = _plannable_kernels()
+def _function(kernel: str, layout: str):
+    """The compiled kernel: one module per layout holds every instance :func:`plan` can
+    choose, compiled at first use; a tile only a ``tile=`` override names is compiled on its
+    own when asked."""
+    plannable = _plannable_kernels(layout)
     return _module(plannable if kernel in plannable else (kernel,)).get_function(kernel)
 
 
 @lru_cache(maxsize=256)
-def _device_taps(shape: ConvShape, device: int):
+def _device_taps(shape: ConvShape, layout: str, device: int):
     """The layer's tap table on a GPU, copied once (a PyTorch module calls :func:`forward`
     for every batch) and complete before any stream reads it."""
     import cupy as cp
 
     with cp.cuda.Device(device):
-        taps = cp.asarray(tap_table(shape))
+        taps = cp.asarray(tap_table(shape, layout))
         cp.cuda.Device().synchronize()
     return taps
 
 
-def forward(algo: str, shape: ConvShape, x, w, y, tile: str | None = None) -> tuple[Callable[[], None], Plan]:
+def forward(algo: str, shape: ConvShape, x, w, y, tile: str | None = None,
+            layout: str = "nchw") -> tuple[Callable[[], None], Plan]:
     """A function that runs ``algo`` once on CuPy arrays ``x``, ``w``, ``y`` (float32, C
-    order, the shape's dims) on the current stream, and its :class:`Plan` (``tile``: see
-    :func:`plan`)."""
+    order, the shape's dims in ``layout``'s order: :meth:`ConvShape.layout_order`) on the
+    current stream, and its :class:`Plan` (``tile``: see :func:`plan`)."""
     import cupy as cp
     import numpy as np
 
-    p = plan(algo, shape, tile, sms=cp.cuda.Device().attributes["MultiProcessorCount"])
-    kernel = _function(p.kernel)
+    p = plan(algo, shape, tile, sms=cp.cuda.Device().attributes["MultiProcessorCount"], layout=layout)
+    kernel = _function(p.kernel, layout)
     sizes = (shape.batch, shape.in_ch, shape.in_d, shape.in_h, shape.in_w, shape.out_ch, shape.kernel_d,
              shape.kernel_h, shape.kernel_w, shape.out_d, shape.out_h, shape.out_w, shape.stride_d, shape.stride_h,
              shape.stride_w, shape.pad_d, shape.pad_h, shape.pad_w, shape.dilation_d, shape.dilation_h,
              shape.dilation_w, shape.groups)
     args = (x, w, y, *(np.int32(v) for v in sizes))
     if algo != "SEER_DIRECT":
-        args += (_device_taps(shape, cp.cuda.Device().id), np.int32(p.tiles_per_split))
+        args += (_device_taps(shape, layout, cp.cuda.Device().id), np.int32(p.tiles_per_split))
     nbytes = y.nbytes
 
     def run() -> None:

@@ -76,14 +76,21 @@ class ShapeTensors:
     reference : bool, default=True
         Compute the float64 reference sample. Profiling skips it: its runs were checked
         when they were timed, and under ncu every extra kernel launch costs time.
+    layout : {"nchw", "nhwc"}, default="nchw"
+        Memory order of ``x``, ``w`` and ``y`` (:data:`seer.shapes.LAYOUTS`); the same
+        values in either.
     """
 
-    def __init__(self, shape: ConvShape, seed: int, reference: bool = True) -> None:
-        self.shape = shape
+    def __init__(self, shape: ConvShape, seed: int, reference: bool = True, layout: str = "nchw") -> None:
+        self.shape, self.layout = shape, layout
+        self._order = shape.layout_order(layout)
         rng = cp.random.default_rng(seed)
-        self.x_dims, self.w_dims, self.y_dims = shape.input_dims, shape.filter_dims, shape.output_dims
-        self.x = rng.standard_normal(self.x_dims, dtype=cp.float32)
-        self.w = rng.standard_normal(self.w_dims, dtype=cp.float32)
+        self.x_dims, self.w_dims, self.y_dims = (tuple(dims[a] for a in self._order) for dims in
+                                                 (shape.input_dims, shape.filter_dims, shape.output_dims))
+        x = rng.standard_normal(shape.input_dims, dtype=cp.float32)
+        w = rng.standard_normal(shape.filter_dims, dtype=cp.float32)
+        self.x = cp.ascontiguousarray(x.transpose(self._order))
+        self.w = cp.ascontiguousarray(w.transpose(self._order))
         self.y = cp.empty(self.y_dims, dtype=cp.float32)
         if not reference:
             return
@@ -99,7 +106,7 @@ class ShapeTensors:
                  shape.stride_h, shape.stride_w, shape.pad_d, shape.pad_h, shape.pad_w, shape.dilation_d,
                  shape.dilation_h, shape.dilation_w]
         _reference_kernel()(((n + threads - 1) // threads,), (threads,),
-                            (self.x, self.w, self.sample_index, self.reference, cp.int32(n),
+                            (x, w, self.sample_index, self.reference, cp.int32(n),
                              *(cp.int32(v) for v in sizes)))
         self.reference_norm = float(cp.linalg.norm(self.reference))
 
@@ -110,7 +117,8 @@ class ShapeTensors:
         """Relative L2 error of the sampled outputs; inf if any output is not finite."""
         if not bool(cp.isfinite(self.y).all()):
             return float("inf")
-        got = self.y.ravel()[self.sample_index].astype(cp.float64)
+        y = self.y if self.layout == "nchw" else self.y.transpose(np.argsort(self._order))
+        got = y.ravel()[self.sample_index].astype(cp.float64)
         return float(cp.linalg.norm(got - self.reference)) / max(self.reference_norm, 1e-30)
 
     @property

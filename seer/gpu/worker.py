@@ -114,7 +114,9 @@ def _heuristic_ranks(problem) -> tuple[dict[str, int], str | None]:
     return heuristic_ranks(choices), error
 
 
-class _ItemFailed(Exception):
+class ItemFailed(Exception):
+    """A run that cannot be made, with the status it is recorded under (not_supported, oom...)."""
+
     def __init__(self, status: str, detail: str) -> None:
         self.status, self.detail = status, detail
         super().__init__(detail)
@@ -122,7 +124,7 @@ class _ItemFailed(Exception):
 
 def prepare_run(problem, tensors, algo: str, workspace_cap: int):
     """One algorithm's forward call on the shape's tensors (cuDNN's or seer's own), its
-    workspace and the workspace's size; or _ItemFailed with the status to record."""
+    workspace and the workspace's size; or ItemFailed with the status to record."""
     import cupy as cp
 
     from seer.gpu.cudnn import CudnnError, CudnnNotSupported
@@ -133,16 +135,16 @@ def prepare_run(problem, tensors, algo: str, workspace_cap: int):
     try:
         workspace_bytes = problem.workspace_size(enum)
     except CudnnNotSupported as exc:
-        raise _ItemFailed("not_supported", str(exc)) from None
+        raise ItemFailed("not_supported", str(exc)) from None
     except CudnnError as exc:
-        raise _ItemFailed("error", str(exc)) from None
+        raise ItemFailed("error", str(exc)) from None
     if workspace_bytes > workspace_cap:
-        raise _ItemFailed("workspace_too_large",
+        raise ItemFailed("workspace_too_large",
                           f"needs {workspace_bytes} bytes of workspace, cap is {workspace_cap}")
     try:
         workspace = cp.empty(workspace_bytes, dtype=cp.uint8) if workspace_bytes else None
     except cp.cuda.memory.OutOfMemoryError as exc:
-        raise _ItemFailed("oom", f"workspace of {workspace_bytes} bytes: {exc}") from None
+        raise ItemFailed("oom", f"workspace of {workspace_bytes} bytes: {exc}") from None
     ptr = workspace.data.ptr if workspace is not None else 0
 
     def forward() -> None:
@@ -153,24 +155,24 @@ def prepare_run(problem, tensors, algo: str, workspace_cap: int):
 
 
 def _prepare_own(tensors, algo: str):
-    """seer's own kernel for one algorithm (no workspace), or _ItemFailed with the status."""
+    """seer's own kernel for one algorithm (no workspace), or ItemFailed with the status."""
     from cupy.cuda.compiler import CompileException
 
     from seer.gpu import kernels
     from seer.kernel_plans import unsupported_reason
 
-    reason = unsupported_reason(algo, tensors.shape)
+    reason = unsupported_reason(algo, tensors.shape, tensors.layout)
     if reason:
-        raise _ItemFailed("not_supported", reason)
+        raise ItemFailed("not_supported", reason)
     try:
-        forward, _ = kernels.forward(algo, tensors.shape, tensors.x, tensors.w, tensors.y)
+        forward, _ = kernels.forward(algo, tensors.shape, tensors.x, tensors.w, tensors.y, layout=tensors.layout)
     except CompileException as exc:
-        raise _ItemFailed("error", f"compiling seer's kernels: {str(exc).splitlines()[0]}") from None
+        raise ItemFailed("error", f"compiling seer's kernels: {str(exc).splitlines()[0]}") from None
     return forward, None, 0
 
 
 def _run_unchecked(forward) -> None:
-    """One forward call to completion; cuDNN's refusals become _ItemFailed statuses."""
+    """One forward call to completion; cuDNN's refusals become ItemFailed statuses."""
     import cupy as cp
 
     from seer.gpu.cudnn import CudnnError, CudnnNotSupported
@@ -179,11 +181,11 @@ def _run_unchecked(forward) -> None:
         forward()
         cp.cuda.Device().synchronize()
     except CudnnNotSupported as exc:
-        raise _ItemFailed("not_supported", f"at run time: {exc}") from None
+        raise ItemFailed("not_supported", f"at run time: {exc}") from None
     except CudnnError as exc:
-        raise _ItemFailed("error", str(exc)) from None
+        raise ItemFailed("error", str(exc)) from None
     except cp.cuda.memory.OutOfMemoryError as exc:
-        raise _ItemFailed("oom", str(exc)) from None
+        raise ItemFailed("oom", str(exc)) from None
 
 
 def _run_checked(forward, tensors) -> float:
@@ -314,7 +316,7 @@ def time_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, seed: int,
                 row |= (meter.measure(forward, float(median), energy_s).as_row() if meter is not None
                         else {"energy_detail": energy_problem})
             del workspace
-        except _ItemFailed as exc:
+        except ItemFailed as exc:
             row |= {"status": exc.status, "status_detail": exc.detail}
         except cuda_errors as exc:
             # The context may be unusable: record the item, then let a fresh worker go on.
@@ -390,7 +392,7 @@ def profile_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, seed: int,
                 nvtx.RangePop()
             del workspace
             record["status"] = "ok"
-        except _ItemFailed as exc:
+        except ItemFailed as exc:
             record |= {"status": "error", "status_detail": f"{exc.status}: {exc.detail}"}
         except cuda_errors as exc:
             emit(record | {"status": "error", "status_detail": f"CUDA error: {exc}"})

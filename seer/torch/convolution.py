@@ -9,9 +9,12 @@ tensors, on the same stream. Which algorithm runs is asked of the module's :clas
 for every layer it sees (input sizes may change between calls): :class:`Fixed` for one
 algorithm everywhere, :class:`Predicted` for seer's predicted fastest.
 
+Tensors may be contiguous NC[D]HW or channels-last (``torch.channels_last``/``_3d``, input
+and weight alike): cuDNN gets descriptors of that layout, seer's implicit GEMMs run their
+channels-last kernel, and the output keeps the input's layout.
 Where the chosen algorithm cannot run (cuDNN does not support it for the layer, seer's
-kernel plan refuses it, CuPy is missing, a tensor is not fp32, not on a GPU, or not
-contiguous), PyTorch's own convolution runs instead and the module warns once per reason;
+kernel plan refuses it, CuPy is missing, a tensor is not fp32, not on a GPU, or in neither
+layout), PyTorch's own convolution runs instead and the module warns once per reason;
 :attr:`SeerConv2d.fallbacks` keeps the reasons.
 Gradients, where asked for, come from PyTorch's own ``torch.nn.grad`` functions.
 
@@ -41,6 +44,7 @@ from seer.torch.layers import layer_of_call
 PYTORCH = "pytorch"
 
 _FUNCTIONAL = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+_CHANNELS_LAST = {2: torch.channels_last, 3: torch.channels_last_3d}
 _GRADIENTS = {1: (torch.nn.grad.conv1d_input, torch.nn.grad.conv1d_weight),
               2: (torch.nn.grad.conv2d_input, torch.nn.grad.conv2d_weight),
               3: (torch.nn.grad.conv3d_input, torch.nn.grad.conv3d_weight)}
@@ -138,26 +142,27 @@ class _Engine:
         self._cudnn = cudnn
         with torch.cuda.device(device):
             self.handle = cudnn.Handle(torch.cuda.current_stream(device).cuda_stream)
-        self.problems: dict[tuple[ConvShape, str], object] = {}
-        self.workspace_bytes: dict[tuple[ConvShape, str, int], int] = {}
+        self.problems: dict[tuple[ConvShape, str, str], object] = {}
+        self.workspace_bytes: dict[tuple[ConvShape, str, str, int], int] = {}
 
-    def _problem(self, layer: ConvShape, math: str):
-        key = (layer, math)
+    def _problem(self, layer: ConvShape, math: str, layout: str):
+        key = (layer, math, layout)
         if key not in self.problems:
-            self.problems[key] = self._cudnn.ConvolutionProblem(self.handle, layer, math)
+            self.problems[key] = self._cudnn.ConvolutionProblem(self.handle, layer, math, layout)
         return self.problems[key]
 
-    def forward(self, x: torch.Tensor, weight: torch.Tensor, layer: ConvShape, algo: int, math: str) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, layer: ConvShape, algo: int, math: str,
+                layout: str) -> torch.Tensor:
         """cuDNN's forward convolution; raises CudnnError where the algorithm cannot run."""
-        problem = self._problem(layer, math)
-        key = (layer, math, algo)
+        problem = self._problem(layer, math, layout)
+        key = (layer, math, layout, algo)
         if key not in self.workspace_bytes:
             self.workspace_bytes[key] = problem.workspace_size(algo)
         size = self.workspace_bytes[key]
         self.handle.set_stream(torch.cuda.current_stream(x.device).cuda_stream)
         # From PyTorch's caching allocator: freed when this call returns, reused in stream order.
         workspace = torch.empty(size, dtype=torch.uint8, device=x.device) if size else None
-        y = torch.empty(problem.y_dims, dtype=x.dtype, device=x.device)
+        y = _empty(problem.y_dims, x, layout)
         problem.forward(algo, x.data_ptr(), weight.data_ptr(), y.data_ptr(),
                         workspace.data_ptr() if size else 0, size)
         return y
@@ -185,6 +190,23 @@ class _Call:
     groups: int
 
 
+def _layout(x: torch.Tensor, weight: torch.Tensor, dims: int) -> str | None:
+    """The layout (:data:`seer.shapes.LAYOUTS`) both tensors are packed in, else None."""
+    if x.is_contiguous() and weight.is_contiguous():
+        return "nchw"
+    channels_last = _CHANNELS_LAST.get(dims)
+    if channels_last is not None and x.is_contiguous(memory_format=channels_last) \
+            and weight.is_contiguous(memory_format=channels_last):
+        return "nhwc"
+    return None
+
+
+def _empty(dims: Sequence[int], like: torch.Tensor, layout: str) -> torch.Tensor:
+    """An output of NC[D]HW ``dims`` packed in ``layout``."""
+    return torch.empty(dims, dtype=like.dtype, device=like.device,
+                       memory_format=_CHANNELS_LAST[len(dims) - 2] if layout == "nhwc" else torch.contiguous_format)
+
+
 def _as_cudnn(tensor: torch.Tensor, dims: int) -> torch.Tensor:
     # A 1D convolution is a 2D one of height 1, as PyTorch hands it to cuDNN.
     return tensor.unsqueeze(-2) if dims == 1 else tensor
@@ -192,8 +214,8 @@ def _as_cudnn(tensor: torch.Tensor, dims: int) -> torch.Tensor:
 
 class _Convolution(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, call: _Call, layer: ConvShape, algo: Algorithm, math: str):
-        y = _forward(x, weight, bias, call, layer, algo, math)
+    def forward(ctx, x, weight, bias, call: _Call, layer: ConvShape, algo: Algorithm, math: str, layout: str):
+        y = _forward(x, weight, bias, call, layer, algo, math, layout)
         ctx.save_for_backward(x, weight)
         ctx.call, ctx.has_bias = call, bias is not None
         return y
@@ -207,29 +229,32 @@ class _Convolution(torch.autograd.Function):
         grad_x = grad_input_fn(x.shape, weight, grad_y, *args) if ctx.needs_input_grad[0] else None
         grad_w = grad_weight_fn(x, weight.shape, grad_y, *args) if ctx.needs_input_grad[1] else None
         grad_b = grad_y.sum(dim=[0, *range(2, grad_y.dim())]) if ctx.has_bias and ctx.needs_input_grad[2] else None
-        return grad_x, grad_w, grad_b, None, None, None, None
+        return grad_x, grad_w, grad_b, None, None, None, None, None
 
 
-def _own_forward(x: torch.Tensor, weight: torch.Tensor, layer: ConvShape, algo: str) -> torch.Tensor:
+def _own_forward(x: torch.Tensor, weight: torch.Tensor, layer: ConvShape, algo: str, layout: str) -> torch.Tensor:
     """One of seer's own kernels on PyTorch's tensors (CuPy views, no copies) and current stream."""
     import cupy as cp
 
     from seer.gpu import kernels
 
-    y = torch.empty(layer.output_dims, dtype=x.dtype, device=x.device)
+    y = _empty(layer.output_dims, x, layout)
+    order = layer.layout_order(layout)
     with cp.cuda.Device(x.device.index), cp.cuda.ExternalStream(torch.cuda.current_stream(x.device).cuda_stream):
-        # Views of the same memory; detached, since CuPy refuses tensors that require grad.
-        run, _ = kernels.forward(algo, layer, cp.asarray(x.detach()), cp.asarray(weight.detach()), cp.asarray(y))
+        # Views of the same memory, in its order (C order for CuPy); detached, since CuPy
+        # refuses tensors that require grad.
+        views = (cp.asarray(t.detach().permute(order)) for t in (x, weight, y))
+        run, _ = kernels.forward(algo, layer, *views, layout=layout)
         run()
     return y
 
 
-def _forward(x, weight, bias, call: _Call, layer: ConvShape, algo: Algorithm, math: str) -> torch.Tensor:
+def _forward(x, weight, bias, call: _Call, layer: ConvShape, algo: Algorithm, math: str, layout: str) -> torch.Tensor:
     x, weight = _as_cudnn(x, call.dims), _as_cudnn(weight, call.dims)
     if algo.source == "cupy":
-        y = _own_forward(x, weight, layer, algo.name)
+        y = _own_forward(x, weight, layer, algo.name, layout)
     else:
-        y = _engine(x.device).forward(x, weight, layer, algo.enum, math)
+        y = _engine(x.device).forward(x, weight, layer, algo.enum, math, layout)
     if call.dims == 1:
         y = y.squeeze(-2)
     if bias is not None:
@@ -237,24 +262,29 @@ def _forward(x, weight, bias, call: _Call, layer: ConvShape, algo: Algorithm, ma
     return y
 
 
-def _run(x, weight, bias, call: _Call, layer: ConvShape, algo: Algorithm, math: str) -> torch.Tensor:
+def _run(x, weight, bias, call: _Call, layer: ConvShape, algo: Algorithm, math: str, layout: str) -> torch.Tensor:
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
                                     or (bias is not None and bias.requires_grad)):
-        return _Convolution.apply(x, weight, bias, call, layer, algo, math)
-    return _forward(x, weight, bias, call, layer, algo, math)
+        return _Convolution.apply(x, weight, bias, call, layer, algo, math, layout)
+    return _forward(x, weight, bias, call, layer, algo, math, layout)
 
 
 def cudnn_convolution(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *,
                       stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int], groups: int,
                       algorithm: str, math: str = "default") -> torch.Tensor:
     """``F.conv{1,2,3}d`` run by the named cuDNN algorithm (no fallback: raises CudnnError
-    where cuDNN cannot run it). Tensors must be contiguous fp32 on a GPU."""
+    where cuDNN cannot run it). Tensors must be fp32 on a GPU, both contiguous or both
+    channels-last."""
     dims = weight.dim() - 2
+    layout = _layout(x, weight, dims)
+    if layout is None:
+        raise InputError("input and weight are neither both contiguous NC[D]HW nor both channels-last",
+                         field="input")
     call = _Call(dims, tuple(stride), tuple(padding), tuple(dilation), int(groups))
     layer = ConvShape(**layer_of_call({"input": x, "weight": weight, "stride": call.stride,
                                        "padding": call.padding, "dilation": call.dilation,
                                        "groups": call.groups}, dims))
-    return _run(x, weight, bias, call, layer, _algorithm(algorithm, "cudnn"), get_math_mode(math).name)
+    return _run(x, weight, bias, call, layer, _algorithm(algorithm, "cudnn"), get_math_mode(math).name, layout)
 
 
 # -- the modules --------------------------------------------------------------------------
@@ -294,8 +324,8 @@ class _SeerConv:
             return "the input is not on a GPU"
         if x.dtype != torch.float32 or self.weight.dtype != torch.float32:
             return f"seer runs fp32 tensors only, not {x.dtype}"
-        if not (x.is_contiguous() and self.weight.is_contiguous()):
-            return "a tensor is not contiguous NC[D]HW (channels-last is not run here)"
+        if _layout(x, self.weight, len(self.kernel_size)) is None:
+            return "input and weight are neither both contiguous NC[D]HW nor both channels-last"
         if self._numeric_padding() is None:
             return "'same' padding that pads one side more is left to PyTorch"
         return None
@@ -306,9 +336,9 @@ class _SeerConv:
                           "PyTorch's own convolution runs instead", stacklevel=3)
         self.fallbacks[reason] = self.fallbacks.get(reason, 0) + 1
 
-    def _plan(self, x: torch.Tensor) -> "_Plan":
-        """What runs an input of x's shape (already padded by padding_mode)."""
-        key = tuple(x.shape)
+    def _plan(self, x: torch.Tensor, layout: str) -> "_Plan":
+        """What runs an input of x's shape and layout (already padded by padding_mode)."""
+        key = (tuple(x.shape), layout)
         if key not in self._plans:
             dims = len(self.kernel_size)
             padding = (0,) * dims if self.padding_mode != "zeros" else self._numeric_padding()
@@ -321,7 +351,7 @@ class _SeerConv:
             else:
                 name = self.seer_choice.algorithm(layer)
                 algo = None if name is None else get_algorithm(name)
-                refused = _refusal(algo, layer)
+                refused = _refusal(algo, layer, layout)
                 self._plans[key] = (_Plan(padding, layer, algo) if refused is None else
                                     _Plan(padding, problem=f"{algo.name} cannot run this layer ({refused})"))
         return self._plans[key]
@@ -334,18 +364,25 @@ class _SeerConv:
         if self.padding_mode != "zeros":  # PyTorch pads the input itself, then convolves unpadded
             padding = self._numeric_padding()
             x = F.pad(x, [p for p in reversed(padding) for _ in range(2)], mode=self.padding_mode)
-        plan = self._plan(x)
+        layout = _layout(x, self.weight, len(self.kernel_size))
+        if layout is None:  # padding_mode's padding changed the input's layout
+            x = x.contiguous(memory_format=_CHANNELS_LAST[len(self.kernel_size)])
+            layout = "nhwc"
+        plan = self._plan(x, layout)
         if plan.problem is not None:
             self._fall_back(plan.problem)
             return self._pytorch(x, plan.padding)
         algo = plan.algorithm
         if algo is None:  # the choice leaves this layer to PyTorch
             return self._pytorch(x, plan.padding)
+        if layout == "nhwc" and algo.source == "cupy" and any(t.data_ptr() % 16 for t in (x, self.weight)):
+            self._fall_back(f"{algo.name} needs channels-last tensors on 16-byte boundaries")
+            return self._pytorch(x, plan.padding)
         call = _Call(len(self.kernel_size), tuple(self.stride), plan.padding, tuple(self.dilation), self.groups)
         if self.seer_nvtx:
             torch.cuda.nvtx.range_push(f"seer:{self.seer_name}:{algo.name}")
         try:
-            y = _run(x, self.weight, self.bias, call, plan.layer, algo, self.seer_choice.math)
+            y = _run(x, self.weight, self.bias, call, plan.layer, algo, self.seer_choice.math, layout)
         except ImportError as exc:  # CuPy, which seer's own kernels need, is not installed
             self._fall_back(f"{algo.name} needs CuPy ({exc})")
             return self._pytorch(x, plan.padding)
@@ -374,13 +411,14 @@ class _SeerConv:
         return f"{super().extra_repr()}, algorithm={self.seer_choice.describe()}, math={self.seer_choice.math}"
 
 
-def _refusal(algo: Algorithm | None, layer: ConvShape) -> str | None:
-    """Why seer's own kernel ``algo`` cannot run ``layer`` (its launch plan's rule), else None."""
+def _refusal(algo: Algorithm | None, layer: ConvShape, layout: str) -> str | None:
+    """Why seer's own kernel ``algo`` cannot run ``layer`` in ``layout`` (its launch plan's
+    rule), else None."""
     if algo is None or algo.source != "cupy":
         return None
     from seer.kernel_plans import unsupported_reason
 
-    return unsupported_reason(algo.name, layer)
+    return unsupported_reason(algo.name, layer, layout)
 
 
 @dataclass(frozen=True)
