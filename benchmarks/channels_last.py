@@ -10,7 +10,8 @@ and timed as the collector times (bursts behind a spinning kernel, median); one 
 cannot run records its status. The table is written after every layer. The summary
 compares, per layer class, each algorithm's channels-last time with its NC[D]HW time, the
 fastest of cuDNN's and of seer's in each layout, and seer's channels-last kernels with
-cuDNN's fastest NC[D]HW algorithm.
+cuDNN's fastest NC[D]HW algorithm; the plot (beside the table, ``.png``) shows each layer's
+channels-last / NC[D]HW time against its NC[D]HW time.
 """
 
 from __future__ import annotations
@@ -128,6 +129,42 @@ def summary(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows).sort_values(["comparison", "layers"], kind="stable")
 
 
+def plot(frame: pd.DataFrame, path: Path) -> None:
+    """Per layer class (2D, 3D), each layer's channels-last / NC[D]HW time against its NC[D]HW
+    time: seer's two implicit GEMMs and cuDNN's fastest algorithm."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = frame[frame["status"] == "ok"]
+    times = ok.pivot_table(index=["dims", "layer"], columns=["layout", "algo"], values="time_ms")
+    cudnn_algos = [a for a in algorithm_names("cudnn") if a in set(ok["algo"])]
+    series = {a: (times.get(("nchw", a)), times.get(("nhwc", a))) for a in SEER_ALGOS}
+    series["cuDNN's fastest"] = tuple(times[[(layout, a) for a in cudnn_algos if (layout, a) in times.columns]]
+                                      .min(axis=1) for layout in ("nchw", "nhwc"))
+    dims = sorted(times.index.get_level_values("dims").unique())
+    fig, axes = plt.subplots(1, len(dims), figsize=(6 * len(dims), 4.2), squeeze=False)
+    for ax, d in zip(axes[0], dims):
+        for (name, (nchw, nhwc)), marker in zip(series.items(), "o^s"):
+            if nchw is None or nhwc is None:
+                continue
+            both = pd.concat([nchw.xs(d, level="dims"), nhwc.xs(d, level="dims")], axis=1).dropna()
+            ax.scatter(both.iloc[:, 0], both.iloc[:, 1] / both.iloc[:, 0], marker=marker, s=22, alpha=0.75,
+                       label=f"{name} (median {np.median(both.iloc[:, 1] / both.iloc[:, 0]):.2f})")
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("NC[D]HW time per call (ms)")
+        ax.set_ylabel("channels-last time / NC[D]HW time")
+        ax.set_title(f"{d}D layers: below 1, channels-last is faster")
+        ax.legend(fontsize=8)
+    fig.suptitle(f"channels-last against NC[D]HW, {ok['math'].iloc[0]} math, each algorithm in both layouts")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", required=True, help="grids or layer files, comma-separated")
@@ -145,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         picks = np.linspace(0, len(two_d) - 1, min(args.sample, len(two_d))).round().astype(int) if two_d else []
         args.out.parent.mkdir(parents=True, exist_ok=True)
         frame = measure(three_d + [two_d[i] for i in dict.fromkeys(picks)], args.math, args.out)
+    plot(frame, args.out.with_suffix(".png"))
     table = summary(frame)
     table.to_csv(args.out.with_name(args.out.stem + "-summary.csv"), index=False, float_format="%.4g")
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
