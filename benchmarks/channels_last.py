@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from layer_sample import every_3d_and_sampled_2d
 from seer.algorithms import algorithm_names, get_algorithm
-from seer.grids import resolve_grids
 from seer.schema import get_math_mode
 from seer.shapes import LAYER_COLUMNS, LAYOUTS, describe
 
@@ -176,12 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.summary_only:
         frame = pd.read_csv(args.out)
     else:
-        shapes = [s.shape for s in resolve_grids(args.layers)]
-        three_d = [s for s in shapes if s.dims == 3]
-        two_d = [s for s in shapes if s.dims == 2]
-        picks = np.linspace(0, len(two_d) - 1, min(args.sample, len(two_d))).round().astype(int) if two_d else []
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        frame = measure(three_d + [two_d[i] for i in dict.fromkeys(picks)], args.math, args.out)
+        frame = measure(every_3d_and_sampled_2d(args.layers, args.sample), args.math, args.out)
     plot(frame, args.out.with_suffix(".png"))
     table = summary(frame)
     table.to_csv(args.out.with_name(args.out.stem + "-summary.csv"), index=False, float_format="%.4g")

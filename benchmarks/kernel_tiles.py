@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from seer.grids import resolve_grids
+from layer_sample import every_3d_and_sampled_2d
 from seer.shapes import LAYER_COLUMNS
 
 
@@ -38,11 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     from seer.gpu.reference import ShapeTensors
     from seer.gpu.timing import BurstTimer, steadiest
 
-    shapes = [s.shape for s in resolve_grids(args.layers)]
-    three_d = [s for s in shapes if s.dims == 3]
-    two_d = [s for s in shapes if s.dims == 2]
-    picks = np.linspace(0, len(two_d) - 1, min(args.sample, len(two_d))).round().astype(int) if two_d else []
-    shapes = three_d + [two_d[i] for i in dict.fromkeys(picks)]
+    shapes = every_3d_and_sampled_2d(args.layers, args.sample)
     timer = BurstTimer()
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     args.out.parent.mkdir(parents=True, exist_ok=True)

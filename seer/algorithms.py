@@ -179,13 +179,9 @@ KERNEL_RULES: tuple[KernelRule, ...] = (
     # seer's own kernels: the template arguments are the tile (seer/gpu/kernels.py).
     KernelRule("seer_direct", r"seer_direct_conv<(?P<k>\d+)>", "compute", "direct_k{k}"),
     KernelRule("seer_implicit_gemm",
-               r"seer_implicit_gemm<(?P<bm>\d+),\s*(?P<bn>\d+),\s*(?P<bk>\d+),\s*(?P<tm>\d+),\s*(?P<tn>\d+),"
-               r"\s*(?P<split>[01]),\s*(?P<minb>\d+),\s*(?P<stages>\d+)>",
-               "compute", "igemm_{bm}x{bn}x{bk}_{tm}x{tn}_b{minb}_s{stages}"),
-    KernelRule("seer_implicit_gemm",
-               r"seer_implicit_gemm_nhwc<(?P<bm>\d+),\s*(?P<bn>\d+),\s*(?P<bk>\d+),\s*(?P<tm>\d+),\s*(?P<tn>\d+),"
-               r"\s*(?P<split>[01]),\s*(?P<minb>\d+),\s*(?P<stages>\d+)>",
-               "compute", "igemm_nhwc_{bm}x{bn}x{bk}_{tm}x{tn}_b{minb}_s{stages}"),
+               r"seer_implicit_gemm(?P<layout>_nhwc|)<(?P<bm>\d+),\s*(?P<bn>\d+),\s*(?P<bk>\d+),\s*(?P<tm>\d+),"
+               r"\s*(?P<tn>\d+),\s*(?P<split>[01]),\s*(?P<minb>\d+),\s*(?P<stages>\d+)>",
+               "compute", "igemm{layout}_{bm}x{bn}x{bk}_{tm}x{tn}_b{minb}_s{stages}"),
     # Revision 1 of the implicit GEMM (no stages: registers staged the next slice).
     KernelRule("seer_implicit_gemm",
                r"seer_implicit_gemm<(?P<bm>\d+),\s*(?P<bn>\d+),\s*(?P<bk>\d+),\s*(?P<tm>\d+),\s*(?P<tn>\d+),"

@@ -101,20 +101,15 @@ __device__ __forceinline__ void load_half(const float* p, float* out)
     }
 }
 
-// One float from global to shared memory, not through registers (cp.async, sm_80 on); a
-// source size of 0 writes a zero instead: padding, and rows or columns past the GEMM's edge.
+// BYTES (4 or 16: one float, or four consecutive and 16-byte aligned) from global to shared
+// memory, not through registers (cp.async, sm_80 on); a source size of 0 writes zeros
+// instead: padding, and rows or columns past the GEMM's edge.
+template <int BYTES>
 __device__ __forceinline__ void copy_async(float* dst, const float* src, const bool valid)
 {
     const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"(to), "l"(src), "r"(valid ? 4 : 0));
-}
-
-// One 16-byte chunk (4 consecutive floats, both ends 16-byte aligned) by cp.async, zero-filled
-// when not valid.
-__device__ __forceinline__ void copy_async16(float* dst, const float* src, const bool valid)
-{
-    const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" :: "r"(to), "l"(src), "r"(valid ? 16 : 0));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" :: "r"(to), "l"(src), "n"(BYTES),
+                 "r"(valid ? BYTES : 0));
 }
 
 __device__ __forceinline__ float lane(const float4& v, const int i)
@@ -197,7 +192,7 @@ __device__ __forceinline__ void implicit_gemm(
                 if (A_CHUNKS % THREADS == 0 || q < A_CHUNKS) {
                     const bool ok = ((unsigned)(id0[i] + tap.y) < (unsigned)D)
                         & ((unsigned)(ih0[i] + tap.z) < (unsigned)H) & ((unsigned)(iw0[i] + tap.w) < (unsigned)W);
-                    copy_async16(&As[stage][row][col], ok ? x + (a_base[i] + tap.x + col) : x, ok);
+                    copy_async<16>(&As[stage][row][col], ok ? x + (a_base[i] + tap.x + col) : x, ok);
                 }
             }
         } else {
@@ -208,14 +203,14 @@ __device__ __forceinline__ void implicit_gemm(
             for (int i = 0; i < A_LOADS; ++i) {
                 const bool ok = ((unsigned)(id0[0] + tap[i].y) < (unsigned)D)
                     & ((unsigned)(ih0[0] + tap[i].z) < (unsigned)H) & ((unsigned)(iw0[0] + tap[i].w) < (unsigned)W);
-                copy_async(&As[stage][a_k + i * A_ROWS][a_m], ok ? x + (a_base[0] + tap[i].x) : x, ok);
+                copy_async<4>(&As[stage][a_k + i * A_ROWS][a_m], ok ? x + (a_base[0] + tap[i].x) : x, ok);
             }
         }
 #pragma unroll
         for (int j = 0; j < B_LOADS; ++j) {
             const int kk = tile * BK + b_k, nn = n0 + b_n + j * B_COLS;
             const bool ok = (kk < KRED) & (nn < Kg);
-            copy_async(&Bs[stage][b_k][b_n + j * B_COLS], ok ? wg + (nn * KRED + kk) : w, ok);
+            copy_async<4>(&Bs[stage][b_k][b_n + j * B_COLS], ok ? wg + (nn * KRED + kk) : w, ok);
         }
     };
 
