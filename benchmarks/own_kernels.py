@@ -43,7 +43,7 @@ def layer_class(row: pd.Series, focus: set[str]) -> str:
     """CosmoFlow and the 3D U-Net, other 3D layers, depthwise and grouped 2D layers, or the
     2D filter size (stride 2 apart)."""
     if row["dims"] == 3:
-        return "3D CosmoFlow, 3D U-Net" if row["shape_id"] in focus else "3D other (video networks)"
+        return "3D CosmoFlow, 3D U-Net" if row["shape_id"] in focus else "3D other"
     if row["groups"] > 1:
         return "2D depthwise" if row["groups"] == row["in_ch"] else "2D grouped"
     kind = f"2D {row['kernel_h']}x{row['kernel_w']}"
@@ -158,21 +158,27 @@ def plot_3d_runtimes(table: pd.DataFrame, path: Path) -> None:
     plt.close(fig)
 
 
-def plot_ratios(table: pd.DataFrame, path: Path) -> None:
+def plot_ratios(table: pd.DataFrame, path: Path, max_lines: int = 12) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True, sharey=True)
+    # One line per class for the largest classes; the grids' many small filter classes pooled.
+    sizes = table.drop_duplicates("shape_id")["class"].value_counts()
+    kept = set(sizes.index[:max_lines - 1]) if len(sizes) > max_lines else set(sizes.index)
+    pooled = f"other ({len(sizes) - len(kept)} classes)"
+    line_class = table["class"].where(table["class"].isin(kept), pooled)
+    colors = dict(zip(sorted(line_class.unique()), plt.get_cmap("tab20").colors))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), constrained_layout=True, sharey=True)
     for ax, (math, group) in zip(axes, table.groupby("math")):
-        for cls, sub in group.groupby("class"):
-            ax.plot(np.sort(sub["ratio"]), np.linspace(0, 1, len(sub)), label=f"{cls} ({len(sub)})")
+        for cls, sub in group.groupby(line_class[group.index]):
+            ax.plot(np.sort(sub["ratio"]), np.linspace(0, 1, len(sub)), color=colors[cls], label=f"{cls} ({len(sub)})")
         ax.axvline(1, color="k", lw=0.8)
         ax.set(xscale="log", xlabel="seer's fastest kernel / cuDNN's fastest algorithm", title=f"{math} math")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("share of layers")
-    axes[1].legend(fontsize=7)
+    axes[1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

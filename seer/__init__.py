@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-__version__ = "0.6.0"
+__version__ = "0.7.0"
 __all__ = ["ConvShape", "InputError", "Model", "SeerError", "__version__", "load_model", "read_layers"]
 
 if TYPE_CHECKING:  # pragma: no cover

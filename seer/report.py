@@ -89,6 +89,19 @@ def write_report(results: dict[str, pd.DataFrame], model: Model, path: Path) -> 
                   "time model's MAPE over every algorithm's successful runs on the kind's layers.", ""]
         for split in kinds["split"].unique():
             lines += [f"### {split}", "", _markdown(kinds[kinds["split"] == split].drop(columns="split"), ".2f"), ""]
+    energy, energy_picks = results.get("energy", pd.DataFrame()), results.get("energy_selection", pd.DataFrame())
+    if not energy.empty:
+        lines += ["## Energy per call", "",
+                  "On the test layers with energy readings (`seer collect --energy`), among the algorithms with an "
+                  "energy model. Energy per call is predicted as predicted time x predicted power; the `power_w` "
+                  "rows score the power model alone. The picks: ours by predicted energy (`--objective energy`) and "
+                  "by predicted time, and the measured least-energy and fastest algorithms, judged by measured "
+                  "energy (regret: energy of the pick / least energy - 1) and by measured time, on the layers where "
+                  "every such algorithm that ran has a reading.", ""]
+        for split in energy["split"].unique():
+            lines += [f"### {split}", "", _markdown(energy[energy["split"] == split].drop(columns="split"), ".2f"), ""]
+            if not energy_picks.empty and split in set(energy_picks["split"]):
+                lines += [_markdown(energy_picks[energy_picks["split"] == split].drop(columns="split"), ".2f"), ""]
     if not results["networks"].empty:
         lines += ["## Test-set-II networks, every layer using the pick", "", _markdown(results["networks"], ".2f"), ""]
     lines += ["Plots: " + ", ".join(f"`{p.name}`" for p in written), ""]

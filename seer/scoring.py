@@ -15,7 +15,9 @@ Two test sets: Test-set-I (the 30% of grid shapes held out by the split) and Tes
   selection figures and the time models' MAPE; SEER's model only on square layers, the
   only ones its inputs describe;
 - on Test-set-II, the total time of each network at each batch if every layer used the
-  policy's pick.
+  policy's pick;
+- on the test layers with energy readings, the energy and power models' error, and the
+  least-energy pick against the fastest one, judged by measured energy and by time.
 
 Everything comes out as tidy frames; :mod:`seer.report` writes them up with plots.
 """
@@ -31,10 +33,11 @@ from seer.algorithms import algorithm_names, get_algorithm
 from seer.model import Model
 from seer.schema import SPLITS, TEST_SPLITS
 from seer.shapes import LAYER_COLUMNS, is_seer_layer, layer_frame, layer_kind_flags
-from seer.training import recorded_runs, training_frames
+from seer.training import math_rows, recorded_runs, training_frames
 
-#: Measurement columns the evaluation reads.
-EVALUATION_COLUMNS = (*LAYER_COLUMNS, "shape_id", "math", "algo", "status", "time_ms", "split", "heuristic_rank")
+#: Measurement columns the evaluation reads (the energy ones where the table has them).
+EVALUATION_COLUMNS = (*LAYER_COLUMNS, "shape_id", "math", "algo", "status", "time_ms", "split", "heuristic_rank",
+                      "power_w", "energy_mj")
 
 
 def regression_metrics(measured, predicted) -> dict[str, float]:
@@ -95,10 +98,11 @@ def heuristic_picks(table: pd.DataFrame, shape_ids, math: str) -> pd.Series:
 
 def evaluate(model: Model, table: pd.DataFrame,
              progress: Callable[[int, int, str], None] | None = None) -> dict[str, pd.DataFrame]:
-    """Every figure of the report, as tidy frames: ``regression``, ``selection``, ``networks``
-    and ``points`` (predicted and measured time per test run, for plots). ``progress`` is
-    told each step (split and math mode) as it starts."""
-    regression, selection, points, per_layer, by_kind = [], [], [], [], []
+    """Every figure of the report, as tidy frames: ``regression``, ``selection``, ``networks``,
+    ``points`` (predicted and measured time per test run, for plots), ``by_kind``, and
+    ``energy`` and ``energy_selection`` (empty without readings). ``progress`` is told each
+    step (split and math mode) as it starts."""
+    regression, selection, points, per_layer, by_kind, energy, energy_selection = [], [], [], [], [], [], []
     steps = len(TEST_SPLITS) * len(model.predictors) + 1
     for number, (split, math) in enumerate((s, m) for s in TEST_SPLITS for m in model.predictors):
         if progress:
@@ -150,13 +154,19 @@ def evaluate(model: Model, table: pd.DataFrame,
             selection += _with_own_kernels(split_name, math, shapes, measured, recorded.all(axis=1),
                                            _fastest(predicted[1]), policies)
         by_kind += _by_kind(split_name, math, shapes, measured[cudnn], families["ours"], policies)
+        if "energy_mj" in table.columns and predictor.power:
+            rows = math_rows(table, math)
+            fits, picks = _energy_scores(split_name, math, predictor, shapes, rows[rows["split"] == split])
+            energy += fits
+            energy_selection += picks
     if progress:
         progress(steps - 1, steps, "Test-set-II networks")
     return {"regression": pd.DataFrame(regression), "selection": pd.DataFrame(selection),
             "points": pd.concat(points, ignore_index=True) if points else pd.DataFrame(),
             "networks": network_totals(model, table),
             "regret_per_layer": pd.concat(per_layer, ignore_index=True) if per_layer else pd.DataFrame(),
-            "by_kind": pd.DataFrame(by_kind)}
+            "by_kind": pd.DataFrame(by_kind), "energy": pd.DataFrame(energy),
+            "energy_selection": pd.DataFrame(energy_selection)}
 
 
 #: What the ``algorithms`` column of the selection frame says a policy chose among.
@@ -176,6 +186,48 @@ def _with_own_kernels(split: str, math: str, shapes: pd.DataFrame, measured: pd.
     policies |= {f"always {a}": pd.Series(a, index=shapes.index) for a in own if scored[a].notna().any()}
     return [{"split": split, "math": math, "algorithms": WITH_OWN, "policy": name}
             | selection_metrics(scored, picks) for name, picks in policies.items()]
+
+
+#: The energy picks compared, and what each picks from: our predicted energy (``--objective
+#: energy``) or time, the measured least energy, the measured fastest.
+ENERGY_POLICIES = ("ours, least energy", "ours, fastest", "least energy measured", "fastest measured")
+
+
+def _energy_scores(split: str, math: str, predictor, shapes: pd.DataFrame,
+                   rows: pd.DataFrame) -> tuple[list[dict], list[dict]]:
+    """On the layers of ``shapes`` with energy readings, among the algorithms with an energy
+    model: each model's error (energy per call = predicted time x predicted power, and power
+    alone), and :data:`ENERGY_POLICIES`' picks judged by measured energy and by measured time,
+    on the layers where every algorithm that ran has a reading."""
+    modelled = [a for a in predictor.algorithms if a in predictor.power]
+    ran = rows[(rows["status"] == "ok") & rows["algo"].isin(modelled) & rows["shape_id"].isin(shapes.index)]
+    read = ran["energy_mj"].notna()
+    if not read.any():
+        return [], []
+    layers = pd.unique(ran.loc[read, "shape_id"])
+    table = {value: ran.pivot(index="shape_id", columns="algo", values=value).reindex(index=layers, columns=modelled)
+             for value in ("energy_mj", "power_w", "time_ms")}
+    columns = [predictor.algorithms.index(a) for a in modelled]
+    watts = predictor.predict_power(shapes.loc[layers])[:, columns]
+    unmasked_ms = predictor.predict_unmasked(shapes.loc[layers])[:, columns]
+    fits = []
+    for j, algo in enumerate(modelled):
+        has = table["energy_mj"][algo].notna().to_numpy()
+        for quantity, predicted in (("energy_mj", unmasked_ms[:, j] * watts[:, j]), ("power_w", watts[:, j])):
+            if has.any():
+                fits.append({"split": split, "math": math, "algo": algo, "quantity": quantity}
+                            | regression_metrics(table[quantity][algo].to_numpy()[has], predicted[has]))
+    complete = (table["energy_mj"].notna() == table["time_ms"].notna()).all(axis=1)
+    if not complete.any():
+        return fits, []
+    energy_mj, time_ms = table["energy_mj"][complete], table["time_ms"][complete]
+    _, scores, energies = (pd.DataFrame(a[:, columns], index=energy_mj.index, columns=modelled)
+                           for a in predictor.predict_with_energy(shapes.loc[energy_mj.index]))
+    picks = dict(zip(ENERGY_POLICIES, (_fastest(energies), _fastest(scores), energy_mj.idxmin(axis=1),
+                                       time_ms.idxmin(axis=1))))
+    return fits, [{"split": split, "math": math, "judged_by": judged, "policy": name}
+                  | selection_metrics(measured, picked)
+                  for judged, measured in (("energy", energy_mj), ("time", time_ms)) for name, picked in picks.items()]
 
 
 #: Policies compared per layer kind; SEER's model only on square layers, where its inputs exist.
