@@ -36,15 +36,22 @@ def test_the_fma_runs_of_seers_kernels_stand_for_every_math_mode(table):
 
 
 def test_an_algorithm_timed_on_part_of_the_layers_is_kept_apart_from_its_failures(table):
-    shapes, times = training_frames(table, "fma", "train", partial=True)
-    recorded = recorded_runs(table, "fma", "train", times)
+    # The shipped data has seer's kernels on every layer; a collection stopped part-way has
+    # them on some. Its records: those of seer's kernels on every other training layer only.
+    train = np.sort(table.loc[table["split"] == "train", "shape_id"].unique())
+    untimed = set(train[::2])
+    stopped = table[~(table["algo"].isin(OWN) & table["shape_id"].isin(untimed))]
+    shapes, times = training_frames(stopped, "fma", "train", partial=True)
+    recorded = recorded_runs(stopped, "fma", "train", times)
     assert list(recorded.index) == list(shapes.index) and list(recorded.columns) == list(times.columns)
+    timed = ~recorded.index.isin(untimed)
     for algo in OWN:
-        assert 0.1 < recorded[algo].mean() < 0.95  # timed on part of the grid
+        assert not recorded.loc[~timed, algo].any() and recorded.loc[timed, algo].mean() > 0.99
+        assert times.loc[~timed, algo].isna().all()  # missing, not failed: recorded says which
     assert recorded[CUDNN].all().all()
     assert not (times.notna() & ~recorded).any().any()  # every success was recorded
     # Without ``partial`` they are left out: a missing run must not be learnt as a failure.
-    assert not set(OWN) & set(training_frames(table, "fma", "train")[1].columns)
+    assert not set(OWN) & set(training_frames(stopped, "fma", "train")[1].columns)
 
 
 def test_seers_kernels_are_timed_once_under_their_own_math_mode():
