@@ -156,7 +156,8 @@ def evaluate(model: Model, table: pd.DataFrame,
         by_kind += _by_kind(split_name, math, shapes, measured[cudnn], families["ours"], policies)
         if "energy_mj" in table.columns and predictor.power:
             rows = math_rows(table, math)
-            fits, picks = _energy_scores(split_name, math, predictor, shapes, rows[rows["split"] == split])
+            fits, picks = _energy_scores(split_name, math, predictor, shapes, rows[rows["split"] == split],
+                                         families["ours"], predicted)
             energy += fits
             energy_selection += picks
     if progress:
@@ -193,12 +194,13 @@ def _with_own_kernels(split: str, math: str, shapes: pd.DataFrame, measured: pd.
 ENERGY_POLICIES = ("ours, least energy", "ours, fastest", "least energy measured", "fastest measured")
 
 
-def _energy_scores(split: str, math: str, predictor, shapes: pd.DataFrame,
-                   rows: pd.DataFrame) -> tuple[list[dict], list[dict]]:
+def _energy_scores(split: str, math: str, predictor, shapes: pd.DataFrame, rows: pd.DataFrame,
+                   unmasked: pd.DataFrame, predicted: tuple[pd.DataFrame, pd.DataFrame]) -> tuple[list[dict], list[dict]]:
     """On the layers of ``shapes`` with energy readings, among the algorithms with an energy
     model: each model's error (energy per call = predicted time x predicted power, and power
     alone), and :data:`ENERGY_POLICIES`' picks judged by measured energy and by measured time,
-    on the layers where every algorithm that ran has a reading."""
+    on the layers where every algorithm that ran has a reading. ``unmasked`` and ``predicted``
+    are the times and pick scores the evaluation already has for ``shapes``."""
     modelled = [a for a in predictor.algorithms if a in predictor.power]
     ran = rows[(rows["status"] == "ok") & rows["algo"].isin(modelled) & rows["shape_id"].isin(shapes.index)]
     read = ran["energy_mj"].notna()
@@ -207,22 +209,24 @@ def _energy_scores(split: str, math: str, predictor, shapes: pd.DataFrame,
     layers = pd.unique(ran.loc[read, "shape_id"])
     table = {value: ran.pivot(index="shape_id", columns="algo", values=value).reindex(index=layers, columns=modelled)
              for value in ("energy_mj", "power_w", "time_ms")}
-    columns = [predictor.algorithms.index(a) for a in modelled]
-    watts = predictor.predict_power(shapes.loc[layers])[:, columns]
-    unmasked_ms = predictor.predict_unmasked(shapes.loc[layers])[:, columns]
+    watts = pd.DataFrame(predictor.predict_power(shapes.loc[layers]), index=layers,
+                         columns=predictor.algorithms)[modelled]
+    unmasked_mj = unmasked.loc[layers, modelled] * watts
     fits = []
-    for j, algo in enumerate(modelled):
-        has = table["energy_mj"][algo].notna().to_numpy()
-        for quantity, predicted in (("energy_mj", unmasked_ms[:, j] * watts[:, j]), ("power_w", watts[:, j])):
-            if has.any():
-                fits.append({"split": split, "math": math, "algo": algo, "quantity": quantity}
-                            | regression_metrics(table[quantity][algo].to_numpy()[has], predicted[has]))
+    for algo in modelled:
+        has = table["energy_mj"][algo].notna()
+        if not has.any():
+            continue
+        for quantity, estimate in (("energy_mj", unmasked_mj), ("power_w", watts)):
+            fits.append({"split": split, "math": math, "algo": algo, "quantity": quantity}
+                        | regression_metrics(table[quantity].loc[has, algo], estimate.loc[has, algo]))
     complete = (table["energy_mj"].notna() == table["time_ms"].notna()).all(axis=1)
     if not complete.any():
         return fits, []
     energy_mj, time_ms = table["energy_mj"][complete], table["time_ms"][complete]
-    _, scores, energies = (pd.DataFrame(a[:, columns], index=energy_mj.index, columns=modelled)
-                           for a in predictor.predict_with_energy(shapes.loc[energy_mj.index]))
+    times, scores = (frame.loc[energy_mj.index, modelled] for frame in predicted)
+    # What --objective energy ranks by: the reported (masked) time x predicted power.
+    energies = times * watts.loc[energy_mj.index]
     picks = dict(zip(ENERGY_POLICIES, (_fastest(energies), _fastest(scores), energy_mj.idxmin(axis=1),
                                        time_ms.idxmin(axis=1))))
     return fits, [{"split": split, "math": math, "judged_by": judged, "policy": name}
