@@ -37,6 +37,10 @@ class Algorithm:
         The revision of seer's own kernel code and launch plans (cuDNN's algorithms are
         versioned by ``cudnn_version``). A run recorded under an earlier revision measured
         other code: ``seer collect`` measures it again, and the tables leave it out.
+    engines : GraphEngines or None
+        The engines of cuDNN's graph API that launch the same kernels as this legacy
+        algorithm (:mod:`seer.gpu.cudnn_graph` runs them); None where none is known, and the
+        legacy call runs the algorithm.
     """
 
     name: str
@@ -47,20 +51,44 @@ class Algorithm:
     description: str
     one_math: str | None = None
     revision: int = 1
+    engines: "GraphEngines | None" = None
+
+
+@dataclass(frozen=True)
+class GraphEngines:
+    """Engines of cuDNN's graph API that realise a legacy algorithm, per math mode.
+
+    ``ranked``: the first plan of cuDNN's heuristic ranking among these engines (the legacy
+    call makes the same choice); ``default``: the first engine, with its default knobs,
+    where the ranking offers none of them. Found by ``benchmarks/cudnn_engines.py``, which
+    compares the kernels each plan launches with the legacy call's
+    (``benchmarks/results/cudnn-engines.md``).
+    """
+
+    fma: tuple[int, ...]
+    default: tuple[int, ...]
+
+    def for_math(self, math: str) -> tuple[int, ...]:
+        return self.fma if math == "fma" else self.default
 
 
 ALGORITHMS: tuple[Algorithm, ...] = (
     Algorithm("IMPLICIT_GEMM", "cudnn", 0, "IG", 0,
-              "implicit GEMM, no precomputed indices, no workspace"),
+              "implicit GEMM, no precomputed indices, no workspace", engines=GraphEngines((28, 0), (28, 0))),
     Algorithm("IMPLICIT_PRECOMP_GEMM", "cudnn", 1, "IPG", 1,
-              "implicit GEMM with precomputed indices (tensor cores under default math)"),
+              "implicit GEMM with precomputed indices (tensor cores under default math)",
+              engines=GraphEngines((70, 28, 0), (58, 38, 41, 46, 67, 70, 28, 0))),
+    # Legacy GEMM runs engine 0 on some layers and engine 2 on others, by a rule of cuDNN's
+    # own that no ranking reproduces: the legacy call runs it.
     Algorithm("GEMM", "cudnn", 2, "GEMM", 2, "explicit im2col followed by a GEMM"),
     Algorithm("DIRECT", "cudnn", 3, "DIR", 3, "direct convolution"),
-    Algorithm("FFT", "cudnn", 4, "FFT", 6, "FFT of whole images, pointwise product, inverse FFT"),
-    Algorithm("FFT_TILING", "cudnn", 5, "FFTT", 7, "FFT on 32x32 tiles, in chunks"),
+    Algorithm("FFT", "cudnn", 4, "FFT", 6, "FFT of whole images, pointwise product, inverse FFT",
+              engines=GraphEngines((3,), (3,))),
+    Algorithm("FFT_TILING", "cudnn", 5, "FFTT", 7, "FFT on 32x32 tiles, in chunks",
+              engines=GraphEngines((4,), (4,))),
     Algorithm("WINOGRAD", "cudnn", 6, "WINO", 4, "fused Winograd transform"),
     Algorithm("WINOGRAD_NONFUSED", "cudnn", 7, "WINON", 5,
-              "Winograd with separate transform and batched-GEMM kernels"),
+              "Winograd with separate transform and batched-GEMM kernels", engines=GraphEngines((6,), (6,))),
     # seer's own kernels (seer/gpu/kernels.py).
     Algorithm("SEER_DIRECT", "cupy", None, "SDIR", None,
               "seer's direct convolution: a thread per output position and block of channels", "fma"),

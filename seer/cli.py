@@ -614,8 +614,9 @@ def _add_profile_network(sub) -> None:
         "profile-network", help="time every convolution and the forward pass of PyTorch models on this GPU, "
                                 "per input size and policy, with the algorithm that ran verified",
         description="For each MODEL (torchvision name or module:function), input size, math mode and policy: "
-                    "the forward pass and each distinct convolution, timed in bursts behind a spinning kernel "
-                    "(median of repetitions), and each convolution's kernels traced and checked against the "
+                    "the forward pass as a user runs it (plain wall time of back-to-back passes, eager and "
+                    "captured in a CUDA graph), then the pass and each distinct convolution timed in bursts "
+                    "behind a spinning kernel (GPU time, host cost hidden; median of repetitions), and each convolution's kernels traced and checked against the "
                     "algorithm that was to run. Policies: seer (seer's predicted fastest), heuristic (PyTorch's "
                     "default), benchmark (cudnn.benchmark=True), a cuDNN algorithm forced everywhere, or all. "
                     "Resumable: records go to OUT/raw as each policy finishes, and a rerun skips them. Writes "
@@ -640,6 +641,8 @@ def _add_profile_network(sub) -> None:
     p.add_argument("--budget-ms", type=float, default=5.0, help="GPU time of one layer's timed bursts (default 5)")
     p.add_argument("--retrace", action="store_true",
                    help="measure again the passes recorded without a kernel tracer (their layers 'untraced')")
+    p.add_argument("--passes-only", action="store_true",
+                   help="time whole passes only (eager, CUDA graph, bursts), not each convolution")
     p.add_argument("--tables-only", action="store_true", help="measure nothing: rebuild the tables and plots")
     p.add_argument("--no-tables", action="store_true",
                    help="only record: leave the tables and plots to `--tables-only` or `seer merge` (as shards do)")
@@ -682,7 +685,8 @@ def _cmd_profile_network(args) -> int:
         jobs = plan_jobs(args.models, shapes, maths, policies, shard_index, shard_count)
         options = ProfileOptions(out_dir=args.out, gpu=spec.name, models_dir=args.models_dir,
                                  dataset_dir=args.data_dir / spec.name, budget_ms=args.budget_ms,
-                                 retrace=args.retrace, tag=default_tag(shard_index, shard_count),
+                                 retrace=args.retrace, layer_times=not args.passes_only,
+                                 tag=default_tag(shard_index, shard_count),
                                  argv=list(args.argv))
         started = time.perf_counter()
         profiler = NetworkProfiler(options, progress=err_console.log)

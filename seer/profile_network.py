@@ -49,10 +49,16 @@ KINDS = ("layer_times", "pass_times")
 #: What makes a record of each kind one measurement.
 PASS_KEY = ("network", "input", "math", "policy")
 LAYER_KEY = (*PASS_KEY, "name")
+#: What a user sees, beside the burst-timed GPU time: plain wall time per pass of back-to-back
+#: eager passes, and per replay of the pass captured in a CUDA graph (profiles before 0.8 lack them).
+WALL_COLUMNS = ("eager_ms", "graph_ms")
+#: Rounds of the policies' turns, and the GPU-and-host time of one turn's window of passes.
+WALL_ROUNDS = 7
+WALL_WINDOW_S = 0.1
 #: Columns of overall.csv, in order (one row per network, input, math and policy).
 OVERALL_COLUMNS = (*PASS_KEY, "size", "batch", "status", "forward_ms", "forward_mean_ms", "forward_std_ms",
                    "forward_reps", "conv_ms", "predicted_conv_ms", "conv_layers", "conv_calls",
-                   "verified_layers", "fallback_layers", "collected_at")
+                   "verified_layers", "fallback_layers", "collected_at", *WALL_COLUMNS)
 #: Columns of layers.csv, in order (one row per network, input, math, policy and conv module).
 LAYERS_COLUMNS = (*PASS_KEY, "size", "name", "calls", *LAYER_FIELDS, "algo", "predicted_ms", "measured_ms",
                   "spread", "reps", "verified", "candidates", "kernels", "fallback")
@@ -131,6 +137,7 @@ class ProfileOptions:
     budget_ms: float = 5.0
     forward_budget_ms: float = 50.0
     retrace: bool = False  # measure again the passes recorded without a kernel tracer
+    layer_times: bool = True  # time and trace each convolution too (not only whole passes)
     tag: str = field(default_factory=default_tag)
     argv: list[str] = field(default_factory=list)
 
@@ -227,11 +234,12 @@ class NetworkProfiler:
         predictions = self.seer_model(job.math).predict(layers, job.math) if len(layers) else None
         self._choice = None
         x = torch.randn(job.input_shape, device="cuda")
+        walls = self._walls(model, x, job, policies, layers)
         count = 0
         for policy in policies:
             started = time.perf_counter()
             try:
-                passes, rows = self._run_policy(model, x, job, policy, layers, predictions)
+                passes, rows = self._run_policy(model, x, job, policy, layers, predictions, walls[policy])
             except torch.cuda.OutOfMemoryError as exc:
                 passes, rows = self._failed(job, policy, "oom", exc), []
             except Exception as exc:  # noqa: BLE001 - one configuration fails; the others go on
@@ -261,7 +269,7 @@ class NetworkProfiler:
                 "collected_at": stamp or datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
     def _set_policy(self, model, job: Job, policy: str, layers: pd.DataFrame):
-        from seer.torch.convolution import Predicted, force, swap_in
+        from seer.torch.convolution import Predicted, force, left_to_pytorch, swap_in
 
         if policy in PYTORCH_POLICIES:
             return _pytorch_flags(PYTORCH_POLICIES[policy], job.math)
@@ -271,13 +279,63 @@ class NetworkProfiler:
 
                 self._choice = Predicted(self.seer_model(job.math), job.math)
                 self._choice.prepare(ConvShape.from_mapping(r) for r in layers.to_dict("records"))
-            swap_in(model, self._choice, nvtx=True)
+            # As seer.torch.apply does: modules the guard leaves to PyTorch stay PyTorch's.
+            swap_in(model, self._choice, nvtx=True, keep=left_to_pytorch(self._choice, layers))
         else:
             force(model, policy, job.math, nvtx=True)
         # Convolutions PyTorch runs (fallbacks) follow the same math mode.
         return _pytorch_flags(False, job.math)
 
-    def _run_policy(self, model, x, job: Job, policy: str, layers: pd.DataFrame, predictions):
+    def _walls(self, model, x, job: Job, policies: Sequence[str], layers: pd.DataFrame) -> dict[str, dict]:
+        """Wall time per pass as a user sees it, under each policy: eager back-to-back passes,
+        and replays of the pass captured in a CUDA graph. The policies take turns, window by
+        window (:data:`WALL_ROUNDS` rounds), so that the host's drift over the job (on a
+        shared machine, eager times of host-bound networks moved by up to 2x between runs)
+        falls on every policy alike; each gets the median of its windows."""
+        from seer.torch.convolution import restore
+
+        torch = self.torch
+        walls = {p: {"eager_ms": None, "graph_ms": None} for p in policies}
+        graphs, eager, replays = {}, {p: [] for p in policies}, {p: [] for p in policies}
+        forward = lambda: model(x)  # noqa: E731
+        passes = None
+        with torch.no_grad():
+            for policy in policies:  # warm-up (plans, autotuning), and each policy's CUDA graph
+                try:
+                    with self._set_policy(model, job, policy, layers), _without_nvtx(model):
+                        one = _pass_seconds(torch, forward)
+                        passes = passes or max(3, int(WALL_WINDOW_S / one))
+                        graphs[policy], problem = capture_graph(torch, forward)
+                        if problem:
+                            walls[policy]["graph_error"] = problem
+                except Exception as exc:  # noqa: BLE001 - this policy's pass record says why
+                    walls[policy]["wall_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                finally:
+                    restore(model)
+            live = [p for p in policies if "wall_error" not in walls[p]]
+            try:
+                for _ in range(WALL_ROUNDS):
+                    for policy in live:
+                        try:
+                            with self._set_policy(model, job, policy, layers), _without_nvtx(model):
+                                eager[policy].append(window_ms(torch, forward, passes))
+                                if graphs.get(policy) is not None:
+                                    replays[policy].append(window_ms(torch, graphs[policy].replay, passes))
+                        finally:
+                            restore(model)
+            except Exception as exc:  # noqa: BLE001 - the passes' records say why; burst times go on
+                for policy in live:
+                    walls[policy]["wall_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                live = []
+        for policy in live:
+            walls[policy]["eager_ms"] = float(np.median(eager[policy]))
+            if replays[policy]:
+                walls[policy]["graph_ms"] = float(np.median(replays[policy]))
+        graphs.clear()
+        torch.cuda.empty_cache()
+        return walls
+
+    def _run_policy(self, model, x, job: Job, policy: str, layers: pd.DataFrame, predictions, wall: dict):
         torch = self.torch
         stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
         with self._set_policy(model, job, policy, layers), torch.no_grad():
@@ -287,10 +345,13 @@ class NetworkProfiler:
             budget = max(self.options.forward_budget_ms, 5 * estimate)
             (times, _, _), _ = steadiest(lambda: self.timer.measure(forward, estimate, budget_ms=budget,
                                                                     min_reps=5, max_reps=30))
-            rows = self._layer_rows(model, job, policy, layers, predictions, inputs, stamp)
-        passes = {**self._pass_base(job, policy, stamp), "status": "ok", "forward_ms": float(np.median(times)),
-                  "forward_mean_ms": float(np.mean(times)), "forward_std_ms": float(np.std(times, ddof=1)),
-                  "forward_reps": int(len(times))}
+            rows = (self._layer_rows(model, job, policy, layers, predictions, inputs, stamp)
+                    if self.options.layer_times else [])
+        passes = {**self._pass_base(job, policy, stamp), "status": "ok", **wall,
+                  "forward_ms": float(np.median(times)), "forward_mean_ms": float(np.mean(times)),
+                  "forward_std_ms": float(np.std(times, ddof=1)), "forward_reps": int(len(times))}
+        if policy == "seer" and self._choice is not None:
+            passes["guarded_layers"] = len(self._choice.guarded)
         frame = pd.DataFrame(rows)
         if len(frame):
             passes["conv_ms"] = float((frame["calls"] * frame["measured_ms"]).sum())
@@ -391,6 +452,60 @@ def _one_call_ms(torch, fn: Callable[[], object]) -> float:
     end.record()
     end.synchronize()
     return max(start.elapsed_time(end), 1e-3)
+
+
+def _pass_seconds(torch, forward: Callable[[], object]) -> float:
+    """Seconds of one pass, host and GPU, after a warm-up pass."""
+    forward()
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    forward()
+    torch.cuda.synchronize()
+    return max(time.perf_counter() - started, 1e-6)
+
+
+def window_ms(torch, forward: Callable[[], object], passes: int) -> float:
+    """Plain wall time (ms) per pass of ``passes`` back-to-back passes, host time included,
+    as a user runs them: synchronize, the passes, synchronize."""
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    for _ in range(passes):
+        forward()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - started) / passes * 1e3
+
+
+def capture_graph(torch, forward: Callable[[], object]):
+    """``forward`` captured in a CUDA graph (after warm-up passes on a side stream, as PyTorch's
+    documentation asks), and None; or None and why it could not be captured."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            forward()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            forward()
+    except Exception as exc:  # noqa: BLE001 - recorded with the pass; the other timings stand
+        torch.cuda.synchronize()
+        return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+    return graph, None
+
+
+@contextmanager
+def _without_nvtx(model):
+    from seer.torch.convolution import seer_convolutions
+
+    convs = [m for m in seer_convolutions(model).values() if m.seer_nvtx]
+    for m in convs:
+        m.seer_nvtx = False
+    try:
+        yield
+    finally:
+        for m in convs:
+            m.seer_nvtx = True
 
 
 def log_session(out_dir: Path, options: ProfileOptions, jobs: Sequence[Job], started: float, measured: int) -> None:

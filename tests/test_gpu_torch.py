@@ -14,7 +14,7 @@ pytestmark = pytest.mark.gpu
 
 torch = pytest.importorskip("torch")
 
-from seer.algorithms import algorithm_names  # noqa: E402
+from seer.algorithms import algorithm_names, get_algorithm  # noqa: E402
 from seer.cli import main  # noqa: E402
 from seer.torch.convolution import PYTORCH, apply, force, restore, seer_convolutions  # noqa: E402
 from seer.torch.layers import build_model  # noqa: E402
@@ -41,7 +41,7 @@ def evidence():
     return KernelEvidence.from_dataset(DATASET)
 
 
-def _every_kind(cuda):
+def _net(name: str, cuda):
     import sys
 
     sys.path.insert(0, str(TESTS))
@@ -50,7 +50,11 @@ def _every_kind(cuda):
     finally:
         sys.path.remove(str(TESTS))
     torch.manual_seed(0)
-    model = torch_nets.every_kind().to(cuda).eval()
+    return getattr(torch_nets, name)().to(cuda).eval()
+
+
+def _every_kind(cuda):
+    model = _net("every_kind", cuda)
     torch.nn.init.normal_(model.shared.weight, std=0.05)  # zeros in the CPU tests, which need no values
     return model
 
@@ -87,6 +91,10 @@ def test_forced_algorithm_runs_and_its_kernels_say_so(cuda, evidence, tracer, al
                 assert m.last_algorithm == PYTORCH and m.fallbacks, name
         if algo in ("IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "SEER_DIRECT", "SEER_IMPLICIT_GEMM"):
             assert "same_even" not in ran and len(ran) >= 6, ran  # these run every layer kind here
+        # What ran each layer: a graph-API plan built once wherever the algorithm has engines.
+        path = "cupy" if algo.startswith("SEER") else "graph" if get_algorithm(algo).engines else "legacy"
+        for name in ran:
+            assert set(convs[name].paths.values()) == {path}, (name, convs[name].paths)
         inputs = _inputs(model, x)
         for name in ran:
             module = convs[name]
@@ -126,12 +134,31 @@ def test_channels_last_runs_in_its_own_layout(cuda, tracer, algo):
         assert any("seer_implicit_gemm_nhwc<" in n for n in names), names
 
 
+@pytest.mark.parametrize("algo", ["IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "FFT_TILING"])
+def test_3d_and_1d_layers_run_graph_plans(cuda, algo):
+    model = _net("video", cuda)
+    x = torch.randn(2, 3, 8, 24, 24, device=cuda)
+    with torch.no_grad():
+        expected = model(x)
+        force(model, algo, math="fma")
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            got, again = model(x), model(x)
+    assert _relative_error(got, expected) < 1e-4 and _relative_error(again, expected) < 1e-4
+    convs = seer_convolutions(model)
+    for name, m in convs.items():
+        if m.last_algorithm == algo:
+            assert set(m.paths.values()) == {"graph"}, (name, m.paths)
+        else:
+            assert m.fallbacks, name
+
+
 def test_apply_gives_pytorch_outputs_and_picks_per_layer(cuda):
     model = _every_kind(cuda)
     x = torch.randn(1, 3, 40, 40, device=cuda)
     with torch.no_grad():
         expected = model(x)
-        apply(model, "h100", "fma", input_shape=tuple(x.shape))
+        apply(model, "h100", "fma", input_shape=tuple(x.shape), guard=False)
         with warnings.catch_warnings(record=True):
             warnings.simplefilter("always")
             got = model(x)
@@ -141,12 +168,90 @@ def test_apply_gives_pytorch_outputs_and_picks_per_layer(cuda):
     assert sum(v != PYTORCH for v in picks.values()) >= 6
 
 
+def test_the_guard_leaves_to_pytorch_what_the_pick_does_not_win(cuda):
+    from seer.torch.convolution import cudnn_heuristic_choice, keeps_pick
+
+    model = _every_kind(cuda)
+    x = torch.randn(1, 3, 40, 40, device=cuda)
+    with torch.no_grad():
+        expected = model(x)
+        apply(model, "h100", "fma", input_shape=tuple(x.shape))
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            got = model(x)
+    assert _relative_error(got, expected) < 1e-2
+    convs = seer_convolutions(model)
+    choice = next(iter(convs.values())).seer_choice
+    from seer.torch.layers import conv_calls
+    from seer.torch.convolution import left_to_pytorch
+
+    every = {name for name, m in model.named_modules() if isinstance(m, torch.nn.Conv2d)}
+    assert every - set(convs) == left_to_pytorch(choice, conv_calls(model, tuple(x.shape)).layers)
+    for name, m in convs.items():
+        for plan in m._plans.values():
+            if plan.layer is None or choice.picks.get(plan.layer) is None:
+                continue
+            pick = choice.picks[plan.layer]
+            kept = keeps_pick(choice.times[plan.layer], pick, cudnn_heuristic_choice(plan.layer, "fma"))
+            assert (plan.algorithm is not None and plan.algorithm.name == pick) == kept, name
+            assert kept or plan.layer in choice.guarded or cudnn_heuristic_choice(plan.layer, "fma") == pick
+
+
+def test_seer_convolutions_capture_in_a_cuda_graph(cuda):
+    model = _every_kind(cuda)
+    static = torch.randn(2, 3, 32, 32, device=cuda)
+    with torch.no_grad():
+        force(model, "IMPLICIT_PRECOMP_GEMM", math="fma")
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side), warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            for _ in range(2):
+                model(static)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = model(static)
+        for _ in range(2):  # new inputs into the captured input, replayed
+            x = torch.randn_like(static)
+            static.copy_(x)
+            graph.replay()
+            restore(model)
+            expected = model(x)
+            force(model, "IMPLICIT_PRECOMP_GEMM", math="fma")
+            torch.cuda.synchronize()
+            assert _relative_error(out, expected) < 1e-5
+
+
+def test_seer_convolutions_compile_through_their_custom_operator(cuda):
+    model = _every_kind(cuda)
+    x = torch.randn(2, 3, 32, 32, device=cuda)
+    with torch.no_grad():
+        expected = model(x)
+        force(model, "IMPLICIT_GEMM", math="fma")
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            model(x)  # plans made eagerly first: tracing then only reads them
+            compiled = torch.compile(model, backend="aot_eager", fullgraph=False)
+            got = compiled(x)
+    assert _relative_error(got, expected) < 1e-5
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    counter = CompileCounterWithBackend("aot_eager")
+    torch._dynamo.reset()
+    with torch.no_grad(), warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        torch.compile(model, backend=counter)(x)
+    ops = {str(node.target) for gm in counter.graphs for node in gm.graph.nodes if node.op == "call_function"}
+    assert any("seer.convolution" in op for op in ops), ops
+
+
 def test_apply_may_pick_seers_own_kernels(cuda):
     model = _every_kind(cuda)
     x = torch.randn(4, 3, 64, 64, device=cuda)
     with torch.no_grad():
         expected = model(x)
-        apply(model, "h100", "fma", input_shape=tuple(x.shape), algorithms="all")
+        apply(model, "h100", "fma", input_shape=tuple(x.shape), algorithms="all", guard=False)
         with warnings.catch_warnings(record=True):
             warnings.simplefilter("always")
             got = model(x)
@@ -186,13 +291,16 @@ def test_profile_network_measures_verifies_and_resumes(cuda, tmp_path, monkeypat
     overall = pd.read_csv(out / "overall.csv")
     assert len(overall) == 6 and (overall["status"] == "ok").all()
     assert (overall["forward_ms"] > 0).all() and (overall["conv_ms"] > 0).all()
+    assert (overall["eager_ms"] > 0).all() and (overall["graph_ms"] > 0).all()
     layers = pd.read_csv(out / "layers.csv")
     gemm = layers[layers["policy"] == "GEMM"]
     ran = gemm[gemm["algo"] == "GEMM"]
     assert len(ran) >= 6 and (ran["verified"] == "verified").all()
     assert (layers.loc[layers["policy"] == "heuristic", "verified"] == "pytorch").all()
     seer_rows = layers[layers["policy"] == "seer"]
-    assert seer_rows["predicted_ms"].notna().sum() >= 6
+    # Where seer's pick ran (the guard leaves the rest to PyTorch), its prediction is there.
+    assert seer_rows.loc[seer_rows["algo"] != "pytorch", "predicted_ms"].notna().all()
+    assert overall.loc[overall["policy"] == "seer", "guarded_layers"].notna().all()
     records = sorted((out / "raw").glob("pass_times-*.jsonl"))
     before = sum(len(p.read_text().splitlines()) for p in records)
     assert main(argv) == 0  # everything recorded: nothing measured again

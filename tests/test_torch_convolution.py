@@ -93,10 +93,10 @@ def test_seers_own_kernels_can_be_forced_and_ranked():
 
     model = load_model("h100", math="fma")
     layer = ConvShape.square(8, 64, 56, 64, 3, stride=1, padding=1)
-    every = Predicted(model, "fma", algorithms="all")
+    every = Predicted(model, "fma", algorithms="all", guard=False)
     assert every.algorithm(layer) == best_per_layer(model.predict([layer], "fma"))["best_algo"].iloc[0]
-    assert Predicted(model, "fma", algorithms="seer").algorithm(layer).startswith("SEER_")
-    assert Predicted(model, "fma").algorithm(layer) in algorithm_names("cudnn")
+    assert Predicted(model, "fma", algorithms="seer", guard=False).algorithm(layer).startswith("SEER_")
+    assert Predicted(model, "fma", guard=False).algorithm(layer) in algorithm_names("cudnn")
     with pytest.raises(InputError, match="unknown algorithm"):
         Predicted(model, "fma", algorithms="fastest")
 
@@ -118,7 +118,7 @@ def test_apply_predicts_every_layer_of_the_input_in_advance():
 def test_a_layer_seen_later_is_predicted_then():
     from seer.persist import load_model
 
-    choice = Predicted(load_model("h100", math="default"), "default")
+    choice = Predicted(load_model("h100", math="default"), "default", guard=False)
     layer = ConvShape.square(8, 64, 56, 64, 3, stride=1, padding=1)
     assert choice.algorithm(layer) in {"IMPLICIT_PRECOMP_GEMM", "IMPLICIT_GEMM", "GEMM", "FFT", "FFT_TILING",
                                        "WINOGRAD_NONFUSED"}
@@ -136,3 +136,42 @@ def test_the_layout_is_read_from_input_and_weight_alike():
     x3, w3 = torch.zeros(1, 8, 4, 4, 4), torch.zeros(8, 8, 3, 3, 3)
     assert _layout(x3.to(memory_format=torch.channels_last_3d), w3.to(memory_format=torch.channels_last_3d), 3) == "nhwc"
     assert _layout(torch.zeros(2, 16, 9).transpose(1, 2).contiguous().transpose(1, 2), torch.zeros(4, 16, 3), 1) is None
+
+
+def test_the_guard_keeps_pytorch_unless_the_pick_wins_by_the_margin():
+    from seer.persist import load_model
+    from seer.torch.convolution import GUARD_HOST_MS, GUARD_MIN_GAIN, keeps_pick
+
+    choice = Predicted(load_model("h100", math="fma"), "fma")
+    layer = ConvShape.square(32, 256, 56, 64, 1)
+    choice.prepare([layer])
+    times, pick = choice.times[layer], choice.picks[layer]
+    assert pick in times
+    assert not keeps_pick(times, pick, pick)  # PyTorch's heuristic runs the same algorithm
+    assert keeps_pick(times, pick, None)  # no heuristic choice to compare with
+    slower = dict(times, OTHER=times[pick] * (1 + GUARD_MIN_GAIN) + GUARD_HOST_MS * 1.01)
+    barely = dict(times, OTHER=times[pick] * (1 + GUARD_MIN_GAIN / 2))
+    assert keeps_pick(slower, pick, "OTHER")
+    assert not keeps_pick(barely, pick, "OTHER")
+
+
+@pytest.mark.parametrize("dims,stride,padding,dilation,groups,channels_last", [
+    (2, (1, 1), (1, 1), (1, 1), 1, False), (2, (2, 1), (0, 3), (1, 2), 4, True),
+    (3, (1, 2, 2), (1, 0, 1), (2, 1, 1), 2, False), (3, (1, 1, 1), (1, 1, 1), (1, 1, 1), 8, True)])
+def test_the_compiled_operators_fake_gives_pytorchs_output_shape_and_layout(dims, stride, padding, dilation, groups,
+                                                                          channels_last):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from seer.torch.convolution import _FUNCTIONAL, _op_fake, convolution_op
+
+    assert convolution_op is not None and torch.ops.seer.convolution is not None
+    x = torch.randn(2, 8, *([9] * dims))
+    w = torch.randn(16, 8 // groups, *([3] * dims))
+    if channels_last:
+        fmt = torch.channels_last if dims == 2 else torch.channels_last_3d
+        x, w = x.contiguous(memory_format=fmt), w.contiguous(memory_format=fmt)
+    expected = _FUNCTIONAL[dims](x, w, None, stride, padding, dilation, groups)
+    with FakeTensorMode() as mode:
+        fake = _op_fake(mode.from_tensor(x), mode.from_tensor(w), None, list(stride), list(padding), list(dilation),
+                        groups, "IMPLICIT_GEMM", "fma")
+    assert fake.shape == expected.shape and fake.stride() == expected.stride()

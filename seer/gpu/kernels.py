@@ -370,28 +370,48 @@ def _device_taps(shape: ConvShape, layout: str, device: int):
     return taps
 
 
+class Launch:
+    """One plan of ``algo`` for ``shape`` on GPU ``device``, its arguments prepared once: a
+    call passes three device pointers and launches on CuPy's current stream. A plan with
+    ``zero_output`` adds into its output, which the caller zeroes first."""
+
+    def __init__(self, algo: str, shape: ConvShape, device: int, tile: str | None = None,
+                 layout: str = "nchw") -> None:
+        import cupy as cp
+        import numpy as np
+
+        with cp.cuda.Device(device):
+            self.plan = plan(algo, shape, tile, sms=cp.cuda.Device().attributes["MultiProcessorCount"],
+                             layout=layout)
+            self._kernel = _function(self.plan.kernel, layout)
+            sizes = (shape.batch, shape.in_ch, shape.in_d, shape.in_h, shape.in_w, shape.out_ch, shape.kernel_d,
+                     shape.kernel_h, shape.kernel_w, shape.out_d, shape.out_h, shape.out_w, shape.stride_d,
+                     shape.stride_h, shape.stride_w, shape.pad_d, shape.pad_h, shape.pad_w, shape.dilation_d,
+                     shape.dilation_h, shape.dilation_w, shape.groups)
+            self._tail = tuple(np.int32(v) for v in sizes)
+            if algo != "SEER_DIRECT":
+                self._tail += (_device_taps(shape, layout, device), np.int32(self.plan.tiles_per_split))
+        self._pointer = np.uint64
+        self._grid, self._block = self.plan.grid, (self.plan.block,)
+        self.zero_output = self.plan.splits > 1
+
+    def __call__(self, x_ptr: int, w_ptr: int, y_ptr: int) -> None:
+        pointer = self._pointer
+        self._kernel(self._grid, self._block, (pointer(x_ptr), pointer(w_ptr), pointer(y_ptr), *self._tail))
+
+
 def forward(algo: str, shape: ConvShape, x, w, y, tile: str | None = None,
             layout: str = "nchw") -> tuple[Callable[[], None], Plan]:
     """A function that runs ``algo`` once on CuPy arrays ``x``, ``w``, ``y`` (float32, C
     order, the shape's dims in ``layout``'s order: :meth:`ConvShape.layout_order`) on the
     current stream, and its :class:`Plan` (``tile``: see :func:`plan`)."""
     import cupy as cp
-    import numpy as np
 
-    p = plan(algo, shape, tile, sms=cp.cuda.Device().attributes["MultiProcessorCount"], layout=layout)
-    kernel = _function(p.kernel, layout)
-    sizes = (shape.batch, shape.in_ch, shape.in_d, shape.in_h, shape.in_w, shape.out_ch, shape.kernel_d,
-             shape.kernel_h, shape.kernel_w, shape.out_d, shape.out_h, shape.out_w, shape.stride_d, shape.stride_h,
-             shape.stride_w, shape.pad_d, shape.pad_h, shape.pad_w, shape.dilation_d, shape.dilation_h,
-             shape.dilation_w, shape.groups)
-    args = (x, w, y, *(np.int32(v) for v in sizes))
-    if algo != "SEER_DIRECT":
-        args += (_device_taps(shape, layout, cp.cuda.Device().id), np.int32(p.tiles_per_split))
-    nbytes = y.nbytes
+    launch = Launch(algo, shape, cp.cuda.Device().id, tile, layout)
 
     def run() -> None:
-        if p.splits > 1:  # slices add into the output
-            cp.cuda.runtime.memsetAsync(y.data.ptr, 0, nbytes, cp.cuda.get_current_stream().ptr)
-        kernel(p.grid, (p.block,), args)
+        if launch.zero_output:  # slices add into the output
+            cp.cuda.runtime.memsetAsync(y.data.ptr, 0, y.nbytes, cp.cuda.get_current_stream().ptr)
+        launch(x.data.ptr, w.data.ptr, y.data.ptr)
 
-    return run, p
+    return run, launch.plan

@@ -30,6 +30,7 @@ import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -82,15 +83,33 @@ class Fixed(Choice):
         return self.name
 
 
+#: A pick replaces PyTorch's own convolution only where it is predicted faster than the
+#: algorithm cuDNN's heuristic names (what PyTorch's default mode runs, closely) by this
+#: fraction and by :data:`GUARD_HOST_MS`: the models' per-algorithm error on unseen networks
+#: is about 10%, and a seer convolution costs about 30 us more host time per call than
+#: PyTorch's (benchmarks/results/h100-host-cost.json), which a network whose GPU waits for
+#: its host pays in full. ``seer.torch.apply(..., guard=False)`` turns the guard off.
+GUARD_MIN_GAIN = 0.05
+GUARD_HOST_MS = 0.03
+
+
 @dataclass
 class Predicted(Choice):
     """seer's predicted-fastest algorithm per layer among ``algorithms`` (names or groups, as
-    ``seer predict --algo``; cuDNN's by default), predicted once per distinct layer."""
+    ``seer predict --algo``; cuDNN's by default), predicted once per distinct layer.
+
+    With ``guard`` (the default), a layer keeps PyTorch's own convolution unless the pick is
+    predicted faster than cuDNN's heuristic choice (asked of cuDNN on the GPU, once per
+    layer) by :data:`GUARD_MIN_GAIN` and :data:`GUARD_HOST_MS`; ``guarded`` lists the layers
+    kept that way, with both predicted times.
+    """
 
     model: object  # seer.model.Model
     math: str = "default"
     picks: dict = field(default_factory=dict)
     algorithms: str = "cudnn"
+    guard: bool = True
+    host_ms: float = GUARD_HOST_MS  # 0 for a model run captured in CUDA graphs: no host cost per call
 
     def __post_init__(self) -> None:
         self.math = get_math_mode(self.math).name
@@ -99,27 +118,74 @@ class Predicted(Choice):
         except KeyError as exc:
             raise InputError(exc.args[0], field="algorithms") from None
         self._lock = threading.Lock()
+        self.times: dict[ConvShape, dict[str, float]] = {}  # predicted ms of every algorithm that runs
+        self.guarded: dict[ConvShape, tuple[str, float, str, float]] = {}
+        self._decided: dict[ConvShape, str | None] = {}
 
     def prepare(self, layers: Iterable[ConvShape]) -> None:
         """Predict every layer not yet seen, in one call to the model."""
-        from seer.model import best_per_layer
-
         with self._lock:
             new = sorted({layer for layer in layers if layer not in self.picks})
             if not new:
                 return
-            best = best_per_layer(self.model.predict(new, self.math, algorithms=self._ranked))["best_algo"]
-            for layer, algo in zip(new, best.to_numpy()):
-                # None where no algorithm is predicted to run.
-                self.picks[layer] = algo if isinstance(algo, str) and algo in self._ranked else None
+            # The model's pick (rank 1), and every ranked algorithm's time: the guard compares
+            # the pick with cuDNN's heuristic choice.
+            frame = self.model.predict(new, self.math, algorithms=self._ranked)
+            for layer in new:
+                self.picks[layer] = None  # where no algorithm is predicted to run
+            frame = frame[frame["algo"].notna()]
+            for position, algo, ms, rank in zip(frame["layer"], frame["algo"], frame["predicted_ms"], frame["rank"]):
+                self.times.setdefault(new[position], {})[algo] = float(ms)
+                if rank == 1:
+                    self.picks[new[position]] = algo
 
     def algorithm(self, layer: ConvShape) -> str | None:
         if layer not in self.picks:
             self.prepare([layer])
-        return self.picks[layer]
+        pick = self.picks[layer]
+        if not self.guard or pick is None:
+            return pick
+        if layer not in self._decided:
+            self._decided[layer] = self._guarded(layer, pick)
+        return self._decided[layer]
+
+    def _guarded(self, layer: ConvShape, pick: str) -> str | None:
+        """``pick``, or None where it is not predicted to beat cuDNN's heuristic choice by the margin."""
+        heuristic = cudnn_heuristic_choice(layer, self.math)
+        times = self.times.get(layer, {})
+        if keeps_pick(times, pick, heuristic, self.host_ms):
+            return pick
+        self.guarded[layer] = (pick, times.get(pick), heuristic, times.get(heuristic))
+        return None
 
     def describe(self) -> str:
         return "seer"
+
+
+def keeps_pick(times: dict[str, float], pick: str, heuristic: str | None, host_ms: float = GUARD_HOST_MS) -> bool:
+    """Whether ``pick`` should replace PyTorch's convolution, given every algorithm's predicted
+    ms and the algorithm cuDNN's heuristic names (None: it names none that runs): not where
+    the heuristic names the pick itself, else where the pick wins by the guard's margin or
+    the heuristic's choice has no prediction."""
+    if heuristic == pick:
+        return False
+    if heuristic is None or heuristic not in times:
+        return True
+    return times[pick] * (1 + GUARD_MIN_GAIN) + host_ms < times[heuristic]
+
+
+def cudnn_heuristic_choice(layer: ConvShape, math: str) -> str | None:
+    """The algorithm cuDNN's heuristic (``cudnnGetConvolutionForwardAlgorithm_v7``) ranks first
+    among those that run ``layer``, asked on the current GPU; None where it names none."""
+    from seer.algorithms import ALGORITHMS
+
+    state = _device_state(torch.device("cuda", torch.cuda.current_device()))
+    names = {a.enum: a.name for a in ALGORITHMS if a.source == "cudnn"}
+    with state.cudnn.ConvolutionProblem(state.legacy_handle, layer, math) as problem:
+        for choice in problem.heuristic():
+            if choice.status == 0 and choice.algo in names:
+                return names[choice.algo]
+    return None
 
 
 def _algorithm(name: str, source: str | None = None) -> Algorithm:
@@ -132,51 +198,177 @@ def _algorithm(name: str, source: str | None = None) -> Algorithm:
     return algo
 
 
-# -- running one convolution through cuDNN --------------------------------------------------
-class _Engine:
-    """One cuDNN handle per device and thread, with the descriptors of every layer seen."""
+# -- running one layer: a runner per (layer, algorithm, math, layout, device), built once --
+class _Runner:
+    """Runs one layer by one algorithm on tensors packed in ``layout``; built once, so a call
+    is an output allocation, the launch, and the bias.
+
+    ``path`` says what runs it: ``graph`` (a plan of cuDNN's graph API, built once),
+    ``legacy`` (``cudnnConvolutionForward``, which builds a plan per call: about 200 us of
+    host time), or ``cupy`` (seer's own kernel, arguments prepared once).
+    """
+
+    path = ""
+
+    def __init__(self, layer: ConvShape, layout: str, device: torch.device, dims: int) -> None:
+        self.layer, self.layout, self.device, self.dims = layer, layout, device, dims
+        self.out_dims = layer.output_dims
+        self.memory_format = _CHANNELS_LAST[len(self.out_dims) - 2] if layout == "nhwc" else torch.contiguous_format
+        self.bias_shape = (1, -1, *([1] * dims))
+        self.zero_output = False
+        self.state = _device_state(device)
+
+    def launch(self, x: torch.Tensor, w: torch.Tensor, y: torch.Tensor) -> None:
+        raise NotImplementedError
+
+    def __call__(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        if self.dims == 1:  # a 1D convolution is a 2D one of height 1, as PyTorch hands it to cuDNN
+            x, w = x.unsqueeze(-2), w.unsqueeze(-2)
+        y = torch.empty(self.out_dims, dtype=x.dtype, device=x.device, memory_format=self.memory_format)
+        if self.zero_output:
+            y.zero_()
+        self.launch(x, w, y)
+        if self.dims == 1:
+            y = y.squeeze(-2)
+        if bias is not None:
+            y.add_(bias.view(self.bias_shape))
+        return y
+
+
+class _GraphRunner(_Runner):
+    path = "graph"
+
+    def __init__(self, layer, layout, device, dims, algo: Algorithm, math: str) -> None:
+        from seer.gpu.cudnn_graph import GraphConvolution
+
+        super().__init__(layer, layout, device, dims)
+        self.plan = GraphConvolution.realising(self.state.graph_handle, layer, math, algo.engines.for_math(math),
+                                               layout)
+        self.workspace_bytes = self.plan.workspace_bytes
+        self._run = self.plan.run
+
+    def launch(self, x, w, y) -> None:
+        state = self.state
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        if stream != state.graph_stream:
+            state.frontend.set_stream(state.graph_handle, stream)
+            state.graph_stream = stream
+        # From PyTorch's caching allocator: freed when this call returns, reused in stream order
+        # (and a fixed address inside a CUDA graph's capture).
+        size = self.workspace_bytes
+        workspace = torch.empty(size, dtype=torch.uint8, device=x.device).data_ptr() if size else 0
+        self._run(x.data_ptr(), w.data_ptr(), y.data_ptr(), workspace)
+
+
+class _LegacyRunner(_Runner):
+    path = "legacy"
+
+    def __init__(self, layer, layout, device, dims, algo: Algorithm, math: str) -> None:
+        super().__init__(layer, layout, device, dims)
+        self.problem = self.state.cudnn.ConvolutionProblem(self.state.legacy_handle, layer, math, layout)
+        self.algo = algo.enum
+        self.workspace_bytes = self.problem.workspace_size(self.algo)
+
+    def launch(self, x, w, y) -> None:
+        self.state.legacy_handle.set_stream(torch.cuda.current_stream(self.device).cuda_stream)
+        size = self.workspace_bytes
+        workspace = torch.empty(size, dtype=torch.uint8, device=x.device).data_ptr() if size else 0
+        self.problem.forward(self.algo, x.data_ptr(), w.data_ptr(), y.data_ptr(), workspace, size)
+
+
+class _OwnRunner(_Runner):
+    path = "cupy"
+
+    def __init__(self, layer, layout, device, dims, algo: Algorithm, math: str) -> None:
+        import cupy
+
+        from seer.gpu import kernels
+
+        super().__init__(layer, layout, device, dims)
+        self._cupy = cupy
+        self._launch = kernels.Launch(algo.name, layer, device.index, layout=layout)
+        self.zero_output = self._launch.zero_output
+
+    def launch(self, x, w, y) -> None:
+        with self.state.cupy_stream(torch.cuda.current_stream(self.device).cuda_stream):
+            self._launch(x.data_ptr(), w.data_ptr(), y.data_ptr())
+
+
+class _DeviceState:
+    """What the runners of one device and thread share: cuDNN's handles and the streams they
+    are on, and CuPy's views of PyTorch's streams."""
 
     def __init__(self, device: torch.device) -> None:
         from seer.gpu import cudnn
 
-        self._cudnn = cudnn
+        self.device, self.cudnn = device, cudnn
         with torch.cuda.device(device):
-            self.handle = cudnn.Handle(torch.cuda.current_stream(device).cuda_stream)
-        self.problems: dict[tuple[ConvShape, str, str], object] = {}
-        self.workspace_bytes: dict[tuple[ConvShape, str, str, int], int] = {}
+            self.legacy_handle = cudnn.Handle(torch.cuda.current_stream(device).cuda_stream)
+        self._graph_handle = None
+        self.graph_stream = None
+        self._cupy_streams: dict[int, object] = {}
 
-    def _problem(self, layer: ConvShape, math: str, layout: str):
-        key = (layer, math, layout)
-        if key not in self.problems:
-            self.problems[key] = self._cudnn.ConvolutionProblem(self.handle, layer, math, layout)
-        return self.problems[key]
+    @property
+    def frontend(self):
+        from seer.gpu.cudnn_graph import frontend
 
-    def forward(self, x: torch.Tensor, weight: torch.Tensor, layer: ConvShape, algo: int, math: str,
-                layout: str) -> torch.Tensor:
-        """cuDNN's forward convolution; raises CudnnError where the algorithm cannot run."""
-        problem = self._problem(layer, math, layout)
-        key = (layer, math, layout, algo)
-        if key not in self.workspace_bytes:
-            self.workspace_bytes[key] = problem.workspace_size(algo)
-        size = self.workspace_bytes[key]
-        self.handle.set_stream(torch.cuda.current_stream(x.device).cuda_stream)
-        # From PyTorch's caching allocator: freed when this call returns, reused in stream order.
-        workspace = torch.empty(size, dtype=torch.uint8, device=x.device) if size else None
-        y = _empty(problem.y_dims, x, layout)
-        problem.forward(algo, x.data_ptr(), weight.data_ptr(), y.data_ptr(),
-                        workspace.data_ptr() if size else 0, size)
-        return y
+        return frontend()
 
+    @property
+    def graph_handle(self):
+        if self._graph_handle is None:
+            with torch.cuda.device(self.device):
+                self._graph_handle = self.frontend.create_handle()
+        return self._graph_handle
 
-_engines = threading.local()
+    def cupy_stream(self, pointer: int):
+        stream = self._cupy_streams.get(pointer)
+        if stream is None:
+            import cupy
+
+            stream = self._cupy_streams[pointer] = cupy.cuda.ExternalStream(pointer, self.device.index)
+        return stream
 
 
-def _engine(device: torch.device) -> _Engine:
-    engines = _engines.__dict__.setdefault("by_device", {})
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if index not in engines:
-        engines[index] = _Engine(torch.device("cuda", index))
-    return engines[index]
+_local = threading.local()
+
+
+def _device_state(device: torch.device) -> _DeviceState:
+    states = _local.__dict__.setdefault("states", {})
+    if device not in states:
+        states[device] = _DeviceState(device)
+    return states[device]
+
+
+def _runner(layer: ConvShape, algo: Algorithm, math: str, layout: str, device: torch.device, dims: int) -> _Runner:
+    """The runner of ``layer`` by ``algo``, built at first use (per thread): seer's kernels
+    through CuPy; cuDNN's through a graph-API plan where the algorithm has engines
+    (:attr:`Algorithm.engines`) and cudnn-frontend is installed, else the legacy call.
+    Raises CudnnError where cuDNN cannot run it, ImportError where CuPy is missing."""
+    runners = _local.__dict__.setdefault("runners", {})
+    key = (layer, algo.name, math, layout, device, dims)
+    runner = runners.get(key)
+    if runner is None:
+        if algo.source == "cupy":
+            runner = _OwnRunner(layer, layout, device, dims, algo, math)
+        else:
+            runner = None
+            if algo.engines is not None:
+                from seer.errors import EnvironmentProblem
+                from seer.gpu.cudnn_graph import GraphNotSupported
+
+                try:
+                    runner = _GraphRunner(layer, layout, device, dims, algo, math)
+                except (EnvironmentProblem, GraphNotSupported) as exc:
+                    _graph_problems[key] = str(exc)
+            if runner is None:
+                runner = _LegacyRunner(layer, layout, device, dims, algo, math)
+        runners[key] = runner
+    return runner
+
+
+#: Why a runner took the legacy call instead of a graph-API plan, by runner key.
+_graph_problems: dict[tuple, str] = {}
 
 
 @dataclass(frozen=True)
@@ -201,21 +393,19 @@ def _layout(x: torch.Tensor, weight: torch.Tensor, dims: int) -> str | None:
     return None
 
 
-def _empty(dims: Sequence[int], like: torch.Tensor, layout: str) -> torch.Tensor:
-    """An output of NC[D]HW ``dims`` packed in ``layout``."""
-    return torch.empty(dims, dtype=like.dtype, device=like.device,
-                       memory_format=_CHANNELS_LAST[len(dims) - 2] if layout == "nhwc" else torch.contiguous_format)
-
-
-def _as_cudnn(tensor: torch.Tensor, dims: int) -> torch.Tensor:
-    # A 1D convolution is a 2D one of height 1, as PyTorch hands it to cuDNN.
-    return tensor.unsqueeze(-2) if dims == 1 else tensor
+def _backward(call: _Call, x, weight, grad_y, needs_input_grad, has_bias):
+    grad_input_fn, grad_weight_fn = _GRADIENTS[call.dims]
+    args = (call.stride, call.padding, call.dilation, call.groups)
+    grad_x = grad_input_fn(x.shape, weight, grad_y, *args) if needs_input_grad[0] else None
+    grad_w = grad_weight_fn(x, weight.shape, grad_y, *args) if needs_input_grad[1] else None
+    grad_b = grad_y.sum(dim=[0, *range(2, grad_y.dim())]) if has_bias and needs_input_grad[2] else None
+    return grad_x, grad_w, grad_b
 
 
 class _Convolution(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, call: _Call, layer: ConvShape, algo: Algorithm, math: str, layout: str):
-        y = _forward(x, weight, bias, call, layer, algo, math, layout)
+    def forward(ctx, x, weight, bias, call: _Call, runner: _Runner):
+        y = runner(x, weight, bias)
         ctx.save_for_backward(x, weight)
         ctx.call, ctx.has_bias = call, bias is not None
         return y
@@ -223,50 +413,23 @@ class _Convolution(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_y):
         x, weight = ctx.saved_tensors
-        call = ctx.call
-        grad_input_fn, grad_weight_fn = _GRADIENTS[call.dims]
-        args = (call.stride, call.padding, call.dilation, call.groups)
-        grad_x = grad_input_fn(x.shape, weight, grad_y, *args) if ctx.needs_input_grad[0] else None
-        grad_w = grad_weight_fn(x, weight.shape, grad_y, *args) if ctx.needs_input_grad[1] else None
-        grad_b = grad_y.sum(dim=[0, *range(2, grad_y.dim())]) if ctx.has_bias and ctx.needs_input_grad[2] else None
-        return grad_x, grad_w, grad_b, None, None, None, None, None
+        return (*_backward(ctx.call, x, weight, grad_y, ctx.needs_input_grad, ctx.has_bias), None, None)
 
 
-def _own_forward(x: torch.Tensor, weight: torch.Tensor, layer: ConvShape, algo: str, layout: str) -> torch.Tensor:
-    """One of seer's own kernels on PyTorch's tensors (CuPy views, no copies) and current stream."""
-    import cupy as cp
-
-    from seer.gpu import kernels
-
-    y = _empty(layer.output_dims, x, layout)
-    order = layer.layout_order(layout)
-    with cp.cuda.Device(x.device.index), cp.cuda.ExternalStream(torch.cuda.current_stream(x.device).cuda_stream):
-        # Views of the same memory, in its order (C order for CuPy); detached, since CuPy
-        # refuses tensors that require grad.
-        views = (cp.asarray(t.detach().permute(order)) for t in (x, weight, y))
-        run, _ = kernels.forward(algo, layer, *views, layout=layout)
-        run()
-    return y
+def _needs_grad(x, weight, bias) -> bool:
+    return torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
+                                        or (bias is not None and bias.requires_grad))
 
 
-def _forward(x, weight, bias, call: _Call, layer: ConvShape, algo: Algorithm, math: str, layout: str) -> torch.Tensor:
-    x, weight = _as_cudnn(x, call.dims), _as_cudnn(weight, call.dims)
-    if algo.source == "cupy":
-        y = _own_forward(x, weight, layer, algo.name, layout)
-    else:
-        y = _engine(x.device).forward(x, weight, layer, algo.enum, math, layout)
-    if call.dims == 1:
-        y = y.squeeze(-2)
-    if bias is not None:
-        y.add_(bias.view(1, -1, *([1] * call.dims)))
-    return y
+def _run(x, weight, bias, call: _Call, runner: _Runner) -> torch.Tensor:
+    if _needs_grad(x, weight, bias):
+        return _Convolution.apply(x, weight, bias, call, runner)
+    return runner(x, weight, bias)
 
 
-def _run(x, weight, bias, call: _Call, layer: ConvShape, algo: Algorithm, math: str, layout: str) -> torch.Tensor:
-    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
-                                    or (bias is not None and bias.requires_grad)):
-        return _Convolution.apply(x, weight, bias, call, layer, algo, math, layout)
-    return _forward(x, weight, bias, call, layer, algo, math, layout)
+def _call_layer(x: torch.Tensor, weight: torch.Tensor, call: _Call) -> ConvShape:
+    return ConvShape(**layer_of_call({"input": x, "weight": weight, "stride": call.stride, "padding": call.padding,
+                                      "dilation": call.dilation, "groups": call.groups}, call.dims))
 
 
 def cudnn_convolution(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *,
@@ -281,10 +444,69 @@ def cudnn_convolution(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
         raise InputError("input and weight are neither both contiguous NC[D]HW nor both channels-last",
                          field="input")
     call = _Call(dims, tuple(stride), tuple(padding), tuple(dilation), int(groups))
-    layer = ConvShape(**layer_of_call({"input": x, "weight": weight, "stride": call.stride,
-                                       "padding": call.padding, "dilation": call.dilation,
-                                       "groups": call.groups}, dims))
-    return _run(x, weight, bias, call, layer, _algorithm(algorithm, "cudnn"), get_math_mode(math).name, layout)
+    algo = _algorithm(algorithm, "cudnn")
+    runner = _runner(_call_layer(x, weight, call), algo, get_math_mode(math).name, layout, x.device, dims)
+    return _run(x, weight, bias, call, runner)
+
+
+# -- torch.compile: one custom operator, with a fake implementation for tracing -------------
+def _op_convolution(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: list[int],
+                    padding: list[int], dilation: list[int], groups: int, algorithm: str, math: str) -> torch.Tensor:
+    dims = weight.dim() - 2
+    call = _Call(dims, tuple(stride), tuple(padding), tuple(dilation), groups)
+    layout = _layout(x, weight, dims)
+    try:
+        runner = _runner(_call_layer(x, weight, call), get_algorithm(algorithm), math, layout, x.device, dims)
+        return runner(x, weight, bias)
+    except Exception as exc:  # noqa: BLE001 - a compiled graph cannot fall back at trace time: here it does
+        from seer.gpu.cudnn import CudnnError
+
+        if not isinstance(exc, (CudnnError, ImportError)):
+            raise
+        warnings.warn(f"seer: {algorithm} cannot run a compiled convolution ({exc}); PyTorch's runs instead")
+        return _FUNCTIONAL[dims](x, weight, bias, stride, padding, dilation, groups)
+
+
+def _op_fake(x, weight, bias, stride, padding, dilation, groups, algorithm, math):
+    from seer.shapes import conv_out_width
+
+    dims = weight.dim() - 2
+    spatial = [conv_out_width(x.shape[2 + i], weight.shape[2 + i], stride[i], padding[i], dilation[i])
+               for i in range(dims)]
+    layout = _layout(x, weight, dims)
+    out = x.new_empty((x.shape[0], weight.shape[0], *spatial))
+    return out.contiguous(memory_format=_CHANNELS_LAST[dims]) if layout == "nhwc" else out
+
+
+def _op_setup(ctx, inputs, output) -> None:
+    x, weight, bias, stride, padding, dilation, groups, _, _ = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.call = _Call(weight.dim() - 2, tuple(stride), tuple(padding), tuple(dilation), groups)
+    ctx.has_bias = bias is not None
+
+
+def _op_backward(ctx, grad_y):
+    x, weight = ctx.saved_tensors
+    return (*_backward(ctx.call, x, weight, grad_y, ctx.needs_input_grad, ctx.has_bias),
+            None, None, None, None, None, None)
+
+
+def _register_operator():
+    """``torch.ops.seer.convolution``, where this PyTorch has ``torch.library.custom_op`` (2.4 on)."""
+    if not hasattr(torch.library, "custom_op"):
+        return None
+    op = torch.library.custom_op(
+        "seer::convolution", _op_convolution, mutates_args=(),
+        schema="(Tensor x, Tensor weight, Tensor? bias, int[] stride, int[] padding, int[] dilation, int groups, "
+               "str algorithm, str math) -> Tensor")
+    op.register_fake(_op_fake)
+    op.register_autograd(_op_backward, setup_context=_op_setup)
+    return op
+
+
+#: The custom operator a compiled model calls (None on a PyTorch without custom_op).
+convolution_op = _register_operator()
+_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
 
 # -- the modules --------------------------------------------------------------------------
@@ -292,7 +514,8 @@ class _SeerConv:
     """What SeerConv1d/2d/3d add to their ``nn.Conv*`` base: the choice and the fallback.
 
     ``fallbacks`` counts the calls that PyTorch ran, by reason; ``last_algorithm`` is the
-    algorithm of the last call (``"pytorch"`` where PyTorch's own convolution ran).
+    algorithm of the last call (``"pytorch"`` where PyTorch's own convolution ran); ``paths``
+    says, per kind of input, what ran the chosen algorithm (:class:`_Runner`'s ``path``).
     """
 
     @classmethod
@@ -303,7 +526,9 @@ class _SeerConv:
         new.seer_choice, new.seer_name, new.seer_nvtx = choice, name, nvtx
         new.fallbacks = {}
         new.last_algorithm = None
+        new.paths = {}  # input kind -> the runner's path (graph, legacy, cupy)
         new._plans = {}  # input shape -> _Plan; a choice is fixed per layer
+        new._fast = {}  # input kind -> (algorithm name, runner)
         return new
 
     def to_conv(self) -> nn.Module:
@@ -333,7 +558,7 @@ class _SeerConv:
     def _fall_back(self, reason: str) -> None:
         if reason not in self.fallbacks:
             warnings.warn(f"seer: {self.seer_name or type(self).__name__}: {reason}; "
-                          "PyTorch's own convolution runs instead", stacklevel=3)
+                          "PyTorch's own convolution runs instead", stacklevel=4)
         self.fallbacks[reason] = self.fallbacks.get(reason, 0) + 1
 
     def _plan(self, x: torch.Tensor, layout: str) -> "_Plan":
@@ -357,10 +582,24 @@ class _SeerConv:
         return self._plans[key]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # The fast path: an input of a kind already seen, whose runner is built; nothing to
+        # check again, nothing to record but the algorithm.
+        fast = self._fast.get((x.shape, x.stride(), x.dtype, x.device, self.weight.dtype, self.weight.stride()))
+        if fast is not None:
+            if fast[1] is None:  # the choice leaves this input to PyTorch: its own module's path
+                self.last_algorithm = PYTORCH
+                return self._conv_forward(x, self.weight, self.bias)
+            if not _needs_grad(x, self.weight, self.bias):
+                self.last_algorithm = fast[0]
+                return fast[1](x, self.weight, self.bias)
+        return self._forward(x)
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
         reason = self._unrunnable(x)
         if reason is not None:
             self._fall_back(reason)
             return self._pytorch(x)
+        key = (x.shape, x.stride(), x.dtype, x.device, self.weight.dtype, self.weight.stride())
         if self.padding_mode != "zeros":  # PyTorch pads the input itself, then convolves unpadded
             padding = self._numeric_padding()
             x = F.pad(x, [p for p in reversed(padding) for _ in range(2)], mode=self.padding_mode)
@@ -374,15 +613,23 @@ class _SeerConv:
             return self._pytorch(x, plan.padding)
         algo = plan.algorithm
         if algo is None:  # the choice leaves this layer to PyTorch
+            if self.padding_mode == "zeros" and not isinstance(self.padding, str) and not self.seer_nvtx:
+                self._fast[key] = (PYTORCH, None)
             return self._pytorch(x, plan.padding)
         if layout == "nhwc" and algo.source == "cupy" and any(t.data_ptr() % 16 for t in (x, self.weight)):
             self._fall_back(f"{algo.name} needs channels-last tensors on 16-byte boundaries")
             return self._pytorch(x, plan.padding)
-        call = _Call(len(self.kernel_size), tuple(self.stride), plan.padding, tuple(self.dilation), self.groups)
+        dims = len(self.kernel_size)
+        call = _Call(dims, tuple(self.stride), plan.padding, tuple(self.dilation), self.groups)
+        if convolution_op is not None and _compiling():
+            self.last_algorithm = algo.name
+            return convolution_op(x, self.weight, self.bias, list(call.stride), list(call.padding),
+                                  list(call.dilation), call.groups, algo.name, self.seer_choice.math)
         if self.seer_nvtx:
             torch.cuda.nvtx.range_push(f"seer:{self.seer_name}:{algo.name}")
         try:
-            y = _run(x, self.weight, self.bias, call, plan.layer, algo, self.seer_choice.math, layout)
+            runner = _runner(plan.layer, algo, self.seer_choice.math, layout, x.device, dims)
+            y = _run(x, self.weight, self.bias, call, runner)
         except ImportError as exc:  # CuPy, which seer's own kernels need, is not installed
             self._fall_back(f"{algo.name} needs CuPy ({exc})")
             return self._pytorch(x, plan.padding)
@@ -397,6 +644,12 @@ class _SeerConv:
             if self.seer_nvtx:
                 torch.cuda.nvtx.range_pop()
         self.last_algorithm = algo.name
+        self.paths[key] = runner.path
+        # Later calls with this input go straight to the runner, unless each call is an NVTX
+        # range, or the input is padded by padding_mode first, or the layout's 16-byte
+        # alignment has to be checked per call (channels-last, seer's kernels).
+        if not self.seer_nvtx and self.padding_mode == "zeros" and not (layout == "nhwc" and algo.source == "cupy"):
+            self._fast[key] = (algo.name, runner)
         return y
 
     def _pytorch(self, x: torch.Tensor, padding=None) -> torch.Tensor:
@@ -468,12 +721,24 @@ def _swap(model: nn.Module, make) -> None:
                 setattr(parent, child_name, new)
 
 
-def swap_in(model: nn.Module, choice: Choice, nvtx: bool = False) -> nn.Module:
-    """Run what ``choice`` names on every ``nn.Conv1d/2d/3d`` of ``model`` (swapped in place; returned)."""
+def swap_in(model: nn.Module, choice: Choice, nvtx: bool = False, keep: Iterable[str] = ()) -> nn.Module:
+    """Run what ``choice`` names on every ``nn.Conv1d/2d/3d`` of ``model`` but those named in
+    ``keep``, which stay PyTorch's own modules (swapped in place; returned)."""
     if type(model) in SWAPS:
         raise InputError("give the model that holds the convolution, not the convolution itself", field="model")
-    _swap(model, lambda m, name: SWAPS[type(m)].from_conv(m, choice, name, nvtx) if type(m) in SWAPS else None)
+    keep = set(keep)
+    _swap(model, lambda m, name: SWAPS[type(m)].from_conv(m, choice, name, nvtx)
+          if type(m) in SWAPS and name not in keep else None)
     return model
+
+
+def left_to_pytorch(choice: Choice, calls: pd.DataFrame) -> set[str]:
+    """Names of the modules all of whose calls (``conv_calls(...).layers``: a ``name`` and the
+    layer fields per call) ``choice`` leaves to PyTorch: they need not be swapped at all."""
+    decided: dict[str, set] = {}
+    for row in calls.to_dict("records"):
+        decided.setdefault(row["name"], set()).add(choice.algorithm(ConvShape.from_mapping(row)))
+    return {name for name, picks in decided.items() if picks == {None}}
 
 
 def force(model: nn.Module, algorithm: str, math: str = "default", nvtx: bool = False) -> nn.Module:
@@ -483,25 +748,35 @@ def force(model: nn.Module, algorithm: str, math: str = "default", nvtx: bool = 
 
 
 def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_shape: Sequence[int] | None = None,
-          models_dir=None, seer_model=None, nvtx: bool = False, algorithms: str = "cudnn") -> nn.Module:
+          models_dir=None, seer_model=None, nvtx: bool = False, algorithms: str = "cudnn",
+          guard: bool = True, cuda_graphs: bool = False) -> nn.Module:
     """Run seer's predicted-fastest algorithm on every ``nn.Conv1d/2d/3d`` of ``model``.
 
     The pick is among ``algorithms``: cuDNN's by default (what PyTorch itself runs), or
     ``"all"`` to rank seer's own kernels too (they need CuPy). Each distinct layer is
     predicted when first seen; ``input_shape`` predicts the layers of that input in
-    advance, in one call (on the CPU, from a meta-device pass).
+    advance, in one call (on the CPU, from a meta-device pass). With ``guard``, a layer
+    keeps PyTorch's convolution unless the pick is predicted to beat cuDNN's heuristic
+    choice by a margin (:class:`Predicted`); given ``input_shape`` on a GPU host, a module
+    all of whose layers stay PyTorch's is not swapped at all, and costs nothing. With
+    ``cuda_graphs`` (the model will run captured, by ``torch.cuda.graph`` or
+    ``torch.compile(mode="reduce-overhead")``), the margin leaves out host time per call.
     """
     if seer_model is None:
         from seer.persist import load_model
 
         seer_model = load_model(gpu, math=math, models_dir=models_dir)
-    choice = Predicted(seer_model, math, algorithms=algorithms)
+    choice = Predicted(seer_model, math, algorithms=algorithms, guard=guard,
+                       host_ms=0.0 if cuda_graphs else GUARD_HOST_MS)
+    keep: set[str] = set()
     if input_shape is not None:
         from seer.torch.layers import conv_calls
 
-        calls = conv_calls(model, input_shape)
-        choice.prepare(ConvShape.from_mapping(row) for row in calls.layers.to_dict("records"))
-    return swap_in(model, choice, nvtx)
+        calls = conv_calls(model, input_shape).layers
+        choice.prepare(ConvShape.from_mapping(row) for row in calls.to_dict("records"))
+        if guard and torch.cuda.is_available():  # the guard asks cuDNN, on the GPU
+            keep = left_to_pytorch(choice, calls)
+    return swap_in(model, choice, nvtx, keep)
 
 
 def restore(model: nn.Module) -> nn.Module:

@@ -1,0 +1,150 @@
+"""Host time per convolution call: PyTorch's ``F.conv2d`` against seer's ways of running a
+chosen algorithm (GPU).
+
+    python benchmarks/host_cost.py --out benchmarks/results/h100-host-cost.json
+
+The host's clock times ``--calls`` calls enqueued back to back, and the device is synchronized
+only after: a launch queue holds over a thousand launches, so the host never waits for the
+GPU and the time is what the host spends per call (Python, PyTorch's dispatcher, cuDNN's own
+host work, the launch). The median over ``--reps`` repetitions is reported in microseconds,
+per layer and way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+import warnings
+from pathlib import Path
+
+from seer.algorithms import get_algorithm
+from seer.shapes import ConvShape
+
+#: (label, layer): the 1x1 layer of the issue, a 3x3 layer and a depthwise one.
+LAYERS = (
+    ("1x1 32x256x56x56->64", ConvShape.square(32, 256, 56, 64, 1)),
+    ("3x3 32x64x56x56->64", ConvShape.square(32, 64, 56, 64, 3, padding=1)),
+    ("3x3 depthwise 32x96x56x56 g96", ConvShape.square(32, 96, 56, 96, 3, padding=1, groups=96)),
+)
+
+
+def host_us(torch, call, calls: int, reps: int) -> float:
+    """Median host microseconds per call of ``calls`` calls enqueued back to back."""
+    import statistics
+
+    for _ in range(3):
+        call()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(reps):
+        started = time.perf_counter()
+        for _ in range(calls):
+            call()
+        samples.append((time.perf_counter() - started) / calls * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(samples)
+
+
+def ways(torch, shape: ConvShape, algorithm: str, math: str) -> dict:
+    """Callables of one convolution, each a way seer or PyTorch can run it."""
+    import torch.nn.functional as F
+
+    from seer.gpu import cudnn
+    from seer.torch.convolution import force
+
+    dims = len(shape.input_dims) - 2
+    fn = {2: F.conv2d, 3: F.conv3d}[dims]
+    x = torch.randn(shape.input_dims, device="cuda")
+    conv_type = {2: torch.nn.Conv2d, 3: torch.nn.Conv3d}[dims]
+
+    def module():
+        return conv_type(shape.in_ch, shape.out_ch, shape.filter_dims[2:], stride=shape.spatial_stride,
+                         padding=shape.spatial_padding, dilation=shape.spatial_dilation, groups=shape.groups,
+                         bias=True).cuda().eval()
+
+    conv = module()
+    w, b = conv.weight.detach(), conv.bias.detach()
+    out = {"F.conv": lambda: fn(x, w, b, shape.spatial_stride, shape.spatial_padding, shape.spatial_dilation,
+                                 shape.groups),
+           "nn.Conv module": lambda: conv(x)}
+    for name in (algorithm, "SEER_IMPLICIT_GEMM"):
+        holder = torch.nn.Sequential(module())
+        force(holder, name, math=math)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            holder(x)  # runner built
+        path = next(iter(holder[0].paths.values()), "PyTorch's fallback")
+        out[f"SeerConv {name} ({path})"] = lambda m=holder[0]: m(x)
+    # The bare calls underneath, with no output allocation or bias.
+    handle = cudnn.Handle(torch.cuda.current_stream().cuda_stream)
+    problem = cudnn.ConvolutionProblem(handle, shape, math)
+    enum = get_algorithm(algorithm).enum
+    size = problem.workspace_size(enum)
+    y = torch.empty(shape.output_dims, device="cuda")
+    space = torch.empty(max(size, 1), dtype=torch.uint8, device="cuda")
+    out[f"bare legacy cudnnConvolutionForward {algorithm}"] = lambda: problem.forward(
+        enum, x.data_ptr(), w.data_ptr(), y.data_ptr(), space.data_ptr(), size)
+    out.update(_graph_ways(torch, shape, x, w, math))
+    return out
+
+
+def _graph_ways(torch, shape: ConvShape, x, w, math: str) -> dict:
+    """The bare graph-API plan of cuDNN's first heuristic choice, called with pointers."""
+    from seer.errors import EnvironmentProblem
+
+    try:
+        import cudnn
+
+        from seer.gpu.cudnn_graph import GraphConvolution
+    except (ImportError, EnvironmentProblem):
+        return {}
+    handle = cudnn.create_handle()
+    cudnn.set_stream(handle, torch.cuda.current_stream().cuda_stream)
+    conv = GraphConvolution.ranked(handle, shape, math)
+    y = torch.empty(shape.output_dims, device="cuda")
+    ws = torch.empty(max(conv.workspace_bytes, 1), dtype=torch.uint8, device="cuda")
+    xp, wp, yp, wsp = x.data_ptr(), w.data_ptr(), y.data_ptr(), ws.data_ptr()
+    return {f"bare graph plan {conv.name}": lambda: conv.run(xp, wp, yp, wsp)}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--algorithm", default="IMPLICIT_PRECOMP_GEMM")
+    parser.add_argument("--math", default="fma")
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+
+    import torch
+
+    torch.backends.cudnn.allow_tf32 = args.math != "fma"
+    results = []
+    with torch.no_grad():
+        for label, shape in LAYERS:
+            baseline = None
+            for way, call in ways(torch, shape, args.algorithm, args.math).items():
+                us = host_us(torch, call, args.calls, args.reps)
+                baseline = baseline or us  # F.conv comes first
+                results.append({"layer": label, "way": way, "host_us": round(us, 2),
+                                "vs_F_conv": round(us / baseline, 3)})
+                print(f"{label:32s} {way:55s} {us:8.1f} us {us / baseline:6.2f}x", flush=True)
+    from seer.gpu.cudnn_graph import frontend_version
+
+    doc = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "cudnn_frontend": frontend_version(),
+           "cudnn": torch.backends.cudnn.version(), "python": platform.python_version(),
+           "algorithm": args.algorithm, "math": args.math, "calls": args.calls, "reps": args.reps,
+           "command": "python benchmarks/host_cost.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+           "results": results}
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

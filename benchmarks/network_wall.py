@@ -1,0 +1,83 @@
+"""What a user of ``seer.torch.apply`` sees on whole networks: seer's picks against PyTorch's
+own choice, in plain wall time per forward pass (eager, and captured in a CUDA graph), from
+the ``overall.csv`` of ``seer profile-network``.
+
+    python benchmarks/network_wall.py benchmarks/results/h100-network-wall/overall.csv \
+        --out benchmarks/results/h100-network-wall/summary.md
+
+For each (network, batch, math): eager and CUDA-graph ms per pass under seer, PyTorch's
+default (heuristic) and ``cudnn.benchmark``; seer's ratio to the better of PyTorch's two.
+The summary scores the targets of the fast runtime path: no case more than 1% slower than
+PyTorch's better policy, and at least 15% faster on the median network at batch 32 under
+strict FP32 (fma).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+PYTORCH = ("heuristic", "benchmark")
+
+
+def comparison(overall: pd.DataFrame, column: str) -> pd.DataFrame:
+    """One row per (network, batch, math): ``column`` under each policy, and seer's ratio to
+    the better of PyTorch's policies."""
+    ok = overall[overall["status"] == "ok"]
+    table = ok.pivot_table(index=["network", "batch", "math"], columns="policy", values=column, aggfunc="last")
+    table = table.dropna(subset=["seer", *PYTORCH])
+    table["pytorch_best"] = table[list(PYTORCH)].min(axis=1)
+    table["seer_ratio"] = table["seer"] / table["pytorch_best"]
+    return table.reset_index()
+
+
+def summary(table: pd.DataFrame) -> dict:
+    b32_fma = table[(table["batch"] == table["batch"].max()) & (table["math"] == "fma")]
+    return {"cases": int(len(table)),
+            "slower_than_1pct": int((table["seer_ratio"] > 1.01).sum()),
+            "worst_ratio": float(table["seer_ratio"].max()),
+            "median_ratio": float(table["seer_ratio"].median()),
+            "median_ratio_largest_batch_fma": float(b32_fma["seer_ratio"].median()) if len(b32_fma) else np.nan,
+            "networks_largest_batch_fma": int(len(b32_fma))}
+
+
+def markdown(table: pd.DataFrame, title: str) -> str:
+    lines = [f"### {title}", "", "| network | batch | math | seer ms | heuristic ms | benchmark ms | seer / best |",
+             "|---|---|---|---|---|---|---|"]
+    for r in table.sort_values(["math", "batch", "network"]).itertuples(index=False):
+        lines.append(f"| {r.network} | {r.batch} | {r.math} | {r.seer:.2f} | {r.heuristic:.2f} | {r.benchmark:.2f} "
+                     f"| {r.seer_ratio:.3f} |")
+    s = summary(table)
+    lines += ["", f"{s['cases']} cases; seer more than 1% slower than PyTorch's better policy in "
+                  f"{s['slower_than_1pct']} (worst {s['worst_ratio']:.3f}); median ratio {s['median_ratio']:.3f}; "
+                  f"largest batch, fma: median {s['median_ratio_largest_batch_fma']:.3f} over "
+                  f"{s['networks_largest_batch_fma']} networks.", ""]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("overall", type=Path, nargs="+", help="overall.csv files of seer profile-network")
+    parser.add_argument("--out", type=Path, help="markdown summary (default: print)")
+    args = parser.parse_args(argv)
+    overall = pd.concat([pd.read_csv(p) for p in args.overall], ignore_index=True)
+    parts = []
+    for column, title in (("eager_ms", "Eager: plain wall time per pass, back to back"),
+                          ("graph_ms", "Captured in a CUDA graph: wall time per replay"),
+                          ("forward_ms", "GPU time per pass (bursts behind a spinning kernel; host cost hidden)")):
+        if column in overall.columns and overall[column].notna().any():
+            parts.append(markdown(comparison(overall, column), title))
+    text = "\n".join(parts)
+    if args.out:
+        args.out.write_text(text)
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""One layer's forward convolution through cuDNN's graph API: built once, then run per call
+with nothing but pointers (GPU hosts only).
+
+cuDNN 9 serves the legacy ``cudnnConvolutionForward`` through its graph API and builds an
+execution plan on every call, which costs about 200 us of host time. Here the plan is built
+once per layer, through NVIDIA's cudnn-frontend Python package (``pip install
+nvidia-cudnn-frontend``, module ``cudnn``), for an engine that realises the chosen
+algorithm (:data:`seer.algorithms.CUDNN_ENGINES` says which); a call hands over three data
+pointers and the workspace.
+
+Neither ``cudnn`` nor ``torch`` is imported at module import.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from functools import lru_cache
+from typing import Any
+
+from seer.errors import EnvironmentProblem
+from seer.gpu.cudnn import packed_strides
+from seer.shapes import ConvShape
+
+_ENGINE = re.compile(r"^eng(\d+)")
+
+
+class GraphNotSupported(RuntimeError):
+    """The graph API has no plan of the asked engines for this layer."""
+
+
+@lru_cache(maxsize=1)
+def frontend():
+    """The cudnn-frontend module, imported once; EnvironmentProblem where it is missing."""
+    try:
+        import cudnn
+    except ImportError as exc:
+        raise EnvironmentProblem("seer's fast cuDNN path needs NVIDIA's cudnn-frontend: "
+                                 f"pip install nvidia-cudnn-frontend ({exc})") from None
+    return cudnn
+
+
+def frontend_version() -> str | None:
+    """cudnn-frontend's version, or None where it is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("nvidia-cudnn-frontend")
+    except PackageNotFoundError:
+        return None
+
+
+def engine_of(plan_name: str) -> int | None:
+    """The engine id in a plan's name (``eng28_k2=3_k13=1`` -> 28)."""
+    match = _ENGINE.match(plan_name)
+    return int(match.group(1)) if match else None
+
+
+def operation_graph(handle: Any, shape: ConvShape, math: str, layout: str = "nchw"):
+    """A built cuDNN operation graph of ``shape``'s fp32 forward convolution, and the uids of
+    its input, filter and output tensors, in that order. Under ``fma`` math, plans that use
+    tensor cores or convert inputs down are deselected."""
+    cudnn = frontend()
+    fp32 = cudnn.data_type.FLOAT
+    graph = cudnn.pygraph(io_data_type=fp32, intermediate_data_type=fp32, compute_data_type=fp32, handle=handle)
+    x = graph.tensor(name="x", dim=list(shape.input_dims), stride=packed_strides(shape.input_dims, layout),
+                     data_type=fp32)
+    w = graph.tensor(name="w", dim=list(shape.filter_dims), stride=packed_strides(shape.filter_dims, layout),
+                     data_type=fp32)
+    padding = list(shape.spatial_padding)
+    y = graph.conv_fprop(image=x, weight=w, pre_padding=padding, post_padding=padding,
+                         stride=list(shape.spatial_stride), dilation=list(shape.spatial_dilation),
+                         compute_data_type=fp32, name="conv")
+    y.set_output(True).set_data_type(fp32).set_dim(list(shape.output_dims)) \
+        .set_stride(packed_strides(shape.output_dims, layout))
+    if math == "fma":
+        graph.deselect_numeric_notes([cudnn.numerical_note.TENSOR_CORE, cudnn.numerical_note.DOWN_CONVERT_INPUTS])
+    graph.validate()
+    graph.build_operation_graph()
+    return graph, (x.get_uid(), w.get_uid(), y.get_uid())
+
+
+class GraphConvolution:
+    """``shape``'s forward convolution by one execution plan of cuDNN's graph API, built once.
+
+    :meth:`ranked` takes cuDNN's heuristic ranking (modes A, then FALLBACK) and builds the
+    first plan whose engine is one of ``engines``; :meth:`engine` builds one engine with its
+    default knobs. ``run(x_ptr, w_ptr, y_ptr, workspace_ptr)`` enqueues the plan on the
+    handle's stream; the caller sets that stream (``cudnn.set_stream``) and gives a
+    workspace of at least ``workspace_bytes``.
+    """
+
+    def __init__(self, handle: Any, shape: ConvShape, graph, uids: tuple[int, int, int], index: int) -> None:
+        self.shape, self.handle, self.graph, self.index = shape, handle, graph, index
+        self.uids = uids
+        self.name = graph.get_plan_name_at_index(index)
+        self.engine_id = engine_of(self.name)
+        self.workspace_bytes = int(graph.get_workspace_size_plan_at_index(index))
+        self._execute = graph.execute_plan_at_index
+
+    @classmethod
+    def ranked(cls, handle: Any, shape: ConvShape, math: str, engines: Iterable[int] | None = None,
+               layout: str = "nchw") -> "GraphConvolution":
+        cudnn = frontend()
+        graph, uids = operation_graph(handle, shape, math, layout)
+        wanted = None if engines is None else set(engines)
+        graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+        tried = []
+        for index in range(graph.get_execution_plan_count()):
+            name = graph.get_plan_name_at_index(index)
+            if wanted is not None and engine_of(name) not in wanted:
+                continue
+            try:
+                graph.build_plan_at_index(index)
+            except Exception as exc:  # noqa: BLE001 - cudnnGraphNotSupportedError and kin
+                tried.append(f"{name}: {exc}")
+                continue
+            return cls(handle, shape, graph, uids, index)
+        raise GraphNotSupported(f"no plan of engine {sorted(wanted) if wanted else 'any'} builds for {shape}"
+                                + (f" ({'; '.join(tried)[:300]})" if tried else ""))
+
+    @classmethod
+    def engine(cls, handle: Any, shape: ConvShape, math: str, engine_id: int,
+               layout: str = "nchw") -> "GraphConvolution":
+        graph, uids = operation_graph(handle, shape, math, layout)
+        try:
+            graph.create_execution_plan(engine_id, {})
+            index = graph.get_execution_plan_count() - 1
+            graph.build_plan_at_index(index)
+        except Exception as exc:  # noqa: BLE001
+            raise GraphNotSupported(f"engine {engine_id} for {shape}: {exc}") from None
+        return cls(handle, shape, graph, uids, index)
+
+    @classmethod
+    def realising(cls, handle: Any, shape: ConvShape, math: str, engines: tuple[int, ...],
+                  layout: str = "nchw") -> "GraphConvolution":
+        """The plan that runs what the legacy algorithm of ``engines`` (its
+        :class:`seer.algorithms.GraphEngines` for ``math``) runs: cuDNN's first ranked plan
+        among them, else the first of them that builds with its default knobs."""
+        try:
+            return cls.ranked(handle, shape, math, engines, layout)
+        except GraphNotSupported as ranked:
+            problems = [str(ranked)]
+        for engine_id in engines:
+            try:
+                return cls.engine(handle, shape, math, engine_id, layout)
+            except GraphNotSupported as exc:
+                problems.append(str(exc))
+        raise GraphNotSupported("; ".join(problems)[:400])
+
+    def run(self, x_ptr: int, w_ptr: int, y_ptr: int, workspace_ptr: int = 0) -> None:
+        ux, uw, uy = self.uids
+        self._execute({ux: x_ptr, uw: w_ptr, uy: y_ptr}, workspace_ptr, self.index, self.handle)
