@@ -50,8 +50,9 @@ KINDS = ("layer_times", "pass_times")
 PASS_KEY = ("network", "input", "math", "policy")
 LAYER_KEY = (*PASS_KEY, "name")
 #: What a user sees, beside the burst-timed GPU time: plain wall time per pass of back-to-back
-#: eager passes, and per replay of the pass captured in a CUDA graph (profiles before 0.8 lack them).
-WALL_COLUMNS = ("eager_ms", "graph_ms")
+#: eager passes, and per replay of the pass captured in a CUDA graph, with the spread of their
+#: windows (profiles before 0.8 lack them).
+WALL_COLUMNS = ("eager_ms", "eager_spread", "graph_ms", "graph_spread")
 #: Rounds of the policies' turns, and the GPU-and-host time of one turn's window of passes.
 WALL_ROUNDS = 7
 WALL_WINDOW_S = 0.1
@@ -291,49 +292,62 @@ class NetworkProfiler:
         and replays of the pass captured in a CUDA graph. The policies take turns, window by
         window (:data:`WALL_ROUNDS` rounds), so that the host's drift over the job (on a
         shared machine, eager times of host-bound networks moved by up to 2x between runs)
-        falls on every policy alike; each gets the median of its windows."""
-        from seer.torch.convolution import restore
+        falls on every policy alike; each gets the median of its windows. A policy that
+        swaps modules runs on its own copy of the model, swapped once, as a user's would be."""
+        import copy
+
+        from seer.torch.convolution import seer_convolutions
 
         torch = self.torch
         walls = {p: {"eager_ms": None, "graph_ms": None} for p in policies}
-        graphs, eager, replays = {}, {p: [] for p in policies}, {p: [] for p in policies}
-        forward = lambda: model(x)  # noqa: E731
+        models, graphs = {}, {}
+        eager, replays = {p: [] for p in policies}, {p: [] for p in policies}
         passes = None
         with torch.no_grad():
-            for policy in policies:  # warm-up (plans, autotuning), and each policy's CUDA graph
+            for policy in policies:  # each policy's model, warm-up (plans, autotuning) and CUDA graph
                 try:
-                    with self._set_policy(model, job, policy, layers), _without_nvtx(model):
+                    if policy in PYTORCH_POLICIES:
+                        models[policy] = model
+                    else:
+                        models[policy] = copy.deepcopy(model)
+                        self._set_policy(models[policy], job, policy, layers)
+                        for m in seer_convolutions(models[policy]).values():
+                            m.seer_nvtx = False  # as a user runs it: no NVTX range per convolution
+                    forward = lambda m=models[policy]: m(x)  # noqa: E731
+                    with self._flags(job, policy):
                         one = _pass_seconds(torch, forward)
                         passes = passes or max(3, int(WALL_WINDOW_S / one))
                         graphs[policy], problem = capture_graph(torch, forward)
-                        if problem:
-                            walls[policy]["graph_error"] = problem
+                    if problem:
+                        walls[policy]["graph_error"] = problem
                 except Exception as exc:  # noqa: BLE001 - this policy's pass record says why
                     walls[policy]["wall_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-                finally:
-                    restore(model)
             live = [p for p in policies if "wall_error" not in walls[p]]
             try:
                 for _ in range(WALL_ROUNDS):
                     for policy in live:
-                        try:
-                            with self._set_policy(model, job, policy, layers), _without_nvtx(model):
-                                eager[policy].append(window_ms(torch, forward, passes))
-                                if graphs.get(policy) is not None:
-                                    replays[policy].append(window_ms(torch, graphs[policy].replay, passes))
-                        finally:
-                            restore(model)
+                        with self._flags(job, policy):
+                            eager[policy].append(window_ms(torch, lambda m=models[policy]: m(x), passes))
+                            if graphs.get(policy) is not None:
+                                replays[policy].append(window_ms(torch, graphs[policy].replay, passes))
             except Exception as exc:  # noqa: BLE001 - the passes' records say why; burst times go on
                 for policy in live:
                     walls[policy]["wall_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
                 live = []
         for policy in live:
-            walls[policy]["eager_ms"] = float(np.median(eager[policy]))
+            walls[policy].update(eager_ms=float(np.median(eager[policy])), eager_spread=spread(eager[policy]))
             if replays[policy]:
-                walls[policy]["graph_ms"] = float(np.median(replays[policy]))
+                walls[policy].update(graph_ms=float(np.median(replays[policy])), graph_spread=spread(replays[policy]))
         graphs.clear()
+        models.clear()
         torch.cuda.empty_cache()
         return walls
+
+    @staticmethod
+    def _flags(job: Job, policy: str):
+        """PyTorch's cuDNN flags under ``policy``: its own policy's, or those of the convolutions
+        PyTorch runs beside seer's (no benchmark mode, the job's math mode)."""
+        return _pytorch_flags(PYTORCH_POLICIES.get(policy, False), job.math)
 
     def _run_policy(self, model, x, job: Job, policy: str, layers: pd.DataFrame, predictions, wall: dict):
         torch = self.torch
@@ -492,20 +506,6 @@ def capture_graph(torch, forward: Callable[[], object]):
         torch.cuda.synchronize()
         return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
     return graph, None
-
-
-@contextmanager
-def _without_nvtx(model):
-    from seer.torch.convolution import seer_convolutions
-
-    convs = [m for m in seer_convolutions(model).values() if m.seer_nvtx]
-    for m in convs:
-        m.seer_nvtx = False
-    try:
-        yield
-    finally:
-        for m in convs:
-            m.seer_nvtx = True
 
 
 def log_session(out_dir: Path, options: ProfileOptions, jobs: Sequence[Job], started: float, measured: int) -> None:

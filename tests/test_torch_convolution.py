@@ -140,7 +140,7 @@ def test_the_layout_is_read_from_input_and_weight_alike():
 
 def test_the_guard_keeps_pytorch_unless_the_pick_wins_by_the_margin():
     from seer.persist import load_model
-    from seer.torch.convolution import GUARD_HOST_MS, GUARD_MIN_GAIN, keeps_pick
+    from seer.torch.convolution import GUARD_HOST_MS, GUARD_MIN_GAIN, GUARD_PYTORCH_HOST_MS, keeps_pick
 
     choice = Predicted(load_model("h100", math="fma"), "fma")
     layer = ConvShape.square(32, 256, 56, 64, 1)
@@ -149,10 +149,16 @@ def test_the_guard_keeps_pytorch_unless_the_pick_wins_by_the_margin():
     assert pick in times
     assert not keeps_pick(times, pick, pick)  # PyTorch's heuristic runs the same algorithm
     assert keeps_pick(times, pick, None)  # no heuristic choice to compare with
-    slower = dict(times, OTHER=times[pick] * (1 + GUARD_MIN_GAIN) + GUARD_HOST_MS * 1.01)
-    barely = dict(times, OTHER=times[pick] * (1 + GUARD_MIN_GAIN / 2))
-    assert keeps_pick(slower, pick, "OTHER")
-    assert not keeps_pick(barely, pick, "OTHER")
+    host = GUARD_PYTORCH_HOST_MS + GUARD_HOST_MS
+    # A long layer: the GPU time decides, by the margin.
+    long = {"A": 1.0, "B": 1.0 * (1 + GUARD_MIN_GAIN) * 1.01, "C": 1.0 * (1 + GUARD_MIN_GAIN / 2)}
+    assert keeps_pick(long, "A", "B") and not keeps_pick(long, "A", "C")
+    # A short layer in an eager pass: the host's time per call hides the GPU's gain...
+    short = {"A": host / 4, "B": host * 0.99}
+    assert not keeps_pick(short, "A", "B")
+    # ...which a model captured in CUDA graphs keeps.
+    assert keeps_pick(short, "A", "B", captured=True)
+    assert not keeps_pick({"A": 1.0, "B": 1.0}, "A", "B", captured=True)
 
 
 @pytest.mark.parametrize("dims,stride,padding,dilation,groups,channels_last", [

@@ -83,13 +83,18 @@ class Fixed(Choice):
         return self.name
 
 
-#: A pick replaces PyTorch's own convolution only where it is predicted faster than the
-#: algorithm cuDNN's heuristic names (what PyTorch's default mode runs, closely) by this
-#: fraction and by :data:`GUARD_HOST_MS`: the models' per-algorithm error on unseen networks
-#: is about 10%, and a seer convolution costs about 30 us more host time per call than
-#: PyTorch's (benchmarks/results/h100-host-cost.json), which a network whose GPU waits for
-#: its host pays in full. ``seer.torch.apply(..., guard=False)`` turns the guard off.
+#: The guard's model of one convolution in an eager pass: it takes the longer of its host time
+#: and its GPU time (the GPU waits for a host slower than itself; a busy GPU hides the host).
+#: PyTorch's host time per call (``F.conv2d`` with a bias) is :data:`GUARD_PYTORCH_HOST_MS`;
+#: a seer convolution's is :data:`GUARD_HOST_MS` more (both measured on the H100 machine by
+#: benchmarks/host_cost.py, benchmarks/results/h100-host-cost.json). A pick replaces PyTorch's
+#: convolution only where that longer time is predicted shorter than under cuDNN's heuristic
+#: choice (what PyTorch's default mode runs, closely) by :data:`GUARD_MIN_GAIN`: the models'
+#: per-algorithm error on unseen networks is about 10%. A model run captured in CUDA graphs
+#: has no host time per call (``seer.torch.apply(..., cuda_graphs=True)``); ``guard=False``
+#: turns the guard off.
 GUARD_MIN_GAIN = 0.05
+GUARD_PYTORCH_HOST_MS = 0.045
 GUARD_HOST_MS = 0.03
 
 
@@ -100,8 +105,8 @@ class Predicted(Choice):
 
     With ``guard`` (the default), a layer keeps PyTorch's own convolution unless the pick is
     predicted faster than cuDNN's heuristic choice (asked of cuDNN on the GPU, once per
-    layer) by :data:`GUARD_MIN_GAIN` and :data:`GUARD_HOST_MS`; ``guarded`` lists the layers
-    kept that way, with both predicted times.
+    layer), host time included (:func:`keeps_pick`); ``guarded`` lists the layers kept that
+    way, with both predicted times.
     """
 
     model: object  # seer.model.Model
@@ -109,7 +114,7 @@ class Predicted(Choice):
     picks: dict = field(default_factory=dict)
     algorithms: str = "cudnn"
     guard: bool = True
-    host_ms: float = GUARD_HOST_MS  # 0 for a model run captured in CUDA graphs: no host cost per call
+    captured: bool = False  # the model runs captured in CUDA graphs: no host time per call
 
     def __post_init__(self) -> None:
         self.math = get_math_mode(self.math).name
@@ -153,7 +158,7 @@ class Predicted(Choice):
         """``pick``, or None where it is not predicted to beat cuDNN's heuristic choice by the margin."""
         heuristic = cudnn_heuristic_choice(layer, self.math)
         times = self.times.get(layer, {})
-        if keeps_pick(times, pick, heuristic, self.host_ms):
+        if keeps_pick(times, pick, heuristic, captured=self.captured):
             return pick
         self.guarded[layer] = (pick, times.get(pick), heuristic, times.get(heuristic))
         return None
@@ -162,16 +167,19 @@ class Predicted(Choice):
         return "seer"
 
 
-def keeps_pick(times: dict[str, float], pick: str, heuristic: str | None, host_ms: float = GUARD_HOST_MS) -> bool:
+def keeps_pick(times: dict[str, float], pick: str, heuristic: str | None, captured: bool = False) -> bool:
     """Whether ``pick`` should replace PyTorch's convolution, given every algorithm's predicted
     ms and the algorithm cuDNN's heuristic names (None: it names none that runs): not where
-    the heuristic names the pick itself, else where the pick wins by the guard's margin or
-    the heuristic's choice has no prediction."""
+    the heuristic names the pick itself; else where the heuristic's choice has no prediction,
+    or where the pick's time in an eager pass (the longer of host and GPU time; GPU time only
+    when ``captured`` in CUDA graphs) is predicted shorter by the guard's margin."""
     if heuristic == pick:
         return False
     if heuristic is None or heuristic not in times:
         return True
-    return times[pick] * (1 + GUARD_MIN_GAIN) + host_ms < times[heuristic]
+    host = 0.0 if captured else GUARD_PYTORCH_HOST_MS
+    extra = 0.0 if captured else GUARD_HOST_MS
+    return max(host + extra, times[pick]) * (1 + GUARD_MIN_GAIN) < max(host, times[heuristic])
 
 
 def cudnn_heuristic_choice(layer: ConvShape, math: str) -> str | None:
@@ -760,14 +768,13 @@ def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_s
     choice by a margin (:class:`Predicted`); given ``input_shape`` on a GPU host, a module
     all of whose layers stay PyTorch's is not swapped at all, and costs nothing. With
     ``cuda_graphs`` (the model will run captured, by ``torch.cuda.graph`` or
-    ``torch.compile(mode="reduce-overhead")``), the margin leaves out host time per call.
+    ``torch.compile(mode="reduce-overhead")``), the guard leaves out host time per call.
     """
     if seer_model is None:
         from seer.persist import load_model
 
         seer_model = load_model(gpu, math=math, models_dir=models_dir)
-    choice = Predicted(seer_model, math, algorithms=algorithms, guard=guard,
-                       host_ms=0.0 if cuda_graphs else GUARD_HOST_MS)
+    choice = Predicted(seer_model, math, algorithms=algorithms, guard=guard, captured=cuda_graphs)
     keep: set[str] = set()
     if input_shape is not None:
         from seer.torch.layers import conv_calls
