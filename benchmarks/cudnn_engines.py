@@ -1,6 +1,8 @@
-"""Which engine of cuDNN's graph API realises each legacy forward algorithm (GPU).
+"""Which engine of cuDNN's graph API realises each legacy forward algorithm (GPU; the
+summary on any machine).
 
-    python benchmarks/cudnn_engines.py --layers networks --sample 24 --out benchmarks/results/h100-cudnn-engines.csv
+    python benchmarks/cudnn_engines.py --layers networks --sample 12 --out results/h200-cudnn-engines-networks.csv
+    python benchmarks/cudnn_engines.py --summary results/h200-cudnn-engines-*.csv > results/cudnn-engines.md
 
 For each layer and math mode, every legacy algorithm (``cudnnConvolutionForward``) that
 runs is traced with CUPTI (its kernels' names) and timed as the collector times; then every
@@ -9,6 +11,12 @@ engine with its default knobs) is built, checked against PyTorch's float64 resul
 and timed the same way. A plan *realises* an algorithm where it launches the same kernels
 (same names, same counts). One row per (layer, math, source, algorithm or plan), written
 after every layer; a rerun skips the layers already in the table.
+
+``--summary`` applies seer's rule (:attr:`seer.algorithms.Algorithm.engines`: cuDNN's first
+ranked plan among the algorithm's engines, else the first of them with default knobs) to the
+recorded plans, and says per algorithm and math mode on how many layers the plan it
+chooses launches the legacy call's kernels, and its burst-timed time against the legacy
+call's.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import traceback
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from layer_sample import every_3d_and_sampled_2d
@@ -129,15 +138,64 @@ def measure_layer(shape, math, torch, timer, tracer, handles):
     return rows
 
 
+LAYER_KEY = ["batch", "in_ch", "in_d", "in_h", "in_w", "out_ch", "kernel_d", "kernel_h", "kernel_w", "stride_d",
+             "stride_h", "stride_w", "pad_d", "pad_h", "pad_w", "dilation_d", "dilation_h", "dilation_w", "groups"]
+
+
+def realised(table: pd.DataFrame) -> pd.DataFrame:
+    """Per legacy run that worked: the plan seer's rule chooses among the recorded ones, whether
+    it launches the same kernels, and its time over the legacy call's (NaN: no plan)."""
+    table = table.assign(engine=pd.to_numeric(table.get("engine"), errors="coerce"))
+    groups = {key: rows for key, rows in table.groupby([*LAYER_KEY, "math"], sort=False)}
+    out = []
+    for run in table[(table["source"] == "legacy") & (table["status"] == "ok")].itertuples(index=False):
+        algo = get_algorithm(run.name)
+        if algo.engines is None:
+            continue
+        engines = algo.engines.for_math(run.math)
+        rows = groups[tuple(getattr(run, c) for c in [*LAYER_KEY, "math"])]
+        ranked = rows[(rows["source"] == "heuristic") & rows["engine"].isin(engines)
+                      & (rows["status"] != "not_supported")].sort_values("rank")
+        chosen = ranked.iloc[0] if len(ranked) else None
+        if chosen is None:
+            defaults = rows[(rows["source"] == "engine") & rows["engine"].isin(engines) & (rows["status"] == "ok")]
+            order = {e: i for i, e in enumerate(engines)}
+            defaults = defaults.assign(order=defaults["engine"].map(order)).sort_values("order")
+            chosen = defaults.iloc[0] if len(defaults) else None
+        out.append({"algo": run.name, "math": run.math, "groups": run.groups, "dims": 3 if run.in_d > 1 else 2,
+                    "plan": None if chosen is None else chosen["name"],
+                    "same_kernels": chosen is not None and chosen["kernels"] == run.kernels,
+                    "time_ratio": np.nan if chosen is None or chosen["status"] != "ok" else chosen["ms"] / run.ms})
+    return pd.DataFrame(out)
+
+
+def summary(paths) -> str:
+    table = pd.concat([pd.read_csv(p) for p in paths], ignore_index=True)
+    runs = realised(table)
+    grouped = runs.groupby(["algo", "math"]).agg(layers=("same_kernels", "size"), same=("same_kernels", "sum"),
+                                                 ratio=("time_ratio", "median"), worst=("time_ratio", "max"))
+    lines = ["| algorithm | math | legacy runs | plan launches the same kernels | time / legacy, median | worst |",
+             "|---|---|---|---|---|---|"]
+    for (algo, math), r in grouped.iterrows():
+        lines.append(f"| {algo} | {math} | {int(r.layers)} | {int(r.same)} | {r.ratio:.3f} | {r.worst:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", default="networks")
     parser.add_argument("--sample", type=int, default=24)
     parser.add_argument("--sample-3d", type=int, default=4, help="3D layers kept, after the 2D ones")
     parser.add_argument("--math", default="fma,default")
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path)
     parser.add_argument("--budget-s", type=float, default=300)
+    parser.add_argument("--summary", type=Path, nargs="+", help="recorded tables: print the summary, measure nothing")
     args = parser.parse_args(argv)
+    if args.summary:
+        print(summary(args.summary), end="")
+        return 0
+    if args.out is None:
+        parser.error("--out is required to measure")
 
     import cudnn
     import torch

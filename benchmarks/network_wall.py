@@ -72,10 +72,39 @@ def markdown(table: pd.DataFrame, title: str) -> str:
     return "\n".join(lines)
 
 
+def plot(overall: pd.DataFrame, path: Path) -> None:
+    """One panel per (batch, math): seer's time over PyTorch's better policy per network, eager
+    and captured in a CUDA graph, with the spread of the eager windows as an error bar."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    eager, graph = comparison(overall, "eager_ms"), comparison(overall, "graph_ms")
+    keys = ["network", "batch", "math"]
+    both = eager.merge(graph[[*keys, "seer_ratio"]], on=keys, suffixes=("_eager", "_graph"))
+    panels = sorted(both.groupby(["batch", "math"]).groups)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 5.5), sharey=True, constrained_layout=True)
+    for ax, (batch, math) in zip(np.atleast_1d(axes), panels):
+        part = both[(both["batch"] == batch) & (both["math"] == math)].sort_values("network")
+        y = np.arange(len(part))
+        ax.barh(y - 0.2, part["seer_ratio_eager"], height=0.4, label="eager",
+                xerr=part["spread"] if "spread" in part else None, error_kw={"lw": 0.8})
+        ax.barh(y + 0.2, part["seer_ratio_graph"], height=0.4, label="CUDA graph")
+        ax.axvline(1.0, color="k", lw=0.8)
+        ax.set(title=f"batch {batch}, {math}", xlabel="seer / PyTorch's better policy (wall time per pass)",
+               yticks=y, yticklabels=part["network"], xlim=(0.5, 1.5))
+        ax.grid(axis="x", alpha=0.3)
+    np.atleast_1d(axes)[0].legend(loc="lower right", fontsize=8)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("overall", type=Path, nargs="+", help="overall.csv files of seer profile-network")
     parser.add_argument("--out", type=Path, help="markdown summary (default: print)")
+    parser.add_argument("--plot", type=Path, help="PNG: seer / PyTorch's best per network, eager and CUDA graph")
     args = parser.parse_args(argv)
     overall = pd.concat([pd.read_csv(p) for p in args.overall], ignore_index=True)
     parts = []
@@ -85,6 +114,8 @@ def main(argv=None) -> int:
         if column in overall.columns and overall[column].notna().any():
             parts.append(markdown(comparison(overall, column), title))
     text = "\n".join(parts)
+    if args.plot:
+        plot(overall, args.plot)
     if args.out:
         args.out.write_text(text)
     else:

@@ -515,7 +515,10 @@ def log_session(out_dir: Path, options: ProfileOptions, jobs: Sequence[Job], sta
     from seer.gpu.worker import probe
 
     info = probe()
+    from seer.gpu.cudnn_graph import frontend_version
+
     info.update({"torch_version": torch.__version__, "torch_cudnn_version": torch.backends.cudnn.version(),
+                 "cudnn_frontend_version": frontend_version(),
                  "argv": options.argv, "tag": options.tag, "jobs": len(jobs), "measured": measured,
                  "seconds": round(time.perf_counter() - started, 1),
                  "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})

@@ -6,14 +6,15 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from seer.cli import main
 from seer.errors import InputError
 from seer.kernel_evidence import KernelEvidence
-from seer.profile_network import (KINDS, OVERALL_COLUMNS, PASS_KEY, WALL_COLUMNS, mape_over_sizes, parse_policies, parse_sizes,
-                                  plan_jobs, read_profile, untraced_passes, write_tables)
+from seer.profile_network import (KINDS, OVERALL_COLUMNS, PASS_KEY, WALL_COLUMNS, mape_over_sizes, parse_policies,
+                                  parse_sizes, plan_jobs, read_profile, untraced_passes, write_tables)
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 DATASET = Path(__file__).resolve().parents[1] / "data" / "h100"
@@ -129,3 +130,28 @@ def test_cli_refusals_and_a_slurm_script_without_a_gpu(tmp_path, capsys):
     assert "#SBATCH --array=1-8" in text and "#SBATCH --constraint=h100" in text
     assert "--no-tables" in text and "--shard" in text and "--slurm" not in text.split("#SBATCH")[-1].split("\n", 1)[1]
     assert main([*argv[:-6], "--slurm", str(script), "--slurm-tasks", "500"]) == 2  # more tasks than jobs
+
+
+def test_the_network_wall_times_are_what_their_records_say():
+    """The committed eager and CUDA-graph wall times of 15 networks (benchmarks/results/h100-network-wall)
+    are rebuilt from their raw records, and benchmarks/network_wall.py scores them as the report says."""
+    import sys
+
+    sys.path.insert(0, str(RESULTS.parent))
+    try:
+        from network_wall import comparison, summary
+    finally:
+        sys.path.remove(str(RESULTS.parent))
+    committed = pd.read_csv(RESULTS / "h100-network-wall" / "overall.csv")
+    passes, _ = read_profile(RESULTS / "h100-network-wall")
+    assert len(committed) == len(passes) == 15 * 2 * 2 * 3 and (committed["status"] == "ok").all()
+    for column in ("eager_ms", "graph_ms", "forward_ms"):
+        assert (committed[column] > 0).all()
+        merged = committed.merge(passes, on=list(PASS_KEY), suffixes=("", "_raw"))
+        assert np.allclose(merged[column], merged[f"{column}_raw"], rtol=1e-5)
+    graph = summary(comparison(committed, "graph_ms"))
+    assert graph["cases"] == 60 and graph["slower_than_1pct"] == 2
+    eager = summary(comparison(committed, "eager_ms"))
+    assert eager["slower_than_1pct"] == 15 and eager["slower_beyond_spread"] == 1
+    assert round(eager["median_ratio_largest_batch_fma"], 3) == 0.960
+    assert round(graph["median_ratio_largest_batch_fma"], 3) == 0.871
