@@ -270,10 +270,10 @@ class NetworkProfiler:
                 "collected_at": stamp or datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
     def _set_policy(self, model, job: Job, policy: str, layers: pd.DataFrame):
+        """Swap ``model``'s convolutions for the policy's (none for PyTorch's own policies) and
+        return the context of PyTorch's flags under it (:meth:`_flags`)."""
         from seer.torch.convolution import Predicted, force, left_to_pytorch, swap_in
 
-        if policy in PYTORCH_POLICIES:
-            return _pytorch_flags(PYTORCH_POLICIES[policy], job.math)
         if policy == "seer":
             if self._choice is None:
                 from seer.shapes import ConvShape
@@ -282,10 +282,9 @@ class NetworkProfiler:
                 self._choice.prepare(ConvShape.from_mapping(r) for r in layers.to_dict("records"))
             # As seer.torch.apply does: modules the guard leaves to PyTorch stay PyTorch's.
             swap_in(model, self._choice, nvtx=True, keep=left_to_pytorch(self._choice, layers))
-        else:
+        elif policy not in PYTORCH_POLICIES:
             force(model, policy, job.math, nvtx=True)
-        # Convolutions PyTorch runs (fallbacks) follow the same math mode.
-        return _pytorch_flags(False, job.math)
+        return self._flags(job, policy)
 
     def _walls(self, model, x, job: Job, policies: Sequence[str], layers: pd.DataFrame) -> dict[str, dict]:
         """Wall time per pass as a user sees it, under each policy: eager back-to-back passes,
@@ -310,7 +309,7 @@ class NetworkProfiler:
                         models[policy] = model
                     else:
                         models[policy] = copy.deepcopy(model)
-                        self._set_policy(models[policy], job, policy, layers)
+                        self._set_policy(models[policy], job, policy, layers)  # its flags: self._flags
                         for m in seer_convolutions(models[policy]).values():
                             m.seer_nvtx = False  # as a user runs it: no NVTX range per convolution
                     forward = lambda m=models[policy]: m(x)  # noqa: E731
@@ -345,8 +344,9 @@ class NetworkProfiler:
 
     @staticmethod
     def _flags(job: Job, policy: str):
-        """PyTorch's cuDNN flags under ``policy``: its own policy's, or those of the convolutions
-        PyTorch runs beside seer's (no benchmark mode, the job's math mode)."""
+        """PyTorch's cuDNN flags under ``policy``: its own policy's, or, for the convolutions
+        PyTorch runs beside seer's (fallbacks, guarded layers), no benchmark mode and the job's
+        math mode."""
         return _pytorch_flags(PYTORCH_POLICIES.get(policy, False), job.math)
 
     def _run_policy(self, model, x, job: Job, policy: str, layers: pd.DataFrame, predictions, wall: dict):

@@ -288,12 +288,9 @@ class _OwnRunner(_Runner):
     path = "cupy"
 
     def __init__(self, layer, layout, device, dims, algo: Algorithm, math: str) -> None:
-        import cupy
-
         from seer.gpu import kernels
 
         super().__init__(layer, layout, device, dims)
-        self._cupy = cupy
         self._launch = kernels.Launch(algo.name, layer, device.index, layout=layout)
         self.zero_output = self._launch.zero_output
 
@@ -368,15 +365,12 @@ def _runner(layer: ConvShape, algo: Algorithm, math: str, layout: str, device: t
                 try:
                     runner = _GraphRunner(layer, layout, device, dims, algo, math)
                 except (EnvironmentProblem, GraphNotSupported) as exc:
-                    _graph_problems[key] = str(exc)
+                    warnings.warn(f"seer: {algo.name} runs through cuDNN's legacy call, about 200 us of host time "
+                                  f"per call, for want of a graph-API plan ({exc})", stacklevel=2)
             if runner is None:
                 runner = _LegacyRunner(layer, layout, device, dims, algo, math)
         runners[key] = runner
     return runner
-
-
-#: Why a runner took the legacy call instead of a graph-API plan, by runner key.
-_graph_problems: dict[tuple, str] = {}
 
 
 @dataclass(frozen=True)
