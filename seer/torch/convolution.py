@@ -357,7 +357,7 @@ def _runner(layer: ConvShape, algo: Algorithm, math: str, layout: str, device: t
         if algo.source == "cupy":
             runner = _OwnRunner(layer, layout, device, dims, algo, math)
         else:
-            runner = None
+            runner, problem = None, None
             if algo.engines is not None:
                 from seer.errors import EnvironmentProblem
                 from seer.gpu.cudnn_graph import GraphNotSupported
@@ -365,10 +365,13 @@ def _runner(layer: ConvShape, algo: Algorithm, math: str, layout: str, device: t
                 try:
                     runner = _GraphRunner(layer, layout, device, dims, algo, math)
                 except (EnvironmentProblem, GraphNotSupported) as exc:
-                    warnings.warn(f"seer: {algo.name} runs through cuDNN's legacy call, about 200 us of host time "
-                                  f"per call, for want of a graph-API plan ({exc})", stacklevel=2)
+                    problem = exc
             if runner is None:
+                # Raises CudnnError where cuDNN has not the algorithm for this layer at all.
                 runner = _LegacyRunner(layer, layout, device, dims, algo, math)
+                if problem is not None:
+                    warnings.warn(f"seer: {algo.name} runs through cuDNN's legacy call, about 200 us of host time "
+                                  f"per call, for want of a graph-API plan ({problem})", stacklevel=2)
         runners[key] = runner
     return runner
 
