@@ -2,12 +2,15 @@
 
 PyTorch lets cuDNN choose (its heuristics, or ``cudnn.benchmark``'s trial runs); it has no
 way to ask for one algorithm. :class:`SeerConv1d`/``2d``/``3d`` are ``nn.Conv*`` modules
-that call ``cudnnConvolutionForward`` themselves, through :mod:`seer.gpu.cudnn`, on the
-module's own tensors, PyTorch's current stream and a workspace from PyTorch's caching
-allocator; or, for seer's own kernels, launch them through CuPy on views of the same
-tensors, on the same stream. Which algorithm runs is asked of the module's :class:`Choice`
-for every layer it sees (input sizes may change between calls): :class:`Fixed` for one
-algorithm everywhere, :class:`Predicted` for seer's predicted fastest.
+that run the chosen algorithm themselves, on the module's own tensors, PyTorch's current
+stream and workspaces from PyTorch's caching allocator, through a runner built once per
+layer (:func:`_runner`): a plan of cuDNN's graph API for an engine that launches the
+algorithm's kernels (:mod:`seer.gpu.cudnn_graph`), the legacy ``cudnnConvolutionForward``
+where there is none, or one of seer's own kernels through CuPy. Which algorithm runs is
+asked of the module's :class:`Choice` once per kind of input (input sizes may change
+between calls): :class:`Fixed` for one algorithm everywhere, :class:`Predicted` for seer's
+predicted fastest, guarded. Warmed up, the modules capture in CUDA graphs, and under
+``torch.compile`` each becomes ``torch.ops.seer.convolution``.
 
 Tensors may be contiguous NC[D]HW or channels-last (``torch.channels_last``/``_3d``, input
 and weight alike): cuDNN gets descriptors of that layout, seer's implicit GEMMs run their
