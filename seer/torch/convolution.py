@@ -742,7 +742,8 @@ def swap_in(model: nn.Module, choice: Choice, nvtx: bool = False, keep: Iterable
 
 def left_to_pytorch(choice: Choice, calls: pd.DataFrame) -> set[str]:
     """Names of the modules all of whose calls (``conv_calls(...).layers``: a ``name`` and the
-    layer fields per call) ``choice`` leaves to PyTorch: they need not be swapped at all."""
+    layer fields per call) ``choice`` leaves to PyTorch: they need not be swapped at all. A
+    name may be a module whose own code calls ``F.conv*d``, which is never swapped anyway."""
     decided: dict[str, set] = {}
     for row in calls.to_dict("records"):
         decided.setdefault(row["name"], set()).add(choice.algorithm(ConvShape.from_mapping(row)))
