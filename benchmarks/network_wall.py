@@ -26,20 +26,22 @@ import pandas as pd
 PYTORCH = ("heuristic", "benchmark")
 
 
-def comparison(overall: pd.DataFrame, column: str) -> pd.DataFrame:
-    """One row per (network, batch, math): ``column`` under each policy, and seer's ratio to
-    the better of PyTorch's policies."""
+def comparison(overall: pd.DataFrame, column: str, seer: str = "seer") -> pd.DataFrame:
+    """One row per (network, batch, math): ``column`` under each policy, and the ratio of seer's
+    policy ``seer`` (``seer``, or ``seer-graph`` guarded for CUDA graphs) to the better of
+    PyTorch's policies."""
     ok = overall[overall["status"] == "ok"]
     index = ["network", "batch", "math"]
     table = ok.pivot_table(index=index, columns="policy", values=column, aggfunc="last")
-    table = table.dropna(subset=["seer", *PYTORCH])
+    table = table.dropna(subset=[seer, *PYTORCH])
+    table["seer"] = table[seer]
     table["pytorch_best"] = table[list(PYTORCH)].min(axis=1)
     table["seer_ratio"] = table["seer"] / table["pytorch_best"]
     spread_column = column.replace("_ms", "_spread")
     if spread_column in ok.columns and ok[spread_column].notna().any():
         # The largest interquartile range of the three policies' windows, over their median.
         spreads = ok.pivot_table(index=index, columns="policy", values=spread_column, aggfunc="last")
-        table["spread"] = spreads[["seer", *PYTORCH]].max(axis=1).reindex(table.index)
+        table["spread"] = spreads[[seer, *PYTORCH]].max(axis=1).reindex(table.index)
     return table.reset_index()
 
 
@@ -113,6 +115,9 @@ def main(argv=None) -> int:
                           ("forward_ms", "GPU time per pass (bursts behind a spinning kernel; host cost hidden)")):
         if column in overall.columns and overall[column].notna().any():
             parts.append(markdown(comparison(overall, column), title))
+    if "seer-graph" in set(overall["policy"]) and overall["graph_ms"].notna().any():
+        parts.append(markdown(comparison(overall, "graph_ms", seer="seer-graph"),
+                              "Captured in a CUDA graph, seer's picks guarded for CUDA graphs (seer-graph)"))
     text = "\n".join(parts)
     if args.plot:
         plot(overall, args.plot)

@@ -2,7 +2,8 @@
 input size and policy, with proof of the algorithm that ran (``seer profile-network``).
 
 A policy says who picks each layer's algorithm: ``seer`` (seer's predicted fastest,
-:func:`seer.torch.apply`), ``heuristic`` (PyTorch's own choice, cuDNN's heuristics),
+:func:`seer.torch.apply`), ``seer-graph`` (the same, guarded for a model run in CUDA
+graphs), ``heuristic`` (PyTorch's own choice, cuDNN's heuristics),
 ``benchmark`` (PyTorch with ``cudnn.benchmark=True``: trial runs pick), or a cuDNN
 algorithm forced on every layer (:func:`seer.torch.force`). Times are taken as the collector
 takes them (:class:`seer.gpu.timing.BurstTimer`: warm-up, then bursts behind a spinning
@@ -41,7 +42,10 @@ from seer.gpu.timing import spread, steadiest
 from seer.shapes import LAYER_FIELDS
 
 #: Policies that are not a forced algorithm.
-OWN_POLICIES = ("seer", "heuristic", "benchmark")
+OWN_POLICIES = ("seer", "seer-graph", "heuristic", "benchmark")
+#: seer's policies: its picks, guarded for an eager model (``seer``) or for one run captured in
+#: CUDA graphs (``seer-graph``: ``seer.torch.apply(..., cuda_graphs=True)``, no host time per call).
+SEER_POLICIES = {"seer": False, "seer-graph": True}
 #: PyTorch's own policies: ``torch.backends.cudnn.benchmark`` under each.
 PYTORCH_POLICIES = {"heuristic": False, "benchmark": True}
 #: Record kinds of a profile's ``raw/`` folder.
@@ -81,7 +85,7 @@ def parse_policies(text: str) -> list[str]:
             try:
                 algo = get_algorithm(name)
             except KeyError:
-                raise InputError(f"{name!r} is not seer, heuristic, benchmark, all or an algorithm "
+                raise InputError(f"{name!r} is not seer, seer-graph, heuristic, benchmark, all or an algorithm "
                                  f"({', '.join(algorithm_names('cudnn'))})", field="algo") from None
             if algo.source != "cudnn":
                 raise InputError(f"{algo.name} is not a cuDNN algorithm", field="algo")
@@ -194,7 +198,7 @@ class NetworkProfiler:
         self.evidence = (KernelEvidence.from_dataset(dataset)
                          if dataset is not None and (Path(dataset) / TRACED_KERNELS).exists() else None)
         self._models: dict[str, object] = {}
-        self._choice = None  # seer's picks for the current job's layers, made when its seer policy first runs
+        self._choices: dict[str, object] = {}  # seer's picks for the current job's layers, per seer policy
         self.measured = 0  # policies measured by run(), so far
 
     def seer_model(self, math: str):
@@ -233,7 +237,7 @@ class NetworkProfiler:
         # A pass on the meta device, the model's parameters set aside: the layers as seer predicts them.
         layers = conv_calls(model, job.input_shape).layers.reset_index(drop=True)
         predictions = self.seer_model(job.math).predict(layers, job.math) if len(layers) else None
-        self._choice = None
+        self._choices = {}
         x = torch.randn(job.input_shape, device="cuda")
         walls = self._walls(model, x, job, policies, layers)
         count = 0
@@ -274,14 +278,16 @@ class NetworkProfiler:
         return the context of PyTorch's flags under it (:meth:`_flags`)."""
         from seer.torch.convolution import Predicted, force, left_to_pytorch, swap_in
 
-        if policy == "seer":
-            if self._choice is None:
+        if policy in SEER_POLICIES:
+            choice = self._choices.get(policy)
+            if choice is None:
                 from seer.shapes import ConvShape
 
-                self._choice = Predicted(self.seer_model(job.math), job.math)
-                self._choice.prepare(ConvShape.from_mapping(r) for r in layers.to_dict("records"))
+                choice = self._choices[policy] = Predicted(self.seer_model(job.math), job.math,
+                                                           captured=SEER_POLICIES[policy])
+                choice.prepare(ConvShape.from_mapping(r) for r in layers.to_dict("records"))
             # As seer.torch.apply does: modules the guard leaves to PyTorch stay PyTorch's.
-            swap_in(model, self._choice, nvtx=True, keep=left_to_pytorch(self._choice, layers))
+            swap_in(model, choice, nvtx=True, keep=left_to_pytorch(choice, layers))
         elif policy not in PYTORCH_POLICIES:
             force(model, policy, job.math, nvtx=True)
         return self._flags(job, policy)
@@ -364,8 +370,8 @@ class NetworkProfiler:
         passes = {**self._pass_base(job, policy, stamp), "status": "ok", **wall,
                   "forward_ms": float(np.median(times)), "forward_mean_ms": float(np.mean(times)),
                   "forward_std_ms": float(np.std(times, ddof=1)), "forward_reps": int(len(times))}
-        if policy == "seer" and self._choice is not None:
-            passes["guarded_layers"] = len(self._choice.guarded)
+        if policy in self._choices:
+            passes["guarded_layers"] = len(self._choices[policy].guarded)
         frame = pd.DataFrame(rows)
         if len(frame):
             passes["conv_ms"] = float((frame["calls"] * frame["measured_ms"]).sum())
