@@ -110,16 +110,17 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     overall = pd.concat([pd.read_csv(p) for p in args.overall], ignore_index=True)
     parts = []
+    policies = set(overall["policy"])
     for column, title in (("eager_ms", "Eager: plain wall time per pass, back to back"),
                           ("graph_ms", "Captured in a CUDA graph: wall time per replay"),
                           ("forward_ms", "GPU time per pass (bursts behind a spinning kernel; host cost hidden)")):
-        if column in overall.columns and overall[column].notna().any():
+        if "seer" in policies and column in overall.columns and overall[column].notna().any():
             parts.append(markdown(comparison(overall, column), title))
-    if "seer-graph" in set(overall["policy"]) and overall["graph_ms"].notna().any():
+    if "seer-graph" in policies and overall["graph_ms"].notna().any():
         parts.append(markdown(comparison(overall, "graph_ms", seer="seer-graph"),
                               "Captured in a CUDA graph, seer's picks guarded for CUDA graphs (seer-graph)"))
     text = "\n".join(parts)
-    if args.plot:
+    if args.plot and "seer" in policies:
         plot(overall, args.plot)
     if args.out:
         args.out.write_text(text)

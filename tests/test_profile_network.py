@@ -156,3 +156,22 @@ def test_the_network_wall_times_are_what_their_records_say():
     assert eager["slower_than_1pct"] == 15 and eager["slower_beyond_spread"] == 1
     assert round(eager["median_ratio_largest_batch_fma"], 3) == 0.960
     assert round(graph["median_ratio_largest_batch_fma"], 3) == 0.871
+
+
+def test_the_wall_times_of_picks_guarded_for_cuda_graphs_are_what_their_records_say():
+    """benchmarks/results/h100-network-wall-graph: seer-graph (picks guarded for CUDA graphs)
+    against PyTorch's policies, rebuilt from the records and scored as the report says."""
+    import sys
+
+    sys.path.insert(0, str(RESULTS.parent))
+    try:
+        from network_wall import comparison, summary
+    finally:
+        sys.path.remove(str(RESULTS.parent))
+    committed = pd.read_csv(RESULTS / "h100-network-wall-graph" / "overall.csv")
+    passes, _ = read_profile(RESULTS / "h100-network-wall-graph")
+    assert len(committed) == len(passes) == 15 * 2 * 2 * 3
+    assert set(committed["policy"]) == {"seer-graph", "heuristic", "benchmark"}
+    graph = summary(comparison(committed, "graph_ms", seer="seer-graph"))
+    assert graph["cases"] == 60 and graph["slower_than_1pct"] == 3
+    assert round(graph["median_ratio_largest_batch_fma"], 3) == 0.866
