@@ -59,7 +59,8 @@ def engine_of(plan_name: str) -> int | None:
 def operation_graph(handle: Any, shape: ConvShape, math: str, layout: str = "nchw"):
     """A built cuDNN operation graph of ``shape``'s fp32 forward convolution, and the uids of
     its input, filter and output tensors, in that order. Under ``fma`` math, plans that use
-    tensor cores or convert inputs down are deselected."""
+    tensor cores or convert inputs down are deselected. GraphNotSupported where the frontend
+    does not take the graph."""
     cudnn = frontend()
     fp32 = cudnn.data_type.FLOAT
     graph = cudnn.pygraph(io_data_type=fp32, intermediate_data_type=fp32, compute_data_type=fp32, handle=handle)
@@ -75,8 +76,11 @@ def operation_graph(handle: Any, shape: ConvShape, math: str, layout: str = "nch
         .set_stride(packed_strides(shape.output_dims, layout))
     if math == "fma":
         graph.deselect_numeric_notes([cudnn.numerical_note.TENSOR_CORE, cudnn.numerical_note.DOWN_CONVERT_INPUTS])
-    graph.validate()
-    graph.build_operation_graph()
+    try:
+        graph.validate()
+        graph.build_operation_graph()
+    except Exception as exc:  # noqa: BLE001 - the frontend's errors for a graph it does not take
+        raise GraphNotSupported(f"{shape}: {exc}") from None
     return graph, (x.get_uid(), w.get_uid(), y.get_uid())
 
 
@@ -104,7 +108,10 @@ class GraphConvolution:
         cudnn = frontend()
         graph, uids = operation_graph(handle, shape, math, layout)
         wanted = None if engines is None else set(engines)
-        graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+        try:
+            graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+        except Exception as exc:  # noqa: BLE001 - no heuristic has a plan for this graph
+            raise GraphNotSupported(f"no ranked plan for {shape}: {exc}") from None
         tried = []
         for index in range(graph.get_execution_plan_count()):
             name = graph.get_plan_name_at_index(index)
