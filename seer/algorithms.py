@@ -56,13 +56,13 @@ class Algorithm:
 
 @dataclass(frozen=True)
 class GraphEngines:
-    """Engines of cuDNN's graph API that realise a legacy algorithm, per math mode.
+    """Engines of cuDNN's graph API that realise a legacy algorithm, under ``fma`` math and
+    under ``default`` math.
 
-    ``ranked``: the first plan of cuDNN's heuristic ranking among these engines (the legacy
-    call makes the same choice); ``default``: the first engine, with its default knobs,
-    where the ranking offers none of them. Found by ``benchmarks/cudnn_engines.py``, which
-    compares the kernels each plan launches with the legacy call's
-    (``benchmarks/results/cudnn-engines.md``).
+    The plan that runs is cuDNN's first ranked plan among these engines (the legacy call
+    makes the same choice), else the first of them with its default knobs. Found by
+    ``benchmarks/cudnn_engines.py``, which compares the kernels each plan launches with the
+    legacy call's (``benchmarks/results/cudnn-engines.md``).
     """
 
     fma: tuple[int, ...]

@@ -616,9 +616,11 @@ def _add_profile_network(sub) -> None:
         description="For each MODEL (torchvision name or module:function), input size, math mode and policy: "
                     "the forward pass as a user runs it (plain wall time of back-to-back passes, eager and "
                     "captured in a CUDA graph), then the pass and each distinct convolution timed in bursts "
-                    "behind a spinning kernel (GPU time, host cost hidden; median of repetitions), and each convolution's kernels traced and checked against the "
-                    "algorithm that was to run. Policies: seer (seer's predicted fastest), seer-graph (the same, guarded "
-                    "for a model run in CUDA graphs), heuristic (PyTorch's default), benchmark (cudnn.benchmark=True), a cuDNN algorithm forced everywhere, or all. "
+                    "behind a spinning kernel (GPU time, host cost hidden; median of repetitions), and each "
+                    "convolution's kernels traced and checked against the algorithm that was to run. Policies: "
+                    "seer (seer's predicted fastest), seer-graph (the same, guarded for a model run in CUDA "
+                    "graphs), heuristic (PyTorch's default), benchmark (cudnn.benchmark=True), a cuDNN "
+                    "algorithm forced everywhere, or all. "
                     "Resumable: records go to OUT/raw as each policy finishes, and a rerun skips them. Writes "
                     "OUT/overall.csv, OUT/layers.csv and plots.")
     p.add_argument("models", nargs="+", metavar="MODEL", help="torchvision model name or module:function")

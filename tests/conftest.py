@@ -21,6 +21,17 @@ REPO = Path(__file__).resolve().parents[1]
 DATASET = REPO / "data" / "h100"
 
 
+def benchmark_module(name: str):
+    """A script of benchmarks/ imported as a module (its own imports resolve from that folder)."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+
+
 @functools.lru_cache(maxsize=None)
 def gpu_available() -> bool:
     try:

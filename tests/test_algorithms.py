@@ -6,7 +6,7 @@ import pytest
 
 import pandas as pd
 
-from conftest import DATA, REPO
+from conftest import DATA, REPO, benchmark_module
 from seer.algorithms import (ALGORITHMS, KERNEL_RULES, algorithm_names, canonical_kernel_name,
                              classify_kernel,
                              cudnn_algorithm_by_enum, get_algorithm)
@@ -96,13 +96,7 @@ def test_ncu_aliases_of_one_kernel_get_one_name():
 def test_the_engine_table_realises_every_legacy_run_recorded():
     """seer's rule for the graph-API plan of a legacy algorithm (Algorithm.engines) picks, on
     every layer the engine benchmark recorded, a plan that launches the legacy call's kernels."""
-    import sys
-
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        from cudnn_engines import realised
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
+    realised = benchmark_module("cudnn_engines").realised
     results = REPO / "benchmarks" / "results"
     table = pd.concat([pd.read_csv(results / f"h200-cudnn-engines-{part}.csv.gz") for part in ("networks", "general")],
                       ignore_index=True)

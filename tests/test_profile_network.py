@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from conftest import benchmark_module
 from seer.cli import main
 from seer.errors import InputError
 from seer.kernel_evidence import KernelEvidence
@@ -133,26 +134,31 @@ def test_cli_refusals_and_a_slurm_script_without_a_gpu(tmp_path, capsys):
     assert main([*argv[:-6], "--slurm", str(script), "--slurm-tasks", "500"]) == 2  # more tasks than jobs
 
 
+#: benchmarks/network_wall.py, which scores the committed wall times.
+WALL = benchmark_module("network_wall")
+
+
+def _committed_profile(folder: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A committed profile's overall.csv and the passes its raw records give: 15 networks x
+    batch 1 and 32 x two math modes x three policies."""
+    committed = pd.read_csv(RESULTS / folder / "overall.csv")
+    passes, _ = read_profile(RESULTS / folder)
+    assert len(committed) == len(passes) == 15 * 2 * 2 * 3
+    return committed, passes
+
+
 def test_the_network_wall_times_are_what_their_records_say():
     """The committed eager and CUDA-graph wall times of 15 networks (benchmarks/results/h100-network-wall)
     are rebuilt from their raw records, and benchmarks/network_wall.py scores them as the report says."""
-    import sys
-
-    sys.path.insert(0, str(RESULTS.parent))
-    try:
-        from network_wall import comparison, summary
-    finally:
-        sys.path.remove(str(RESULTS.parent))
-    committed = pd.read_csv(RESULTS / "h100-network-wall" / "overall.csv")
-    passes, _ = read_profile(RESULTS / "h100-network-wall")
-    assert len(committed) == len(passes) == 15 * 2 * 2 * 3 and (committed["status"] == "ok").all()
+    committed, passes = _committed_profile("h100-network-wall")
+    assert (committed["status"] == "ok").all()
     for column in ("eager_ms", "graph_ms", "forward_ms"):
         assert (committed[column] > 0).all()
         merged = committed.merge(passes, on=list(PASS_KEY), suffixes=("", "_raw"))
         assert np.allclose(merged[column], merged[f"{column}_raw"], rtol=1e-5)
-    graph = summary(comparison(committed, "graph_ms"))
+    graph = WALL.summary(WALL.comparison(committed, "graph_ms"))
     assert graph["cases"] == 60 and graph["slower_than_1pct"] == 2
-    eager = summary(comparison(committed, "eager_ms"))
+    eager = WALL.summary(WALL.comparison(committed, "eager_ms"))
     assert eager["slower_than_1pct"] == 15 and eager["slower_beyond_spread"] == 1
     assert round(eager["median_ratio_largest_batch_fma"], 3) == 0.960
     assert round(graph["median_ratio_largest_batch_fma"], 3) == 0.871
@@ -161,17 +167,8 @@ def test_the_network_wall_times_are_what_their_records_say():
 def test_the_wall_times_of_picks_guarded_for_cuda_graphs_are_what_their_records_say():
     """benchmarks/results/h100-network-wall-graph: seer-graph (picks guarded for CUDA graphs)
     against PyTorch's policies, rebuilt from the records and scored as the report says."""
-    import sys
-
-    sys.path.insert(0, str(RESULTS.parent))
-    try:
-        from network_wall import comparison, summary
-    finally:
-        sys.path.remove(str(RESULTS.parent))
-    committed = pd.read_csv(RESULTS / "h100-network-wall-graph" / "overall.csv")
-    passes, _ = read_profile(RESULTS / "h100-network-wall-graph")
-    assert len(committed) == len(passes) == 15 * 2 * 2 * 3
+    committed, _ = _committed_profile("h100-network-wall-graph")
     assert set(committed["policy"]) == {"seer-graph", "heuristic", "benchmark"}
-    graph = summary(comparison(committed, "graph_ms", seer="seer-graph"))
+    graph = WALL.summary(WALL.comparison(committed, "graph_ms", seer="seer-graph"))
     assert graph["cases"] == 60 and graph["slower_than_1pct"] == 3
     assert round(graph["median_ratio_largest_batch_fma"], 3) == 0.866
