@@ -8,6 +8,10 @@ only after: a launch queue holds over a thousand launches, so the host never wai
 GPU and the time is what the host spends per call (Python, PyTorch's dispatcher, cuDNN's own
 host work, the launch). The median over ``--reps`` repetitions is reported in microseconds,
 per layer and way.
+
+The host time of one more kernel launch is measured on a grouped layer, on which cuDNN's
+IMPLICIT_GEMM launches a kernel per group (the slope of host time against the groups), and
+what the legacy call (GEMM) costs beyond PyTorch's module on a grouped layer of ResNeXt-50.
 """
 
 from __future__ import annotations
@@ -29,6 +33,13 @@ LAYERS = (
     ("3x3 32x64x56x56->64", ConvShape.square(32, 64, 56, 64, 3, padding=1)),
     ("3x3 depthwise 32x96x56x56 g96", ConvShape.square(32, 96, 56, 96, 3, padding=1, groups=96)),
 )
+
+
+#: Groups of the 3x3 layer 32x120x28x28 -> 120 on which the cost of a launch is measured.
+LAUNCH_GROUPS = (5, 30)
+#: A layer that PyTorch runs in one launch and seer's GEMM through the legacy call: ResNeXt-50's
+#: first grouped layer at batch 1 (at batch 32, PyTorch's engine launches a kernel per group).
+LEGACY_LAYER = ("3x3 1x128x56x56 g32", ConvShape.square(1, 128, 56, 128, 3, padding=1, groups=32))
 
 
 def host_us(torch, call, calls: int, reps: int) -> float:
@@ -110,6 +121,41 @@ def _graph_ways(torch, shape: ConvShape, x, w, math: str) -> dict:
     return {f"bare graph plan {conv.name}": lambda: conv.run(xp, wp, yp, wsp)}
 
 
+def _forced_us(torch, shape: ConvShape, algorithm: str, math: str, calls: int, reps: int) -> tuple[float, str]:
+    """Host microseconds per call of a SeerConv2d forced to ``algorithm``, and its path."""
+    from seer.torch.convolution import force
+
+    holder = torch.nn.Sequential(torch.nn.Conv2d(shape.in_ch, shape.out_ch, shape.filter_dims[2:],
+                                                 padding=shape.spatial_padding, groups=shape.groups).cuda().eval())
+    force(holder, algorithm, math=math)
+    x = torch.randn(shape.input_dims, device="cuda")
+    holder(x)
+    return host_us(torch, lambda m=holder[0]: m(x), calls, reps), next(iter(holder[0].paths.values()), "fallback")
+
+
+def launch_cost(torch, math: str, calls: int, reps: int) -> tuple[list[dict], float, float]:
+    """The rows, the host microseconds per kernel launch (the slope of IMPLICIT_GEMM, a launch per
+    group, on the layers of :data:`LAUNCH_GROUPS`) and what GEMM's legacy call costs beyond
+    PyTorch's module on :data:`LEGACY_LAYER`."""
+    rows = []
+    for groups in LAUNCH_GROUPS:
+        shape = ConvShape.square(32, 120, 28, 120, 3, padding=1, groups=groups)
+        us, path = _forced_us(torch, shape, "IMPLICIT_GEMM", math, calls, reps)
+        rows.append({"layer": f"3x3 32x120x28x28 g{groups}", "way": f"SeerConv IMPLICIT_GEMM ({path})",
+                     "host_us": round(us, 2), "launches": get_algorithm("IMPLICIT_GEMM").launches.of(shape, math)})
+    per_launch = (rows[1]["host_us"] - rows[0]["host_us"]) / (rows[1]["launches"] - rows[0]["launches"])
+    label, shape = LEGACY_LAYER
+    x = torch.randn(shape.input_dims, device="cuda")
+    conv = torch.nn.Conv2d(shape.in_ch, shape.out_ch, 3, padding=1, groups=shape.groups).cuda().eval()
+    module_us = host_us(torch, lambda: conv(x), calls, reps)
+    gemm_us, path = _forced_us(torch, shape, "GEMM", math, calls, reps)
+    rows += [{"layer": label, "way": "nn.Conv module", "host_us": round(module_us, 2)},
+             {"layer": label, "way": f"SeerConv GEMM ({path})", "host_us": round(gemm_us, 2)}]
+    for row in rows:
+        print(f"{row['layer']:32s} {row['way']:55s} {row['host_us']:8.1f} us {row.get('launches', '')}", flush=True)
+    return rows, per_launch, gemm_us - module_us
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--algorithm", default="IMPLICIT_PRECOMP_GEMM")
@@ -132,6 +178,8 @@ def main(argv=None) -> int:
                 results.append({"layer": label, "way": way, "host_us": round(us, 2),
                                 "vs_F_conv": round(us / baseline, 3)})
                 print(f"{label:32s} {way:55s} {us:8.1f} us {us / baseline:6.2f}x", flush=True)
+        launch_rows, per_launch, legacy_extra = launch_cost(torch, args.math, args.calls, args.reps)
+    print(f"host time per kernel launch: {per_launch:.2f} us; the legacy call beyond PyTorch's: {legacy_extra:.1f} us")
     from seer.gpu.cudnn_graph import frontend_version
 
     doc = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
@@ -139,7 +187,8 @@ def main(argv=None) -> int:
            "cudnn": torch.backends.cudnn.version(), "python": platform.python_version(),
            "algorithm": args.algorithm, "math": args.math, "calls": args.calls, "reps": args.reps,
            "command": "python benchmarks/host_cost.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-           "results": results}
+           "results": results, "launches": launch_rows, "per_launch_us": round(per_launch, 2),
+           "legacy_extra_us": round(legacy_extra, 2)}
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(doc, indent=1) + "\n")

@@ -14,6 +14,27 @@ from functools import lru_cache
 
 
 @dataclass(frozen=True)
+class Launches:
+    """Kernel launches of one call, the median over seer's traces of each kind of layer
+    (``data/<gpu>/traced_kernels.csv.gz``; ``tests/test_algorithms.py`` checks the table on
+    them): ``fma`` and ``default`` on a layer of one group, by math mode; on grouped and
+    depthwise layers, ``grouped`` and ``depthwise`` kernels per group where the algorithm
+    loops over the groups, else one. Each launch costs host time, which seer's guard counts."""
+
+    fma: int
+    default: int
+    grouped: int = 0
+    depthwise: int = 0
+
+    def of(self, layer, math: str) -> int:
+        """Launches of one call on ``layer`` (a :class:`seer.shapes.ConvShape`)."""
+        if layer.groups == 1:
+            return self.fma if math == "fma" else self.default
+        per_group = self.depthwise if layer.groups == layer.in_ch else self.grouped
+        return max(1, per_group * layer.groups)
+
+
+@dataclass(frozen=True)
 class Algorithm:
     """One forward-convolution algorithm.
 
@@ -41,6 +62,8 @@ class Algorithm:
         The engines of cuDNN's graph API that launch the same kernels as this legacy
         algorithm (:mod:`seer.gpu.cudnn_graph` runs them); None where none is known, and the
         legacy call runs the algorithm.
+    launches : Launches
+        How many kernels one call launches, per kind of layer (one, unless told).
     """
 
     name: str
@@ -52,6 +75,7 @@ class Algorithm:
     one_math: str | None = None
     revision: int = 1
     engines: "GraphEngines | None" = None
+    launches: Launches = Launches(1, 1)
 
 
 @dataclass(frozen=True)
@@ -74,21 +98,23 @@ class GraphEngines:
 
 ALGORITHMS: tuple[Algorithm, ...] = (
     Algorithm("IMPLICIT_GEMM", "cudnn", 0, "IG", 0,
-              "implicit GEMM, no precomputed indices, no workspace", engines=GraphEngines((28, 0), (28, 0))),
+              "implicit GEMM, no precomputed indices, no workspace", engines=GraphEngines((28, 0), (28, 0)),
+              launches=Launches(1, 1, grouped=1)),
     Algorithm("IMPLICIT_PRECOMP_GEMM", "cudnn", 1, "IPG", 1,
               "implicit GEMM with precomputed indices (tensor cores under default math)",
-              engines=GraphEngines((70, 28, 0), (58, 38, 41, 46, 67, 70, 28, 0))),
+              engines=GraphEngines((70, 28, 0), (58, 38, 41, 46, 67, 70, 28, 0)), launches=Launches(1, 3, grouped=1)),
     # Legacy GEMM runs engine 0 on some layers and engine 2 on others, by a rule of cuDNN's
     # own that no ranking reproduces: the legacy call runs it.
-    Algorithm("GEMM", "cudnn", 2, "GEMM", 2, "explicit im2col followed by a GEMM"),
-    Algorithm("DIRECT", "cudnn", 3, "DIR", 3, "direct convolution"),
+    Algorithm("GEMM", "cudnn", 2, "GEMM", 2, "explicit im2col followed by a GEMM",),
+    Algorithm("DIRECT", "cudnn", 3, "DIR", 3, "direct convolution",),
     Algorithm("FFT", "cudnn", 4, "FFT", 6, "FFT of whole images, pointwise product, inverse FFT",
-              engines=GraphEngines((3,), (3,))),
+              engines=GraphEngines((3,), (3,)), launches=Launches(5, 5, grouped=7, depthwise=8)),
     Algorithm("FFT_TILING", "cudnn", 5, "FFTT", 7, "FFT on 32x32 tiles, in chunks",
-              engines=GraphEngines((4,), (4,))),
-    Algorithm("WINOGRAD", "cudnn", 6, "WINO", 4, "fused Winograd transform"),
+              engines=GraphEngines((4,), (4,)), launches=Launches(7, 7, grouped=7, depthwise=7)),
+    Algorithm("WINOGRAD", "cudnn", 6, "WINO", 4, "fused Winograd transform",),
     Algorithm("WINOGRAD_NONFUSED", "cudnn", 7, "WINON", 5,
-              "Winograd with separate transform and batched-GEMM kernels", engines=GraphEngines((6,), (6,))),
+              "Winograd with separate transform and batched-GEMM kernels", engines=GraphEngines((6,), (6,)),
+              launches=Launches(4, 4, grouped=4, depthwise=4)),
     # seer's own kernels (seer/gpu/kernels.py).
     Algorithm("SEER_DIRECT", "cupy", None, "SDIR", None,
               "seer's direct convolution: a thread per output position and block of channels", "fma"),

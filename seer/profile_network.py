@@ -273,10 +273,12 @@ class NetworkProfiler:
                 "size": int(job.input_shape[-1]), "batch": int(job.input_shape[0]),
                 "collected_at": stamp or datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
-    def _set_policy(self, model, job: Job, policy: str, layers: pd.DataFrame):
+    def _set_policy(self, model, x, job: Job, policy: str, layers: pd.DataFrame):
         """Swap ``model``'s convolutions for the policy's (none for PyTorch's own policies) and
-        return the context of PyTorch's flags under it (:meth:`_flags`)."""
-        from seer.torch.convolution import Predicted, force, left_to_pytorch, swap_in
+        return the context of PyTorch's flags under it (:meth:`_flags`). As
+        ``seer.torch.apply`` does, the eager policy weighs its picks for the whole pass, from
+        the pass under PyTorch's default policy timed on ``x``."""
+        from seer.torch.convolution import Predicted, eager_pass_times, force, left_to_pytorch, swap_in
 
         if policy in SEER_POLICIES:
             choice = self._choices.get(policy)
@@ -285,7 +287,11 @@ class NetworkProfiler:
 
                 choice = self._choices[policy] = Predicted(self.seer_model(job.math), job.math,
                                                            captured=SEER_POLICIES[policy])
-                choice.prepare(ConvShape.from_mapping(r) for r in layers.to_dict("records"))
+                shapes = [ConvShape.from_mapping(r) for r in layers.to_dict("records")]
+                choice.prepare(shapes)
+                if not SEER_POLICIES[policy]:
+                    with self._flags(job, "heuristic"):
+                        choice.decide_pass(shapes, *eager_pass_times(model, x))
             # As seer.torch.apply does: modules the guard leaves to PyTorch stay PyTorch's.
             swap_in(model, choice, nvtx=True, keep=left_to_pytorch(choice, layers))
         elif policy not in PYTORCH_POLICIES:
@@ -315,7 +321,7 @@ class NetworkProfiler:
                         models[policy] = model
                     else:
                         models[policy] = copy.deepcopy(model)
-                        self._set_policy(models[policy], job, policy, layers)  # its flags: self._flags
+                        self._set_policy(models[policy], x, job, policy, layers)  # its flags: self._flags
                         for m in seer_convolutions(models[policy]).values():
                             m.seer_nvtx = False  # as a user runs it: no NVTX range per convolution
                     forward = lambda m=models[policy]: m(x)  # noqa: E731
@@ -358,7 +364,7 @@ class NetworkProfiler:
     def _run_policy(self, model, x, job: Job, policy: str, layers: pd.DataFrame, predictions, wall: dict):
         torch = self.torch
         stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        with self._set_policy(model, job, policy, layers), torch.no_grad():
+        with self._set_policy(model, x, job, policy, layers), torch.no_grad():
             inputs = self._conv_inputs(model, x)
             forward = lambda: model(x)  # noqa: E731
             estimate = _one_call_ms(torch, forward)

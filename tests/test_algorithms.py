@@ -12,6 +12,10 @@ from seer.algorithms import (ALGORITHMS, KERNEL_RULES, algorithm_names, canonica
                              cudnn_algorithm_by_enum, get_algorithm)
 
 KERNEL_NAMES = DATA / "h100-kernel-names.tsv"
+#: The least share of traced calls whose launches Algorithm.launches gets within 2x, per
+#: algorithm, math and kind of layer (IMPLICIT_PRECOMP_GEMM under default math, with its
+#: layout kernels, and FFT_TILING, with its chunks, vary most).
+WITHIN_2X = 0.45
 
 
 def test_registry_matches_cudnn_enum():
@@ -103,3 +107,30 @@ def test_the_engine_table_realises_every_legacy_run_recorded():
     runs = realised(table)
     assert len(runs) == 218 and runs["same_kernels"].all(), runs[~runs["same_kernels"]]
     assert set(runs["algo"]) == {a.name for a in ALGORITHMS if a.engines is not None}
+
+
+def test_the_launch_table_is_the_median_of_the_traced_launches():
+    """Algorithm.launches against every traced call of the H100 dataset: per algorithm, math
+    and kind of layer, the table's count is the median of the traced counts, and within a
+    factor of two of most of them."""
+    from conftest import DATASET
+
+    from seer.shapes import ConvShape
+
+    traced = pd.read_csv(DATASET / "traced_kernels.csv.gz", usecols=["shape_id", "math", "algo", "launches"])
+    launches = traced.groupby(["shape_id", "math", "algo"], as_index=False)["launches"].sum()
+    fields = ["shape_id", "math", "algo", "groups", "in_ch"]
+    layers = pd.read_csv(DATASET / "measurements.csv.gz", usecols=fields).drop_duplicates(fields[:3])
+    calls = launches.merge(layers, on=fields[:3])
+    calls["kind"] = ["dense" if g == 1 else "depthwise" if g == c else "grouped"
+                     for g, c in zip(calls["groups"], calls["in_ch"])]
+    calls["table"] = [get_algorithm(a).launches.of(ConvShape.square(1, c, 8, c, 1, groups=g), m)
+                      for a, m, g, c in zip(calls["algo"], calls["math"], calls["groups"], calls["in_ch"])]
+    calls["ratio"] = calls["launches"] / calls["table"]
+    summary = calls.groupby(["algo", "math", "kind"])["ratio"].agg(
+        median="median", within_2x=lambda r: ((r >= 0.5) & (r <= 2)).mean(), n="size")
+    assert len(summary) >= 30
+    assert (summary["median"] == 1).all(), summary
+    assert (summary["within_2x"] >= WITHIN_2X).all(), summary
+
+

@@ -172,7 +172,8 @@ def test_apply_gives_pytorch_outputs_and_picks_per_layer(cuda):
 def test_the_guard_leaves_to_pytorch_what_the_pick_does_not_win(cuda, batch, size):
     from seer.persist import load_model
     from seer.shapes import ConvShape
-    from seer.torch.convolution import Predicted, cudnn_heuristic_choice, keeps_pick, left_to_pytorch, swap_in
+    from seer.torch.convolution import (Predicted, cudnn_heuristic_choice, extra_host_ms, keeps_pick, left_to_pytorch,
+                                        swap_in)
     from seer.torch.layers import conv_calls
 
     model = _every_kind(cuda)
@@ -185,7 +186,8 @@ def test_the_guard_leaves_to_pytorch_what_the_pick_does_not_win(cuda, batch, siz
         pick = choice.picks[layer]
         if pick is None:
             continue
-        wins = keeps_pick(choice.times[layer], pick, cudnn_heuristic_choice(layer, "fma"))
+        heuristic = cudnn_heuristic_choice(layer, "fma")
+        wins = keeps_pick(choice.times[layer], pick, heuristic, extra_ms=extra_host_ms(pick, layer, "fma"))
         assert choice.algorithm(layer) == (pick if wins else None), row["name"]
         assert wins or layer in choice.guarded or cudnn_heuristic_choice(layer, "fma") == pick
     with torch.no_grad():
@@ -315,3 +317,30 @@ def test_build_on_gpu_has_weights(cuda):
     pytest.importorskip("torchvision")
     model = build_model("resnet18", device="cuda")
     assert next(model.parameters()).is_cuda
+
+
+def test_apply_times_the_pass_and_weighs_every_layer_of_it(cuda):
+    """Given input_shape, apply times the eval-mode model as it is (its own random input, the
+    global random state untouched) and decides every layer of the pass at once."""
+    from seer.shapes import ConvShape
+    from seer.torch.convolution import Predicted, apply, eager_pass_times
+    from seer.torch.layers import conv_calls
+
+    model = _every_kind(cuda).eval()
+    x = torch.randn(16, 3, 64, 64, device=cuda)
+    with torch.no_grad():
+        expected = model(x)
+    host_ms, wall_ms = eager_pass_times(model, x)
+    assert 0 < host_ms and 0 < wall_ms
+    layers = [ConvShape.from_mapping(r) for r in conv_calls(model, tuple(x.shape)).layers.to_dict("records")]
+    state = torch.cuda.get_rng_state()
+    apply(model, math="fma", input_shape=tuple(x.shape))
+    assert torch.equal(state, torch.cuda.get_rng_state())
+    choices = {id(m.seer_choice): m.seer_choice for m in seer_convolutions(model).values()}
+    for choice in choices.values():
+        assert isinstance(choice, Predicted)
+        assert all(layer in choice._decided for layer in layers if choice.picks.get(layer))
+    with torch.no_grad(), warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        got = model(x)
+    assert _relative_error(got, expected) < 1e-2

@@ -140,7 +140,8 @@ def test_the_layout_is_read_from_input_and_weight_alike():
 
 def test_the_guard_keeps_pytorch_unless_the_pick_wins_by_the_margin():
     from seer.persist import load_model
-    from seer.torch.convolution import GUARD_HOST_MS, GUARD_MIN_GAIN, GUARD_PYTORCH_HOST_MS, keeps_pick
+    from seer.torch.convolution import (GUARD_HOST_MS, GUARD_LAUNCH_MS, GUARD_LEGACY_HOST_MS, GUARD_MIN_GAIN,
+                                        GUARD_PYTORCH_HOST_MS, extra_host_ms, keeps_pick)
 
     choice = Predicted(load_model("h100", math="fma"), "fma")
     layer = ConvShape.square(32, 256, 56, 64, 1)
@@ -159,25 +160,24 @@ def test_the_guard_keeps_pytorch_unless_the_pick_wins_by_the_margin():
     # ...which a model captured in CUDA graphs keeps.
     assert keeps_pick(short, "A", "B", captured=True)
     assert not keeps_pick({"A": 1.0, "B": 1.0}, "A", "B", captured=True)
+    # A pick's host cost: its path, and a launch per group where the algorithm loops over them.
+    grouped = ConvShape.square(32, 120, 28, 120, 3, padding=1, groups=30)
+    assert extra_host_ms("IMPLICIT_PRECOMP_GEMM", layer, "fma") == GUARD_HOST_MS
+    assert extra_host_ms("GEMM", layer, "fma") == GUARD_LEGACY_HOST_MS
+    assert extra_host_ms("WINOGRAD_NONFUSED", grouped, "fma") == GUARD_HOST_MS + GUARD_LAUNCH_MS * (4 * 30 - 1)
+    gpu = {"A": 0.05, "B": 0.5}
+    assert keeps_pick(gpu, "A", "B", extra_ms=extra_host_ms("IMPLICIT_GEMM", layer, "fma"))
+    assert not keeps_pick(gpu, "A", "B", extra_ms=extra_host_ms("WINOGRAD_NONFUSED", grouped, "fma"))
+    assert keeps_pick(gpu, "A", "B", extra_ms=extra_host_ms("WINOGRAD_NONFUSED", grouped, "fma"), captured=True)
 
 
-@pytest.mark.parametrize("dims,stride,padding,dilation,groups,channels_last", [
-    (2, (1, 1), (1, 1), (1, 1), 1, False), (2, (2, 1), (0, 3), (1, 2), 4, True),
-    (3, (1, 2, 2), (1, 0, 1), (2, 1, 1), 2, False), (3, (1, 1, 1), (1, 1, 1), (1, 1, 1), 8, True)])
-def test_the_compiled_operators_fake_gives_pytorchs_output_shape_and_layout(dims, stride, padding, dilation, groups,
-                                                                          channels_last):
-    from torch._subclasses.fake_tensor import FakeTensorMode
+def test_a_pass_takes_picks_while_it_is_gpu_bound():
+    from seer.torch.convolution import pass_picks
 
-    from seer.torch.convolution import _FUNCTIONAL, _op_fake, convolution_op
-
-    assert convolution_op is not None and torch.ops.seer.convolution is not None
-    x = torch.randn(2, 8, *([9] * dims))
-    w = torch.randn(16, 8 // groups, *([3] * dims))
-    if channels_last:
-        fmt = torch.channels_last if dims == 2 else torch.channels_last_3d
-        x, w = x.contiguous(memory_format=fmt), w.contiguous(memory_format=fmt)
-    expected = _FUNCTIONAL[dims](x, w, None, stride, padding, dilation, groups)
-    with FakeTensorMode() as mode:
-        fake = _op_fake(mode.from_tensor(x), mode.from_tensor(w), None, list(stride), list(padding), list(dilation),
-                        groups, "IMPLICIT_GEMM", "fma")
-    assert fake.shape == expected.shape and fake.stride() == expected.stride()
+    # GPU-bound: the picks that gain most GPU time per host ms first, while the pass shortens.
+    candidates = [("cheap", 0.5, 0.1), ("dear", 0.5, 0.9), ("free", 0.2, -0.01), ("lost", -0.1, 0.0)]
+    assert pass_picks(candidates, host_ms=3.0, wall_ms=5.0) == {"free", "cheap", "dear"}
+    assert pass_picks(candidates, host_ms=4.0, wall_ms=5.0) == {"free", "cheap"}  # dear: host-bound after
+    # Host-bound: only what costs no host time.
+    assert pass_picks(candidates, host_ms=5.0, wall_ms=5.0) == {"free"}
+    assert pass_picks([], host_ms=1.0, wall_ms=2.0) == set()

@@ -97,6 +97,7 @@ class GraphConvolution:
     def __init__(self, handle: Any, shape: ConvShape, graph, uids: tuple[int, int, int], index: int) -> None:
         self.shape, self.handle, self.graph, self.index = shape, handle, graph, index
         self.uids = uids
+        self._pack = dict.fromkeys(uids, 0)  # the variant pack, its pointers set per call
         self.name = graph.get_plan_name_at_index(index)
         self.engine_id = engine_of(self.name)
         self.workspace_bytes = int(graph.get_workspace_size_plan_at_index(index))
@@ -156,5 +157,7 @@ class GraphConvolution:
         raise GraphNotSupported("; ".join(problems)[:400])
 
     def run(self, x_ptr: int, w_ptr: int, y_ptr: int, workspace_ptr: int = 0) -> None:
-        ux, uw, uy = self.uids
-        self._execute({ux: x_ptr, uw: w_ptr, uy: y_ptr}, workspace_ptr, self.index, self.handle)
+        """Enqueue the plan on the handle's stream (not thread-safe: one plan, one thread)."""
+        pack, (ux, uw, uy) = self._pack, self.uids
+        pack[ux], pack[uw], pack[uy] = x_ptr, w_ptr, y_ptr
+        self._execute(pack, workspace_ptr, self.index, self.handle)

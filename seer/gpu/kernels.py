@@ -370,34 +370,62 @@ def _device_taps(shape: ConvShape, layout: str, device: int):
     return taps
 
 
+@lru_cache(maxsize=1)
+def _cu_launch_kernel():
+    """The CUDA driver's ``cuLaunchKernel`` through ctypes: a launch with arguments prepared
+    once costs a few microseconds of host time, where CuPy's kernel call converts every
+    argument per call."""
+    import ctypes
+
+    launch = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
+    launch.argtypes = [ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    launch.restype = ctypes.c_int
+    return launch
+
+
 class Launch:
     """One plan of ``algo`` for ``shape`` on GPU ``device``, its arguments prepared once: a
-    call passes three device pointers and launches on CuPy's current stream. A plan with
-    ``zero_output`` adds into its output, which the caller zeroes first."""
+    call passes three device pointers and a stream (:meth:`enqueue`), or launches on CuPy's
+    current stream (``__call__``). A plan with ``zero_output`` adds into its output, which
+    the caller zeroes first. Not thread-safe: the pointers are set on the instance."""
 
     def __init__(self, algo: str, shape: ConvShape, device: int, tile: str | None = None,
                  layout: str = "nchw") -> None:
+        import ctypes
+
         import cupy as cp
-        import numpy as np
 
         with cp.cuda.Device(device):
             self.plan = plan(algo, shape, tile, sms=cp.cuda.Device().attributes["MultiProcessorCount"],
                              layout=layout)
-            self._kernel = _function(self.plan.kernel, layout)
+            kernel = _function(self.plan.kernel, layout)
+            self._function = kernel.kernel.ptr  # the CUfunction, loaded on this device
             sizes = (shape.batch, shape.in_ch, shape.in_d, shape.in_h, shape.in_w, shape.out_ch, shape.kernel_d,
                      shape.kernel_h, shape.kernel_w, shape.out_d, shape.out_h, shape.out_w, shape.stride_d,
                      shape.stride_h, shape.stride_w, shape.pad_d, shape.pad_h, shape.pad_w, shape.dilation_d,
                      shape.dilation_h, shape.dilation_w, shape.groups)
-            self._tail = tuple(np.int32(v) for v in sizes)
+            self._pointers = [ctypes.c_uint64() for _ in range(3)]  # x, w, y
+            self._arguments = self._pointers + [ctypes.c_int32(v) for v in sizes]
             if algo != "SEER_DIRECT":
-                self._tail += (_device_taps(shape, layout, device), np.int32(self.plan.tiles_per_split))
-        self._pointer = np.uint64
-        self._grid, self._block = self.plan.grid, (self.plan.block,)
+                self._taps = _device_taps(shape, layout, device)
+                self._arguments += [ctypes.c_uint64(self._taps.data.ptr), ctypes.c_int32(self.plan.tiles_per_split)]
+        self._parameters = (ctypes.c_void_p * len(self._arguments))(*map(ctypes.addressof, self._arguments))
+        grid, block = tuple(self.plan.grid), (self.plan.block,)
+        self._dims = (*grid, *(1,) * (3 - len(grid)), *block, 1, 1)
         self.zero_output = self.plan.splits > 1
 
+    def enqueue(self, x_ptr: int, w_ptr: int, y_ptr: int, stream: int) -> None:
+        """Launch on ``stream`` (a CUstream/cudaStream_t handle) of this device's context."""
+        x, w, y = self._pointers
+        x.value, w.value, y.value = x_ptr, w_ptr, y_ptr
+        status = _cu_launch_kernel()(self._function, *self._dims, 0, stream, self._parameters, None)
+        if status:
+            raise RuntimeError(f"seer: cuLaunchKernel of {self.plan.kernel} failed with CUDA error {status}")
+
     def __call__(self, x_ptr: int, w_ptr: int, y_ptr: int) -> None:
-        pointer = self._pointer
-        self._kernel(self._grid, self._block, (pointer(x_ptr), pointer(w_ptr), pointer(y_ptr), *self._tail))
+        import cupy as cp
+
+        self.enqueue(x_ptr, w_ptr, y_ptr, cp.cuda.get_current_stream().ptr)
 
 
 def forward(algo: str, shape: ConvShape, x, w, y, tile: str | None = None,

@@ -3,7 +3,7 @@
 PyTorch lets cuDNN choose (its heuristics, or ``cudnn.benchmark``'s trial runs); it has no
 way to ask for one algorithm. :class:`SeerConv1d`/``2d``/``3d`` are ``nn.Conv*`` modules
 that run the chosen algorithm themselves, on the module's own tensors, PyTorch's current
-stream and workspaces from PyTorch's caching allocator, through a runner built once per
+stream and outputs from PyTorch's caching allocator, through a runner built once per
 layer (:func:`_runner`): a plan of cuDNN's graph API for an engine that launches the
 algorithm's kernels (:mod:`seer.gpu.cudnn_graph`), the legacy ``cudnnConvolutionForward``
 where there is none, or one of seer's own kernels through CuPy. Which algorithm runs is
@@ -88,17 +88,23 @@ class Fixed(Choice):
 
 #: The guard's model of one convolution in an eager pass: it takes the longer of its host time
 #: and its GPU time (the GPU waits for a host slower than itself; a busy GPU hides the host).
-#: PyTorch's host time per call (``F.conv2d`` with a bias) is :data:`GUARD_PYTORCH_HOST_MS`;
-#: a seer convolution's is :data:`GUARD_HOST_MS` more (both measured on the H100 machine by
-#: benchmarks/host_cost.py, benchmarks/results/h100-host-cost.json). A pick replaces PyTorch's
-#: convolution only where that longer time is predicted shorter than under cuDNN's heuristic
-#: choice (what PyTorch's default mode runs, closely) by :data:`GUARD_MIN_GAIN`: the models'
-#: per-algorithm error on unseen networks is about 10%. A model run captured in CUDA graphs
-#: has no host time per call (``seer.torch.apply(..., cuda_graphs=True)``); ``guard=False``
-#: turns the guard off.
+#: PyTorch's host time per call (an ``nn.Conv2d`` with a bias) is :data:`GUARD_PYTORCH_HOST_MS`.
+#: A seer convolution costs more (:func:`extra_host_ms`): :data:`GUARD_HOST_MS` through a graph
+#: plan or seer's own kernel, :data:`GUARD_LEGACY_HOST_MS` through cuDNN's legacy call (GEMM),
+#: and :data:`GUARD_LAUNCH_MS` per kernel launched beyond the first
+#: (:attr:`seer.algorithms.Algorithm.launches`: some algorithms loop over a layer's groups).
+#: PyTorch's own call is taken to launch one kernel: which engine PyTorch runs, and so how
+#: many kernels, cannot be told before it runs, and the guard errs toward PyTorch. All measured
+#: on the H100 machine by benchmarks/host_cost.py (benchmarks/results/h100-host-cost.json).
+#: A pick must also beat cuDNN's heuristic choice (what PyTorch's default mode runs, closely) by
+#: :data:`GUARD_MIN_GAIN` on the GPU: the models' per-algorithm error on unseen networks is
+#: about 10%. A model run captured in CUDA graphs has no host time per call
+#: (``seer.torch.apply(..., cuda_graphs=True)``); ``guard=False`` turns the guard off.
 GUARD_MIN_GAIN = 0.05
-GUARD_PYTORCH_HOST_MS = 0.045
-GUARD_HOST_MS = 0.03
+GUARD_PYTORCH_HOST_MS = 0.03
+GUARD_HOST_MS = 0.01
+GUARD_LEGACY_HOST_MS = 0.03
+GUARD_LAUNCH_MS = 0.0055
 
 
 @dataclass
@@ -161,28 +167,113 @@ class Predicted(Choice):
         """``pick``, or None where it is not predicted to beat cuDNN's heuristic choice by the margin."""
         heuristic = cudnn_heuristic_choice(layer, self.math)
         times = self.times.get(layer, {})
-        if keeps_pick(times, pick, heuristic, captured=self.captured):
+        if keeps_pick(times, pick, heuristic, captured=self.captured,
+                      extra_ms=extra_host_ms(pick, layer, self.math)):
             return pick
         self.guarded[layer] = (pick, times.get(pick), heuristic, times.get(heuristic))
         return None
+
+    def decide_pass(self, layers: Iterable[ConvShape], host_ms: float, wall_ms: float) -> None:
+        """Decide every layer of one eager forward pass at once (``layers``: one per call),
+        given the pass under PyTorch's own convolutions: ``host_ms`` to enqueue it and
+        ``wall_ms`` per pass back to back (:func:`eager_pass_times`). The pass takes about the
+        longer of its host and GPU times, so a pick's GPU gain counts only while the pass is
+        GPU-bound, and its host cost only once it is host-bound (:func:`pass_picks`). Each
+        pick must also win on the GPU by the guard's margin."""
+        calls: dict[ConvShape, int] = {}
+        for layer in layers:
+            calls[layer] = calls.get(layer, 0) + 1
+        self.prepare(calls)
+        candidates, picks = [], {}
+        for layer, count in calls.items():
+            pick = self.picks[layer]
+            if pick is None:
+                continue
+            heuristic = cudnn_heuristic_choice(layer, self.math)
+            times = self.times.get(layer, {})
+            picks[layer] = (pick, heuristic)
+            if not keeps_pick(times, pick, heuristic, captured=True) or heuristic not in times:
+                continue  # lost on the GPU alone, or nothing to weigh it against (kept)
+            gpu_gain = count * (times[heuristic] - times[pick])
+            candidates.append((layer, gpu_gain, count * extra_host_ms(pick, layer, self.math)))
+        weighed = {layer for layer, _, _ in candidates}
+        chosen = pass_picks(candidates, host_ms, wall_ms)
+        for layer, (pick, heuristic) in picks.items():
+            times = self.times.get(layer, {})
+            wins = keeps_pick(times, pick, heuristic, captured=True) and (layer not in weighed or layer in chosen)
+            self._decided[layer] = pick if wins else None
+            if not wins:
+                self.guarded[layer] = (pick, times.get(pick), heuristic, times.get(heuristic))
 
     def describe(self) -> str:
         return "seer"
 
 
-def keeps_pick(times: dict[str, float], pick: str, heuristic: str | None, captured: bool = False) -> bool:
+def pass_picks(candidates: Iterable[tuple[object, float, float]], host_ms: float, wall_ms: float) -> set:
+    """The keys of ``candidates`` (key, GPU ms gained, host ms added per pass) that shorten an
+    eager pass modelled as the longer of its host time (``host_ms``, plus what the picks
+    add) and its GPU time (at most ``wall_ms``, less what the picks gain): the cheapest in
+    host time per GPU ms first, each taken while the pass gets shorter."""
+    host, gpu, chosen = host_ms, wall_ms, set()
+    for key, gain, cost in sorted(candidates, key=lambda c: c[2] / c[1] if c[1] > 0 else float("inf")):
+        if gain <= 0:
+            continue
+        if max(host + cost, gpu - gain) < max(host, gpu):
+            host, gpu = host + cost, gpu - gain
+            chosen.add(key)
+    return chosen
+
+
+def eager_pass_times(model: nn.Module, example: torch.Tensor, passes: int = 10) -> tuple[float, float]:
+    """``model``'s eager forward pass on ``example`` under ``torch.no_grad()``: the host ms to
+    enqueue one pass (GPU idle at its start), and the wall ms per pass of ``passes`` back to
+    back; medians of a few repetitions, after a warm-up."""
+    from statistics import median
+    from time import perf_counter
+
+    with torch.no_grad():
+        for _ in range(3):
+            model(example)
+        torch.cuda.synchronize()
+        hosts, walls = [], []
+        for _ in range(5):
+            started = perf_counter()
+            model(example)
+            hosts.append(perf_counter() - started)
+            torch.cuda.synchronize()
+        for _ in range(3):
+            started = perf_counter()
+            for _ in range(passes):
+                model(example)
+            torch.cuda.synchronize()
+            walls.append((perf_counter() - started) / passes)
+    return median(hosts) * 1e3, median(walls) * 1e3
+
+
+def keeps_pick(times: dict[str, float], pick: str, heuristic: str | None, captured: bool = False,
+               extra_ms: float = GUARD_HOST_MS) -> bool:
     """Whether ``pick`` should replace PyTorch's convolution, given every algorithm's predicted
     ms and the algorithm cuDNN's heuristic names (None: it names none that runs): not where
     the heuristic names the pick itself; else where the heuristic's choice has no prediction,
-    or where the pick's time in an eager pass (the longer of host and GPU time; GPU time only
-    when ``captured`` in CUDA graphs) is predicted shorter by the guard's margin."""
+    or where the pick's time in an eager pass (the longer of host and GPU time, its host time
+    ``extra_ms`` more than PyTorch's: :func:`extra_host_ms`; GPU time only when ``captured``
+    in CUDA graphs) is predicted shorter by the guard's margin."""
     if heuristic == pick:
         return False
     if heuristic is None or heuristic not in times:
         return True
-    host = 0.0 if captured else GUARD_PYTORCH_HOST_MS
-    extra = 0.0 if captured else GUARD_HOST_MS
-    return max(host + extra, times[pick]) * (1 + GUARD_MIN_GAIN) < max(host, times[heuristic])
+    if captured:
+        return times[pick] * (1 + GUARD_MIN_GAIN) < times[heuristic]
+    host = GUARD_PYTORCH_HOST_MS
+    return max(host + extra_ms, times[pick]) * (1 + GUARD_MIN_GAIN) < max(host, times[heuristic])
+
+
+def extra_host_ms(algorithm: str, layer: ConvShape, math: str) -> float:
+    """Host ms per call that running ``algorithm`` on ``layer`` costs beyond PyTorch's own call
+    (the guard's model: :data:`GUARD_HOST_MS` and kin)."""
+    algo = get_algorithm(algorithm)
+    path = GUARD_LEGACY_HOST_MS if algo.source == "cudnn" and algo.engines is None else GUARD_HOST_MS
+    return path + GUARD_LAUNCH_MS * (algo.launches.of(layer, math) - 1)
 
 
 def cudnn_heuristic_choice(layer: ConvShape, math: str) -> str | None:
@@ -223,26 +314,36 @@ class _Runner:
 
     def __init__(self, layer: ConvShape, layout: str, device: torch.device, dims: int) -> None:
         self.layer, self.layout, self.device, self.dims = layer, layout, device, dims
+        self.device_index = device.index
         self.out_dims = layer.output_dims
-        self.memory_format = _CHANNELS_LAST[len(self.out_dims) - 2] if layout == "nhwc" else torch.contiguous_format
+        memory_format = _CHANNELS_LAST[len(self.out_dims) - 2] if layout == "nhwc" else torch.contiguous_format
+        self.out_strides = torch.empty(self.out_dims, device="meta", memory_format=memory_format).stride()
         self.bias_shape = (1, -1, *([1] * dims))
         self.zero_output = False
         self.state = _device_state(device)
+
+    def shaped(self, bias: torch.Tensor | None) -> torch.Tensor | None:
+        """``bias`` as the view the output adds (what :meth:`__call__` takes)."""
+        return None if bias is None else bias.view(self.bias_shape)
 
     def launch(self, x: torch.Tensor, w: torch.Tensor, y: torch.Tensor) -> None:
         raise NotImplementedError
 
     def __call__(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """The convolution of ``x`` by ``w``, plus ``bias`` already :meth:`shaped`."""
+        if torch.cuda.current_device() != self.device_index:  # as PyTorch's own ops, on the tensors' GPU
+            with torch.cuda.device(self.device_index):
+                return self(x, w, bias)
         if self.dims == 1:  # a 1D convolution is a 2D one of height 1, as PyTorch hands it to cuDNN
             x, w = x.unsqueeze(-2), w.unsqueeze(-2)
-        y = torch.empty(self.out_dims, dtype=x.dtype, device=x.device, memory_format=self.memory_format)
+        y = x.new_empty_strided(self.out_dims, self.out_strides)
         if self.zero_output:
             y.zero_()
         self.launch(x, w, y)
         if self.dims == 1:
             y = y.squeeze(-2)
         if bias is not None:
-            y.add_(bias.view(self.bias_shape))
+            y.add_(bias)
         return y
 
 
@@ -264,11 +365,8 @@ class _GraphRunner(_Runner):
         if stream != state.graph_stream:
             state.frontend.set_stream(state.graph_handle, stream)
             state.graph_stream = stream
-        # From PyTorch's caching allocator: freed when this call returns, reused in stream order
-        # (and a fixed address inside a CUDA graph's capture).
         size = self.workspace_bytes
-        workspace = torch.empty(size, dtype=torch.uint8, device=x.device).data_ptr() if size else 0
-        self._run(x.data_ptr(), w.data_ptr(), y.data_ptr(), workspace)
+        self._run(x.data_ptr(), w.data_ptr(), y.data_ptr(), state.workspace(stream, size) if size else 0)
 
 
 class _LegacyRunner(_Runner):
@@ -281,9 +379,10 @@ class _LegacyRunner(_Runner):
         self.workspace_bytes = self.problem.workspace_size(self.algo)
 
     def launch(self, x, w, y) -> None:
-        self.state.legacy_handle.set_stream(torch.cuda.current_stream(self.device).cuda_stream)
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        self.state.legacy_handle.set_stream(stream)
         size = self.workspace_bytes
-        workspace = torch.empty(size, dtype=torch.uint8, device=x.device).data_ptr() if size else 0
+        workspace = self.state.workspace(stream, size) if size else 0
         self.problem.forward(self.algo, x.data_ptr(), w.data_ptr(), y.data_ptr(), workspace, size)
 
 
@@ -298,13 +397,18 @@ class _OwnRunner(_Runner):
         self.zero_output = self._launch.zero_output
 
     def launch(self, x, w, y) -> None:
-        with self.state.cupy_stream(torch.cuda.current_stream(self.device).cuda_stream):
-            self._launch(x.data_ptr(), w.data_ptr(), y.data_ptr())
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        self._launch.enqueue(x.data_ptr(), w.data_ptr(), y.data_ptr(), stream)
+
+
+#: Workspaces up to this size are kept between calls, one per stream (a call then costs no
+#: allocation); larger ones come from PyTorch's caching allocator per call, as PyTorch's own.
+KEPT_WORKSPACE_BYTES = 64 << 20
 
 
 class _DeviceState:
     """What the runners of one device and thread share: cuDNN's handles and the streams they
-    are on, and CuPy's views of PyTorch's streams."""
+    are on, and the workspace kept for each stream."""
 
     def __init__(self, device: torch.device) -> None:
         from seer.gpu import cudnn
@@ -314,7 +418,7 @@ class _DeviceState:
             self.legacy_handle = cudnn.Handle(torch.cuda.current_stream(device).cuda_stream)
         self._graph_handle = None
         self.graph_stream = None
-        self._cupy_streams: dict[int, object] = {}
+        self._workspaces: dict[int, torch.Tensor] = {}
 
     @property
     def frontend(self):
@@ -329,13 +433,18 @@ class _DeviceState:
                 self._graph_handle = self.frontend.create_handle()
         return self._graph_handle
 
-    def cupy_stream(self, pointer: int):
-        stream = self._cupy_streams.get(pointer)
-        if stream is None:
-            import cupy
-
-            stream = self._cupy_streams[pointer] = cupy.cuda.ExternalStream(pointer, self.device.index)
-        return stream
+    def workspace(self, stream: int, size: int) -> int:
+        """A pointer to ``size`` bytes of workspace for a launch on ``stream``. Calls on one
+        stream run in its order, so they share one kept workspace. While a CUDA graph is being
+        captured, each call takes its own from the caching allocator (from the graph's pool,
+        freed when the call returns): a graph never reads a workspace that eager calls use."""
+        kept = self._workspaces.get(stream)
+        if kept is not None and kept.numel() >= size and not torch.cuda.is_current_stream_capturing():
+            return kept.data_ptr()
+        fresh = torch.empty(size, dtype=torch.uint8, device=self.device)
+        if size <= KEPT_WORKSPACE_BYTES and not torch.cuda.is_current_stream_capturing():
+            self._workspaces[stream] = fresh
+        return fresh.data_ptr()
 
 
 _local = threading.local()
@@ -413,7 +522,7 @@ def _backward(call: _Call, x, weight, grad_y, needs_input_grad, has_bias):
 class _Convolution(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, call: _Call, runner: _Runner):
-        y = runner(x, weight, bias)
+        y = runner(x, weight, runner.shaped(bias))
         ctx.save_for_backward(x, weight)
         ctx.call, ctx.has_bias = call, bias is not None
         return y
@@ -432,7 +541,7 @@ def _needs_grad(x, weight, bias) -> bool:
 def _run(x, weight, bias, call: _Call, runner: _Runner) -> torch.Tensor:
     if _needs_grad(x, weight, bias):
         return _Convolution.apply(x, weight, bias, call, runner)
-    return runner(x, weight, bias)
+    return runner(x, weight, runner.shaped(bias))
 
 
 def _call_layer(x: torch.Tensor, weight: torch.Tensor, call: _Call) -> ConvShape:
@@ -465,7 +574,7 @@ def _op_convolution(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     layout = _layout(x, weight, dims)
     try:
         runner = _runner(_call_layer(x, weight, call), get_algorithm(algorithm), math, layout, x.device, dims)
-        return runner(x, weight, bias)
+        return runner(x, weight, runner.shaped(bias))
     except Exception as exc:  # noqa: BLE001 - a compiled graph cannot fall back at trace time: here it does
         from seer.gpu.cudnn import CudnnError
 
@@ -533,11 +642,16 @@ class _SeerConv:
         new = _configured_like(cls, conv)
         new.seer_choice, new.seer_name, new.seer_nvtx = choice, name, nvtx
         new.fallbacks = {}
-        new.last_algorithm = None
+        new._last = [None]  # the last call's algorithm; a list, so a call sets it cheaply
+        new._bias_view = (None, 0, None)  # (bias, its data pointer, its view as the output adds it)
         new.paths = {}  # input kind -> the runner's path (graph, legacy, cupy)
         new._plans = {}  # input shape -> _Plan; a choice is fixed per layer
         new._fast = {}  # input kind -> (algorithm name, runner)
         return new
+
+    @property
+    def last_algorithm(self) -> str | None:
+        return self._last[0]
 
     def to_conv(self) -> nn.Module:
         """The plain ``nn.Conv*`` module with this one's configuration and parameters."""
@@ -591,16 +705,31 @@ class _SeerConv:
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # The fast path: an input of a kind already seen, whose runner is built; nothing to
-        # check again, nothing to record but the algorithm.
-        fast = self._fast.get((x.shape, x.stride(), x.dtype, x.device, self.weight.dtype, self.weight.stride()))
+        # check again, nothing to record but the algorithm. Parameters are read from their
+        # dict once (nn.Module's attribute lookup of each costs more).
+        parameters = self._parameters
+        weight, bias = parameters["weight"], parameters["bias"]
+        fast = self._fast.get((x.shape, x.stride(), x.dtype, x.device, weight.dtype, weight.stride()))
         if fast is not None:
-            if fast[1] is None:  # the choice leaves this input to PyTorch: its own module's path
-                self.last_algorithm = PYTORCH
-                return self._conv_forward(x, self.weight, self.bias)
-            if not _needs_grad(x, self.weight, self.bias):
-                self.last_algorithm = fast[0]
-                return fast[1](x, self.weight, self.bias)
+            name, runner = fast
+            if runner is None:  # the choice leaves this input to PyTorch: its own module's path
+                self._last[0] = PYTORCH
+                return self._conv_forward(x, weight, bias)
+            if not _needs_grad(x, weight, bias):
+                self._last[0] = name
+                return runner(x, weight, self._shaped_bias(bias, runner))
         return self._forward(x)
+
+    def _shaped_bias(self, bias: torch.Tensor | None, runner: _Runner) -> torch.Tensor | None:
+        """The bias's view that the runner adds, made again only when the bias's storage
+        changed (``module.to``, ``param.data = ...``)."""
+        if bias is None:
+            return None
+        kept, pointer, view = self._bias_view
+        if kept is not bias or pointer != bias.data_ptr():
+            view = runner.shaped(bias)
+            self._bias_view = (bias, bias.data_ptr(), view)
+        return view
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
         reason = self._unrunnable(x)
@@ -630,7 +759,7 @@ class _SeerConv:
         dims = len(self.kernel_size)
         call = _Call(dims, tuple(self.stride), plan.padding, tuple(self.dilation), self.groups)
         if convolution_op is not None and _compiling():
-            self.last_algorithm = algo.name
+            self._last[0] = algo.name
             return convolution_op(x, self.weight, self.bias, list(call.stride), list(call.padding),
                                   list(call.dilation), call.groups, algo.name, self.seer_choice.math)
         if self.seer_nvtx:
@@ -651,7 +780,7 @@ class _SeerConv:
         finally:
             if self.seer_nvtx:
                 torch.cuda.nvtx.range_pop()
-        self.last_algorithm = algo.name
+        self._last[0] = algo.name
         self.paths[key] = runner.path
         # Later calls with this input go straight to the runner, unless each call is an NVTX
         # range, or the input is padded by padding_mode first, or the layout's 16-byte
@@ -662,7 +791,7 @@ class _SeerConv:
 
     def _pytorch(self, x: torch.Tensor, padding=None) -> torch.Tensor:
         """PyTorch's own convolution; with ``padding``, x is already padded by padding_mode."""
-        self.last_algorithm = PYTORCH
+        self._last[0] = PYTORCH
         if padding is None:
             return super().forward(x)
         return _FUNCTIONAL[len(self.kernel_size)](x, self.weight, self.bias, self.stride, padding,
@@ -766,10 +895,12 @@ def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_s
     predicted when first seen; ``input_shape`` predicts the layers of that input in
     advance, in one call (on the CPU, from a meta-device pass). With ``guard``, a layer
     keeps PyTorch's convolution unless the pick is predicted to beat cuDNN's heuristic
-    choice by a margin (:class:`Predicted`); given ``input_shape`` on a GPU host, a module
-    all of whose layers stay PyTorch's is not swapped at all, and costs nothing. With
+    choice by a margin (:class:`Predicted`). Given ``input_shape``, a model in eval mode on
+    a GPU is first timed as it is (a few eager passes on random input): the picks are then
+    weighed for the whole pass, host time against GPU time (:meth:`Predicted.decide_pass`),
+    and a module all of whose layers stay PyTorch's is not swapped at all. With
     ``cuda_graphs`` (the model will run captured, by ``torch.cuda.graph`` or
-    ``torch.compile(mode="reduce-overhead")``), the guard leaves out host time per call.
+    ``torch.compile(mode="reduce-overhead")``), the guard leaves out host time.
     """
     if seer_model is None:
         from seer.persist import load_model
@@ -781,10 +912,25 @@ def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_s
         from seer.torch.layers import conv_calls
 
         calls = conv_calls(model, input_shape).layers
-        choice.prepare(ConvShape.from_mapping(row) for row in calls.to_dict("records"))
+        layers = [ConvShape.from_mapping(row) for row in calls.to_dict("records")]
+        choice.prepare(layers)
         if guard and torch.cuda.is_available():  # the guard asks cuDNN, on the GPU
+            example = _example(model, input_shape)
+            if example is not None and not cuda_graphs:
+                choice.decide_pass(layers, *eager_pass_times(model, example))
             keep = left_to_pytorch(choice, calls)
     return swap_in(model, choice, nvtx, keep)
+
+
+def _example(model: nn.Module, input_shape: Sequence[int]) -> torch.Tensor | None:
+    """A random input of ``input_shape`` for timing ``model`` as it is: where the model is in
+    eval mode (a pass then changes no state) with fp32 parameters on a GPU, else None. Its
+    own generator leaves the global random state alone."""
+    parameter = next(model.parameters(), None)
+    if model.training or parameter is None or not parameter.is_cuda or parameter.dtype != torch.float32:
+        return None
+    generator = torch.Generator(device=parameter.device).manual_seed(0)
+    return torch.randn(tuple(input_shape), generator=generator, device=parameter.device)
 
 
 def restore(model: nn.Module) -> nn.Module:
