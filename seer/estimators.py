@@ -344,7 +344,7 @@ class AlgorithmSelector(BaseEstimator):
         kernel path its traces saw, telling apart this many of the most frequent paths
         (:func:`kernel_path_stage`); its probabilities become regressor inputs where
         cross-validation says they help. Off by default: on the H100 data it did not lower
-        the held-out error (README.md, *Kernel paths in the models*), and each class costs
+        the held-out error (data/h100/DATASHEET.md, *Kernel paths in the models*), and each class costs
         trees in prediction.
     min_power_runs : int, default=10
         Fewer energy readings than this: the algorithm gets no energy model.

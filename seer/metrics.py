@@ -28,7 +28,7 @@ class Metric:
 
 #: Each group is collected by its own ncu run over a chunk of runs, and each must stay one
 #: replay pass per kernel: every extra pass replays the kernel with memory saved and
-#: restored. Measured with benchmarks/ncu_cost.py --passes (README, "Collecting on a GPU"):
+#: restored. Measured with benchmarks/ncu_cost.py --passes (docs/collecting.md):
 #: launch statistics and SASS counts (instrumented) take one pass and
 #: cost no more than launch statistics alone; all the hardware counters of ``counters``
 #: fit one pass; the TF32 tensor-op counter shares no pass with the tensor-pipe instruction

@@ -4,7 +4,7 @@ The first H100 collection timed each forward call alone between two CUDA events.
 run on the GPU, but the start event executes as soon as it is enqueued, so the host's own
 work for the call (Python, ctypes, cuDNN's dispatch) lands inside the timed region, and so
 does its jitter: on short kernels, identical kernels timed under both math modes often
-differed widely (README, "Measured on the H100", timing quality).
+differed widely (data/h100/DATASHEET.md, "Measured on the H100", timing quality).
 
 Here a small kernel first keeps the GPU busy for longer than the host needs to enqueue a
 burst of calls; the start event, the burst and the end event then run back to back on
@@ -15,7 +15,7 @@ are repeated for about ``budget_ms``; the median over repetitions is reported.
 Now and then the host falls behind the spin (another process, the OS) and some bursts
 include idle GPU time. Such a measurement shows as a spread of its repetitions far wider
 than a typical run's, and re-timed in a fresh process most such runs were much faster
-(README, "The shipped H100 dataset", unsteady measurements). So a measurement whose
+(data/h100/DATASHEET.md, unsteady measurements). So a measurement whose
 spread exceeds :data:`MAX_SPREAD` is taken again,
 up to :data:`MAX_ATTEMPTS` times in all, and the steadiest attempt is kept.
 """

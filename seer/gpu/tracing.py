@@ -2,7 +2,7 @@
 
 Nsight Compute replays each kernel many times to read its counters; to learn only *which*
 kernels an algorithm launched and how long each ran, CUPTI's kernel activity records are
-enough: a traced call costs one more call plus CUPTI's flush (README, "Kernel traces",
+enough: a traced call costs one more call plus CUPTI's flush (data/h100/DATASHEET.md, "Kernel traces",
 gives the measured cost). This module reads them through NVIDIA's
 ``cupti-python`` package (module ``cupti``).
 
