@@ -109,7 +109,8 @@ def test_the_engine_table_realises_every_legacy_run_recorded():
     assert set(runs["algo"]) == {a.name for a in ALGORITHMS if a.engines is not None}
 
 
-def test_the_launch_table_is_the_median_of_the_traced_launches():
+@pytest.mark.slow
+def test_the_launch_table_is_the_median_of_the_traced_launches(table):
     """Algorithm.launches against every traced call of the H100 dataset: per algorithm, math
     and kind of layer, the table's count is the median of the traced counts, and within a
     factor of two of most of them."""
@@ -120,7 +121,7 @@ def test_the_launch_table_is_the_median_of_the_traced_launches():
     traced = pd.read_csv(DATASET / "traced_kernels.csv.gz", usecols=["shape_id", "math", "algo", "launches"])
     launches = traced.groupby(["shape_id", "math", "algo"], as_index=False)["launches"].sum()
     fields = ["shape_id", "math", "algo", "groups", "in_ch"]
-    layers = pd.read_csv(DATASET / "measurements.csv.gz", usecols=fields).drop_duplicates(fields[:3])
+    layers = table[fields].drop_duplicates(fields[:3])
     calls = launches.merge(layers, on=fields[:3])
     calls["kind"] = ["dense" if g == 1 else "depthwise" if g == c else "grouped"
                      for g, c in zip(calls["groups"], calls["in_ch"])]

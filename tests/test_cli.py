@@ -92,6 +92,7 @@ def _broken_tables(tmp_path):
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["train", "evaluate"])
 @pytest.mark.parametrize("case", ["truncated", "not gzip", "empty", "missing column", "non-numeric time"])
 def test_a_broken_measurements_table_is_one_line_and_exit_2(capsys, tmp_path, command, case):

@@ -28,11 +28,6 @@ ISSUE_COLUMNS = ("gpu cudnn_version math batch in_ch out_ch groups dims in_d in_
 
 
 @pytest.fixture(scope="module")
-def table():
-    return read_measurements(H100 / "measurements.csv.gz")
-
-
-@pytest.fixture(scope="module")
 def rebuilt(tmp_path_factory):
     """The dataset rebuilt from the committed raw records into a fresh directory."""
     target = tmp_path_factory.mktemp("h100")
@@ -41,6 +36,7 @@ def rebuilt(tmp_path_factory):
     return target, files
 
 
+@pytest.mark.slow
 def test_committed_tables_are_exactly_what_the_raw_records_give(rebuilt, table):
     target, files = rebuilt
     again = read_measurements(files.measurements)
@@ -57,6 +53,7 @@ def test_committed_tables_are_exactly_what_the_raw_records_give(rebuilt, table):
             pd.testing.assert_frame_equal(again[sheet], committed[sheet], obj=f"{name}:{sheet}")
 
 
+@pytest.mark.slow
 def test_committed_census_is_exactly_what_the_raw_census_records_give(rebuilt):
     target, files = rebuilt
     assert files.census == target / "census.csv.gz"
@@ -95,6 +92,7 @@ def test_columns_keys_and_statuses(table):
     assert failed["status_detail"].notna().all() and failed["time_ms"].isna().all()
 
 
+@pytest.mark.slow
 def test_dataset_size_promised_by_the_issue(table):
     shapes = table.groupby("grid")["shape_id"].nunique()
     assert shapes["seer"] + shapes["networks"] >= 1500
@@ -174,6 +172,7 @@ def test_rollup_sums_traffic_and_takes_launch_config_from_the_longest_compute_ke
     assert run["blocks_per_sm"] == 3 and run["waves"] == 99 / (3 * SPEC.sm_count) and run["ncu_waves"] == 1
 
 
+@pytest.mark.slow
 def test_seer_excel_files(rebuilt, table):
     target, files = rebuilt
     for path, split in ((files.train_xlsx, "train"), (files.test_xlsx, "test1")):

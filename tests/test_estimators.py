@@ -29,6 +29,7 @@ def _small(**params) -> AlgorithmSelector:
     return small_selector().set_params(gpu=H100, **params)
 
 
+@pytest.mark.slow
 def test_each_algorithms_model_beats_a_constant_on_held_out_layers(table):
     shapes, times = _sample(*training_frames(table, "fma", "train"), 3000)
     test_shapes, test_times = _sample(*training_frames(table, "fma", "test1"), 1500, seed=1)
@@ -44,6 +45,7 @@ def test_each_algorithms_model_beats_a_constant_on_held_out_layers(table):
     assert np.isnan(selector.predict(test_shapes)[:, selector.algorithms_.index("DIRECT")]).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ["IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM"])
 def test_the_roofline_baseline_lets_trees_extrapolate_to_larger_layers(table, algo):
     """Trained on layers under 10 GFLOP, judged on measured layers over 20 GFLOP: trees on
@@ -62,6 +64,7 @@ def test_the_roofline_baseline_lets_trees_extrapolate_to_larger_layers(table, al
     assert errors["roofline"] < 35 and errors["roofline"] < 0.8 * errors["none"], errors
 
 
+@pytest.mark.slow
 def test_the_quadratic_power_law_beats_a_constant_too(table):
     # SEER's form, on SEER's layers: over the general kinds its ~9,000 terms extrapolate wildly.
     square = table[is_seer_layer(table)]
@@ -85,6 +88,7 @@ def test_the_quadratic_power_law_beats_a_constant_too(table):
                                selector.regressors_["IMPLICIT_GEMM"]["all"].predict(inputs), rtol=1e-9)
 
 
+@pytest.mark.slow
 def test_the_first_stage_learns_cudnns_answers_from_the_census(table, census):
     """Support and GEMM's kernel path (im2col buffer or none) on timed layers it never saw."""
     shapes, workspaces = _sample(*training_frames(census, "fma", split=None, value="workspace_bytes"), 20000)
@@ -116,6 +120,7 @@ def path_selector(table, census):
     return _small().fit(shapes, times, workspaces, asked), shapes, times
 
 
+@pytest.mark.slow
 def test_kernel_paths_get_their_own_regressors_where_the_workspace_tells_them_apart(table, path_selector):
     selector, shapes, times = path_selector
     assert set(selector.regressors_["GEMM"]) == {"workspace", "no_workspace"}
@@ -132,6 +137,7 @@ def test_kernel_paths_get_their_own_regressors_where_the_workspace_tells_them_ap
     assert mape(test_times.loc[gemm, "GEMM"], predicted) < 0.8 * mape(test_times.loc[gemm, "GEMM"], baseline)
 
 
+@pytest.mark.slow
 def test_the_kernel_path_classifier_names_held_out_runs_paths(table):
     inputs = training_inputs(table, pd.DataFrame(), "fma")
     shapes, times, paths = inputs.shapes, inputs.times, inputs.paths
@@ -158,6 +164,7 @@ def test_the_kernel_path_classifier_names_held_out_runs_paths(table):
     assert (predicted == expected).mean() > 0.9
 
 
+@pytest.mark.slow
 def test_kernel_paths_feed_the_regressors_only_where_cross_validation_says_so(table):
     inputs = training_inputs(table, pd.DataFrame(), "fma")
     shapes, times, workspaces, paths = inputs.shapes, inputs.times, inputs.workspaces, inputs.paths
@@ -183,6 +190,7 @@ def test_kernel_paths_feed_the_regressors_only_where_cross_validation_says_so(ta
     assert not plain.kernel_path_classifiers_ and "boosted_trees + kernel path" not in plain.cv_mape_["FFT"]["all"]
 
 
+@pytest.mark.slow
 def test_the_path_mix_leaves_out_only_negligible_paths_and_masking_changes_no_time(table, path_selector,
                                                                                    monkeypatch):
     # The small first stage is less sure of itself than the shipped one: a larger threshold
@@ -234,6 +242,7 @@ def test_the_reported_path_is_the_fast_one_unless_it_is_unlikely():
     np.testing.assert_array_equal(predictors.likeliest_path_ratio({predictors.ALL_RUNS: slow}, None), slow)
 
 
+@pytest.mark.slow
 def test_the_pick_weight_is_chosen_by_out_of_fold_regret_and_only_lowers_scores(small_models):
     from seer import persist
     from seer.estimators import PICK_WEIGHTS
@@ -251,6 +260,7 @@ def test_the_pick_weight_is_chosen_by_out_of_fold_regret_and_only_lowers_scores(
     assert (scores[np.isfinite(scores)] <= weighed[np.isfinite(weighed)]).all()  # a confident class only lowers
 
 
+@pytest.mark.slow
 def test_the_pick_classifier_reads_the_same_inputs_whether_or_not_the_first_stage_skipped_work(table, small_models):
     from seer import persist
 
@@ -289,6 +299,7 @@ def test_extrapolated_flags_layers_outside_the_training_ranges(small_models):
     assert predictor.extrapolated(frame).tolist() == [False, True]
 
 
+@pytest.mark.slow
 def test_seers_model_beats_a_constant_on_held_out_layers(table):
     from seer.seer_baseline import SeerFamily
 

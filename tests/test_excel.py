@@ -57,6 +57,7 @@ def test_sheets_refuse_impossible_occupancy():
         seer_sheets(runs, SPEC)
 
 
+@pytest.mark.slow
 def test_excel_files_depend_only_on_their_sheets(tmp_path):
     sheets = {"index": pd.DataFrame({"sheet": ["IG_x_fma"], "rows": [2]}),
               "IG_x_fma": pd.DataFrame({"batch": [1, 8], "time_ms": [0.5, 1.25]})}

@@ -12,6 +12,7 @@ def test_layer_file_functions_are_still_importable_from_grids():
         assert getattr(grids, name) is getattr(layers, name)
 
 
+@pytest.mark.slow
 def test_seer_grid_is_reproducible_bounded_and_covers_every_kernel_and_stride():
     a, b = seer_grid(), seer_grid()
     assert a == b and len(set(a)) == len(a) > 1000
@@ -28,6 +29,7 @@ def test_quick_grid_is_small_and_varied():
     assert {s.kernel_w for s in q} == set(SEER_KERNELS) and {1, 2} <= {s.stride_w for s in q}
 
 
+@pytest.mark.slow
 def test_test_set_ii_excludes_every_training_shape():
     training = set(seer_grid()) | set(networks_grid())
     t2 = grids.test_set_ii_grid()  # imported by module: pytest would collect a test_* name
@@ -53,6 +55,7 @@ def test_resolve_grids_reports_a_bad_layer_file_by_line(tmp_path):
         resolve_grids(str(path))
 
 
+@pytest.mark.slow
 def test_random_grid_is_reproducible_and_leaves_out_the_other_grids():
     from seer.grids import networks_grid, random_grid, seer_grid, test_set_ii_grid
 

@@ -276,6 +276,7 @@ SEPARATORS = st.sampled_from([" ", "  ", "\t", " \t ", "\v", "\f", "\r", "\u3000
 @settings(max_examples=1000, deadline=None)
 @given(VALID_ROWS, ROW_EDITS, st.dictionaries(st.integers(0, 8), ODD_TOKENS, max_size=2),
        st.lists(SEPARATORS, min_size=9, max_size=9), st.integers(6, 9))
+@pytest.mark.slow
 @example([1, 3, 8, 4, 8, 3, 1, 1], {}, {}, [" "] * 9, 8)
 def test_vectorised_line_check_agrees_with_the_convshape_check(row, edits, odd, seps, length):
     tokens = [odd.get(i, str(v)) for i, v in enumerate(edited(row, edits) + [1])][:length]

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from seer import grids
 from seer.layers import read_layers
 from seer.shapes import layer_frame, layer_kind_flags
@@ -21,6 +23,7 @@ def test_every_table_reads_through_seers_checks_and_matches_its_index():
         assert int(flags["grouped"].sum()) == entry["kinds"]["grouped"]
 
 
+@pytest.mark.slow
 def test_held_out_networks_cover_every_kind_and_never_reach_training():
     held_out = grids.test_set_ii_general_grid()
     training = set(grids.networks_general_grid()) | set(grids.seer_grid()) | set(grids.networks_grid())

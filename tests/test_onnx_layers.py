@@ -225,6 +225,7 @@ def test_reading_onnx_needs_no_torch():
 @pytest.mark.filterwarnings("ignore")  # the legacy exporter's deprecation and constant-folding notes
 @pytest.mark.parametrize("net, shape", [("every_kind", (2, 3, 64, 48)), ("video", (1, 3, 16, 56, 56)),
                                         ("resnet50", (1, 3, 224, 224))])
+@pytest.mark.slow
 def test_an_exported_model_gives_the_layers_its_forward_pass_runs(tmp_path, net, shape):
     import torch
     import torch_nets

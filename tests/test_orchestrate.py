@@ -85,6 +85,7 @@ def test_collects_every_item_and_resumes_without_repeating(tmp_path, fake_worker
     assert len(RunStore(tmp_path / "h100").sessions()) == 2
 
 
+@pytest.mark.slow
 def test_a_crashing_item_is_recorded_and_the_rest_continues(tmp_path, fake_worker, monkeypatch):
     victim = _shapes()[1].shape.shape_id
     monkeypatch.setenv("FAKE_CRASH", f"{victim}:fma:GEMM")
@@ -97,6 +98,7 @@ def test_a_crashing_item_is_recorded_and_the_rest_continues(tmp_path, fake_worke
     assert session["counts"]["worker_restarts"] == 1
 
 
+@pytest.mark.slow
 def test_a_hanging_item_times_out(tmp_path, fake_worker, monkeypatch):
     victim = _shapes()[0].shape.shape_id
     monkeypatch.setenv("FAKE_HANG", f"{victim}:default:FFT")
@@ -108,6 +110,7 @@ def test_a_hanging_item_times_out(tmp_path, fake_worker, monkeypatch):
     assert (frame.drop(index=(victim, "default", "FFT"))["status"] == "ok").all()
 
 
+@pytest.mark.slow
 def test_retry_measures_failed_items_again(tmp_path, fake_worker, monkeypatch):
     victim = _shapes()[2].shape.shape_id
     monkeypatch.setenv("FAKE_CRASH", f"{victim}:fma:FFT")
@@ -119,6 +122,7 @@ def test_retry_measures_failed_items_again(tmp_path, fake_worker, monkeypatch):
     assert set(frame["status"]) == {"ok"}
 
 
+@pytest.mark.slow
 def test_retry_unstable_times_widely_spread_runs_again(tmp_path, fake_worker, monkeypatch):
     victim = _shapes()[1].shape.shape_id
     monkeypatch.setenv("FAKE_WIDE", f"{victim}:default:GEMM")
@@ -132,6 +136,7 @@ def test_retry_unstable_times_widely_spread_runs_again(tmp_path, fake_worker, mo
     assert unstable_keys(store.read("timing", RUN_KEY)) == set()
 
 
+@pytest.mark.slow
 def test_retry_trace_mismatch_times_one_kernel_runs_the_trace_contradicts_again(tmp_path, fake_worker, monkeypatch):
     # The fake trace holds 1 microsecond of kernel time against about 1.4 ms timed: GEMM's
     # one-kernel traces contradict its timing; FFT's three launches are not judged.
@@ -145,6 +150,7 @@ def test_retry_trace_mismatch_times_one_kernel_runs_the_trace_contradicts_again(
     assert session["counts"]["timing_rows"] == 6
 
 
+@pytest.mark.slow
 def test_retry_untraced_times_runs_without_a_trace_again(tmp_path, fake_worker, monkeypatch):
     monkeypatch.setenv("FAKE_TRACED", "GEMM=3")
     Collector(_options(tmp_path)).run()
@@ -157,6 +163,7 @@ def test_retry_untraced_times_runs_without_a_trace_again(tmp_path, fake_worker, 
     assert untraced_keys(store.read("timing", RUN_KEY)) == set()
 
 
+@pytest.mark.slow
 def test_time_limit_stops_cleanly_and_a_rerun_finishes(tmp_path, fake_worker, monkeypatch):
     monkeypatch.setenv("FAKE_ITEM_SECONDS", "0.1")
     collector = Collector(_options(tmp_path))
@@ -223,6 +230,7 @@ def _profile_options(tmp_path, ncu, **kw):
                     algos=["IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "FFT", "FFT_TILING"], **kw)
 
 
+@pytest.mark.slow
 def test_profiling_merges_every_metric_group_per_kernel(tmp_path, fake_ncu):
     session = Collector(_profile_options(tmp_path, fake_ncu)).run()
     store = RunStore(tmp_path / "h100")
@@ -242,6 +250,7 @@ def test_profiling_merges_every_metric_group_per_kernel(tmp_path, fake_ncu):
     assert Collector(_profile_options(tmp_path, fake_ncu)).run()["counts"]["kernels"] == 0
 
 
+@pytest.mark.slow
 def test_groups_that_saw_different_kernels_are_refused(tmp_path, fake_ncu, monkeypatch):
     monkeypatch.setenv("FAKE_NCU_DROP", "dram__bytes_read.sum")
     Collector(_profile_options(tmp_path, fake_ncu)).run()
@@ -252,6 +261,7 @@ def test_groups_that_saw_different_kernels_are_refused(tmp_path, fake_ncu, monke
     assert not kernels.merge(bad[list(RUN_KEY)], on=list(RUN_KEY)).shape[0]
 
 
+@pytest.mark.slow
 def test_a_time_limit_keeps_finished_groups_and_resumes_the_rest(tmp_path, fake_ncu, monkeypatch):
     first_shape, second_shape = CAPTURED_SHAPES  # profiled in this order, one shape per chunk
     collector = Collector(_profile_options(tmp_path, fake_ncu, profile_chunk_items=10))
@@ -292,6 +302,7 @@ def test_rows_timed_under_an_older_protocol_are_measured_again(tmp_path, fake_wo
     assert times[legacy] == 3 and set(times.drop(index=[legacy])) == {1}
 
 
+@pytest.mark.slow
 def test_runs_with_too_many_kernels_get_only_the_first_group(tmp_path, fake_ncu):
     session = Collector(_profile_options(tmp_path, fake_ncu, max_profile_kernels=6)).run()
     store = RunStore(tmp_path / "h100")
@@ -310,6 +321,7 @@ def test_runs_with_too_many_kernels_get_only_the_first_group(tmp_path, fake_ncu)
     assert again["counts"]["kernels"] == 0
 
 
+@pytest.mark.slow
 def test_traced_runs_with_too_many_kernels_are_not_profiled(tmp_path, fake_ncu, monkeypatch):
     monkeypatch.setenv("FAKE_TRACED", "FFT_TILING=40,GEMM=2")
     session = Collector(_profile_options(tmp_path, fake_ncu, max_profile_kernels=6)).run()
@@ -324,6 +336,7 @@ def test_traced_runs_with_too_many_kernels_are_not_profiled(tmp_path, fake_ncu, 
     assert session["counts"]["profile_errors"] == 0
 
 
+@pytest.mark.slow
 def test_retrying_too_many_kernels_does_not_profile_what_it_just_skipped(tmp_path, fake_ncu, monkeypatch):
     monkeypatch.setenv("FAKE_TRACED", "FFT_TILING=40,GEMM=2")
     Collector(_profile_options(tmp_path, fake_ncu, max_profile_kernels=6)).run()
@@ -361,6 +374,7 @@ def _split_into_retired_groups(source: RunStore, target: RunStore) -> None:
     target.close()
 
 
+@pytest.mark.slow
 def test_records_of_retired_groups_still_count(tmp_path, fake_ncu):
     Collector(_profile_options(tmp_path / "new", fake_ncu)).run()
     new = RunStore(tmp_path / "new" / "h100")
@@ -376,6 +390,7 @@ def test_records_of_retired_groups_still_count(tmp_path, fake_ncu):
     assert Collector(_profile_options(tmp_path / "old", fake_ncu)).run()["counts"]["kernels"] == 0
 
 
+@pytest.mark.slow
 def test_a_run_missing_a_retired_group_is_profiled_again_with_the_new_group(tmp_path, fake_ncu):
     Collector(_profile_options(tmp_path / "new", fake_ncu)).run()
     new = RunStore(tmp_path / "new" / "h100")
@@ -426,6 +441,7 @@ def test_census_asks_every_shape_once_and_resumes(tmp_path, fake_worker):
         assert by_key.loc[(shape.shape_id, "fma", "IMPLICIT_GEMM"), "heuristic_rank"] == 2
 
 
+@pytest.mark.slow
 def test_the_tidy_census_leaves_out_timed_shapes_and_no_stale_file(tmp_path, fake_worker):
     from seer.dataset import build_dataset
 
@@ -438,6 +454,7 @@ def test_the_tidy_census_leaves_out_timed_shapes_and_no_stale_file(tmp_path, fak
     assert files.census is None and not (tmp_path / "h100" / "census.csv.gz").exists()
 
 
+@pytest.mark.slow
 def test_census_records_a_crash_and_goes_on(tmp_path, fake_worker, monkeypatch):
     victim = _census_options(tmp_path).shapes[2].shape.shape_id
     monkeypatch.setenv("FAKE_CRASH", f"{victim}:default:*")
@@ -453,6 +470,7 @@ def test_census_records_a_crash_and_goes_on(tmp_path, fake_worker, monkeypatch):
 
 
 # -- torn records --------------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_record_torn_by_a_crash_is_measured_again(tmp_path, fake_worker):
     Collector(_options(tmp_path)).run()
     (path,) = (tmp_path / "h100" / "raw").glob("timing-*.jsonl")
@@ -616,6 +634,7 @@ Collector(CollectOptions(
 """
 
 
+@pytest.mark.slow
 @pdeathsig
 @pytest.mark.parametrize("under_ncu", [False, True], ids=["worker", "worker-under-ncu"])
 def test_a_worker_whose_orchestrator_is_killed_stops_at_once(tmp_path, monkeypatch, under_ncu):
@@ -680,6 +699,7 @@ def test_traced_kernel_counts_read_both_stored_trace_formats(tmp_path):
     assert traced_kernel_counts(store.read("timing", RUN_KEY)) == {("a", "fma", "GEMM"): 3, ("b", "fma", "FFT"): 961}
 
 
+@pytest.mark.slow
 def test_a_shape_keeps_the_grid_that_first_timed_it(tmp_path, fake_worker, monkeypatch):
     from seer.dataset import measurements_table
 

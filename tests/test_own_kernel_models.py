@@ -35,6 +35,7 @@ def test_the_fma_runs_of_seers_kernels_stand_for_every_math_mode(table):
     assert len(math_rows(table, "fma")) == (table["math"] == "fma").sum()
 
 
+@pytest.mark.slow
 def test_an_algorithm_timed_on_part_of_the_layers_is_kept_apart_from_its_failures(table):
     # The shipped data has seer's kernels on every layer; a collection stopped part-way has
     # them on some. Its records: those of seer's kernels on every other training layer only.

@@ -49,6 +49,7 @@ def test_shards_split_the_jobs_without_overlap():
     assert every[0].input == "1x3x224x224"
 
 
+@pytest.mark.slow
 def test_kernel_evidence_from_the_h100_dataset():
     evidence = KernelEvidence.from_dataset(DATASET)
     sgemm = "void implicit_convolve_sgemm<float, float, 1024, 5, 5, 3, 3, 3, 1, false, false, true>(int, int)"
@@ -102,6 +103,7 @@ def test_retrace_finds_the_passes_measured_without_a_tracer(tmp_path):
     assert (read_profile(tmp_path)[1]["verified"] == "verified").all()
 
 
+@pytest.mark.slow
 def test_tables_and_plots_from_the_networks_records(tmp_path):
     out = tmp_path / "networks"
     shutil.copytree(RESULTS / "networks" / "raw", out / "raw")

@@ -54,6 +54,7 @@ def _error(path, read=read_measurements, **kwargs) -> InputError:
 
 
 # -- the committed files ------------------------------------------------------------------
+@pytest.mark.slow
 def test_committed_measurements_read_as_pandas_reads_them(committed):
     started = time.perf_counter()
     plain = pd.read_csv(H100 / "measurements.csv.gz", low_memory=False)
@@ -72,6 +73,7 @@ def test_committed_measurements_read_as_pandas_reads_them(committed):
     assert checked_seconds < 3 * plain_seconds + 1
 
 
+@pytest.mark.slow
 def test_needed_columns_only_in_the_order_asked(committed):
     columns = ["time_ms", "shape_id", "status", "math", "time_ms"]
     frame = read_measurements(H100 / "measurements.csv.gz", columns=columns)

@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from seer.algorithms import REVISION_FIELD, current_revision, get_algorithm
 from seer.collect.orchestrate import Collector
@@ -34,6 +35,7 @@ def test_the_revision_in_force_is_today_s_and_old_records_were_revision_1():
     assert current_revision(frame.drop(columns=REVISION_FIELD)).tolist() == [True, True, False, False, True]
 
 
+@pytest.mark.slow
 def test_runs_of_an_earlier_revision_are_timed_again_and_left_out_of_the_table(tmp_path, fake_worker):
     options = _options(tmp_path, maths=["fma"], algos=["GEMM", "SEER_IMPLICIT_GEMM"])
     Collector(options).run()

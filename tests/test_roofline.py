@@ -45,6 +45,7 @@ def test_points_are_flops_over_bytes_and_time(table):
     assert roofline_points(pd.DataFrame()).empty
 
 
+@pytest.mark.slow
 def test_seer_roofline_writes_points_and_plots(tmp_path, capsys):
     out = tmp_path / "roofline"
     assert main(["roofline", "--gpu", "h100", "--layers", "seer/data/networks/cosmoflow.csv", "--math", "fma",

@@ -31,6 +31,7 @@ def test_metrics_on_a_hand_checked_case():
     assert r["r2_log"] == pytest.approx(expected)
 
 
+@pytest.mark.slow
 def test_the_evaluation_compares_every_policy_with_the_measured_fastest(small_models, small_dataset, tmp_path):
     model = persist.load(small_models / "h100")
     table = read_measurements(small_dataset / "measurements.csv.gz", columns=EVALUATION_COLUMNS)
@@ -67,6 +68,7 @@ def test_the_evaluation_compares_every_policy_with_the_measured_fastest(small_mo
     assert "## Test-set-II" in files[0].read_text()
 
 
+@pytest.mark.slow
 def test_the_energy_models_are_scored_on_held_out_readings(small_models, small_dataset, tmp_path):
     model = persist.load(small_models / "h100")
     table = read_measurements(small_dataset / "measurements.csv.gz", columns=EVALUATION_COLUMNS)
@@ -90,6 +92,7 @@ def test_the_energy_models_are_scored_on_held_out_readings(small_models, small_d
     assert "## Energy per call" in report and "least energy measured" in report
 
 
+@pytest.mark.slow
 def test_the_evaluate_command_writes_the_report_and_plots(small_models, small_dataset, tmp_path, capsys):
     out = tmp_path / "reports" / "h100-evaluation.md"
     data_dir = str(small_dataset.parent)
