@@ -25,6 +25,7 @@ import warnings
 from pathlib import Path
 
 from seer.algorithms import get_algorithm
+from seer.schema import get_math_mode
 from seer.shapes import ConvShape
 
 #: (label, layer): the 1x1 layer of the issue, a 3x3 layer and a depthwise one.
@@ -167,7 +168,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    torch.backends.cudnn.allow_tf32 = args.math != "fma"
+    torch.backends.cudnn.allow_tf32 = get_math_mode(args.math).tensor_cores
     results = []
     with torch.no_grad():
         for label, shape in LAYERS:

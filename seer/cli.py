@@ -785,10 +785,11 @@ def _cmd_evaluate(args) -> int:
     from seer.dataset import read_measurements
     from seer.persist import load_model
     from seer.report import write_report
+    from seer.schema import DatasetDir
     from seer.scoring import NEAR_BEST, EVALUATION_COLUMNS, evaluate
 
     model = load_model(args.gpu, models_dir=args.models_dir, baselines=True)
-    measurements = args.data_dir / model.gpu / "measurements.csv.gz"
+    measurements = DatasetDir(args.data_dir / model.gpu).measurements
     if not measurements.exists():
         raise InputError(f"no dataset; run `seer parse --gpu {model.gpu}` first", path=measurements)
     table = read_measurements(measurements, columns=EVALUATION_COLUMNS)

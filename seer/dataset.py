@@ -52,7 +52,7 @@ from seer.metrics import GROUP_COLUMNS, METRIC_SETS, METRICS, columns_with_rollu
 from seer.occupancy import blocks_per_sm, waves
 from seer.provenance import provenance
 from seer.schema import (CENSUS_COLUMNS, CENSUS_KEY, KERNEL_COLUMNS, KERNEL_INFO_COLUMNS, KERNEL_KEY,
-                         MATH_MODE_NAMES, MEASUREMENT_COLUMNS, MEASUREMENT_TEXT_COLUMNS, RUN_KEY, STATUSES,
+                         DatasetDir, MATH_MODE_NAMES, MATH_MODES, MEASUREMENT_COLUMNS, MEASUREMENT_TEXT_COLUMNS, RUN_KEY, STATUSES,
                          TRACE_FIELDS, TRACED_KERNEL_COLUMNS)
 from seer.shapes import LAYER_COLUMNS, LAYER_FIELDS, SEER_FIELDS, frame_flops, layer_frame
 
@@ -153,7 +153,8 @@ def rollup_kernels(kernels: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:
                       ("fma_pipe_util_pct", "fma_pipe_util"), ("tensor_pipe_util_pct", "tensor_pipe_util")):
         runs[frac] = runs[pct] / 100
     # FMA math forbids tensor cores, so an fma run's tensor FLOPs are zero, not unmeasured.
-    tensor = runs["tensor_ops_tf32"].where(runs["math"] != "fma", runs["tensor_ops_tf32"].fillna(0))
+    tensor_math = runs["math"].isin([m.name for m in MATH_MODES if m.tensor_cores])
+    tensor = runs["tensor_ops_tf32"].where(tensor_math, runs["tensor_ops_tf32"].fillna(0))
     runs["thread_flops"] = thread_flops(runs)
     runs["tensor_flops"] = tensor
     runs["flops"] = runs["thread_flops"] + tensor
@@ -448,32 +449,31 @@ def build_dataset(dataset_dir: str | Path, spec: GPUSpec, seed: int = 0, pack: b
     records = latest_timing_records(store)
     traced = traced_kernels_table(records)
     table = measurements_table(store, spec, seed, kernels, statuses, traced, records)
-    out = DatasetFiles(dataset_dir / "measurements.csv.gz", dataset_dir / "kernels.csv.gz",
-                       dataset_dir / "train.xlsx", dataset_dir / "test.xlsx", None,
-                       dataset_dir / "provenance.json", len(table))
+    files = DatasetDir(dataset_dir)
+    out = DatasetFiles(files.measurements, files.kernels, files.train_xlsx, files.test_xlsx, None,
+                       files.provenance, len(table))
     _write_csv_gz(table, out.measurements)
     kernel_cols = [c for c in KERNEL_COLUMNS if c in kernels.columns]
     _write_csv_gz(kernels[kernel_cols] if not kernels.empty else kernels, out.kernels)
     if not traced.empty:
-        out.traced_kernels = dataset_dir / "traced_kernels.csv.gz"
+        out.traced_kernels = files.traced_kernels
         _write_csv_gz(traced, out.traced_kernels)
     for split, path in (("train", out.train_xlsx), ("test1", out.test_xlsx)):
         write_excel(path, seer_sheets(table[table["split"] == split], spec))
     if (table["split"] == "test2").any():
         # SEER's held-out layers in SEER's format; the held-out networks of every kind in the layer CSV.
-        for grid, name, fmt in ((TEST_SET_II_GRID, "Test-set-II.txt", "seer"),
-                                (TEST_SET_II_GENERAL_GRID, "Test-set-II-general.csv", "csv")):
+        for grid, path, fmt in ((TEST_SET_II_GRID, files.test_set_ii, "seer"),
+                                (TEST_SET_II_GENERAL_GRID, files.test_set_ii_general, "csv")):
             held_out = table[table["grid"] == grid].drop_duplicates("shape_id")
             if len(held_out):
-                write_layers(dataset_dir / name, layer_frame(held_out), fmt)
-        out.test_set_ii = dataset_dir / "Test-set-II.txt"
-        test_set_ii_times(table).to_csv(dataset_dir / "Test-set-II-times.csv", index=False,
-                                        float_format="%.6g")
+                write_layers(path, layer_frame(held_out), fmt)
+        out.test_set_ii = files.test_set_ii
+        test_set_ii_times(table).to_csv(files.test_set_ii_times, index=False, float_format="%.6g")
     census = census_table(store)
     # The first stage learns cuDNN's answers from shapes that never ran; a census shape that a
     # grid drawn later also timed (grids are redrawn when their bounds change) is left out.
     census = census[~census["shape_id"].isin(table["shape_id"])].reset_index(drop=True)
-    census_path = dataset_dir / "census.csv.gz"
+    census_path = files.census
     if not census.empty:
         out.census = census_path
         _write_csv_gz(census, out.census)

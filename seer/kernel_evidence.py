@@ -21,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from seer.algorithms import canonical_kernel_name, classify_kernel
+from seer.schema import DatasetDir
 
 #: Verdicts of :meth:`KernelEvidence.verify`, in the ``verified`` column of profiles.
 VERDICTS = {
@@ -32,8 +33,6 @@ VERDICTS = {
 #: Kernels of the framework around a convolution, not of a cuDNN algorithm: PyTorch's own
 #: (``at::native``: the padding of a ``padding_mode``, the bias, copies). They are left out.
 FRAMEWORK_KERNELS = re.compile(r"\bat::native::")
-#: The dataset file the evidence is read from, beside a GPU's other tables.
-TRACED_KERNELS = "traced_kernels.csv.gz"
 
 
 @dataclass(frozen=True)
@@ -54,7 +53,7 @@ class KernelEvidence:
 
     @classmethod
     def from_dataset(cls, dataset_dir: Path) -> "KernelEvidence":
-        return cls.from_traces(pd.read_csv(Path(dataset_dir) / TRACED_KERNELS, usecols=["algo", "kernel_name"]))
+        return cls.from_traces(pd.read_csv(DatasetDir(dataset_dir).traced_kernels, usecols=["algo", "kernel_name"]))
 
     def allowed(self, kernel_name: str) -> frozenset[str] | None:
         """Algorithms that launch this kernel; None where nothing is known of it."""

@@ -17,13 +17,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from seer.gpus import get_gpu_spec
 from seer.shapes import LAYOUTS, ConvShape, frame_volumes, tensor_elements
 
 #: Largest element count of any tensor: the kernels index within a tensor in 32 bits.
 MAX_ELEMENTS = 2**31 - 1
-#: SMs that :func:`plan` sizes launches for when not told (the H100's); :func:`forward` tells
-#: it the current GPU's.
-DEFAULT_SMS = 132
+#: SMs that :func:`plan` sizes launches for when not told: the H100's, from the GPU table;
+#: :func:`forward` tells it the current GPU's.
+DEFAULT_SMS = get_gpu_spec("h100").sm_count
 
 @dataclass(frozen=True)
 class Tile:

@@ -154,7 +154,7 @@ def _pytorch_flags(benchmark: bool, math: str):
     backends = torch.backends.cudnn
     saved = (backends.benchmark, backends.allow_tf32)
     # Strict FP32 (fma) is PyTorch's allow_tf32=False; default math lets cuDNN use TF32.
-    backends.benchmark, backends.allow_tf32 = benchmark, get_math_mode(math).name != "fma"
+    backends.benchmark, backends.allow_tf32 = benchmark, get_math_mode(math).tensor_cores
     try:
         yield
     finally:
@@ -179,7 +179,8 @@ class NetworkProfiler:
 
         from seer.gpu.timing import BurstTimer
         from seer.gpu.tracing import KernelTracer, available
-        from seer.kernel_evidence import TRACED_KERNELS, KernelEvidence
+        from seer.kernel_evidence import KernelEvidence
+        from seer.schema import DatasetDir
 
         if not torch.cuda.is_available():
             from seer.errors import EnvironmentProblem
@@ -196,7 +197,7 @@ class NetworkProfiler:
         self.trace_problem = reason
         dataset = options.dataset_dir
         self.evidence = (KernelEvidence.from_dataset(dataset)
-                         if dataset is not None and (Path(dataset) / TRACED_KERNELS).exists() else None)
+                         if dataset is not None and DatasetDir(dataset).traced_kernels.exists() else None)
         self._models: dict[str, object] = {}
         self._choices: dict[str, object] = {}  # seer's picks for the current job's layers, per seer policy
         self.measured = 0  # policies measured by run(), so far

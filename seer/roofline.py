@@ -22,10 +22,8 @@ import pandas as pd
 
 from seer.errors import InputError
 from seer.gpus import GPUSpec
-from seer.schema import MEASUREMENT_COLUMNS
+from seer.schema import MEASUREMENT_COLUMNS, DatasetDir
 from seer.shapes import LAYER_COLUMNS
-
-CEILINGS_FILE = "ceilings.json"
 
 
 @dataclass(frozen=True)
@@ -60,14 +58,14 @@ def write_ceilings(dataset_dir: Path, spec: GPUSpec, measured: dict[str, float],
         "machine": machine, "command": "seer " + " ".join(argv),
         "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-    path = Path(dataset_dir) / CEILINGS_FILE
+    path = DatasetDir(dataset_dir).ceilings
     with AtomicOutput(path) as handle:
         json.dump(record, handle, indent=1)
     return path
 
 
 def read_ceilings(dataset_dir: Path) -> dict:
-    path = Path(dataset_dir) / CEILINGS_FILE
+    path = DatasetDir(dataset_dir).ceilings
     if not path.exists():
         raise InputError("no measured ceilings; run `seer ceilings --gpu GPU` on that GPU first", path=path)
     try:
@@ -107,7 +105,7 @@ def write_roofline(dataset_dir: Path, spec: GPUSpec, out_dir: Path, algos: Seque
     from seer.output import AtomicOutput
 
     ceilings = read_ceilings(dataset_dir)
-    runs = read_measurements(Path(dataset_dir) / "measurements.csv.gz", columns=RUN_COLUMNS)
+    runs = read_measurements(DatasetDir(dataset_dir).measurements, columns=RUN_COLUMNS)
     runs = runs[runs["algo"].isin(algos) & runs["math"].isin(maths)]
     if shape_ids is not None:
         runs = runs[runs["shape_id"].isin(shape_ids)]

@@ -10,6 +10,7 @@ with these columns, training and evaluation read them, and predictions come out 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from seer.errors import InputError
 from seer.metrics import METRICS
@@ -35,6 +36,9 @@ class MathMode:
         give errors near 1), not less accurate algorithms; each run's error is kept in
         ``rel_error``.
     description : str
+    tensor_cores : bool
+        Whether cuDNN may run the fp32 convolution on TF32 tensor cores (PyTorch's
+        ``allow_tf32``).
     """
 
     name: str
@@ -42,11 +46,13 @@ class MathMode:
     cudnn_name: str
     tolerance: float
     description: str
+    tensor_cores: bool
 
 
 MATH_MODES: tuple[MathMode, ...] = (
-    MathMode("fma", 3, "CUDNN_FMA_MATH", 5e-3, "strict FP32, no tensor cores"),
-    MathMode("default", 0, "CUDNN_DEFAULT_MATH", 1e-2, "cuDNN may use TF32 tensor cores for fp32 data"),
+    MathMode("fma", 3, "CUDNN_FMA_MATH", 5e-3, "strict FP32, no tensor cores", tensor_cores=False),
+    MathMode("default", 0, "CUDNN_DEFAULT_MATH", 1e-2, "cuDNN may use TF32 tensor cores for fp32 data",
+             tensor_cores=True),
 )
 MATH_MODE_NAMES: tuple[str, ...] = tuple(m.name for m in MATH_MODES)
 _MATH_BY_NAME = {m.name: m for m in MATH_MODES}
@@ -154,3 +160,64 @@ PREDICTION_COLUMNS: tuple[str, ...] = (*LAYER_COLUMNS, "math", "algo", "predicte
                                        "extrapolated")
 #: What a pick minimises: the time per call, or the energy per call.
 OBJECTIVES: tuple[str, ...] = ("time", "energy")
+
+
+@dataclass(frozen=True)
+class DatasetDir:
+    """The files of one GPU's dataset folder (``data/<gpu>/``): their names, in one place."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    @property
+    def raw(self) -> Path:
+        return self.root / "raw"
+
+    @property
+    def measurements(self) -> Path:
+        return self.root / "measurements.csv.gz"
+
+    @property
+    def kernels(self) -> Path:
+        return self.root / "kernels.csv.gz"
+
+    @property
+    def traced_kernels(self) -> Path:
+        return self.root / "traced_kernels.csv.gz"
+
+    @property
+    def census(self) -> Path:
+        return self.root / "census.csv.gz"
+
+    @property
+    def provenance(self) -> Path:
+        return self.root / "provenance.json"
+
+    @property
+    def ceilings(self) -> Path:
+        """The GPU's measured compute and memory ceilings (``seer ceilings``)."""
+        return self.root / "ceilings.json"
+
+    @property
+    def train_xlsx(self) -> Path:
+        return self.root / "train.xlsx"
+
+    @property
+    def test_xlsx(self) -> Path:
+        return self.root / "test.xlsx"
+
+    @property
+    def test_set_ii(self) -> Path:
+        """SEER's held-out layers, in SEER's format."""
+        return self.root / "Test-set-II.txt"
+
+    @property
+    def test_set_ii_general(self) -> Path:
+        """The held-out networks' layers of every kind, as a layer CSV."""
+        return self.root / "Test-set-II-general.csv"
+
+    @property
+    def test_set_ii_times(self) -> Path:
+        return self.root / "Test-set-II-times.csv"

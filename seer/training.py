@@ -28,7 +28,7 @@ from seer.estimators import CANDIDATE_SETS, AlgorithmSelector
 from seer.gpus import GPUSpec
 from seer.model import Model
 from seer.persist import FORMAT_VERSION, sha256
-from seer.schema import MATH_MODE_NAMES
+from seer.schema import MATH_MODE_NAMES, DatasetDir
 from seer.seer_baseline import PROFILE_COLUMNS, SeerFamily
 from seer.shapes import LAYER_COLUMNS, is_seer_layer
 
@@ -159,11 +159,12 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
         raise InputError(f"unknown tree set {trees!r}; choose one of: {', '.join(CANDIDATE_SETS)}")
     if kernel_paths < 0:
         raise InputError(f"kernel paths must be 0 or more, got {kernel_paths}")
-    measurements = dataset_dir / "measurements.csv.gz"
+    files = DatasetDir(dataset_dir)
+    measurements = files.measurements
     if not measurements.exists():
         raise InputError(f"no dataset; run `seer parse --gpu {spec.name}` first", path=measurements)
     table = read_measurements(measurements, columns=TRAINING_COLUMNS)
-    census_path = dataset_dir / "census.csv.gz"
+    census_path = files.census
     census = read_census(census_path) if use_census and census_path.exists() else pd.DataFrame()
     template = selector if selector is not None else AlgorithmSelector(candidates=CANDIDATE_SETS[trees](),
                                                                        max_kernel_paths=kernel_paths)

@@ -20,6 +20,7 @@ from typing import Any
 
 from seer.errors import EnvironmentProblem
 from seer.gpu.cudnn import packed_strides
+from seer.schema import get_math_mode
 from seer.shapes import ConvShape
 
 _ENGINE = re.compile(r"^eng(\d+)")
@@ -74,7 +75,7 @@ def operation_graph(handle: Any, shape: ConvShape, math: str, layout: str = "nch
                          compute_data_type=fp32, name="conv")
     y.set_output(True).set_data_type(fp32).set_dim(list(shape.output_dims)) \
         .set_stride(packed_strides(shape.output_dims, layout))
-    if math == "fma":
+    if not get_math_mode(math).tensor_cores:
         graph.deselect_numeric_notes([cudnn.numerical_note.TENSOR_CORE, cudnn.numerical_note.DOWN_CONVERT_INPUTS])
     try:
         graph.validate()
