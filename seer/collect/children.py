@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable, Sequence
 
-import seer
 from seer.collect import protocol
 from seer.collect.protocol import EventReader, event_key
 
@@ -41,18 +40,14 @@ _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
 def worker_command() -> list[str]:
-    """How to start the GPU worker: collectors/cudnn_worker.py in a checkout, else -m."""
-    script = Path(seer.__file__).resolve().parents[1] / "collectors" / "cudnn_worker.py"
-    if script.exists():
-        return [sys.executable, str(script)]
+    """How to start the GPU worker: the module of the installed (or importable) package, with
+    the orchestrator's own interpreter."""
     return [sys.executable, "-m", "seer.gpu.worker"]
 
 
 def child_env() -> dict[str, str]:
-    """The environment of a child: this checkout importable, output unbuffered, our pid named."""
+    """The environment of a child: the orchestrator's, output unbuffered, our pid named."""
     env = dict(os.environ)
-    root = str(Path(seer.__file__).resolve().parents[1])
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"
     env[ORCHESTRATOR_PID] = str(os.getpid())
     return env

@@ -1,6 +1,6 @@
 """The GPU side of a collection: runs in a child process, under ncu when profiling.
 
-``seer collect`` starts this program (through ``collectors/cudnn_worker.py``) with a plan
+``seer collect`` starts this program (``python -m seer.gpu.worker``) with a plan
 file of shapes and their pending (math, algorithm) items, and reads what it appends to a
 results file: a ``start`` event before each item and a ``row`` (timing) or ``profiled``
 event after it. If the child dies (segfault, sticky CUDA error, driver reset) the
@@ -473,7 +473,7 @@ def census_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, stop_file: s
 # -- entry point --------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     die_with_parent()  # first: nothing here is worth running for a dead orchestrator
-    parser = argparse.ArgumentParser(prog="cudnn_worker", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m seer.gpu.worker", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("probe")
     p.add_argument("--out", required=True)
