@@ -44,7 +44,8 @@ from seer.estimators import AlgorithmSelector, accurate_candidates, default_cand
 from seer.features import log2_flops
 from seer.gpus import get_gpu_spec
 from seer.scoring import selection_metrics
-from seer.training import training_frames, training_inputs
+from seer.table_views import training_frames
+from seer.training import training_inputs
 
 VARIANTS = ("shipped", "kernel_path", "no_census", "no_first_stage", "no_roofline", "accurate_trees")
 #: Per-variant figures of a report, each a dict by variant name.

@@ -27,7 +27,7 @@ from seer.gpus import get_gpu_spec
 from seer.grids import resolve_grids
 from seer.roofline import read_ceilings
 from seer.shapes import LAYER_COLUMNS, describe
-from seer.training import math_rows
+from seer.table_views import math_rows
 
 OWN = algorithm_names("cupy")
 CUDNN = algorithm_names("cudnn")

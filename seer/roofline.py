@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from seer.algorithms import get_algorithm
 from seer.errors import InputError
 from seer.gpus import GPUSpec
 from seer.schema import MEASUREMENT_COLUMNS, DatasetDir
@@ -136,7 +137,7 @@ def plot_roofline(points: pd.DataFrame, ceilings: dict, path: Path, title: str) 
     fig, axes = plt.subplots(1, len(LEVELS), figsize=(5.2 * len(LEVELS), 4.6), constrained_layout=True, sharey=True)
     algos = list(dict.fromkeys(points["algo"]))
     colours = {a: plt.cm.tab10(i % 10) for i, a in enumerate(algos)}
-    markers = {a: "o" if a.startswith("SEER_") else "s" for a in algos}  # seer's kernels round
+    markers = {a: "o" if get_algorithm(a).source == "cupy" else "s" for a in algos}  # seer's kernels round
     ai_range = np.logspace(-2, 4, 200)
     for ax, lv in zip(axes, LEVELS):
         key = lv.name.lower()

@@ -33,7 +33,7 @@ from seer.algorithms import algorithm_names, get_algorithm
 from seer.model import Model
 from seer.schema import SPLITS, TEST_SPLITS
 from seer.shapes import LAYER_COLUMNS, is_seer_layer, layer_frame, layer_kind_flags
-from seer.training import math_rows, recorded_runs, training_frames
+from seer.table_views import math_rows, recorded_runs, training_frames
 
 #: Measurement columns the evaluation reads (the energy ones where the table has them).
 EVALUATION_COLUMNS = (*LAYER_COLUMNS, "shape_id", "math", "algo", "status", "time_ms", "split", "heuristic_rank",

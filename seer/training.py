@@ -21,7 +21,6 @@ import sklearn
 from sklearn.base import clone
 
 import seer
-from seer.algorithms import ALGORITHMS
 from seer.dataset import read_census, read_measurements
 from seer.errors import InputError
 from seer.estimators import CANDIDATE_SETS, AlgorithmSelector
@@ -31,6 +30,7 @@ from seer.persist import FORMAT_VERSION, sha256
 from seer.schema import MATH_MODE_NAMES, DatasetDir
 from seer.seer_baseline import PROFILE_COLUMNS, SeerFamily
 from seer.shapes import LAYER_COLUMNS, is_seer_layer
+from seer.table_views import algorithm_frames, recorded_like, split_rows, training_frames, values_by_algorithm
 
 #: Measurement columns training reads.
 TRAINING_COLUMNS = (*LAYER_COLUMNS, "shape_id", "math", "algo", "status", "time_ms", "workspace_bytes", "power_w", "split",
@@ -39,73 +39,6 @@ TRAINING_COLUMNS = (*LAYER_COLUMNS, "shape_id", "math", "algo", "status", "time_
 KERNEL_PATH_COLUMN = "trace_variant"
 #: Called with (steps done, steps in all, what comes next).
 Progress = Callable[[int, int, str], None]
-#: Share of a split's shapes an algorithm must have been run on to be modelled.
-MIN_COVERAGE = 0.95
-
-
-def math_rows(table: pd.DataFrame, math: str) -> pd.DataFrame:
-    """The rows that stand for ``math``: its own, and for an algorithm with one code path
-    whatever the mode (:attr:`seer.algorithms.Algorithm.one_math`), that mode's rows."""
-    one_math = table["algo"].map({a.name: a.one_math for a in ALGORITHMS if a.one_math})
-    return table[(table["math"] == one_math).where(one_math.notna(), table["math"] == math)]
-
-
-def training_frames(table: pd.DataFrame, math: str, split: str | None = "train",
-                    value: str = "time_ms", partial: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Layers (the layer columns, indexed by shape_id) and one column per algorithm of
-    ``value`` (the time, ``workspace_bytes``, or a text column such as the kernel path), NaN
-    where the run did not succeed, of one split (None: every split; a census table has
-    none) and math mode (:func:`math_rows`).
-
-    The layers are those with a record of every algorithm run on MIN_COVERAGE of the split's
-    layers. An algorithm run on fewer is left out, or with ``partial`` kept with NaN where
-    it was not run too: :func:`recorded_runs` tells the two NaNs apart.
-    """
-    return _frames(_split_rows(table, math, split), pd.unique(table["algo"]), value, partial)
-
-
-def recorded_runs(table: pd.DataFrame, math: str, split: str | None, like: pd.DataFrame) -> pd.DataFrame:
-    """Whether each (layer, algorithm) of ``like`` (a :func:`training_frames` frame) has a
-    record, a failure included, in ``split`` and ``math``."""
-    return _recorded_like(_split_rows(table, math, split), like)
-
-
-def _split_rows(table: pd.DataFrame, math: str, split: str | None) -> pd.DataFrame:
-    rows = math_rows(table, math)
-    return rows if split is None else rows[rows["split"] == split]
-
-
-def _values(rows: pd.DataFrame, value: str) -> pd.DataFrame:
-    """``value`` per layer (index) and algorithm (columns), NaN where the run did not succeed."""
-    succeeded = rows[value].where(rows["status"] == "ok")
-    if pd.api.types.is_numeric_dtype(rows[value]):
-        succeeded = succeeded.astype(float)
-    return rows.assign(**{value: succeeded}).pivot(index="shape_id", columns="algo", values=value)
-
-
-def _frames(rows: pd.DataFrame, order, value: str, partial: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """:func:`training_frames` of rows already of one split and math mode; ``order`` lists
-    the algorithms in the order of the columns."""
-    values = _values(rows, value)
-    # A missing run is not a failed one, and the models would learn it as one: the layers
-    # kept have a record (even a failure) of every algorithm of full coverage.
-    recorded = _recorded(rows).reindex(index=values.index)
-    present = [a for a in order if a in values.columns]
-    full = [a for a in present if recorded[a].mean() >= MIN_COVERAGE]
-    kept = [a for a in present if a in full or partial]
-    values = values.loc[recorded[full].all(axis=1), kept]
-    shapes = rows.drop_duplicates("shape_id").set_index("shape_id").loc[values.index, list(LAYER_COLUMNS)]
-    return shapes, values
-
-
-def _recorded(rows: pd.DataFrame) -> pd.DataFrame:
-    return pd.crosstab(rows["shape_id"], rows["algo"]) > 0
-
-
-def _recorded_like(rows: pd.DataFrame, like: pd.DataFrame) -> pd.DataFrame:
-    return _recorded(rows).reindex(index=like.index, columns=like.columns, fill_value=False).astype(bool)
-
-
 class TrainingInputs(NamedTuple):
     """What :meth:`AlgorithmSelector.fit` takes for one math mode: shapes, times and
     workspaces of the split's runs (algorithms run on part of the layers included), the
@@ -129,11 +62,11 @@ class TrainingInputs(NamedTuple):
 
 def training_inputs(table: pd.DataFrame, census: pd.DataFrame, math: str, split: str = "train") -> TrainingInputs:
     """:class:`TrainingInputs` of one split and math mode."""
-    rows = _split_rows(table, math, split)
-    shapes, times = _frames(rows, pd.unique(table["algo"]), "time_ms", partial=True)
+    rows = split_rows(table, math, split)
+    shapes, times = algorithm_frames(rows, pd.unique(table["algo"]), "time_ms", partial=True)
 
     def like_times(value: str) -> pd.DataFrame:
-        return _values(rows, value).reindex(index=times.index, columns=times.columns)
+        return values_by_algorithm(rows, value).reindex(index=times.index, columns=times.columns)
 
     asked = None
     if not census.empty:
@@ -141,7 +74,7 @@ def training_inputs(table: pd.DataFrame, census: pd.DataFrame, math: str, split:
         asked = (census_shapes, census_workspaces.reindex(columns=times.columns))
     paths = like_times(KERNEL_PATH_COLUMN) if KERNEL_PATH_COLUMN in table.columns else None
     power = like_times("power_w") if "power_w" in table.columns else None
-    return TrainingInputs(shapes, times, like_times("workspace_bytes"), asked, paths, _recorded_like(rows, times), power)
+    return TrainingInputs(shapes, times, like_times("workspace_bytes"), asked, paths, recorded_like(rows, times), power)
 
 
 def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAMES,

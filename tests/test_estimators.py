@@ -15,7 +15,8 @@ from seer.features import log2_flops
 from seer.gpus import get_gpu_spec
 from seer.predictors import NOT_RUN, path_weight, pick_inputs, regressor_inputs
 from seer.shapes import SEER_FIELDS, is_seer_layer
-from seer.training import training_frames, training_inputs
+from seer.table_views import training_frames
+from seer.training import training_inputs
 
 H100 = get_gpu_spec("h100")
 

@@ -17,7 +17,7 @@ from seer.kernel_plans import unsupported_reason
 from seer.grids import GridShape
 from seer.predictors import BY_KERNEL_PLAN
 from seer.shapes import ConvShape, layer_frame
-from seer.training import math_rows, recorded_runs, training_frames
+from seer.table_views import math_rows, recorded_runs, training_frames
 
 OWN, CUDNN = algorithm_names("cupy"), algorithm_names("cudnn")
 #: Layers of several kinds, one whose reduction (3 channels, 1x1) is too short to split.
