@@ -60,36 +60,43 @@ def host_us(torch, call, calls: int, reps: int) -> float:
     return statistics.median(samples)
 
 
+def _conv_module(torch, shape: ConvShape):
+    """PyTorch's own module of ``shape``, with a bias, on the GPU."""
+    conv_type = {2: torch.nn.Conv2d, 3: torch.nn.Conv3d}[len(shape.input_dims) - 2]
+    return conv_type(shape.in_ch, shape.out_ch, shape.filter_dims[2:], stride=shape.spatial_stride,
+                     padding=shape.spatial_padding, dilation=shape.spatial_dilation, groups=shape.groups,
+                     bias=True).cuda().eval()
+
+
+def _forced(torch, shape: ConvShape, algorithm: str, math: str, x):
+    """A SeerConv module of ``shape`` forced to ``algorithm``, its runner built on ``x``, and
+    the path that runs it."""
+    from seer.torch.convolution import force
+
+    holder = torch.nn.Sequential(_conv_module(torch, shape))
+    force(holder, algorithm, math=math)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        holder(x)  # runner built
+    return holder[0], next(iter(holder[0].paths.values()), "PyTorch's fallback")
+
+
 def ways(torch, shape: ConvShape, algorithm: str, math: str) -> dict:
     """Callables of one convolution, each a way seer or PyTorch can run it."""
     import torch.nn.functional as F
 
     from seer.gpu import cudnn
-    from seer.torch.convolution import force
 
-    dims = len(shape.input_dims) - 2
-    fn = {2: F.conv2d, 3: F.conv3d}[dims]
+    fn = {2: F.conv2d, 3: F.conv3d}[len(shape.input_dims) - 2]
     x = torch.randn(shape.input_dims, device="cuda")
-    conv_type = {2: torch.nn.Conv2d, 3: torch.nn.Conv3d}[dims]
-
-    def module():
-        return conv_type(shape.in_ch, shape.out_ch, shape.filter_dims[2:], stride=shape.spatial_stride,
-                         padding=shape.spatial_padding, dilation=shape.spatial_dilation, groups=shape.groups,
-                         bias=True).cuda().eval()
-
-    conv = module()
+    conv = _conv_module(torch, shape)
     w, b = conv.weight.detach(), conv.bias.detach()
     out = {"F.conv": lambda: fn(x, w, b, shape.spatial_stride, shape.spatial_padding, shape.spatial_dilation,
                                  shape.groups),
            "nn.Conv module": lambda: conv(x)}
     for name in (algorithm, "SEER_IMPLICIT_GEMM"):
-        holder = torch.nn.Sequential(module())
-        force(holder, name, math=math)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            holder(x)  # runner built
-        path = next(iter(holder[0].paths.values()), "PyTorch's fallback")
-        out[f"SeerConv {name} ({path})"] = lambda m=holder[0]: m(x)
+        module, path = _forced(torch, shape, name, math, x)
+        out[f"SeerConv {name} ({path})"] = lambda m=module: m(x)
     # The bare calls underneath, with no output allocation or bias.
     handle = cudnn.Handle(torch.cuda.current_stream().cuda_stream)
     problem = cudnn.ConvolutionProblem(handle, shape, math)
@@ -123,15 +130,10 @@ def _graph_ways(torch, shape: ConvShape, x, w, math: str) -> dict:
 
 
 def _forced_us(torch, shape: ConvShape, algorithm: str, math: str, calls: int, reps: int) -> tuple[float, str]:
-    """Host microseconds per call of a SeerConv2d forced to ``algorithm``, and its path."""
-    from seer.torch.convolution import force
-
-    holder = torch.nn.Sequential(torch.nn.Conv2d(shape.in_ch, shape.out_ch, shape.filter_dims[2:],
-                                                 padding=shape.spatial_padding, groups=shape.groups).cuda().eval())
-    force(holder, algorithm, math=math)
+    """Host microseconds per call of a SeerConv module forced to ``algorithm``, and its path."""
     x = torch.randn(shape.input_dims, device="cuda")
-    holder(x)
-    return host_us(torch, lambda m=holder[0]: m(x), calls, reps), next(iter(holder[0].paths.values()), "fallback")
+    module, path = _forced(torch, shape, algorithm, math, x)
+    return host_us(torch, lambda: module(x), calls, reps), path
 
 
 def launch_cost(torch, math: str, calls: int, reps: int) -> tuple[list[dict], float, float]:
@@ -147,7 +149,7 @@ def launch_cost(torch, math: str, calls: int, reps: int) -> tuple[list[dict], fl
     per_launch = (rows[1]["host_us"] - rows[0]["host_us"]) / (rows[1]["launches"] - rows[0]["launches"])
     label, shape = LEGACY_LAYER
     x = torch.randn(shape.input_dims, device="cuda")
-    conv = torch.nn.Conv2d(shape.in_ch, shape.out_ch, 3, padding=1, groups=shape.groups).cuda().eval()
+    conv = _conv_module(torch, shape)
     module_us = host_us(torch, lambda: conv(x), calls, reps)
     gemm_us, path = _forced_us(torch, shape, "GEMM", math, calls, reps)
     rows += [{"layer": label, "way": "nn.Conv module", "host_us": round(module_us, 2)},

@@ -51,9 +51,9 @@ from seer.layers import write_layers
 from seer.metrics import GROUP_COLUMNS, METRIC_SETS, METRICS, columns_with_rollup, required_columns, thread_flops
 from seer.occupancy import blocks_per_sm, waves
 from seer.provenance import provenance
-from seer.schema import (CENSUS_COLUMNS, CENSUS_KEY, KERNEL_COLUMNS, KERNEL_INFO_COLUMNS, KERNEL_KEY,
-                         DatasetDir, MATH_MODE_NAMES, MATH_MODES, MEASUREMENT_COLUMNS, MEASUREMENT_TEXT_COLUMNS, RUN_KEY, STATUSES,
-                         TRACE_FIELDS, TRACED_KERNEL_COLUMNS)
+from seer.schema import (CENSUS_COLUMNS, CENSUS_KEY, KERNEL_COLUMNS, KERNEL_INFO_COLUMNS, KERNEL_KEY, MATH_MODE_NAMES,
+                         MATH_MODES, MEASUREMENT_COLUMNS, MEASUREMENT_TEXT_COLUMNS, RUN_KEY, STATUSES, TRACE_FIELDS,
+                         TRACED_KERNEL_COLUMNS, DatasetDir)
 from seer.shapes import LAYER_COLUMNS, LAYER_FIELDS, SEER_FIELDS, frame_flops, layer_frame
 
 TEST_FRACTION = 0.3

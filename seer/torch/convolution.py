@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -180,9 +181,7 @@ class Predicted(Choice):
         longer of its host and GPU times, so a pick's GPU gain counts only while the pass is
         GPU-bound, and its host cost only once it is host-bound (:func:`pass_picks`). Each
         pick must also win on the GPU by the guard's margin."""
-        calls: dict[ConvShape, int] = {}
-        for layer in layers:
-            calls[layer] = calls.get(layer, 0) + 1
+        calls = Counter(layers)
         self.prepare(calls)
         candidates, picks = [], {}
         for layer, count in calls.items():
@@ -191,18 +190,18 @@ class Predicted(Choice):
                 continue
             heuristic = cudnn_heuristic_choice(layer, self.math)
             times = self.times.get(layer, {})
-            picks[layer] = (pick, heuristic)
-            if not keeps_pick(times, pick, heuristic, captured=True) or heuristic not in times:
-                continue  # lost on the GPU alone, or nothing to weigh it against (kept)
-            gpu_gain = count * (times[heuristic] - times[pick])
-            candidates.append((layer, gpu_gain, count * extra_host_ms(pick, layer, self.math)))
+            wins_on_gpu = keeps_pick(times, pick, heuristic, captured=True)
+            picks[layer] = (pick, heuristic, wins_on_gpu)
+            if wins_on_gpu and heuristic in times:  # else lost on the GPU alone, or nothing to weigh it against (kept)
+                gpu_gain = count * (times[heuristic] - times[pick])
+                candidates.append((layer, gpu_gain, count * extra_host_ms(pick, layer, self.math)))
         weighed = {layer for layer, _, _ in candidates}
         chosen = pass_picks(candidates, host_ms, wall_ms)
-        for layer, (pick, heuristic) in picks.items():
-            times = self.times.get(layer, {})
-            wins = keeps_pick(times, pick, heuristic, captured=True) and (layer not in weighed or layer in chosen)
+        for layer, (pick, heuristic, wins_on_gpu) in picks.items():
+            wins = wins_on_gpu and (layer not in weighed or layer in chosen)
             self._decided[layer] = pick if wins else None
             if not wins:
+                times = self.times.get(layer, {})
                 self.guarded[layer] = (pick, times.get(pick), heuristic, times.get(heuristic))
 
     def describe(self) -> str:
@@ -438,11 +437,12 @@ class _DeviceState:
         stream run in its order, so they share one kept workspace. While a CUDA graph is being
         captured, each call takes its own from the caching allocator (from the graph's pool,
         freed when the call returns): a graph never reads a workspace that eager calls use."""
+        capturing = torch.cuda.is_current_stream_capturing()
         kept = self._workspaces.get(stream)
-        if kept is not None and kept.numel() >= size and not torch.cuda.is_current_stream_capturing():
+        if kept is not None and kept.numel() >= size and not capturing:
             return kept.data_ptr()
         fresh = torch.empty(size, dtype=torch.uint8, device=self.device)
-        if size <= KEPT_WORKSPACE_BYTES and not torch.cuda.is_current_stream_capturing():
+        if size <= KEPT_WORKSPACE_BYTES and not capturing:
             self._workspaces[stream] = fresh
         return fresh.data_ptr()
 
@@ -497,6 +497,11 @@ class _Call:
     padding: tuple[int, ...]
     dilation: tuple[int, ...]
     groups: int
+
+
+def _input_kind(x: torch.Tensor, weight: torch.Tensor) -> tuple:
+    """What a module's fast path keys its runners by: the tensors' shape, strides, dtype and device."""
+    return x.shape, x.stride(), x.dtype, x.device, weight.dtype, weight.stride()
 
 
 def _layout(x: torch.Tensor, weight: torch.Tensor, dims: int) -> str | None:
@@ -709,7 +714,7 @@ class _SeerConv:
         # dict once (nn.Module's attribute lookup of each costs more).
         parameters = self._parameters
         weight, bias = parameters["weight"], parameters["bias"]
-        fast = self._fast.get((x.shape, x.stride(), x.dtype, x.device, weight.dtype, weight.stride()))
+        fast = self._fast.get(_input_kind(x, weight))
         if fast is not None:
             name, runner = fast
             if runner is None:  # the choice leaves this input to PyTorch: its own module's path
@@ -736,7 +741,7 @@ class _SeerConv:
         if reason is not None:
             self._fall_back(reason)
             return self._pytorch(x)
-        key = (x.shape, x.stride(), x.dtype, x.device, self.weight.dtype, self.weight.stride())
+        key = _input_kind(x, self.weight)
         if self.padding_mode != "zeros":  # PyTorch pads the input itself, then convolves unpadded
             padding = self._numeric_padding()
             x = F.pad(x, [p for p in reversed(padding) for _ in range(2)], mode=self.padding_mode)
