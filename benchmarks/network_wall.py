@@ -78,6 +78,31 @@ def markdown(table: pd.DataFrame, title: str) -> str:
     return "\n".join(lines)
 
 
+def ceiling(overall: pd.DataFrame) -> str:
+    """Why the eager gain stops where it does, at the largest batch under fma: the GPU time of the
+    picks guarded for CUDA graphs (every pick the models make, no host cost counted) over PyTorch's
+    better policy, which bounds what any eager guard can gain; and PyTorch's eager time over its GPU
+    time, above 1 where the host, not the GPU, sets the pass's time."""
+    # Each ratio against PyTorch's policies of its own run, timed in turn with it.
+    run_of = overall.groupby("policy")["run"].min()
+    gpu = comparison(overall[overall["run"] == run_of["seer-graph"]], "forward_ms", seer="seer-graph")
+    eager_run = overall[overall["run"] == run_of["seer"]]
+    eager, eager_gpu = comparison(eager_run, "eager_ms"), comparison(eager_run, "forward_ms")
+    gpu, eager, eager_gpu = (t.set_index(["network", "batch", "math"]) for t in (gpu, eager, eager_gpu))
+    table = pd.DataFrame({"picks_gpu_ratio": gpu["seer_ratio"], "seer_eager_ratio": eager["seer_ratio"],
+                          "pytorch_host_excess": eager["pytorch_best"] / eager_gpu["pytorch_best"]}).dropna().reset_index()
+    table = table[(table["batch"] == table["batch"].max()) & (table["math"] == "fma")]
+    lines = ["### What the picks could gain: largest batch, fma", "",
+             "| network | GPU time, all picks / PyTorch's best | eager, seer / PyTorch's best "
+             "| PyTorch eager / PyTorch GPU time |", "|---|---|---|---|"]
+    for r in table.sort_values("picks_gpu_ratio").itertuples(index=False):
+        lines.append(f"| {r.network} | {r.picks_gpu_ratio:.3f} | {r.seer_eager_ratio:.3f} | {r.pytorch_host_excess:.3f} |")
+    won = int((table["picks_gpu_ratio"] <= 0.85).sum())
+    lines += ["", f"{len(table)} networks: median GPU-time ratio of every pick {table['picks_gpu_ratio'].median():.3f} "
+                  f"({won} networks at 15% or more); median eager ratio {table['seer_eager_ratio'].median():.3f}.", ""]
+    return "\n".join(lines)
+
+
 def plot(overall: pd.DataFrame, path: Path) -> None:
     """One panel per (batch, math): seer's time over PyTorch's better policy per network, eager
     and captured in a CUDA graph, with the spread of the eager windows as an error bar."""
@@ -112,20 +137,27 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, help="markdown summary (default: print)")
     parser.add_argument("--plot", type=Path, help="PNG: seer / PyTorch's best per network, eager and CUDA graph")
     args = parser.parse_args(argv)
-    overall = pd.concat([pd.read_csv(p) for p in args.overall], ignore_index=True)
+    overall = pd.concat([pd.read_csv(p).assign(run=i) for i, p in enumerate(args.overall)], ignore_index=True)
     parts = []
     policies = set(overall["policy"])
+
+    def run_with(policy: str) -> pd.DataFrame:
+        """The rows of the first file that holds ``policy``: ratios compare policies timed in turn."""
+        return overall[overall["run"] == overall.loc[overall["policy"] == policy, "run"].min()]
+
     for column, title in (("eager_ms", "Eager: plain wall time per pass, back to back"),
                           ("graph_ms", "Captured in a CUDA graph: wall time per replay"),
                           ("forward_ms", "GPU time per pass (bursts behind a spinning kernel; host cost hidden)")):
         if "seer" in policies and column in overall.columns and overall[column].notna().any():
-            parts.append(markdown(comparison(overall, column), title))
+            parts.append(markdown(comparison(run_with("seer"), column), title))
     if "seer-graph" in policies and overall["graph_ms"].notna().any():
-        parts.append(markdown(comparison(overall, "graph_ms", seer="seer-graph"),
+        parts.append(markdown(comparison(run_with("seer-graph"), "graph_ms", seer="seer-graph"),
                               "Captured in a CUDA graph, seer's picks guarded for CUDA graphs (seer-graph)"))
+    if {"seer", "seer-graph"} <= policies and overall["forward_ms"].notna().any():
+        parts.append(ceiling(overall))
     text = "\n".join(parts)
     if args.plot and "seer" in policies:
-        plot(overall, args.plot)
+        plot(run_with("seer"), args.plot)
     if args.out:
         args.out.write_text(text)
     else:
