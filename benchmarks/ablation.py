@@ -78,8 +78,8 @@ def run(argv: list[str] | None = None) -> int:
     if args.merge:
         return _write(merge(args.merge), args.report)
     dataset = args.data_dir / args.gpu
-    table = read_measurements(dataset / "measurements.csv.gz")
-    inputs = training_inputs(table, read_census(dataset / "census.csv.gz"), args.math)
+    table = read_measurements(dataset / "measurements")
+    inputs = training_inputs(table, read_census(dataset / "census"), args.math)
     full = [a for a in inputs.times.columns if inputs.recorded[a].all()]  # cuDNN's: seer's kernels ran on part
     shapes, census = inputs.shapes, inputs.census
     times, workspaces = inputs.times[full], inputs.workspaces[full]

@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", type=Path, help="write the results here as JSON")
     args = parser.parse_args(argv)
     spec = get_gpu_spec(args.gpu)
-    table = read_measurements(args.data_dir / spec.name / "measurements.csv.gz")
+    table = read_measurements(args.data_dir / spec.name / "measurements")
     runs = table[(table["status"] == "ok") & (table["trace_status"] == "ok") & table["trace_variant"].notna()]
     runs = runs.assign(path=kernel_paths(runs, args.path))
     started = time.perf_counter()

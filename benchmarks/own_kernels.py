@@ -3,7 +3,7 @@ checks, achieved FLOP/s, and energy per call with the time-versus-energy picks.
 
     python benchmarks/own_kernels.py --gpu h100 --out benchmarks/results/h100-own-kernels
 
-Reads ``data/GPU/measurements.csv.gz`` (what ``seer collect`` timed, ``--energy`` included)
+Reads ``data/GPU/measurements/`` (what ``seer collect`` timed, ``--energy`` included)
 and ``data/GPU/ceilings.json``; writes ``summary.json``, ``layers.csv`` (one row per layer
 and math: each algorithm's time, the fastest of cuDNN's and of seer's) and plots: every
 algorithm's time on each 3D layer (as seed 000 draws them) and the speed ratio over layers.
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     spec = get_gpu_spec(args.gpu)
     dataset = args.data_dir / spec.name
-    runs = read_measurements(dataset / "measurements.csv.gz")
+    runs = read_measurements(dataset / "measurements")
     ceilings = read_ceilings(dataset)["measured"]
     focus = {s.shape.shape_id for s in resolve_grids(FOCUS_3D)}
     energy = energy_summary(runs[runs["status"] == "ok"])

@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", type=Path, help="write the results here as JSON")
     args = parser.parse_args(argv)
 
-    first = read_measurements(args.data_dir / args.gpu / "measurements.csv.gz")
+    first = read_measurements(args.data_dir / args.gpu / "measurements")
     first = first[first["grid"].isin(PARTS)]
     again = second_session(args.again, args.gpu)
     pairs = first.merge(again, on=list(RUN_KEY), suffixes=("_first", "_again"))

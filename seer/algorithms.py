@@ -16,7 +16,7 @@ from functools import lru_cache
 @dataclass(frozen=True)
 class Launches:
     """Kernel launches of one call, the median over seer's traces of each kind of layer
-    (``data/<gpu>/traced_kernels.csv.gz``; ``tests/test_algorithms.py`` checks the table on
+    (``data/<gpu>/traced_kernels/``; ``tests/test_algorithms.py`` checks the table on
     them): ``fma`` and ``default`` on a layer of one group, by math mode; on grouped and
     depthwise layers, ``grouped`` and ``depthwise`` kernels per group where the algorithm
     loops over the groups, else one. Each launch costs host time, which seer's guard counts."""

@@ -207,7 +207,8 @@ def _add_parse(sub) -> None:
     p.add_argument("--gpu", required=True)
     p.add_argument("--data-dir", type=Path, default=Path("data"))
     p.add_argument("--pack", action="store_true",
-                   help="merge raw records into one compressed file per kind (only when no collection runs)")
+                   help="merge the loose raw records into one new compressed pack per kind, leaving earlier "
+                        "packs as they are (only when no collection runs)")
     p.add_argument("--seed", type=int, default=0, help="seed of the train/Test-set-I split (default 0)")
     p.set_defaults(func=lambda args: _parse(args.data_dir, args.gpu, args.pack, args.seed))
 
@@ -221,10 +222,10 @@ def _parse(data_dir: Path, gpu: str, pack: bool = False, seed: int = 0) -> int:
     if not (dataset_dir / "raw").exists():
         raise InputError(f"no raw records; run `seer collect --gpu {spec.name}` first", path=dataset_dir / "raw")
     files = build_dataset(dataset_dir, spec, seed=seed, pack=pack)
-    err_console.log(f"wrote {files.measurements} ({files.rows} runs), {files.kernels}, "
+    err_console.log(f"wrote {files.measurements}/ ({files.rows} runs), {files.kernels}/, "
                     f"{files.train_xlsx.name}, {files.test_xlsx.name}, {files.provenance.name}"
                     + (f", {files.test_set_ii.name}" if files.test_set_ii else "")
-                    + (f", {files.census.name}" if files.census else ""))
+                    + (f", {files.census.name}/" if files.census else ""))
     return 0
 
 
@@ -636,7 +637,7 @@ def _add_profile_network(sub) -> None:
     p.add_argument("--gpu", default="h100", help="GPU whose models predict seer's picks (default h100)")
     p.add_argument("--out", type=Path, required=True, help="output folder (records, tables, plots)")
     p.add_argument("--data-dir", type=Path, default=Path("data"),
-                   help="datasets root: DATA_DIR/GPU/traced_kernels.csv.gz tells which kernels each algorithm "
+                   help="datasets root: DATA_DIR/GPU/traced_kernels/ tells which kernels each algorithm "
                         "launches (default: data)")
     p.add_argument("--models-dir", type=Path, default=None, help=MODELS_DIR_HELP)
     p.add_argument("--shard", default="1/1", help="i/n: only every n-th (model, input, math), from the i-th")

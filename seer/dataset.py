@@ -3,16 +3,19 @@
 ``build_dataset`` reads a dataset directory's raw records (timing, profiles, kernels,
 census) and writes:
 
-``measurements.csv.gz``
+``measurements/``
     One row per (shape, math, algorithm): the timing, and, where the run was profiled,
     the rolled-up ncu metrics (time and traffic summed over the run's kernels, launch
     configuration, occupancy and waves from its main kernel).
-``kernels.csv.gz``
-    One row per profiled kernel: the evidence the run rows are derived from.
-``census.csv.gz``
+``kernels/``, ``traced_kernels/``
+    One row per profiled kernel: the evidence the run rows are derived from; one row per
+    kernel name that a timed run launched (CUPTI traces).
+``census/``
     Where a census was collected (``seer collect --census``): one row per (shape, math,
     algorithm) with cuDNN's answer before anything runs: supported or not, the workspace
     it asks for, and the heuristic's rank.
+
+Each table is a folder of Parquet files, one per grid (:mod:`seer.tables`).
 ``train.xlsx``, ``test.xlsx``
     SEER's layout (:mod:`seer.excel`).
 ``Test-set-II.txt``, ``Test-set-II-times.csv``
@@ -20,8 +23,8 @@ census) and writes:
 ``provenance.json``
     GPU, driver, CUDA, cuDNN, ncu, commands, dates and counts (:mod:`seer.provenance`).
 
-Every derived file depends on the raw records alone (gzip without a timestamp, Excel
-files without dates), so a rebuilt dataset shows no change in git. The tables are read
+Every derived file depends on the raw records alone (a table part is written only when its
+rows change, Excel files carry no dates), so a rebuilt dataset shows no change in git. The tables are read
 back with :func:`read_measurements` and :func:`read_census`, which check them and report
 a malformed file as one :class:`~seer.errors.InputError` naming file, line and column.
 """
@@ -55,6 +58,7 @@ from seer.schema import (CENSUS_COLUMNS, CENSUS_KEY, KERNEL_COLUMNS, KERNEL_INFO
                          MATH_MODES, MEASUREMENT_COLUMNS, MEASUREMENT_TEXT_COLUMNS, RUN_KEY, STATUSES, TRACE_FIELDS,
                          TRACED_KERNEL_COLUMNS, DatasetDir)
 from seer.shapes import LAYER_COLUMNS, LAYER_FIELDS, SEER_FIELDS, frame_flops, layer_frame
+from seer.tables import read_parts, write_parts
 
 TEST_FRACTION = 0.3
 TEST_SET_II_GRID = "test-set-ii"
@@ -101,50 +105,44 @@ def split_of(shape_id: str, grid: str, seed: int = 0, test_fraction: float = TES
 
 
 # -- rollup of kernels into runs ----------------------------------------------------------
-def _weighted(values: pd.Series, weights: pd.Series) -> float:
-    mask = values.notna() & weights.notna()
-    if not mask.any() or weights[mask].sum() <= 0:
-        return float("nan")
-    return float(np.average(values[mask], weights=weights[mask]))
-
-
 def rollup_kernels(kernels: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:
     """One row per run from its kernels, by each metric's rollup rule in seer.metrics.
 
     The main kernel is the longest compute kernel of the run (the longest kernel if none
-    is classed as compute); its launch configuration, occupancy and waves describe the run.
-    ``spec`` gives the SM count for waves, and the peak rates for ``sm_util`` (achieved
-    FP32 and TF32 FLOP rates over their peaks) and ``dram_util`` (achieved DRAM bandwidth
-    over the peak).
+    is classed as compute; the first of equals); its launch configuration, occupancy and
+    waves describe the run. ``spec`` gives the SM count for waves, and the peak rates for
+    ``sm_util`` (achieved FP32 and TF32 FLOP rates over their peaks) and ``dram_util``
+    (achieved DRAM bandwidth over the peak).
     """
     if kernels.empty:
         return pd.DataFrame(columns=[*RUN_KEY, "n_kernels"])
     # Kernels profiled before a metric joined its group lack it (seer.metrics.Metric.required).
     added_later = [m.column for m in METRICS if not m.required and m.column not in kernels.columns]
-    kernels = kernels.assign(**{column: np.nan for column in added_later})
-    sums = columns_with_rollup("sum")
-    weighted = columns_with_rollup("time_weighted")
-    main_cols = columns_with_rollup("main")
-    rows = []
-    for key, group in kernels.groupby(list(RUN_KEY), sort=False):
-        duration = group["duration_ns"]
-        compute = group[group["kernel_role"] == "compute"]
-        candidates = compute if not compute.empty else group
-        main = candidates.loc[candidates["duration_ns"].fillna(-1).idxmax()]
-        row = dict(zip(RUN_KEY, key))
-        row["n_kernels"] = len(group)
-        row["main_kernel"] = main["kernel_name"]
-        row["variant"] = main["kernel_variant"]
-        total = duration.sum(min_count=1)
-        row["main_kernel_share"] = float(main["duration_ns"] / total) if total and total > 0 else np.nan
-        for col in sums:
-            row[col] = group[col].sum(min_count=1)
-        for col in weighted:
-            row[col] = _weighted(group[col], duration)
-        for col in main_cols:
-            row[col] = main[col]
-        rows.append(row)
-    runs = pd.DataFrame(rows)
+    kernels = kernels.assign(**{column: np.nan for column in added_later}).reset_index(drop=True)
+    run = kernels.groupby(list(RUN_KEY), sort=False).ngroup().to_numpy()  # in order of first appearance
+    duration = kernels["duration_ns"]
+    # The main kernel: compute kernels first, then the longest, then the earliest.
+    compute = (kernels["kernel_role"] == "compute").to_numpy()
+    order = np.lexsort((np.arange(len(kernels)), -duration.fillna(-1).to_numpy(), ~compute, run))
+    first = np.r_[True, run[order][1:] != run[order][:-1]]
+    main = kernels.iloc[order[first]].reset_index(drop=True)  # one row per run, in run order
+    runs = main[list(RUN_KEY)].copy()
+    runs["n_kernels"] = np.bincount(run)
+    runs["main_kernel"] = main["kernel_name"]
+    runs["variant"] = main["kernel_variant"]
+    total = duration.groupby(run).sum(min_count=1).to_numpy()
+    runs["main_kernel_share"] = np.where(total > 0, main["duration_ns"].to_numpy() / np.where(total > 0, total, 1),
+                                         np.nan)
+    sums = kernels[columns_with_rollup("sum")].groupby(run).sum(min_count=1).reset_index(drop=True)
+    weighted = {}
+    for col in columns_with_rollup("time_weighted"):
+        # np.average over the kernels where both the value and the duration are known.
+        known = kernels[col].notna() & duration.notna()
+        weight = duration.where(known)
+        numerator = (kernels[col] * weight).groupby(run).sum(min_count=1).to_numpy()
+        denominator = weight.groupby(run).sum(min_count=1).to_numpy()
+        weighted[col] = np.where(denominator > 0, numerator / np.where(denominator > 0, denominator, 1), np.nan)
+    runs = pd.concat([runs, sums, pd.DataFrame(weighted), main[columns_with_rollup("main")]], axis=1)
     runs["ncu_time_ms"] = runs["duration_ns"] / 1e6
     runs["shared_mem_bytes"] = runs["shared_mem_static_bytes"] + runs["shared_mem_dynamic_bytes"]
     runs["blocks_per_sm"] = blocks_per_sm(runs)
@@ -289,12 +287,17 @@ def profile_status_table(store: RunStore) -> pd.DataFrame:
                   .sort_values("kernel_idx").groupby([*RUN_KEY, "group"])["kernel_name"].agg(tuple)
                   if not kernels.empty else pd.Series(dtype=object))
     rows = []
-    for key, runs in profiles.groupby(list(RUN_KEY), sort=False):
+    records = profiles[[c for c in (*RUN_KEY, "group", "profile_status", "status_detail")
+                        if c in profiles.columns]].to_dict("records")
+    run = profiles.groupby(list(RUN_KEY), sort=False).ngroup().to_numpy()
+    by_run = np.split(np.argsort(run, kind="stable"), np.cumsum(np.bincount(run))[:-1])
+    for positions in by_run:  # each run's records in the order they were stored, runs in order of appearance
+        key = tuple(records[positions[0]][k] for k in RUN_KEY)
         missing = set(required_columns("core", key[1]))
         status, detail = "ok", None
         seen = set()
-        # Records are in the order they were stored: the latest one for a column wins.
-        for record in reversed(runs.to_dict("records")):
+        # The latest record for a column wins.
+        for record in (records[i] for i in reversed(positions)):
             provides = recorded_columns(record["group"]) & missing
             if not provides:
                 continue
@@ -358,7 +361,7 @@ def census_table(store: RunStore) -> pd.DataFrame:
 
     Rows are ordered by shape (its columns in schema order), then algorithm (registry
     order), then math mode (:data:`seer.schema.MATH_MODES` order): neighbouring rows then
-    share most of their text, which keeps ``census.csv.gz`` small enough to commit.
+    share most of their text, which keeps the census table small enough to commit.
     """
     records = with_layer_columns(store.read("census", CENSUS_KEY))
     if records.empty:
@@ -452,12 +455,15 @@ def build_dataset(dataset_dir: str | Path, spec: GPUSpec, seed: int = 0, pack: b
     files = DatasetDir(dataset_dir)
     out = DatasetFiles(files.measurements, files.kernels, files.train_xlsx, files.test_xlsx, None,
                        files.provenance, len(table))
-    _write_csv_gz(table, out.measurements)
+    table = write_parts(table, out.measurements)
+    # A kernel belongs to its run's shape, and so to the grid that timed the shape.
+    grid_of = table.drop_duplicates("shape_id").set_index("shape_id")["grid"]
     kernel_cols = [c for c in KERNEL_COLUMNS if c in kernels.columns]
-    _write_csv_gz(kernels[kernel_cols] if not kernels.empty else kernels, out.kernels)
+    kernels = kernels[kernel_cols] if not kernels.empty else kernels
+    write_parts(kernels, out.kernels, grids=kernels["shape_id"].map(grid_of) if len(kernels) else None)
     if not traced.empty:
         out.traced_kernels = files.traced_kernels
-        _write_csv_gz(traced, out.traced_kernels)
+        write_parts(traced, out.traced_kernels, grids=traced["shape_id"].map(grid_of))
     for split, path in (("train", out.train_xlsx), ("test1", out.test_xlsx)):
         write_excel(path, seer_sheets(table[table["split"] == split], spec))
     if (table["split"] == "test2").any():
@@ -476,24 +482,18 @@ def build_dataset(dataset_dir: str | Path, spec: GPUSpec, seed: int = 0, pack: b
     census_path = files.census
     if not census.empty:
         out.census = census_path
-        _write_csv_gz(census, out.census)
-    elif census_path.exists():
-        census_path.unlink()  # an earlier build's census, now all timed: stale
+        census = write_parts(census, out.census)
+    else:
+        write_parts(census, census_path)  # an earlier build's census, now all timed, goes
     record = provenance(store, table, kernels, census, test_fraction=TEST_FRACTION,
                         test_set_ii_grids=TEST_SET_II_GRIDS)
     out.provenance.write_text(json.dumps(record, indent=2) + "\n")
     return out
 
 
-def _write_csv_gz(frame: pd.DataFrame, path: Path) -> None:
-    # mtime 0 keeps the bytes identical for identical content (quiet git diffs).
-    frame.to_csv(path, index=False, float_format="%.6g",
-                 compression={"method": "gzip", "compresslevel": 9, "mtime": 0})
-
-
 # -- reading the tables back --------------------------------------------------------------
 def read_measurements(path: str | Path, columns: Iterable[str] | None = None) -> pd.DataFrame:
-    """``measurements.csv.gz``, checked: every column of the schema, or those in ``columns``.
+    """The measurements table, checked: every column of the schema, or those in ``columns``.
 
     Columns named in :data:`seer.schema.MEASUREMENT_TEXT_COLUMNS` are read as text, every
     other column must hold numbers; ``status`` and ``math`` must hold known values.
@@ -501,7 +501,8 @@ def read_measurements(path: str | Path, columns: Iterable[str] | None = None) ->
     Parameters
     ----------
     path : str or Path
-        The table (``.csv`` or ``.csv.gz``).
+        The table: a folder of Parquet parts (``data/<gpu>/measurements``), or a CSV
+        file (``.csv`` or ``.csv.gz``).
     columns : iterable of str, optional
         The columns the caller needs, in the order it wants them; only these are read,
         checked and returned. Default: all of :data:`seer.schema.MEASUREMENT_COLUMNS`, in
@@ -514,21 +515,20 @@ def read_measurements(path: str | Path, columns: Iterable[str] | None = None) ->
     Raises
     ------
     InputError
-        One line naming file, line and column: a missing, unreadable or empty file, a
-        header without a needed column, a non-numeric value in a numeric column, an
-        unknown status or math mode.
+        One line naming file, line (or a Parquet part's row) and column: a missing,
+        unreadable or empty file, a header without a needed column, a non-numeric value in
+        a numeric column, an unknown status or math mode.
     """
     wanted = list(dict.fromkeys(MEASUREMENT_COLUMNS if columns is None else columns))
     unknown = [c for c in wanted if c not in MEASUREMENT_COLUMNS]
     if unknown:
         raise ValueError(f"not measurement columns: {', '.join(unknown)}")
-    frame = _read_table(path, wanted, text=MEASUREMENT_TEXT_COLUMNS)
-    _check_vocabulary(frame, path)
-    return frame
+    return _read_table(path, wanted, text=MEASUREMENT_TEXT_COLUMNS, check=_check_vocabulary)
 
 
 def read_census(path: str | Path) -> pd.DataFrame:
-    """``census.csv.gz``, checked, with the dtypes :func:`census_table` gives.
+    """The census table (a folder of Parquet parts or a CSV file), checked, with the dtypes
+    :func:`census_table` gives.
 
     Shape columns are whole numbers (int64); ``workspace_bytes``, ``heuristic_rank`` and
     ``heuristic_math_type`` whole numbers or empty (Int64); ``status`` and ``math`` known
@@ -540,24 +540,58 @@ def read_census(path: str | Path) -> pd.DataFrame:
         As :func:`read_measurements`; also for an empty shape field or a number that is not
         whole.
     """
-    frame = _read_table(path, list(CENSUS_COLUMNS), text=_CENSUS_TEXT_COLUMNS)
-    _check_vocabulary(frame, path)
+    def check(frame: pd.DataFrame, at: _Locate) -> None:
+        _check_vocabulary(frame, at)
+        for column in LAYER_COLUMNS:
+            _check_whole(frame, column, at, required=True)
+        for column in _CENSUS_OPTIONAL_INTS:
+            _check_whole(frame, column, at, required=False)
+
+    frame = _read_table(path, list(CENSUS_COLUMNS), text=_CENSUS_TEXT_COLUMNS, check=check)
     for column in LAYER_COLUMNS:
-        _check_whole(frame, column, path, required=True)
         frame[column] = frame[column].astype(np.int64)
     for column in _CENSUS_OPTIONAL_INTS:
-        _check_whole(frame, column, path, required=False)
         frame[column] = frame[column].astype("Int64")
     return frame
 
 
-def _read_table(path: str | Path, columns: list[str], text: Iterable[str]) -> pd.DataFrame:
-    """``columns`` of a CSV table, text columns as text and every other one numeric.
+class _Locate:
+    """Where row ``i`` (0-based) of a table stands: line ``i + 2`` of a CSV file, or row
+    ``i + 1`` of a Parquet part (which has no lines)."""
 
-    The header is read first, so that a missing column is reported as such (line 1);
-    then only the needed columns are parsed. Data row ``i`` (0-based) is line ``i + 2``.
+    def __init__(self, path: Path, csv: bool) -> None:
+        self.path, self.csv = path, csv
+
+    def error(self, message: str, row: int | None, field: str) -> InputError:
+        if row is None or self.csv:
+            return InputError(message, path=self.path, line=None if row is None else row + 2, field=field)
+        return InputError(f"{message} (row {row + 1})", path=self.path, field=field)
+
+
+def _read_table(path: str | Path, columns: list[str], text: Iterable[str], check) -> pd.DataFrame:
+    """``columns`` of a table, text columns as text and every other one numeric, each part
+    passed to ``check(frame, locate)``.
+
+    A folder holds Parquet parts (:mod:`seer.tables`), each checked before they are joined.
+    A CSV file's header is read first, so that a missing column is reported as such
+    (line 1); then only the needed columns are parsed. Data row ``i`` (0-based) is line
+    ``i + 2``.
     """
     path = Path(path)
+    text = set(text)
+    numeric = [c for c in columns if c not in text]
+    if path.is_dir():
+        def check_part(frame: pd.DataFrame, part: Path) -> None:
+            at = _Locate(part, csv=False)
+            _check_numeric(frame, numeric, at)
+            check(frame, at)
+
+        frame = read_parts(path, columns, check=check_part)
+        # As from a CSV file: a whole-number column that may be empty is float.
+        for column in numeric:
+            if isinstance(frame[column].dtype, pd.api.extensions.ExtensionDtype):
+                frame[column] = frame[column].astype(float)
+        return frame
     if not path.is_file():
         raise InputError("no such file" if not path.exists() else "not a file", path=path)
     header = _guarded(path, lambda: pd.read_csv(path, nrows=0)).columns
@@ -565,12 +599,13 @@ def _read_table(path: str | Path, columns: list[str], text: Iterable[str]) -> pd
     if missing:
         raise InputError("missing from the header" + (f" (and {', '.join(missing[1:])})" if missing[1:] else ""),
                          path=path, line=1, field=missing[0])
-    text = set(text)
     # Blank lines are kept (as empty rows) so that row i stays line i + 2.
     frame = _guarded(path, lambda: pd.read_csv(path, usecols=columns, dtype={c: str for c in columns if c in text},
                                                skip_blank_lines=False, low_memory=False))
     frame = frame[columns]
-    _check_numeric(frame, [c for c in columns if c not in text], path)
+    at = _Locate(path, csv=True)
+    _check_numeric(frame, numeric, at)
+    check(frame, at)
     return frame
 
 
@@ -610,7 +645,7 @@ def _first_true(mask: pd.Series | np.ndarray) -> int:
     return int(np.argmax(np.asarray(mask)))
 
 
-def _check_numeric(frame: pd.DataFrame, columns: list[str], path: Path) -> None:
+def _check_numeric(frame: pd.DataFrame, columns: list[str], at: _Locate) -> None:
     """Numeric columns that pandas read as text (or as booleans) become numbers, or the
     earliest row holding a value that is not a number is reported."""
     first: tuple[int, str, str] | None = None
@@ -631,10 +666,10 @@ def _check_numeric(frame: pd.DataFrame, columns: list[str], path: Path) -> None:
             first = (row, column, str(values.iloc[row]))
     if first is not None:
         row, column, value = first
-        raise InputError(f"not a number {value!r}", path=path, line=row + 2, field=column)
+        raise at.error(f"not a number {value!r}", row, column)
 
 
-def _check_vocabulary(frame: pd.DataFrame, path: Path) -> None:
+def _check_vocabulary(frame: pd.DataFrame, at: _Locate) -> None:
     """InputError at the earliest row with a status or math mode outside the schema's."""
     first: tuple[int, str, str] | None = None
     for column, known in (("status", STATUSES), ("math", MATH_MODE_NAMES)):
@@ -651,10 +686,10 @@ def _check_vocabulary(frame: pd.DataFrame, path: Path) -> None:
             first = (row, column, message)
     if first is not None:
         row, column, message = first
-        raise InputError(message, path=path, line=row + 2, field=column)
+        raise at.error(message, row, column)
 
 
-def _check_whole(frame: pd.DataFrame, column: str, path: Path, required: bool) -> None:
+def _check_whole(frame: pd.DataFrame, column: str, at: _Locate, required: bool) -> None:
     """InputError at the first row of ``column`` that is empty (if ``required``) or not
     a whole number."""
     values = frame[column].to_numpy(dtype=float)
@@ -665,4 +700,4 @@ def _check_whole(frame: pd.DataFrame, column: str, path: Path, required: bool) -
         row = _first_true(bad)
         value = float(values[row])
         message = "empty" if np.isnan(value) else f"not a whole number {value!r}"
-        raise InputError(message, path=path, line=row + 2, field=column)
+        raise at.error(message, row, column)

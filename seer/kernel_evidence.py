@@ -3,7 +3,7 @@
 cuDNN shares kernels between algorithms (a depthwise layer runs one grouped direct kernel
 under GEMM, IMPLICIT_GEMM and IMPLICIT_PRECOMP_GEMM alike), so a kernel name does not
 always name one algorithm. The evidence is what a GPU's dataset recorded: every kernel
-that each algorithm launched there (``traced_kernels.csv.gz``, CUPTI-demangled names).
+that each algorithm launched there (``traced_kernels/``, CUPTI-demangled names).
 A kernel seen in the dataset allows the algorithms that launched it; a kernel never seen
 allows the algorithms that launched its family (the kernel rules of
 :mod:`seer.algorithms`), and a family never seen allows any. The candidates of a call
@@ -22,6 +22,7 @@ import pandas as pd
 
 from seer.algorithms import canonical_kernel_name, classify_kernel
 from seer.schema import DatasetDir
+from seer.tables import read_parts
 
 #: Verdicts of :meth:`KernelEvidence.verify`, in the ``verified`` column of profiles.
 VERDICTS = {
@@ -53,7 +54,7 @@ class KernelEvidence:
 
     @classmethod
     def from_dataset(cls, dataset_dir: Path) -> "KernelEvidence":
-        return cls.from_traces(pd.read_csv(DatasetDir(dataset_dir).traced_kernels, usecols=["algo", "kernel_name"]))
+        return cls.from_traces(read_parts(DatasetDir(dataset_dir).traced_kernels, columns=["algo", "kernel_name"]))
 
     def allowed(self, kernel_name: str) -> frozenset[str] | None:
         """Algorithms that launch this kernel; None where nothing is known of it."""

@@ -6,8 +6,8 @@ plain, ``.gz`` or ``.xz``) are copied into the target's ``raw/`` under the same 
 name their files by tag, so they never collide. A name in both with other content is
 compared: where one is the other cut short (a shard that went on writing since), the longer
 is kept; anything else is a conflict, refused before anything is written. A packed file
-(``<kind>.jsonl.xz``) is copied as ``<kind>-merged-<hash>.jsonl.xz``, a name the store reads
-and that cannot overwrite the target's own pack. ``sessions.jsonl`` is appended line by line.
+(``<kind>.<n>.jsonl.xz``) is copied as ``<kind>-merged-<hash>.jsonl.xz``, a name the store
+reads and that cannot overwrite the target's own packs. ``sessions.jsonl`` is appended line by line.
 
 Only complete records are copied: a torn last line stays behind. Every file is written under a
 temporary name and renamed into place. As with ``seer parse --pack``, run it only when no
@@ -30,8 +30,8 @@ from seer.output import AtomicOutput
 
 #: ``<kind>-<tag>.jsonl``, as :class:`seer.collect.store.RunStore` names a writer's file.
 _LOOSE = re.compile(r"(?P<kind>[A-Za-z0-9_]+)-(?P<tag>.+)\.jsonl(?P<suffix>\.gz|\.xz)?")
-#: ``<kind>.jsonl.xz``, as ``pack`` names a kind's one file.
-_PACKED = re.compile(r"(?P<kind>[A-Za-z0-9_]+)\.jsonl(?P<suffix>\.gz|\.xz)?")
+#: ``<kind>.<n>.jsonl.xz``, as ``pack`` names a kind's packs (``<kind>.jsonl.xz`` before they were numbered).
+_PACKED = re.compile(r"(?P<kind>[A-Za-z0-9_]+)(?:\.\d+)?\.jsonl(?P<suffix>\.gz|\.xz)?")
 _CHUNK = 1 << 20
 
 

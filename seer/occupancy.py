@@ -110,7 +110,7 @@ class OccupancyLimits:
         record : mapping
             Holds either the ncu metric names (``launch__occupancy_limit_blocks``, ...)
             or seer's column names (``occupancy_limit_blocks``, ...), e.g. a row of
-            ``data/<gpu>/kernels.csv.gz``.
+            ``data/<gpu>/kernels/``.
 
         Returns
         -------

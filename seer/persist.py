@@ -131,9 +131,19 @@ def save(model: Model, directory: Path) -> list[Path]:
             path = directory / model_file(family, math)
             write_model_file(part, path)
             files[path.name] = sha256(path)
-    card = dict(model.card) | {"model_files": files}
+    card = json.loads(json.dumps(dict(model.card) | {"model_files": files}, default=_json_default))
+    # Training again on the same data gives the same model files (every estimator is seeded and
+    # the files carry no time); the card then keeps the date of the training that first gave
+    # them, so that a retrain that changed nothing changes no file.
+    try:
+        earlier = json.loads((directory / CARD_FILE).read_text())
+    except (OSError, ValueError):
+        earlier = None
+    if isinstance(earlier, dict) and "trained_at" in earlier and \
+            {k: v for k, v in earlier.items() if k != "trained_at"} == {k: v for k, v in card.items() if k != "trained_at"}:
+        card["trained_at"] = earlier["trained_at"]
     tmp = directory / f".{CARD_FILE}.tmp"
-    tmp.write_text(json.dumps(card, indent=2, default=_json_default) + "\n")
+    tmp.write_text(json.dumps(card, indent=2) + "\n")
     os.replace(tmp, directory / CARD_FILE)
     return [directory / name for name in files]
 

@@ -84,7 +84,7 @@ def provenance(store: RunStore, table: pd.DataFrame, kernels: pd.DataFrame, cens
                      + ", ".join(f"{m.name} {_tolerance(m.tolerance)}" for m in MATH_MODES),
             "tracing": "after timing, one more call of each timed run under CUPTI's kernel activity "
                        "(seer.gpu.tracing, cupti-python): every kernel's name, duration and launch "
-                       "configuration, launches of one name summed (traced_kernels.csv.gz); runs timed "
+                       "configuration, launches of one name summed (traced_kernels/); runs timed "
                        "before tracing existed have trace_status empty",
             "profiling": "Nsight Compute, kernel replay, --clock-control none, one NVTX range per run, "
                          "metrics listed in seer/metrics.py",

@@ -30,7 +30,7 @@ from seer.shapes import LAYER_COLUMNS
 @dataclass(frozen=True)
 class Level:
     name: str
-    bytes_columns: tuple[str, ...]  # of measurements.csv.gz, summed
+    bytes_columns: tuple[str, ...]  # of the measurements table, summed
     ceiling: str  # key of the measured ceilings
 
 
@@ -93,7 +93,7 @@ def roofline_points(measurements: pd.DataFrame) -> pd.DataFrame:
     return runs.reindex(columns=list(POINT_COLUMNS)).reset_index(drop=True)
 
 
-#: Columns of measurements.csv.gz the points are made of.
+#: Columns of the measurements table the points are made of.
 RUN_COLUMNS = tuple(dict.fromkeys(c for c in (*POINT_COLUMNS, "status", *(c for lv in LEVELS for c in lv.bytes_columns))
                                   if c in MEASUREMENT_COLUMNS))
 

@@ -114,7 +114,7 @@ SPLITS: dict[str, str] = {"train": "training", "test1": "Test-set-I", "test2": "
 TEST_SPLITS: tuple[str, ...] = ("test1", "test2")
 
 # -- columns ------------------------------------------------------------------------------
-#: Columns of measurements.csv.gz, one row per run, in order. Units: ``*_ms`` milliseconds,
+#: Columns of the measurements table, one row per run, in order. Units: ``*_ms`` milliseconds,
 #: ``*_bytes`` bytes; fractions (achieved_occupancy, sm_util, dram_util, ...) in [0, 1].
 MEASUREMENT_COLUMNS: tuple[str, ...] = (
     "gpu", "cudnn_version", "math", *LAYER_COLUMNS, "shape_id", "grid", "algo", "status",
@@ -134,23 +134,23 @@ MEASUREMENT_COLUMNS: tuple[str, ...] = (
     "power_w", "energy_mj", "energy_window_s", "energy_counter_steps",
     "split", "collected_at",
 )
-#: Columns of measurements.csv.gz that hold text; every other column is numeric.
+#: Columns of the measurements table that hold text; every other column is numeric.
 MEASUREMENT_TEXT_COLUMNS: frozenset[str] = frozenset({
     "gpu", "cudnn_version", "math", "shape_id", "grid", "algo", "status", "status_detail", "profile_status",
     "profile_detail", "main_kernel", "variant", "trace_status", "trace_main_kernel", "trace_variant", "split",
     "collected_at"})
 #: What the kernel rules tell about a kernel (:func:`seer.algorithms.classify_kernel`).
 KERNEL_INFO_COLUMNS: tuple[str, ...] = ("kernel_name", "kernel_family", "kernel_role", "kernel_variant")
-#: Columns of kernels.csv.gz, one row per profiled kernel, in order.
+#: Columns of the kernels table, one row per profiled kernel, in order.
 KERNEL_COLUMNS: tuple[str, ...] = (*KERNEL_KEY, *KERNEL_INFO_COLUMNS, *(m.column for m in METRICS),
                                    "gpu", "cudnn_version")
 #: What the CUPTI trace of one timed call recorded per kernel name (launches summed).
 TRACE_FIELDS: tuple[str, ...] = ("kernel_name", "launches", "duration_ns", "grid_blocks", "block_threads",
                                  "registers", "shared_mem_bytes")
-#: Columns of traced_kernels.csv.gz, one row per (run, kernel name), in launch order.
+#: Columns of the traced_kernels table, one row per (run, kernel name), in launch order.
 TRACED_KERNEL_COLUMNS: tuple[str, ...] = (*RUN_KEY, "kernel_idx", *TRACE_FIELDS, "kernel_family", "kernel_role",
                                           "kernel_variant")
-#: Columns of census.csv.gz, one row per (census shape, math mode, algorithm), in order.
+#: Columns of the census table, one row per (census shape, math mode, algorithm), in order.
 CENSUS_COLUMNS: tuple[str, ...] = ("math", *LAYER_COLUMNS, "shape_id", "grid", "algo", "status", "workspace_bytes",
                                    "heuristic_rank", "heuristic_math_type")
 #: Columns of a prediction, one row per (layer, algorithm predicted to run); a layer with
@@ -164,7 +164,10 @@ OBJECTIVES: tuple[str, ...] = ("time", "energy")
 
 @dataclass(frozen=True)
 class DatasetDir:
-    """The files of one GPU's dataset folder (``data/<gpu>/``): their names, in one place."""
+    """The files of one GPU's dataset folder (``data/<gpu>/``): their names, in one place.
+
+    The tidy tables (measurements, kernels, traced_kernels, census) are folders of Parquet
+    parts, one per grid (:mod:`seer.tables`)."""
 
     root: Path
 
@@ -177,19 +180,19 @@ class DatasetDir:
 
     @property
     def measurements(self) -> Path:
-        return self.root / "measurements.csv.gz"
+        return self.root / "measurements"
 
     @property
     def kernels(self) -> Path:
-        return self.root / "kernels.csv.gz"
+        return self.root / "kernels"
 
     @property
     def traced_kernels(self) -> Path:
-        return self.root / "traced_kernels.csv.gz"
+        return self.root / "traced_kernels"
 
     @property
     def census(self) -> Path:
-        return self.root / "census.csv.gz"
+        return self.root / "census"
 
     @property
     def provenance(self) -> Path:

@@ -2,8 +2,8 @@
 
 Per math mode, seer's :class:`seer.estimators.AlgorithmSelector` and SEER's
 :class:`seer.seer_baseline.SeerFamily` are fitted on the ``train`` split of
-``data/<gpu>/measurements.csv.gz`` (Test-set-I and Test-set-II stay unseen); seer's first
-stage learns from the dataset's census table (``census.csv.gz``, written by ``seer parse``)
+``data/<gpu>/measurements/`` (Test-set-I and Test-set-II stay unseen); seer's first
+stage learns from the dataset's census table (``census/``, written by ``seer parse``)
 where there is one. The card records the data's SHA-256, the choices cross-validation
 made and the library versions.
 """
@@ -31,6 +31,7 @@ from seer.schema import MATH_MODE_NAMES, DatasetDir
 from seer.seer_baseline import PROFILE_COLUMNS, SeerFamily
 from seer.shapes import LAYER_COLUMNS, is_seer_layer
 from seer.table_views import algorithm_frames, recorded_like, split_rows, training_frames, values_by_algorithm
+from seer.tables import digest
 
 #: Measurement columns training reads.
 TRAINING_COLUMNS = (*LAYER_COLUMNS, "shape_id", "math", "algo", "status", "time_ms", "workspace_bytes", "power_w", "split",
@@ -145,8 +146,8 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
         "trees": trees if selector is None else "given",
         "max_kernel_paths": template.max_kernel_paths,
         "trained_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "training_data": {"file": _shown(measurements), "sha256": sha256(measurements), "split": "train",
-                          **({"census": _shown(census_path), "census_sha256": sha256(census_path)}
+        "training_data": {"file": _shown(measurements), "sha256": _sha256(measurements), "split": "train",
+                          **({"census": _shown(census_path), "census_sha256": _sha256(census_path)}
                              if not census.empty else {})},
         "features": first.features,
         "training_ranges": first.training_ranges,
@@ -155,6 +156,11 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
                      "pandas": pd.__version__, "python": platform.python_version()},
     }
     return Model(spec.name, card, predictors, baselines)
+
+
+def _sha256(path: Path) -> str:
+    """A table folder's digest over its parts, or a file's SHA-256."""
+    return digest(path) if path.is_dir() else sha256(path)
 
 
 def _shown(path: Path) -> str:

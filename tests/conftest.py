@@ -96,7 +96,7 @@ def table() -> pd.DataFrame:
     """The committed H100 measurements."""
     from seer.dataset import read_measurements
 
-    return read_measurements(DATASET / "measurements.csv.gz")
+    return read_measurements(DATASET / "measurements")
 
 
 @pytest.fixture(scope="session")
@@ -104,7 +104,7 @@ def census() -> pd.DataFrame:
     """The committed H100 census table."""
     from seer.dataset import read_census
 
-    return read_census(DATASET / "census.csv.gz")
+    return read_census(DATASET / "census")
 
 
 #: Shapes of the small dataset: training shapes, Test-set-I shapes, census shapes.
@@ -124,10 +124,13 @@ def small_dataset(tmp_path_factory, table, census) -> Path:
     keep.extend(table.loc[table["power_w"].notna(), "shape_id"].unique())  # every energy reading
     directory = tmp_path_factory.mktemp("small") / "h100"
     directory.mkdir()
-    gz = {"method": "gzip", "compresslevel": 1}
-    table[table["shape_id"].isin(keep)].to_csv(directory / "measurements.csv.gz", index=False, compression=gz)
+    from seer.schema import DatasetDir
+    from seer.tables import write_parts
+
+    files = DatasetDir(directory)
+    write_parts(table[table["shape_id"].isin(keep)], files.measurements)
     census_ids = rng.choice(np.sort(census["shape_id"].unique()), size=SMALL_CENSUS, replace=False)
-    census[census["shape_id"].isin(census_ids)].to_csv(directory / "census.csv.gz", index=False, compression=gz)
+    write_parts(census[census["shape_id"].isin(census_ids)], files.census)
     return directory
 
 

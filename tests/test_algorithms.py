@@ -10,6 +10,7 @@ from conftest import DATA, REPO, benchmark_module
 from seer.algorithms import (ALGORITHMS, KERNEL_RULES, algorithm_names, canonical_kernel_name,
                              classify_kernel,
                              cudnn_algorithm_by_enum, get_algorithm)
+from seer.tables import read_parts
 
 KERNEL_NAMES = DATA / "h100-kernel-names.tsv"
 #: The least share of traced calls whose launches Algorithm.launches gets within 2x, per
@@ -118,7 +119,7 @@ def test_the_launch_table_is_the_median_of_the_traced_launches(table):
 
     from seer.shapes import ConvShape
 
-    traced = pd.read_csv(DATASET / "traced_kernels.csv.gz", usecols=["shape_id", "math", "algo", "launches"])
+    traced = read_parts(DATASET / "traced_kernels", columns=["shape_id", "math", "algo", "launches"])
     launches = traced.groupby(["shape_id", "math", "algo"], as_index=False)["launches"].sum()
     fields = ["shape_id", "math", "algo", "groups", "in_ch"]
     layers = table[fields].drop_duplicates(fields[:3])

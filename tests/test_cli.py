@@ -1,5 +1,6 @@
 """The command line: every mistake is one sentence and the right exit code, never a traceback."""
 
+import pandas as pd
 import pytest
 
 from conftest import gpu_available
@@ -70,35 +71,35 @@ def test_argparse_usage_errors_are_exit_2(capsys):
 
 
 def _broken_tables(tmp_path):
-    """Measurement files a user might hand seer train or seer evaluate, each broken one way."""
-    import gzip
-
+    """Measurement tables a user might hand seer train or seer evaluate, each broken one way:
+    the bytes of one Parquet part, and what the one-line error must say."""
     from conftest import DATASET
 
-    good = gzip.decompress((DATASET / "measurements.csv.gz").read_bytes())[:200_000]
-    header, first, second = good.split(b"\n")[:3]
-    columns = header.split(b",")
-    time_ms = columns.index(b"time_ms")
-    row = second.split(b",")
-    row[time_ms] = b"fast"
-    missing = b",".join(c for c in columns if c != b"status")
+    good = DATASET / "measurements" / "file%3Aunet3d.parquet"
+    frame = pd.read_parquet(good)
+    text = frame.assign(time_ms=[str(t) if i != 1 else "fast" for i, t in enumerate(frame["time_ms"])])
+    variants = {"missing column": frame.drop(columns=["status"]), "non-numeric time": text}
+    written = {}
+    for name, variant in variants.items():
+        variant.to_parquet(tmp_path / "part.parquet", index=False)
+        written[name] = (tmp_path / "part.parquet").read_bytes()
     return {
-        "truncated": (gzip.compress(good)[:5000], "measurements.csv.gz"),
-        "not gzip": (good, "measurements.csv.gz"),
-        "empty": (b"", "measurements.csv.gz"),
-        "missing column": (gzip.compress(missing + b"\n"), "status"),
-        "non-numeric time": (gzip.compress(b"\n".join([header, first, b",".join(row)]) + b"\n"),
-                             "measurements.csv.gz:3: time_ms: not a number 'fast'"),
+        "truncated": (good.read_bytes()[:5000], "cannot be read as Parquet"),
+        "not parquet": (b"shape_id,time_ms\nx,1\n", "cannot be read as Parquet"),
+        "empty": (b"", "cannot be read as Parquet"),
+        "missing column": (written["missing column"], "file%3Aunet3d.parquet: status: missing from the part's columns"),
+        "non-numeric time": (written["non-numeric time"],
+                             "file%3Aunet3d.parquet: time_ms: not a number 'fast' (row 2)"),
     }
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("command", ["train", "evaluate"])
-@pytest.mark.parametrize("case", ["truncated", "not gzip", "empty", "missing column", "non-numeric time"])
+@pytest.mark.parametrize("case", ["truncated", "not parquet", "empty", "missing column", "non-numeric time"])
 def test_a_broken_measurements_table_is_one_line_and_exit_2(capsys, tmp_path, command, case):
     content, words = _broken_tables(tmp_path)[case]
-    (tmp_path / "h100").mkdir()
-    (tmp_path / "h100" / "measurements.csv.gz").write_bytes(content)
+    (tmp_path / "h100" / "measurements").mkdir(parents=True)
+    (tmp_path / "h100" / "measurements" / "file%3Aunet3d.parquet").write_bytes(content)
     # train writes into a scratch models folder; evaluate reads the shipped models.
     models = ["--models-dir", str(tmp_path / "models")] if command == "train" else []
     code, _, err = run(capsys, command, "--gpu", "h100", "--data-dir", str(tmp_path), *models)

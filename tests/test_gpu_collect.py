@@ -10,6 +10,7 @@ import pytest
 from seer.algorithms import algorithm_names
 from seer.cli import main
 from seer.shapes import ConvShape
+from seer.tables import read_parts
 
 pytestmark = pytest.mark.gpu
 
@@ -94,7 +95,7 @@ def test_quick_grid_collection_end_to_end(tmp_path):
                  "--limit-shapes", "6", "--profile-shapes", "all" if profile else "0"])
     assert code == 0
     gpu_dir = next(tmp_path.iterdir())
-    table = pd.read_csv(gpu_dir / "measurements.csv.gz")
+    table = read_parts(gpu_dir / "measurements")
     # cuDNN's algorithms under both math modes; seer's own under fma only, which stands for both.
     assert len(table) == 6 * (2 * len(algorithm_names("cudnn")) + len(algorithm_names("cupy")))
     assert set(table.loc[table["algo"].isin(algorithm_names("cupy")), "math"]) == {"fma"}
@@ -116,7 +117,7 @@ def test_quick_grid_collection_end_to_end(tmp_path):
     # A rerun has nothing left to do.
     assert main(["collect", "--gpu", _local_gpu(), "--grid", "quick", "--data-dir", str(tmp_path),
                  "--limit-shapes", "6", "--profile-shapes", "0", "--no-parse"]) == 0
-    assert len(pd.read_csv(gpu_dir / "measurements.csv.gz")) == len(table)
+    assert len(read_parts(gpu_dir / "measurements")) == len(table)
 
 
 def test_quick_general_grid_collection_end_to_end(tmp_path):
@@ -129,7 +130,7 @@ def test_quick_general_grid_collection_end_to_end(tmp_path):
                  "--profile-shapes", "0", "--budget-ms", "3"])
     assert code == 0
     gpu_dir = next(tmp_path.iterdir())
-    table = pd.read_csv(gpu_dir / "measurements.csv.gz")
+    table = read_parts(gpu_dir / "measurements")
     assert len(table) == 12 * (2 * len(algorithm_names("cudnn")) + len(algorithm_names("cupy")))
     assert set(table["status"]) <= {"ok", "not_supported", "workspace_too_large"}
     ok = table[table["status"] == "ok"]
@@ -142,7 +143,7 @@ def test_quick_general_grid_collection_end_to_end(tmp_path):
         assert (ok["trace_n_kernels"] >= 1).all()
         ratio = ok["trace_time_ms"] / ok["time_ms"]
         assert ratio.median() == pytest.approx(1.0, abs=0.2)
-        traced = pd.read_csv(gpu_dir / "traced_kernels.csv.gz")
+        traced = read_parts(gpu_dir / "traced_kernels")
         assert set(traced["kernel_role"]) >= {"compute"}
 
 
@@ -170,7 +171,7 @@ def test_census_answers_match_what_the_timed_runs_saw(tmp_path):
     assert main(["collect", *common, "--algo", "cudnn", "--profile-shapes", "0"]) == 0  # the census is cuDNN's
     gpu_dir = next(tmp_path.iterdir())
     census = census_table(RunStore(gpu_dir)).set_index(["shape_id", "math", "algo"])
-    timed = pd.read_csv(gpu_dir / "measurements.csv.gz").set_index(["shape_id", "math", "algo"])
+    timed = read_parts(gpu_dir / "measurements").set_index(["shape_id", "math", "algo"])
     assert len(census) == len(timed) == 8 * 2 * 8
     census = census.loc[timed.index]
     assert (census["status"] == timed["status"]).all()
@@ -178,4 +179,4 @@ def test_census_answers_match_what_the_timed_runs_saw(tmp_path):
     assert (census.loc[ok, "workspace_bytes"].astype(int) == timed.loc[ok, "workspace_bytes"].astype(int)).all()
     assert (census["heuristic_rank"].astype(float).fillna(-1) == timed["heuristic_rank"].fillna(-1)).all()
     # The tidy census keeps only shapes that never ran: here every census shape was timed.
-    assert not (gpu_dir / "census.csv.gz").exists()
+    assert not (gpu_dir / "census").exists()

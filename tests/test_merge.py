@@ -134,17 +134,18 @@ def test_packed_files_are_copied_beside_the_targets_pack(tmp_path, records):
     result = merge_raw([one], target)
     (copied,) = result.written
     assert copied.name.startswith("timing-merged-") and copied.name.endswith(".jsonl.xz")
-    assert copied.read_bytes() == (one / "raw" / "timing.jsonl.xz").read_bytes()
-    assert RunStore(target).files("timing") == [target / "raw" / "timing.jsonl.xz", copied]
+    assert copied.read_bytes() == (one / "raw" / "timing.001.jsonl.xz").read_bytes()
+    assert RunStore(target).files("timing") == [target / "raw" / "timing.001.jsonl.xz", copied]
     assert _keys(target) == sorted(tuple(r[k] for k in KEY) for r in records[:60])
     # The same pack again, from another copy of its folder, is the same file.
     (tmp_path / "copy" / "raw").mkdir(parents=True)
-    (tmp_path / "copy" / "raw" / "timing.jsonl.xz").write_bytes((one / "raw" / "timing.jsonl.xz").read_bytes())
+    (tmp_path / "copy" / "raw" / "timing.001.jsonl.xz").write_bytes((one / "raw" / "timing.001.jsonl.xz").read_bytes())
     again = merge_raw([tmp_path / "copy"], target)
     assert (again.written, again.skipped) == ([], 1)
     # Nor is the target's own pack, from a copy of the target.
     (tmp_path / "mirror" / "raw").mkdir(parents=True)
-    (tmp_path / "mirror" / "raw" / "timing.jsonl.xz").write_bytes((target / "raw" / "timing.jsonl.xz").read_bytes())
+    (tmp_path / "mirror" / "raw" / "timing.001.jsonl.xz").write_bytes(
+        (target / "raw" / "timing.001.jsonl.xz").read_bytes())
     again = merge_raw([tmp_path / "mirror"], target)
     assert (again.written, again.skipped) == ([], 1)
 
@@ -174,7 +175,7 @@ def test_merge_and_parse_a_dataset(capsys, tmp_path, records):
     code, err = _run(capsys, "merge", "--gpu", "h100", "--data-dir", tmp_path / "data", one, two)
     assert code == 0, err
     assert "2 files written (96 records), 0 already there" in err
-    assert (tmp_path / "data" / "h100" / "measurements.csv.gz").exists() and "(96 runs)" in err
+    assert (tmp_path / "data" / "h100" / "measurements").is_dir() and "(96 runs)" in err
 
 
 def test_merge_into_a_profile_output_rebuilds_its_tables(capsys, tmp_path, monkeypatch):

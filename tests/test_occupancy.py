@@ -8,6 +8,7 @@ from conftest import REPO
 from seer.gpus import get_gpu_spec
 from seer.occupancy import (b_max, blocks_per_sm, occupancy_limits, occupancy_limits_array,
                             theoretical_occupancy, waves, whole_waves)
+from seer.tables import read_parts
 
 H100 = get_gpu_spec("h100")
 V100 = get_gpu_spec("v100")
@@ -93,7 +94,7 @@ def test_blocks_per_sm_is_the_least_limit_and_skips_missing_ones():
 def test_every_kernel_ncu_profiled_on_the_h100():
     """All four limits equal ncu's launch__occupancy_limit_* given its carveout, and
     resident blocks per SM equal ncu's even with the default (largest) carveout."""
-    k = pd.read_csv(REPO / "data" / "h100" / "kernels.csv.gz")
+    k = read_parts(REPO / "data" / "h100" / "kernels")
     smem = k["shared_mem_static_bytes"] + k["shared_mem_dynamic_bytes"]
     measured = k[["occupancy_limit_blocks", "occupancy_limit_warps", "occupancy_limit_registers",
                   "occupancy_limit_shared_mem"]].to_numpy()

@@ -66,6 +66,27 @@ def test_a_round_trip_predicts_the_same_and_the_card_vouches_for_every_file(smal
     assert set(only.predictors) == {"default"} and not only.baselines
 
 
+@pytest.mark.slow
+def test_training_again_on_the_same_data_changes_no_file(small_models, small_dataset, tmp_path):
+    """Every estimator is seeded and model files carry no time, so a retrain on unchanged data
+    leaves the folder byte for byte as it was: the card keeps its first training date."""
+    from conftest import small_selector
+    from seer import training
+    from seer.gpus import get_gpu_spec
+
+    target = _copy(small_models, tmp_path)
+    before = {p.name: p.read_bytes() for p in target.iterdir()}
+    persist.save(training.train(small_dataset, get_gpu_spec("h100"), selector=small_selector()), target)
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == before
+    # A card that differs in more than its date is written anew.
+    card = json.loads((target / persist.CARD_FILE).read_text())
+    model = persist.load(target)
+    model.card["trained_at"] = "2000-01-01T00:00:00+00:00"
+    model.card["max_kernel_paths"] = card["max_kernel_paths"] + 1
+    persist.save(model, target)
+    assert json.loads((target / persist.CARD_FILE).read_text())["trained_at"] == "2000-01-01T00:00:00+00:00"
+
+
 def test_a_file_changed_after_training_is_refused(small_models, tmp_path, capsys):
     directory = _copy(small_models, tmp_path)
     with open(directory / persist.model_file("ours", "default"), "ab") as handle:

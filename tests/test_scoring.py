@@ -34,7 +34,7 @@ def test_metrics_on_a_hand_checked_case():
 @pytest.mark.slow
 def test_the_evaluation_compares_every_policy_with_the_measured_fastest(small_models, small_dataset, tmp_path):
     model = persist.load(small_models / "h100")
-    table = read_measurements(small_dataset / "measurements.csv.gz", columns=EVALUATION_COLUMNS)
+    table = read_measurements(small_dataset / "measurements", columns=EVALUATION_COLUMNS)
     steps = []
     results = evaluate(model, table, progress=lambda done, total, text: steps.append((done, total, text)))
     assert [s[0] for s in steps] == list(range(len(steps))) and steps[-1][1] == len(steps)
@@ -71,7 +71,7 @@ def test_the_evaluation_compares_every_policy_with_the_measured_fastest(small_mo
 @pytest.mark.slow
 def test_the_energy_models_are_scored_on_held_out_readings(small_models, small_dataset, tmp_path):
     model = persist.load(small_models / "h100")
-    table = read_measurements(small_dataset / "measurements.csv.gz", columns=EVALUATION_COLUMNS)
+    table = read_measurements(small_dataset / "measurements", columns=EVALUATION_COLUMNS)
     results = evaluate(model, table)
     energy, picks = results["energy"], results["energy_selection"]
     fits = energy[(energy["split"] == "Test-set-II") & (energy["math"] == "fma")]
@@ -108,12 +108,12 @@ def test_the_evaluate_command_writes_the_report_and_plots(small_models, small_da
 
 
 @pytest.mark.parametrize("content, words", [
-    (b"not gzip at all", "measurements.csv.gz"),
-    (b"", "measurements.csv.gz"),
+    (b"not parquet at all", "general.parquet: cannot be read as Parquet"),
+    (b"", "general.parquet: cannot be read as Parquet"),
 ])
 def test_evaluate_on_a_broken_table_is_one_line(small_models, tmp_path, capsys, content, words):
-    (tmp_path / "h100").mkdir()
-    (tmp_path / "h100" / "measurements.csv.gz").write_bytes(content)
+    (tmp_path / "h100" / "measurements").mkdir(parents=True)
+    (tmp_path / "h100" / "measurements" / "general.parquet").write_bytes(content)
     code = main(["evaluate", "--gpu", "h100", "--models-dir", str(small_models), "--data-dir", str(tmp_path)])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err and words in err

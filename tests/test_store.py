@@ -122,32 +122,33 @@ def test_done_keys_can_leave_statuses_to_retry(tmp_path):
     assert store.done_keys("timing", KEY, skip_status=["error"]) == {("s1", "fma", "FFT")}
 
 
-def test_pack_merges_sorts_and_is_byte_stable(tmp_path):
+def test_pack_merges_sorts_and_never_rewrites_a_pack(tmp_path):
     with RunStore(tmp_path, tag="b") as store:
         store.append("timing", [_row("s2", "GEMM"), _row("s1", "GEMM", "error")])
     with RunStore(tmp_path, tag="a") as store:
         store.append("timing", [_row("s1", "GEMM", "ok", 3.0)])
     store = RunStore(tmp_path)
     packed = store.pack("timing", KEY)
-    assert sorted(p.name for p in (tmp_path / "raw").iterdir()) == ["timing.jsonl.xz"]
+    assert sorted(p.name for p in (tmp_path / "raw").iterdir()) == ["timing.001.jsonl.xz"]
     records = [json.loads(line) for line in lzma.open(packed, "rt")]
     assert [(r["shape_id"], r["status"]) for r in records] == [("s1", "ok"), ("s2", "ok")]
     first = packed.read_bytes()
-    # A new record after packing supersedes the packed one; packing again is deterministic.
+    # A new record after packing supersedes the packed one, and goes to a pack of its own.
     with RunStore(tmp_path, tag="c") as store2:
         store2.append("timing", [_row("s2", "GEMM", "ok", 9.0)])
     assert RunStore(tmp_path).read("timing", KEY).set_index("shape_id").loc["s2", "time_ms"] == 9.0
-    RunStore(tmp_path).pack("timing", KEY)
-    assert packed.read_bytes() != first
-    again = packed.read_bytes()
-    with RunStore(tmp_path, tag="d") as store3:  # the same record again: same content, same bytes
+    second = RunStore(tmp_path).pack("timing", KEY)
+    assert second.name == "timing.002.jsonl.xz" and packed.read_bytes() == first
+    assert [json.loads(line)["time_ms"] for line in lzma.open(second, "rt")] == [9.0]
+    assert RunStore(tmp_path).read("timing", KEY).set_index("shape_id").loc["s2", "time_ms"] == 9.0
+    with RunStore(tmp_path, tag="d") as store3:  # the same record again: nothing new to pack
         store3.append("timing", [_row("s2", "GEMM", "ok", 9.0)])
-    RunStore(tmp_path).pack("timing", KEY)
-    assert packed.read_bytes() == again
-    assert sorted(p.name for p in (tmp_path / "raw").iterdir()) == ["timing.jsonl.xz"]
+    assert RunStore(tmp_path).pack("timing", KEY) == second
+    assert sorted(p.name for p in (tmp_path / "raw").iterdir()) == ["timing.001.jsonl.xz", "timing.002.jsonl.xz"]
+    assert RunStore(tmp_path).pack("timing", KEY) == second  # nothing loose: nothing written
 
 
-def test_pack_replaces_a_gzip_pack_and_reads_every_compression(tmp_path):
+def test_pack_keeps_a_single_pack_of_an_earlier_version_and_reads_every_compression(tmp_path):
     raw = tmp_path / "raw"
     raw.mkdir()
     with gzip.open(raw / "timing.jsonl.gz", "wt") as handle:  # packed before packs were xz
@@ -159,8 +160,11 @@ def test_pack_replaces_a_gzip_pack_and_reads_every_compression(tmp_path):
     os.utime(raw / "timing-m-1of1-c1.jsonl.gz", (1, 1))  # older than the .xz loose file
     times = RunStore(tmp_path).read("timing", KEY).set_index("shape_id")["time_ms"]
     assert times.to_dict() == {"s1": 2.0, "s2": 5.0}
+    before = (raw / "timing.jsonl.gz").read_bytes()
     RunStore(tmp_path).pack("timing", KEY)
-    assert sorted(p.name for p in raw.iterdir()) == ["timing.jsonl.xz"]
+    assert sorted(p.name for p in raw.iterdir()) == ["timing.001.jsonl.xz", "timing.jsonl.gz"]
+    assert (raw / "timing.jsonl.gz").read_bytes() == before
+    assert RunStore(tmp_path).files("timing") == [raw / "timing.jsonl.gz", raw / "timing.001.jsonl.xz"]
     assert RunStore(tmp_path).read("timing", KEY).set_index("shape_id")["time_ms"].to_dict() == times.to_dict()
 
 

@@ -10,9 +10,10 @@ writes, skip it and change nothing; the file's writer, when it opens the file to
 moves the fragment to ``<file>.torn`` and truncates the file to its last complete record,
 so that the torn item is simply measured again and the fragment never ends up mid-file.
 Readers keep the last record of each key, so a retried run supersedes the failed one.
-``pack`` merges a kind's files into one sorted, xz-compressed ``<kind>.jsonl.xz`` for
-committing; run it only when no collection is writing. Readers take plain, ``.gz`` and ``.xz``
-files alike.
+``pack`` merges a kind's loose files into the next numbered, sorted, xz-compressed pack
+``<kind>.<n>.jsonl.xz`` for committing, leaving earlier packs as they are (a new collection
+adds a file; committed ones are never rewritten); run it only when no collection is writing.
+Readers take plain, ``.gz`` and ``.xz`` files alike.
 """
 
 from __future__ import annotations
@@ -224,15 +225,23 @@ class RunStore:
         self.close()
 
     # -- reading -----------------------------------------------------------------------
+    def packs(self, kind: str) -> list[Path]:
+        """A kind's packed files, oldest first: the single packs of earlier versions
+        (``<kind>.jsonl.gz``, then ``.xz``), then the numbered ones in order."""
+        if not self.raw_dir.exists():
+            return []
+        single = [p for s in (".gz", ".xz") if (p := self.raw_dir / f"{kind}.jsonl{s}").exists()]
+        numbered = {int(m.group(1)): p for p in self.raw_dir.glob(f"{kind}.*.jsonl.xz")
+                    if (m := re.fullmatch(rf"{re.escape(kind)}\.(\d+)\.jsonl\.xz", p.name))}
+        return single + [numbered[n] for n in sorted(numbered)]
+
     def files(self, kind: str) -> list[Path]:
         if not self.raw_dir.exists():
             return []
         suffixes = ("", *OPENERS)
-        # A packed file written before packs were xz is .gz; it holds older records than the .xz.
-        packed = [p for s in (".gz", ".xz") if (p := self.raw_dir / f"{kind}.jsonl{s}").exists()]
         loose = [p for s in suffixes for p in self.raw_dir.glob(f"{kind}-*.jsonl{s}")]
         # Packed first, then loose files oldest first, so that later records come later.
-        return packed + sorted(loose, key=lambda p: (p.stat().st_mtime, p.name))
+        return self.packs(kind) + sorted(loose, key=lambda p: (p.stat().st_mtime, p.name))
 
     def records(self, kind: str) -> list[dict]:
         """Every record of a kind, oldest first (by ``collected_at`` where all have one)."""
@@ -259,34 +268,43 @@ class RunStore:
 
     # -- packing -----------------------------------------------------------------------
     def pack(self, kind: str, key: Sequence[str], sort_by: Sequence[str] | None = None) -> Path | None:
-        """Merge a kind's files into one sorted ``<kind>.jsonl.xz`` and delete the others.
+        """Merge a kind's loose files into the next numbered pack and delete them.
 
-        Only for a store no collection is writing to. Later records of a key win, as in
-        :meth:`read`; with ``sort_by`` the file is ordered, so that commits diff small. A kind
-        already packed into one ``.xz`` is left as it is (compressing takes tens of seconds).
+        Only for a store no collection is writing to. Earlier packs are never rewritten, so
+        a new collection adds one file to a repository. Within the new pack the last record
+        of a key wins, as in :meth:`read`, and a record equal to the packed one it would
+        supersede is left out (collecting again what was already packed adds nothing); with
+        ``sort_by`` the pack is ordered. Returns the new pack, or the latest one where
+        nothing was loose (None if the kind has no files).
         """
         self.close()
-        files = self.files(kind)
-        target = self.raw_dir / f"{kind}.jsonl.xz"
-        if not files or files == [target]:
-            return target if files else None
-        records = self.records(kind)
+        packs = self.packs(kind)
+        loose = [p for p in self.files(kind) if p not in packs]
+        if not loose:
+            return packs[-1] if packs else None
+        fields = list(key)
+        packed: dict[tuple, dict] = {}
+        for path in packs:
+            for record in read_jsonl(path):
+                packed[tuple(record.get(k) for k in fields)] = record
         seen: dict[tuple, dict] = {}
-        for record in records:
-            seen[tuple(record.get(k) for k in key)] = record
-        merged = list(seen.values())
-        order = list(sort_by or key)
-        merged.sort(key=lambda r: tuple("" if r.get(k) is None else str(r.get(k)) for k in order))
-        tmp = target.with_suffix(".tmp")
-        # xz stores no time: identical content gives identical bytes, so git sees no change.
-        with lzma.open(tmp, "wb", preset=PACK_PRESET) as handle:
-            for record in merged:
-                handle.write((json.dumps(record, separators=(",", ":"), default=_json_default) + "\n").encode())
-        os.replace(tmp, target)
-        for path in files:
-            if path != target:
-                path.unlink()
-        return target
+        for path in loose:
+            for record in read_jsonl(path):
+                seen[tuple(record.get(k) for k in fields)] = record
+        merged = [r for k, r in seen.items() if packed.get(k) != r]
+        if merged:
+            order = list(sort_by or key)
+            merged.sort(key=lambda r: tuple("" if r.get(k) is None else str(r.get(k)) for k in order))
+            numbers = [int(m.group(1)) for p in packs if (m := re.search(r"\.(\d+)\.jsonl\.xz$", p.name))]
+            target = self.raw_dir / f"{kind}.{max(numbers, default=0) + 1:03d}.jsonl.xz"
+            tmp = target.with_suffix(".tmp")
+            with lzma.open(tmp, "wb", preset=PACK_PRESET) as handle:
+                for record in merged:
+                    handle.write((json.dumps(record, separators=(",", ":"), default=_json_default) + "\n").encode())
+            os.replace(tmp, target)
+        for path in loose:
+            path.unlink()
+        return target if merged else (packs[-1] if packs else None)
 
 
 def _json_default(value):
