@@ -38,6 +38,7 @@ imported here for older callers).
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +52,7 @@ if TYPE_CHECKING:  # annotations only: grids need no pandas to draw
 from seer.errors import InputError
 # Imported back for callers that read and write layer files through this module.
 from seer.layers import format_shapes, parse_shapes, read_shapes_file, write_shapes_file  # noqa: F401
-from seer.shapes import ConvShape, ShapeError, conv_out_width
+from seer.shapes import FP32_BYTES, ConvShape, ShapeError, conv_out_width, direct_macs, tensor_elements
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,8 @@ SEER_DEFAULT_SIZE = 1200
 NETWORK_BATCHES = (1, 8, 32)
 
 
-def _seer_candidates() -> list[ConvShape]:
+@functools.cache
+def _seer_candidates() -> tuple[ConvShape, ...]:
     out = []
     for batch, in_ch, width, out_ch, kernel, stride in itertools.product(
         SEER_BATCHES, SEER_CHANNELS, SEER_WIDTHS, SEER_CHANNELS, SEER_KERNELS, SEER_STRIDE_WEIGHTS
@@ -87,11 +89,13 @@ def _seer_candidates() -> list[ConvShape]:
         for padding in sorted({0, kernel // 2}):
             if kernel > width + 2 * padding:
                 continue
-            shape = ConvShape.seer(batch, in_ch, width, out_ch,
-                              conv_out_width(width, kernel, stride, padding), kernel, stride, padding)
-            if shape.flops <= SEER_MAX_FLOPS and shape.tensor_bytes <= SEER_MAX_TENSOR_BYTES:
-                out.append(shape)
-    return out
+            out_width = conv_out_width(width, kernel, stride, padding)
+            # The bounds first, in plain arithmetic: most candidates fall outside them.
+            flops = 2 * direct_macs(batch, in_ch, out_ch, 1, kernel * kernel, out_width * out_width)
+            elements = tensor_elements(batch, in_ch, out_ch, 1, width * width, kernel * kernel, out_width * out_width)
+            if flops <= SEER_MAX_FLOPS and FP32_BYTES * sum(elements) <= SEER_MAX_TENSOR_BYTES:
+                out.append(ConvShape.seer(batch, in_ch, width, out_ch, out_width, kernel, stride, padding))
+    return tuple(out)
 
 
 def seer_grid(size: int = SEER_DEFAULT_SIZE, seed: int = 0) -> list[ConvShape]:

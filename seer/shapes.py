@@ -16,6 +16,7 @@ join and split measurements.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Mapping, Sequence
 
@@ -196,8 +197,8 @@ class ConvShape:
     @property
     def macs(self) -> int:
         """Multiply-accumulates of the direct algorithm (:func:`direct_macs`)."""
-        return direct_macs(self.batch, self.in_ch, self.out_ch, self.groups, int(np.prod(self._axis("kernel"))),
-                           int(np.prod(self._axis("out"))))
+        return direct_macs(self.batch, self.in_ch, self.out_ch, self.groups, math.prod(self._axis("kernel")),
+                           math.prod(self._axis("out")))
 
     @property
     def flops(self) -> int:
@@ -207,8 +208,8 @@ class ConvShape:
     @property
     def tensor_elements(self) -> tuple[int, int, int]:
         """Elements of the input, the filter and the output (:func:`tensor_elements`)."""
-        return tensor_elements(self.batch, self.in_ch, self.out_ch, self.groups, int(np.prod(self._axis("in"))),
-                               int(np.prod(self._axis("kernel"))), int(np.prod(self._axis("out"))))
+        return tensor_elements(self.batch, self.in_ch, self.out_ch, self.groups, math.prod(self._axis("in")),
+                               math.prod(self._axis("kernel")), math.prod(self._axis("out")))
 
     @property
     def tensor_bytes(self) -> int:
