@@ -61,7 +61,7 @@ def _add_collect(sub) -> None:
     p.add_argument("--kinds", type=_layer_kinds, default=None,
                    help="only the grid's layers of these kinds, comma-separated, as `seer evaluate` names "
                         "them (square, grouped, depthwise, ...), or general for every kind but square")
-    p.add_argument("--math", default="fma,default", help="math modes: fma, default or both (default: both)")
+    _add_math(p, several=True)
     p.add_argument("--algo", default="all",
                    help="comma-separated algorithm names or groups: cudnn (cuDNN's), seer (seer's own kernels), "
                         "all (default)")
@@ -320,13 +320,25 @@ def _cmd_train(args) -> int:
     return 0
 
 
+def _add_math(p, several: bool) -> None:
+    """The one ``--math`` option. Commands that measure take several modes, both by default;
+    commands that predict take one, ``default`` (what PyTorch runs unless told otherwise)."""
+    from seer.schema import MATH_MODE_NAMES
+
+    modes = "fma: strict FP32; default: cuDNN may use TF32"
+    if several:
+        p.add_argument("--math", default=",".join(MATH_MODE_NAMES),
+                       help=f"math modes, comma-separated ({modes}; default: both)")
+    else:
+        p.add_argument("--math", choices=list(MATH_MODE_NAMES), default="default", help=f"{modes} (default: default)")
+
+
 def _add_model_options(p) -> None:
     """--gpu and --math: which trained model predicts."""
-    from seer.schema import MATH_MODE_NAMES, OBJECTIVES
+    from seer.schema import OBJECTIVES
 
     p.add_argument("--gpu", default=None, help="model to use (default: the only trained one)")
-    p.add_argument("--math", choices=list(MATH_MODE_NAMES), default="default",
-                   help="fma: strict FP32; default: cuDNN may use TF32 (default: default)")
+    _add_math(p, several=False)
     p.add_argument("--algo", default="all",
                    help="algorithms to rank, comma-separated names or groups: cudnn (cuDNN's, what PyTorch "
                         "runs), seer (seer's own kernels), all (default)")
@@ -633,7 +645,7 @@ def _add_profile_network(sub) -> None:
     p.add_argument("--algo", default="seer,heuristic",
                    help="policies, comma-separated: seer, seer-graph, heuristic, benchmark, a cuDNN algorithm, or all "
                         "(default: seer,heuristic)")
-    p.add_argument("--math", default="fma", help="math modes: fma, default or both (default: fma)")
+    _add_math(p, several=True)
     p.add_argument("--gpu", default="h100", help="GPU whose models predict seer's picks (default h100)")
     p.add_argument("--out", type=Path, required=True, help="output folder (records, tables, plots)")
     p.add_argument("--data-dir", type=Path, default=Path("data"),
@@ -753,7 +765,7 @@ def _add_roofline(sub) -> None:
     p.add_argument("--gpu", required=True)
     p.add_argument("--data-dir", type=Path, default=Path("data"), help="datasets root (default: data)")
     p.add_argument("--algo", default="all", help="algorithms or groups (cudnn, seer, all; default all)")
-    p.add_argument("--math", default="fma,default", help="math modes (default both)")
+    _add_math(p, several=True)
     p.add_argument("--layers", help="only these layers: a grid name or a shapes/layer file")
     p.add_argument("--out", type=Path, required=True, help="output folder")
     p.set_defaults(func=_cmd_roofline)

@@ -12,9 +12,15 @@ import os
 import shutil
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
-import pytest
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Each of pytest-xdist's workers (``-n auto``: one per core) fits scikit-learn's models on one
+    # thread: with OpenMP's threads per worker on top, two workers on two cores took twice as long.
+    # Set before numpy and scikit-learn load their thread pools.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
 REPO = Path(__file__).resolve().parents[1]
@@ -111,27 +117,44 @@ def census() -> pd.DataFrame:
 SMALL_TRAIN, SMALL_TEST1, SMALL_CENSUS = 1500, 800, 6000
 
 
+def _made_once(tmp_path_factory, name: str, make) -> Path:
+    """A folder ``make(folder)`` fills, made once per test run: pytest-xdist's workers share it
+    (the first makes it while the others wait on its lock), so each fitting runs once."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # this run's folder, above each worker's own
+    target = base / name
+    with FileLock(f"{target}.lock"):
+        if not target.exists():
+            building = base / f".{name}-{os.getpid()}"
+            make(building)
+            building.rename(target)
+    return target
+
+
 @pytest.fixture(scope="session")
 def small_dataset(tmp_path_factory, table, census) -> Path:
     """A dataset directory holding a seeded sample of the committed one: every Test-set-II
     layer and every layer with energy readings, and some training, Test-set-I and census shapes."""
-    rng = np.random.default_rng(0)
-    keep = []
-    for split, count in (("train", SMALL_TRAIN), ("test1", SMALL_TEST1)):
-        ids = np.sort(table.loc[table["split"] == split, "shape_id"].unique())
-        keep.extend(rng.choice(ids, size=count, replace=False))
-    keep.extend(table.loc[table["split"] == "test2", "shape_id"].unique())
-    keep.extend(table.loc[table["power_w"].notna(), "shape_id"].unique())  # every energy reading
-    directory = tmp_path_factory.mktemp("small") / "h100"
-    directory.mkdir()
     from seer.schema import DatasetDir
     from seer.tables import write_parts
 
-    files = DatasetDir(directory)
-    write_parts(table[table["shape_id"].isin(keep)], files.measurements)
-    census_ids = rng.choice(np.sort(census["shape_id"].unique()), size=SMALL_CENSUS, replace=False)
-    write_parts(census[census["shape_id"].isin(census_ids)], files.census)
-    return directory
+    def make(folder: Path) -> None:
+        rng = np.random.default_rng(0)
+        keep = []
+        for split, count in (("train", SMALL_TRAIN), ("test1", SMALL_TEST1)):
+            ids = np.sort(table.loc[table["split"] == split, "shape_id"].unique())
+            keep.extend(rng.choice(ids, size=count, replace=False))
+        keep.extend(table.loc[table["split"] == "test2", "shape_id"].unique())
+        keep.extend(table.loc[table["power_w"].notna(), "shape_id"].unique())  # every energy reading
+        files = DatasetDir(folder / "h100")
+        write_parts(table[table["shape_id"].isin(keep)], files.measurements)
+        census_ids = rng.choice(np.sort(census["shape_id"].unique()), size=SMALL_CENSUS, replace=False)
+        write_parts(census[census["shape_id"].isin(census_ids)], files.census)
+
+    return _made_once(tmp_path_factory, "small", make) / "h100"
 
 
 @pytest.fixture(scope="session")
@@ -140,7 +163,12 @@ def small_models(tmp_path_factory, small_dataset) -> Path:
     from seer import persist, training
     from seer.gpus import get_gpu_spec
 
-    model = training.train(small_dataset, get_gpu_spec("h100"), selector=small_selector())
-    root = tmp_path_factory.mktemp("models")
-    persist.save(model, root / "h100")
-    return root
+    def make(folder: Path) -> None:
+        from threadpoolctl import threadpool_limits
+
+        # The other workers wait for this fixture: its fitting may use every core.
+        with threadpool_limits(os.cpu_count(), user_api="openmp"):
+            model = training.train(small_dataset, get_gpu_spec("h100"), selector=small_selector())
+        persist.save(model, folder / "h100")
+
+    return _made_once(tmp_path_factory, "models", make)

@@ -41,6 +41,9 @@ def test_force_swaps_every_plain_convolution_and_keeps_the_parameters():
     assert all(m.weight is weights[n] for n, m in model.named_modules() if n in names)
 
 
+# torch_nets.every_kind holds a 'same'-padded layer with an even kernel on purpose; PyTorch warns,
+# once per process, that it pads a copy of the input for it.
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel lengths:UserWarning")
 def test_on_the_cpu_pytorch_runs_and_says_why_once_per_reason():
     model = torch_nets.every_kind().eval()
     x = torch.randn(1, 3, 32, 32)
@@ -64,7 +67,10 @@ def test_every_kind_of_module_is_swapped_with_its_class():
     model = torch_nets.video()
     force(model, "IMPLICIT_PRECOMP_GEMM")
     assert type(model.conv3d) is SeerConv3d and type(model.conv1d) is SeerConv1d
-    y = model(torch.randn(1, 3, 4, 16, 16))  # CPU: PyTorch's result, through the swapped modules
+    # On a CPU each swapped module says once that PyTorch's own convolution runs, and runs it.
+    with pytest.warns(UserWarning, match="not on a GPU; PyTorch's own convolution runs instead") as said:
+        y = model(torch.randn(1, 3, 4, 16, 16))
+    assert sorted(str(w.message).split(":")[1].strip() for w in said) == ["conv1d", "conv3d"]
     assert y.shape[1] == 4
     restore(model)
     assert type(model.conv3d) is torch.nn.Conv3d
