@@ -703,13 +703,15 @@ def fft_bucket(width: np.ndarray) -> np.ndarray:
     return np.where(bucket < len(FFT_WIDTH_BUCKETS), bucket, -1)
 
 
-def time_design(label: int, waves, b_max, blocks, flop_blk, read_blk, write_blk) -> np.ndarray:
-    """SEER's time formula's terms for each class of run (see :mod:`seer.seer_baseline`)."""
+def time_design(label: int, whole_waves, b_max, blocks, flop_blk, read_blk, write_blk) -> np.ndarray:
+    """SEER's time formula's terms for each class of run (see :mod:`seer.seer_baseline`);
+    ``whole_waves`` is ``ceil(blocks / b_max)`` (:func:`seer.occupancy.whole_waves`)."""
     if label == COMPUTE:
-        return np.column_stack([waves * b_max * flop_blk, waves])
+        return np.column_stack([whole_waves * b_max * flop_blk, whole_waves])
     if label == MEMORY:
         return np.column_stack([blocks * (read_blk + write_blk), np.ones_like(blocks)])
-    return np.column_stack([blocks * read_blk, blocks * write_blk, waves * b_max * flop_blk, np.ones_like(blocks)])
+    return np.column_stack([blocks * read_blk, blocks * write_blk, whole_waves * b_max * flop_blk,
+                            np.ones_like(blocks)])
 
 
 @dataclass
@@ -727,7 +729,7 @@ class SeerVariantPredictor(Part):
     def predict(self, X: pd.DataFrame, winograd: bool) -> np.ndarray:
         s = shape_block(X)
         blocks = np.maximum(np.round(np.exp(self.grid_tree.predict(grid_features(X)))), 1)
-        waves = np.ceil(blocks / self.b_max)
+        whole_waves = np.ceil(blocks / self.b_max)
         flop_term = np.ceil(s["C"] / 8) if winograd else s["R"] ** 2 * s["C"]
         flop_blk = np.column_stack([flop_term, np.ones_like(flop_term)]) @ self.flop_coefficients
         read_scale = s["C"] if winograd else s["R"] ** 2 * s["C"]
@@ -741,7 +743,7 @@ class SeerVariantPredictor(Part):
         for label, coefficients in self.time_coefficients.items():
             rows = labels == int(label)
             if rows.any():
-                design = time_design(int(label), waves[rows], self.b_max, blocks[rows], flop_blk[rows], read_blk[rows],
+                design = time_design(int(label), whole_waves[rows], self.b_max, blocks[rows], flop_blk[rows], read_blk[rows],
                                      write_blk[rows])
                 out[rows] = design @ coefficients
         return out

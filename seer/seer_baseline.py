@@ -154,7 +154,7 @@ class SeerAlgorithmModel(BaseEstimator):
         positive = flop_blk > 0
         class_tree = (_classifier(_fit_tree(True, np.column_stack([variant_features(X), blocks]), labels))
                       if len(set(labels)) > 1 else int(labels[0]))
-        waves = np.ceil(blocks / b_max)
+        whole_waves = np.ceil(blocks / b_max)
         time_coefficients = {}
         for label in (COMPUTE, MEMORY, UNDER):
             rows = labels == label
@@ -163,7 +163,7 @@ class SeerAlgorithmModel(BaseEstimator):
                 # which turns bytes into milliseconds; here the class's form is fitted on all
                 # of the variant's runs instead.
                 rows = np.ones(len(labels), dtype=bool)
-            design = time_design(label, waves[rows], b_max, blocks[rows], flop_blk[rows], read_blk[rows],
+            design = time_design(label, whole_waves[rows], b_max, blocks[rows], flop_blk[rows], read_blk[rows],
                                  write_blk[rows])
             time_coefficients[str(label)] = relative_least_squares(design, y[rows])
         return SeerVariantPredictor(
