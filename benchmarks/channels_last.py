@@ -40,7 +40,8 @@ def measure(shapes, math: str, out: Path) -> pd.DataFrame:
 
     from seer.gpu import cudnn
     from seer.gpu.reference import ShapeTensors
-    from seer.gpu.timing import BurstTimer, steadiest
+    from seer.collect.records import steadiest
+    from seer.gpu.timing import BurstTimer
     from seer.gpu.worker import ItemFailed, prepare_run
 
     timer = BurstTimer()

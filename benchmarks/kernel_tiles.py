@@ -36,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     from seer import kernel_plans
     from seer.gpu import kernels
     from seer.gpu.reference import ShapeTensors
-    from seer.gpu.timing import BurstTimer, steadiest
+    from seer.collect.records import steadiest
+    from seer.gpu.timing import BurstTimer
 
     shapes = every_3d_and_sampled_2d(args.layers, args.sample)
     timer = BurstTimer()

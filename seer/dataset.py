@@ -44,11 +44,11 @@ import pandas as pd
 
 from seer.algorithms import (ALGORITHMS, algorithm_names, canonical_kernel_name, classify_kernel, current_revision,
                              heuristic_ranks)
+from seer.collect.records import stored_trace
 from seer.collect.store import (DAMAGED_COMPRESSED, RunStore, first_grids, grouped_records, latest_records,
                                 profile_records, recorded_columns)
 from seer.errors import InputError
 from seer.excel import seer_sheets, write_excel
-from seer.gpu.tracing import stored_trace
 from seer.gpus import GPUSpec
 from seer.layers import write_layers
 from seer.metrics import GROUP_COLUMNS, METRIC_SETS, METRICS, columns_with_rollup, required_columns, thread_flops
@@ -176,7 +176,7 @@ def traced_kernels_table(timing: pd.DataFrame) -> pd.DataFrame:
     (:func:`seer.algorithms.classify_kernel`).
 
     Records hold kernels summed by name, in either stored format
-    (:func:`seer.gpu.tracing.stored_trace`).
+    (:func:`seer.collect.records.stored_trace`).
     """
     rows = []
     if "traced_kernels" in timing.columns:

@@ -38,7 +38,7 @@ from seer.algorithms import algorithm_names, get_algorithm
 from seer.collect.store import RunStore, default_tag
 from seer.errors import InputError
 from seer.schema import get_math_mode
-from seer.gpu.timing import spread, steadiest
+from seer.collect.records import spread, steadiest
 from seer.shapes import LAYER_FIELDS
 
 #: Policies that are not a forced algorithm.

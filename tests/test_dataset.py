@@ -220,7 +220,7 @@ def test_provenance_names_the_machine_and_software():
 
 def test_traces_sum_by_name_in_launch_order_with_the_longest_launch_configuration():
     from seer.dataset import traced_kernels_table
-    from seer.gpu.tracing import sum_by_name
+    from seer.collect.records import sum_by_name
 
     launches = [["fft", 1, 10, 8, 128, 32, 0], ["gemm", 1, 50, 64, 256, 96, 1024], ["fft", 1, 30, 16, 128, 32, 0]]
     assert sum_by_name(launches) == [["fft", 2, 40, 16, 128, 32, 0], ["gemm", 1, 50, 64, 256, 96, 1024]]

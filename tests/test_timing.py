@@ -2,7 +2,8 @@
 
 import pytest
 
-from seer.gpu.timing import MAX_ATTEMPTS, schedule, spread, steadiest
+from seer.collect.records import MAX_ATTEMPTS, spread, steadiest
+from seer.gpu.timing import schedule
 
 
 @pytest.mark.parametrize("estimate_ms, burst, reps", [

@@ -5,6 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from seer.collect.records import sum_by_name
 from seer.gpu import tracing
 
 KERNEL = 10  # CUPTI's CONCURRENT_KERNEL kind
@@ -36,7 +37,7 @@ def test_the_summed_trace_keeps_the_configuration_of_each_names_longest_launch(s
     kernels = tracing._select(records, window_start=100)
     assert [k.name for k in kernels] == ["fft", "gemm", "fft", "fft"]
     assert [k.launch is not None for k in kernels] == [True, True, True, False]
-    summed = tracing.sum_by_name(k.summable() for k in kernels)
+    summed = sum_by_name(k.summable() for k in kernels)
     assert summed == [["fft", 3, 45, 16, 128, 32, 1024], ["gemm", 1, 50, 64, 128, 32, 1024]]
 
 

@@ -32,11 +32,10 @@ from seer.collect.children import Deadline, run_child
 from seer.collect.plan import CollectOptions, build_plan, fits_in_memory, shard, without
 from seer.collect.profiling import Profiler
 from seer.collect.protocol import CENSUS_ITEM, ShapeWork, write_plan
+from seer.collect.records import MAX_SPREAD, trace_totals
 from seer.collect.scratch import scratch_folder
 from seer.collect.store import RunStore, default_tag, first_grids, keys_done, latest_records
 from seer.errors import EnvironmentProblem
-from seer.gpu.timing import MAX_SPREAD
-from seer.gpu.tracing import trace_totals
 from seer.gpus import GPUSpec, match_device
 from seer.progress import CollectionProgress
 from seer.grids import GridShape

@@ -25,7 +25,7 @@ from seer.collect.plan import CollectOptions, build_plan, select_evenly, shard, 
 from seer.collect.protocol import ShapeWork, event_key, write_plan
 from seer.collect.store import RunStore, profile_records, recorded_columns
 from seer.errors import EnvironmentProblem
-from seer.gpu.tracing import trace_totals
+from seer.collect.records import trace_totals
 from seer.metrics import (DEFAULT_MATH_ONLY_GROUPS, GROUP_COLUMNS, METRIC_SETS, METRICS,
                           ncu_metric_names)
 from seer.progress import CollectionProgress

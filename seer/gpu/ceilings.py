@@ -70,7 +70,7 @@ CUBLAS_TF32_TENSOR_OP_MATH = 3
 
 def _timed_ms(fn, timer) -> float:
     """Median GPU time of one call, in bursts behind the spinner (as every measurement)."""
-    from seer.gpu.timing import steadiest
+    from seer.collect.records import steadiest
 
     estimate = timer.estimate_ms(fn)
     (times, _, _), _ = steadiest(lambda: timer.measure(fn, estimate, budget_ms=max(50.0, 10 * estimate),

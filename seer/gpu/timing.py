@@ -16,8 +16,9 @@ Now and then the host falls behind the spin (another process, the OS) and some b
 include idle GPU time. Such a measurement shows as a spread of its repetitions far wider
 than a typical run's, and re-timed in a fresh process most such runs were much faster
 (data/h100/DATASHEET.md, unsteady measurements). So a measurement whose
-spread exceeds :data:`MAX_SPREAD` is taken again,
-up to :data:`MAX_ATTEMPTS` times in all, and the steadiest attempt is kept.
+spread exceeds :data:`seer.collect.records.MAX_SPREAD` is taken again, up to
+:data:`~seer.collect.records.MAX_ATTEMPTS` times in all, and the steadiest attempt is kept
+(:func:`seer.collect.records.steadiest`).
 """
 
 from __future__ import annotations
@@ -30,10 +31,6 @@ from typing import Callable
 #: Clock cycles the spin kernel waits per microsecond; the H100 boosts to 1980 MHz, and a
 #: longer wait at a lower clock only adds idle GPU time before the timed region.
 CYCLES_PER_US = 2000
-#: Interquartile range over median above which a measurement is taken again.
-MAX_SPREAD = 0.1
-#: Measurements per item at most, the first included.
-MAX_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -54,30 +51,6 @@ def schedule(estimate_ms: float, *, budget_ms: float = 10.0, min_burst_ms: float
     burst = max(1, min(max_burst, math.ceil(min_burst_ms / estimate_ms)))
     reps = int(budget_ms // (burst * estimate_ms))
     return Schedule(burst, max(min_reps, min(max_reps, reps)))
-
-
-def spread(times_ms) -> float:
-    """Interquartile range of the repetitions over their median (0 for a single one)."""
-    import numpy as np
-
-    q25, median, q75 = np.percentile(np.asarray(times_ms, dtype=float), [25, 50, 75])
-    return float((q75 - q25) / median) if median > 0 else float("inf")
-
-
-def steadiest(measure_once: Callable[[], tuple], max_spread: float = MAX_SPREAD,
-              max_attempts: int = MAX_ATTEMPTS) -> tuple[tuple, int]:
-    """Call ``measure_once`` (returning repetition times first) until its spread is at most
-    ``max_spread`` or ``max_attempts`` calls were made; return the attempt with the lowest
-    spread and the number of attempts."""
-    best, best_spread = None, float("inf")
-    for attempt in range(1, max_attempts + 1):
-        result = measure_once()
-        result_spread = spread(result[0])
-        if result_spread < best_spread:
-            best, best_spread = result, result_spread
-        if result_spread <= max_spread:
-            break
-    return best, attempt
 
 
 _SPIN_SOURCE = r"""

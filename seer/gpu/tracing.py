@@ -27,7 +27,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Callable
 
 from seer.errors import EnvironmentProblem
 
@@ -66,7 +66,7 @@ class TracedKernel:
     ``launch`` is read only for the longest launch of each kernel name so far in a trace
     (None for the others): calls that launch one kernel per group or image launch thousands,
     and reading every record's nine launch fields was most of the tracer's cost. The
-    longest launch of a name, the one :func:`sum_by_name` keeps, always has it.
+    longest launch of a name, the one :func:`seer.collect.records.sum_by_name` keeps, always has it.
     """
 
     name: str  # demangled kernel name as CUPTI reports it
@@ -79,48 +79,11 @@ class TracedKernel:
         return (self.end_ns - self.start_ns) / 1e6
 
     def summable(self) -> list:
-        """This launch as an entry of :func:`sum_by_name`."""
+        """This launch as an entry of :func:`seer.collect.records.sum_by_name`."""
         launch = self.launch
         config = ([launch.blocks, launch.threads_per_block, launch.registers, launch.shared_mem_bytes]
                   if launch is not None else [None] * 4)
         return [self.name, 1, self.end_ns - self.start_ns, *config]
-
-
-def sum_by_name(entries: Iterable[Sequence]) -> list[list]:
-    """Kernels summed by name, in order of first launch.
-
-    Each entry, in and out, is ``[name, launches, total ns, grid blocks, block threads,
-    registers, shared memory bytes]``; a summed entry keeps the launch configuration of its
-    longest part. Some algorithms launch one kernel per group or tile, thousands of them:
-    summing keeps a run's record small.
-    """
-    by_name: dict[str, list] = {}
-    longest: dict[str, int] = {}
-    for name, launches, ns, blocks, threads, registers, shared in entries:
-        entry = by_name.setdefault(name, [name, 0, 0, blocks, threads, registers, shared])
-        entry[1] += launches
-        entry[2] += ns
-        if ns > longest.get(name, -1):
-            longest[name] = ns
-            entry[3:] = [blocks, threads, registers, shared]
-    return list(by_name.values())
-
-
-def stored_trace(kernels: Sequence[Sequence]) -> list[list]:
-    """A timing record's ``traced_kernels`` in the summed format of :func:`sum_by_name`.
-
-    The first traced records (2026-11-23, before 23:31 UTC) held one entry per launch,
-    ``[name, ns, grid blocks, block threads, registers, shared memory bytes]``; they are
-    summed here by the same rule.
-    """
-    return sum_by_name([k[0], 1, *k[1:]] if len(k) == 6 else k for k in kernels)
-
-
-def trace_totals(kernels: Sequence[Sequence]) -> tuple[int, int]:
-    """Kernel launches and their summed nanoseconds in a timing record's ``traced_kernels``
-    (either format, :func:`stored_trace`)."""
-    summed = stored_trace(kernels)
-    return sum(int(k[1]) for k in summed), sum(int(k[2]) for k in summed)
 
 
 # -- demangling ---------------------------------------------------------------------------

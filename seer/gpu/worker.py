@@ -279,7 +279,8 @@ def time_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, seed: int,
     """
     import numpy as np
 
-    from seer.gpu.timing import BurstTimer, steadiest
+    from seer.collect.records import steadiest
+    from seer.gpu.timing import BurstTimer
 
     timer = BurstTimer()
     cuda_errors = _cuda_errors()
@@ -354,14 +355,14 @@ def _energy_meter(energy_s: float):
 
 def _traced_kernels(tracer, problem: str | None, forward) -> dict:
     """One more call of ``forward`` under CUPTI, outside the timed bursts: the kernels it ran,
-    summed by name (:func:`seer.gpu.tracing.sum_by_name`)."""
+    summed by name (:func:`seer.collect.records.sum_by_name`)."""
     if tracer is None:
         return {"trace_status": "unavailable", "trace_detail": problem}
     try:
         kernels = tracer.trace(forward)
     except Exception as exc:
         return {"trace_status": "error", "trace_detail": f"{type(exc).__name__}: {exc}"}
-    from seer.gpu.tracing import sum_by_name
+    from seer.collect.records import sum_by_name
 
     return {"trace_status": "ok", "traced_kernels": sum_by_name(k.summable() for k in kernels)}
 
