@@ -2,7 +2,7 @@
 
     python benchmarks/ablation.py --gpu h100 --math fma --report benchmarks/results/h100-ablation.json
 
-Fits :class:`seer.estimators.AlgorithmSelector` (default candidates, 5-fold CV) on the
+Fits :class:`seer.training.estimators.AlgorithmSelector` (default candidates, 5-fold CV) on the
 training split once per variant: with what ``seer train`` gives it and with one part taken away:
 
 ``shipped``
@@ -39,13 +39,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from seer.dataset import read_census, read_measurements
-from seer.estimators import AlgorithmSelector, accurate_candidates, default_candidates, mape
-from seer.features import log2_flops
-from seer.gpus import get_gpu_spec
-from seer.scoring import selection_metrics
-from seer.table_views import training_frames
-from seer.training import training_inputs
+from seer.dataset.build import read_census, read_measurements
+from seer.dataset.views import training_frames
+from seer.hardware.gpus import get_gpu_spec
+from seer.predict.features import log2_flops
+from seer.reporting.scoring import selection_metrics
+from seer.training.estimators import AlgorithmSelector, accurate_candidates, default_candidates, mape
+from seer.training.train import training_inputs
 
 VARIANTS = ("shipped", "kernel_path", "no_census", "no_first_stage", "no_roofline", "accurate_trees")
 #: Per-variant figures of a report, each a dict by variant name.

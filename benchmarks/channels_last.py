@@ -25,8 +25,8 @@ import pandas as pd
 
 from layer_sample import every_3d_and_sampled_2d
 from seer.algorithms import algorithm_names, get_algorithm
+from seer.layers.shapes import LAYER_COLUMNS, LAYOUTS, describe
 from seer.schema import get_math_mode
-from seer.shapes import LAYER_COLUMNS, LAYOUTS, describe
 
 #: Workspace an algorithm may ask for, as ``seer collect``'s default cap.
 WORKSPACE_CAP = 8 << 30
@@ -38,9 +38,9 @@ def measure(shapes, math: str, out: Path) -> pd.DataFrame:
     """One row per (layer, layout, algorithm): status, median time, error."""
     import cupy as cp
 
+    from seer.collect.records import steadiest
     from seer.gpu import cudnn
     from seer.gpu.reference import ShapeTensors
-    from seer.collect.records import steadiest
     from seer.gpu.timing import BurstTimer
     from seer.gpu.worker import ItemFailed, prepare_run
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from seer.cli import main as seer_main
 from seer.collect.store import RunStore
-from seer.dataset import kernels_table
+from seer.dataset.build import kernels_table
 
 
 def run(argv: list[str] | None = None) -> int:

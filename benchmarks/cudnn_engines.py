@@ -33,8 +33,8 @@ import pandas as pd
 
 from layer_sample import every_3d_and_sampled_2d
 from seer.algorithms import algorithm_names, get_algorithm
+from seer.layers.shapes import LAYER_COLUMNS, describe
 from seer.schema import get_math_mode
-from seer.shapes import LAYER_COLUMNS, describe
 
 WORKSPACE_CAP = 4 << 30
 MAX_ENGINES = 64

@@ -25,8 +25,8 @@ import warnings
 from pathlib import Path
 
 from seer.algorithms import get_algorithm
+from seer.layers.shapes import ConvShape
 from seer.schema import get_math_mode
-from seer.shapes import ConvShape
 
 #: (label, layer): the 1x1 layer of the issue, a 3x3 layer and a depthwise one.
 LAYERS = (

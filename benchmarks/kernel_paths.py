@@ -33,11 +33,11 @@ import pandas as pd
 from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
 
 from seer.algorithms import classify_kernel
-from seer.dataset import read_measurements
-from seer.estimators import mape
-from seer.features import shape_features
-from seer.gpus import get_gpu_spec
-from seer.shapes import LAYER_COLUMNS
+from seer.dataset.build import read_measurements
+from seer.hardware.gpus import get_gpu_spec
+from seer.layers.shapes import LAYER_COLUMNS
+from seer.predict.features import shape_features
+from seer.training.estimators import mape
 
 #: Fewer training runs than this for a (math, algorithm) and it is not reported.
 MIN_TRAIN_RUNS = 100

@@ -4,10 +4,10 @@
         --out benchmarks/results/h100-kernel-tiles.csv
 
 For each layer (every layer of the 3D files, and ``--sample`` layers drawn evenly from the
-other grids), every tile of :data:`seer.kernel_plans.GEMM_TILES` that fits is checked
+other grids), every tile of :data:`seer.hardware.kernel_plans.GEMM_TILES` that fits is checked
 against the float64 reference and timed as the collector times (bursts behind a spinning
 kernel, median), without and with the split reduction. The table says which tile
-:func:`seer.kernel_plans.plan` should pick; the choice it makes is marked, and scored
+:func:`seer.hardware.kernel_plans.plan` should pick; the choice it makes is marked, and scored
 against each layer's fastest tile (printed last).
 """
 
@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from layer_sample import every_3d_and_sampled_2d
-from seer.shapes import LAYER_COLUMNS
+from seer.layers.shapes import LAYER_COLUMNS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,11 +33,11 @@ def main(argv: list[str] | None = None) -> int:
 
     import cupy as cp
 
-    from seer import kernel_plans
+    from seer.collect.records import steadiest
     from seer.gpu import kernels
     from seer.gpu.reference import ShapeTensors
-    from seer.collect.records import steadiest
     from seer.gpu.timing import BurstTimer
+    from seer.hardware import kernel_plans
 
     shapes = every_3d_and_sampled_2d(args.layers, args.sample)
     timer = BurstTimer()

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from seer.grids import resolve_grids
-from seer.shapes import ConvShape
+from seer.layers.grids import resolve_grids
+from seer.layers.shapes import ConvShape
 
 
 def every_3d_and_sampled_2d(layers: str, sample: int) -> list[ConvShape]:

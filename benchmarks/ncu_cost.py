@@ -26,17 +26,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from seer import ncu
 from seer.algorithms import algorithm_names
 from seer.cli import main as seer_main
+from seer.collect import ncu
 from seer.collect.children import child_env, worker_command
 from seer.collect.orchestrate import CollectOptions
 from seer.collect.plan import select_evenly
 from seer.collect.profiling import profile_items
 from seer.collect.protocol import write_plan
 from seer.collect.store import RunStore
-from seer.gpus import get_gpu_spec
-from seer.grids import resolve_grids, write_shapes_file
+from seer.hardware.gpus import get_gpu_spec
+from seer.layers.grids import resolve_grids, write_shapes_file
 from seer.metrics import METRIC_BY_COLUMN, PROFILE_GROUPS, RETIRED_GROUPS, ncu_metric_names
 from seer.schema import MATH_MODE_NAMES
 

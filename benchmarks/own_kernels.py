@@ -22,12 +22,12 @@ import numpy as np
 import pandas as pd
 
 from seer.algorithms import algorithm_names
-from seer.dataset import read_measurements
-from seer.gpus import get_gpu_spec
-from seer.grids import resolve_grids
-from seer.roofline import read_ceilings
-from seer.shapes import LAYER_COLUMNS, describe
-from seer.table_views import math_rows
+from seer.dataset.build import read_measurements
+from seer.dataset.views import math_rows
+from seer.hardware.gpus import get_gpu_spec
+from seer.layers.grids import resolve_grids
+from seer.layers.shapes import LAYER_COLUMNS, describe
+from seer.reporting.roofline import read_ceilings
 
 OWN = algorithm_names("cupy")
 CUDNN = algorithm_names("cudnn")

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from seer.grids import networks_grid, random_grid, seer_grid
-from seer.layers import write_layers
+from seer.layers.files import write_layers
+from seer.layers.grids import networks_grid, random_grid, seer_grid
 
 
 def sample_layers(count: int, seed: int = 0) -> list:

@@ -28,11 +28,11 @@ import numpy as np
 import pandas as pd
 
 from seer.collect.store import RunStore
-from seer.dataset import measurements_table, read_measurements
-from seer.gpus import get_gpu_spec
+from seer.dataset.build import measurements_table, read_measurements
+from seer.hardware.gpus import get_gpu_spec
+from seer.layers.shapes import layer_frame, layer_kind_flags
+from seer.reporting.scoring import selection_metrics
 from seer.schema import RUN_KEY
-from seer.scoring import selection_metrics
-from seer.shapes import layer_frame, layer_kind_flags
 
 #: Test-set-II's parts, by the grid that first timed each layer.
 PARTS = {"test-set-ii": "SEER's 300 square layers", "test-set-ii-general": "held-out networks, every kind"}

@@ -21,9 +21,9 @@ import numpy as np
 import pandas as pd
 
 from seer.algorithms import algorithm_names, get_algorithm
-from seer.grids import resolve_grids
+from seer.layers.grids import resolve_grids
+from seer.layers.shapes import LAYER_COLUMNS, describe
 from seer.schema import get_math_mode
-from seer.shapes import LAYER_COLUMNS, describe
 
 #: Workspace an algorithm may ask for, as ``seer collect``'s default cap.
 WORKSPACE_CAP = 8 << 30

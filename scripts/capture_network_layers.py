@@ -29,9 +29,9 @@ Needs torch and torchvision (run it where they are installed)::
 
     python3 scripts/capture_network_layers.py [--out DIR] [--only NAME ...]
 
-Each written file is read back through seer's own reader (:func:`seer.layers.read_layers`),
+Each written file is read back through seer's own reader (:func:`seer.layers.files.read_layers`),
 which checks every row as it checks a user's layer file, and its kinds are counted by
-:func:`seer.shapes.layer_kind_flags`: seer's rules, not restated here. Run it from the
+:func:`seer.layers.shapes.layer_kind_flags`: seer's rules, not restated here. Run it from the
 repository root (seer importable).
 """
 
@@ -50,9 +50,9 @@ from typing import Callable
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # seer, from this checkout
 
-from seer.layers import format_layers, read_layers  # noqa: E402
+from seer.layers.files import format_layers, read_layers  # noqa: E402
+from seer.layers.shapes import LAYER_COLUMNS, LAYER_KINDS, layer_kind_flags  # noqa: E402
 from seer.output import AtomicOutput  # noqa: E402
-from seer.shapes import LAYER_COLUMNS, LAYER_KINDS, layer_kind_flags  # noqa: E402
 
 DEFAULT_OUT = REPO / "seer" / "data" / "networks"
 INDEX_NAME = "networks.json"
@@ -250,7 +250,7 @@ def capture(entry: Entry, device: str):
 
 def read_back(path: Path) -> dict[str, int]:
     """Read a written file through seer's reader (every row checked) and count its layer kinds
-    by seer's table of kinds (:data:`seer.shapes.LAYER_KINDS`; a call counts for each it is)."""
+    by seer's table of kinds (:data:`seer.layers.shapes.LAYER_KINDS`; a call counts for each it is)."""
     frame = read_layers(path)
     counts = {"conv2d": int((frame["dims"] == 2).sum()), "conv3d": int((frame["dims"] == 3).sum())}
     return counts | {k: int(v) for k, v in layer_kind_flags(frame).sum().items()}

@@ -1,14 +1,14 @@
 """seer: predict the run time of every GPU convolution algorithm for a layer, and pick the fastest.
 
-Data flows one way through its modules: shapes (:mod:`seer.shapes`, :mod:`seer.grids`,
-:mod:`seer.layers`) -> measurements (:mod:`seer.collect`, on a GPU) -> the tidy tables
-(:mod:`seer.dataset`) -> features (:mod:`seer.features`) -> models (:mod:`seer.training`,
-:mod:`seer.estimators`, :mod:`seer.predictors`) -> predictions (:mod:`seer.model`).
+Data flows one way through its modules: shapes (:mod:`seer.layers.shapes`, :mod:`seer.layers.grids`,
+:mod:`seer.layers.files`) -> measurements (:mod:`seer.collect`, on a GPU) -> the tidy tables
+(:mod:`seer.dataset.build`) -> features (:mod:`seer.predict.features`) -> models (:mod:`seer.training.train`,
+:mod:`seer.training.estimators`, :mod:`seer.predict.predictors`) -> predictions (:mod:`seer.predict.model`).
 
 The API for predicting::
 
     import seer
-    model = seer.load_model(gpu="h100")          # the shipped models, or see seer.persist
+    model = seer.load_model(gpu="h100")          # the shipped models, or see seer.predict.persist
     layers = seer.read_layers("layers.txt")      # SEER's format; "-" reads standard input
     predictions = model.predict(layers, math="fma")   # tidy: one row per (layer, algorithm)
     picks = model.pick(layers, math="fma")            # one row per layer
@@ -26,14 +26,14 @@ __all__ = ["ConvShape", "InputError", "Model", "SeerError", "__version__", "load
 
 if TYPE_CHECKING:  # pragma: no cover
     from seer.errors import InputError, SeerError
-    from seer.layers import read_layers
-    from seer.model import Model
-    from seer.persist import load_model
-    from seer.shapes import ConvShape
+    from seer.layers.files import read_layers
+    from seer.layers.shapes import ConvShape
+    from seer.predict.model import Model
+    from seer.predict.persist import load_model
 
 # Imported on first use: `import seer` stays cheap for the collector and the CLI's other commands.
-_LAZY = {"load_model": "seer.persist", "read_layers": "seer.layers", "Model": "seer.model",
-         "ConvShape": "seer.shapes", "InputError": "seer.errors", "SeerError": "seer.errors"}
+_LAZY = {"load_model": "seer.predict.persist", "read_layers": "seer.layers.files", "Model": "seer.predict.model",
+         "ConvShape": "seer.layers.shapes", "InputError": "seer.errors", "SeerError": "seer.errors"}
 
 
 def __getattr__(name: str):

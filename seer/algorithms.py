@@ -27,7 +27,7 @@ class Launches:
     depthwise: int = 0
 
     def of(self, layer, math: str) -> int:
-        """Launches of one call on ``layer`` (a :class:`seer.shapes.ConvShape`)."""
+        """Launches of one call on ``layer`` (a :class:`seer.layers.shapes.ConvShape`)."""
         if layer.groups == 1:
             return self.fma if math == "fma" else self.default
         per_group = self.depthwise if layer.groups == layer.in_ch else self.grouped

@@ -49,7 +49,7 @@ def _profile_shapes(text: str) -> int | None:
 
 # -- collect ------------------------------------------------------------------------------
 def _add_collect(sub) -> None:
-    from seer.slurm import add_slurm_options
+    from seer.collect.slurm import add_slurm_options
 
     p = sub.add_parser("collect", help="time (and profile) every algorithm over a grid of shapes on this GPU",
                        description="Measure every cuDNN forward algorithm over a grid of shapes. "
@@ -120,7 +120,7 @@ def _add_collect(sub) -> None:
 
 
 def _layer_kinds(text: str) -> tuple[str, ...]:
-    from seer.grids import parse_kinds
+    from seer.layers.grids import parse_kinds
 
     try:
         return parse_kinds(text)
@@ -141,8 +141,8 @@ def _algorithms(text: str) -> list[str]:
 def _cmd_collect(args) -> int:
     from seer.collect.orchestrate import CollectOptions, Collector
     from seer.collect.plan import parse_shard
-    from seer.gpus import get_gpu_spec
-    from seer.grids import of_kinds, resolve_grids
+    from seer.hardware.gpus import get_gpu_spec
+    from seer.layers.grids import of_kinds, resolve_grids
     from seer.schema import parse_math_modes
 
     spec = get_gpu_spec(args.gpu)  # an unknown GPU fails before anything else happens
@@ -157,7 +157,7 @@ def _cmd_collect(args) -> int:
     if args.limit_shapes:
         shapes = shapes[: args.limit_shapes]
     if args.slurm:  # the options are checked above, here rather than in every task
-        from seer.slurm import write_slurm_script
+        from seer.collect.slurm import write_slurm_script
 
         # Tasks sharing a data folder must not all rebuild its tables at once: that is done once, after.
         write_slurm_script(args, err_console, job_name=f"seer-collect-{spec.name}", work=len(shapes), unit="shapes",
@@ -214,8 +214,8 @@ def _add_parse(sub) -> None:
 
 
 def _parse(data_dir: Path, gpu: str, pack: bool = False, seed: int = 0) -> int:
-    from seer.dataset import build_dataset
-    from seer.gpus import get_gpu_spec
+    from seer.dataset.build import build_dataset
+    from seer.hardware.gpus import get_gpu_spec
 
     spec = get_gpu_spec(gpu)
     dataset_dir = data_dir / spec.name
@@ -249,16 +249,16 @@ def _add_merge(sub) -> None:
 
 
 def _cmd_merge(args) -> int:
+    from seer.collect.merge import merge_raw
     from seer.collect.store import KINDS
-    from seer.gpus import get_gpu_spec
-    from seer.merge import merge_raw
+    from seer.hardware.gpus import get_gpu_spec
 
     if args.gpu:
         gpu = get_gpu_spec(args.gpu).name
         target = args.data_dir / gpu
         result = merge_raw(args.sources, target, kinds=KINDS)
     else:
-        from seer.profile_network import KINDS as PROFILE_KINDS
+        from seer.networks.profile_network import KINDS as PROFILE_KINDS
 
         target = args.into
         result = merge_raw(args.sources, target, kinds=PROFILE_KINDS)
@@ -270,7 +270,7 @@ def _cmd_merge(args) -> int:
         return 0
     if args.gpu:
         return _parse(args.data_dir, gpu)
-    from seer.profile_network import write_tables
+    from seer.networks.profile_network import write_tables
 
     tables = write_tables(target)
     err_console.log(f"wrote {tables.overall}, {tables.layers} and {len(tables.plots)} plots")
@@ -281,7 +281,7 @@ def _cmd_merge(args) -> int:
 MODELS_DIR_HELP = "models directory (default: $SEER_MODELS_DIR, else the models shipped in the package)"
 
 
-#: ``seer train --trees`` choices: the names of :data:`seer.estimators.CANDIDATE_SETS`
+#: ``seer train --trees`` choices: the names of :data:`seer.training.estimators.CANDIDATE_SETS`
 #: (a test keeps them in step), named here so that the CLI starts without scikit-learn.
 TREE_SETS = ("compact", "accurate")
 
@@ -303,8 +303,9 @@ def _add_train(sub) -> None:
 
 
 def _cmd_train(args) -> int:
-    from seer import persist, training
-    from seer.gpus import get_gpu_spec
+    from seer.hardware.gpus import get_gpu_spec
+    from seer.predict import persist
+    from seer.training import train as training
 
     spec = get_gpu_spec(args.gpu)
     root = persist.models_root(args.models_dir)
@@ -382,10 +383,10 @@ def _cmd_predict(args) -> int:
 
     import pandas as pd
 
-    from seer.layers import iter_layer_chunks
-    from seer.model import best_per_layer
+    from seer.layers.files import iter_layer_chunks
     from seer.output import STDOUT, AtomicOutput, PickSummary, PredictionWriter, format_for
-    from seer.persist import load_model
+    from seer.predict.model import best_per_layer
+    from seer.predict.persist import load_model
 
     algorithms = _algorithms(args.algo)
     model = load_model(args.gpu, math=args.math, models_dir=args.models_dir)
@@ -445,12 +446,12 @@ def _print_table(console, gpu: str, math: str, rows, objective: str = "time") ->
 
 
 def _pick_cells(row, energy: bool = False) -> list[str]:
-    """A row of :func:`seer.model.best_per_layer` joined to its layer, as table cells: the layer
+    """A row of :func:`seer.predict.model.best_per_layer` joined to its layer, as table cells: the layer
     (* where extrapolated), the pick and its time (and energy), the runner-up and its time
     (and energy)."""
     import pandas as pd
 
-    from seer.shapes import describe
+    from seer.layers.shapes import describe
 
     def number(column: str) -> str:
         return "" if pd.isna(row[column]) else f"{row[column]:.3g}"
@@ -534,11 +535,11 @@ NETWORK_TABLE_LAYERS = 10
 def _cmd_network(args) -> int:
     from contextlib import ExitStack
 
-    from seer.calls import parse_input_shape
-    from seer.layers import write_layers
-    from seer.network_time import predict_network
+    from seer.layers.calls import parse_input_shape
+    from seer.layers.files import write_layers
+    from seer.networks.network_time import predict_network
     from seer.output import STDOUT, AtomicOutput, NetworkWriter, format_for
-    from seer.persist import load_model
+    from seer.predict.persist import load_model
 
     if args.out == STDOUT and args.layers_out == STDOUT:
         raise InputError("only one of --out and --layers-out can be standard output", field="layers-out")
@@ -557,7 +558,7 @@ def _cmd_network(args) -> int:
                    for key, path in (("out", args.out), ("layers", args.layers_out)) if path}
         with StepProgress("network", err_console) as progress:
             if onnx_file:
-                from seer.onnx_layers import onnx_conv_calls
+                from seer.networks.onnx_layers import onnx_conv_calls
 
                 progress.update(0, 1, f"reading {args.model} and inferring its shapes")
                 found = onnx_conv_calls(args.model, shape)
@@ -586,7 +587,7 @@ def _print_network(console, args, shape, gpu: str, found, result) -> None:
     from rich import box
     from rich.table import Table
 
-    from seer.network_time import SEER_PICKS
+    from seer.networks.network_time import SEER_PICKS
 
     layers = found.layers
     console.print(f"{args.model}, input {'x'.join(map(str, shape))}: {found.total_calls} convolution calls, "
@@ -661,7 +662,7 @@ def _add_profile_network(sub) -> None:
     p.add_argument("--tables-only", action="store_true", help="measure nothing: rebuild the tables and plots")
     p.add_argument("--no-tables", action="store_true",
                    help="only record: leave the tables and plots to `--tables-only` or `seer merge` (as shards do)")
-    from seer.slurm import add_slurm_options
+    from seer.collect.slurm import add_slurm_options
 
     add_slurm_options(p)
     p.set_defaults(func=_cmd_profile_network)
@@ -672,9 +673,9 @@ def _cmd_profile_network(args) -> int:
 
     from seer.collect.plan import parse_shard
     from seer.collect.store import default_tag
-    from seer.gpus import get_gpu_spec
-    from seer.profile_network import (NetworkProfiler, ProfileOptions, log_session, mape_over_sizes,
-                                      parse_policies, parse_sizes, plan_jobs, write_tables)
+    from seer.hardware.gpus import get_gpu_spec
+    from seer.networks.profile_network import (NetworkProfiler, ProfileOptions, log_session, mape_over_sizes,
+                                               parse_policies, parse_sizes, plan_jobs, write_tables)
     from seer.schema import parse_math_modes
 
     spec = get_gpu_spec(args.gpu)
@@ -688,7 +689,7 @@ def _cmd_profile_network(args) -> int:
 
         shapes = [parse_input_shape(args.input)]
     if args.slurm:
-        from seer.slurm import write_slurm_script
+        from seer.collect.slurm import write_slurm_script
 
         write_slurm_script(args, err_console, job_name="seer-profile-network",
                            work=len(args.models) * len(shapes) * len(maths), unit="(model, input, math)",
@@ -739,8 +740,8 @@ def _add_ceilings(sub) -> None:
 def _cmd_ceilings(args) -> int:
     from seer.collect.orchestrate import check_device
     from seer.errors import EnvironmentProblem
-    from seer.gpus import get_gpu_spec
-    from seer.roofline import write_ceilings
+    from seer.hardware.gpus import get_gpu_spec
+    from seer.reporting.roofline import write_ceilings
 
     spec = get_gpu_spec(args.gpu)
     try:
@@ -772,9 +773,9 @@ def _add_roofline(sub) -> None:
 
 
 def _cmd_roofline(args) -> int:
-    from seer.gpus import get_gpu_spec
-    from seer.grids import resolve_grids
-    from seer.roofline import write_roofline
+    from seer.hardware.gpus import get_gpu_spec
+    from seer.layers.grids import resolve_grids
+    from seer.reporting.roofline import write_roofline
     from seer.schema import parse_math_modes
 
     spec = get_gpu_spec(args.gpu)
@@ -795,11 +796,11 @@ def _add_evaluate(sub) -> None:
 
 
 def _cmd_evaluate(args) -> int:
-    from seer.dataset import read_measurements
-    from seer.persist import load_model
-    from seer.report import write_report
+    from seer.dataset.build import read_measurements
+    from seer.predict.persist import load_model
+    from seer.reporting.report import write_report
+    from seer.reporting.scoring import NEAR_BEST, EVALUATION_COLUMNS, evaluate
     from seer.schema import DatasetDir
-    from seer.scoring import NEAR_BEST, EVALUATION_COLUMNS, evaluate
 
     model = load_model(args.gpu, models_dir=args.models_dir, baselines=True)
     measurements = DatasetDir(args.data_dir / model.gpu).measurements
@@ -828,8 +829,8 @@ def _add_grid(sub) -> None:
 
 
 def _cmd_grid(args) -> int:
-    from seer.grids import resolve_grids
-    from seer.layers import format_layers
+    from seer.layers.files import format_layers
+    from seer.layers.grids import resolve_grids
     from seer.output import AtomicOutput
 
     shapes = [gs.shape for gs in resolve_grids(args.name)]
@@ -851,7 +852,7 @@ def _add_gpus(sub) -> None:
 def _cmd_gpus(args) -> int:
     from rich.table import Table
 
-    from seer.gpus import load_gpu_specs
+    from seer.hardware.gpus import load_gpu_specs
 
     table = Table("name", "GPU", "cc", "SMs", "memory GiB", "GB/s", "fp32 TFLOP/s")
     for spec in load_gpu_specs().values():

@@ -4,8 +4,8 @@ Each :class:`Metric` names the tidy column it becomes, the ncu metric it comes f
 its unit, and the rule that combines the kernels of one algorithm run (an algorithm may
 launch many kernels): ``sum`` (time, traffic, instruction counts), ``main`` (taken from
 the main kernel: launch configuration, occupancy, waves) or ``time_weighted`` (a
-utilisation averaged over the kernels by their durations). Only :mod:`seer.ncu` and
-:mod:`seer.dataset` read this table; nothing else names an ncu metric.
+utilisation averaged over the kernels by their durations). Only :mod:`seer.collect.ncu` and
+:mod:`seer.dataset.build` read this table; nothing else names an ncu metric.
 """
 
 from __future__ import annotations

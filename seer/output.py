@@ -3,7 +3,7 @@
 :class:`AtomicOutput` writes to a temporary file in the target's folder and renames it
 over the target only when everything was written, so a mistake found late in the input,
 a full disk or a kill never leaves a truncated file. :class:`PredictionWriter` appends
-chunks of :meth:`seer.model.Model.predict`'s tidy frame as CSV (one row per (layer,
+chunks of :meth:`seer.predict.model.Model.predict`'s tidy frame as CSV (one row per (layer,
 algorithm)) or JSON (an array with one object per layer and its algorithms), so that any
 number of layers streams through bounded memory. :class:`PickSummary` counts what a
 terminal shows instead of a table.
@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 
 from seer.errors import InputError
+from seer.layers.shapes import LAYER_COLUMNS
 from seer.schema import PREDICTION_COLUMNS
-from seer.shapes import LAYER_COLUMNS
 
 FORMATS = ("csv", "json")
 #: ``--out`` value that writes to standard output.
@@ -176,7 +176,7 @@ class PickSummary:
 
 
 class NetworkWriter:
-    """Writes a network's predictions (:class:`seer.network_time.NetworkPrediction`): CSV as
+    """Writes a network's predictions (:class:`seer.networks.network_time.NetworkPrediction`): CSV as
     :class:`PredictionWriter` writes it with ``name`` and ``calls`` in front, or one JSON
     object with what was predicted (``about``), the layers, the totals and the skipped calls."""
 

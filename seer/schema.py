@@ -4,7 +4,7 @@ Every stage names these things the same way, so they are defined here once: the
 collector writes records with these keys and statuses, the dataset stage writes tables
 with these columns, training and evaluation read them, and predictions come out with
 :data:`PREDICTION_COLUMNS`. Shape columns are defined with the shape itself
-(:mod:`seer.shapes`), ncu metric columns with their metrics (:mod:`seer.metrics`).
+(:mod:`seer.layers.shapes`), ncu metric columns with their metrics (:mod:`seer.metrics`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from seer.errors import InputError
+from seer.layers.shapes import LAYER_COLUMNS
 from seer.metrics import METRICS
-from seer.shapes import LAYER_COLUMNS
 
 
 # -- math modes ---------------------------------------------------------------------------
@@ -167,7 +167,7 @@ class DatasetDir:
     """The files of one GPU's dataset folder (``data/<gpu>/``): their names, in one place.
 
     The tidy tables (measurements, kernels, traced_kernels, census) are folders of Parquet
-    parts, one per grid (:mod:`seer.tables`)."""
+    parts, one per grid (:mod:`seer.dataset.tables`)."""
 
     root: Path
 

@@ -90,7 +90,7 @@ def small_selector():
     """The shipped model's design with fewer, smaller trees and two folds."""
     from sklearn.ensemble import HistGradientBoostingRegressor
 
-    from seer.estimators import AlgorithmSelector, WorkspaceModel, log_time_regressor
+    from seer.training.estimators import AlgorithmSelector, WorkspaceModel, log_time_regressor
 
     trees = log_time_regressor(HistGradientBoostingRegressor(max_iter=60, learning_rate=0.2,
                                                              max_leaf_nodes=15, random_state=0))
@@ -100,7 +100,7 @@ def small_selector():
 @pytest.fixture(scope="session")
 def table() -> pd.DataFrame:
     """The committed H100 measurements."""
-    from seer.dataset import read_measurements
+    from seer.dataset.build import read_measurements
 
     return read_measurements(DATASET / "measurements")
 
@@ -108,7 +108,7 @@ def table() -> pd.DataFrame:
 @pytest.fixture(scope="session")
 def census() -> pd.DataFrame:
     """The committed H100 census table."""
-    from seer.dataset import read_census
+    from seer.dataset.build import read_census
 
     return read_census(DATASET / "census")
 
@@ -138,8 +138,8 @@ def _made_once(tmp_path_factory, name: str, make) -> Path:
 def small_dataset(tmp_path_factory, table, census) -> Path:
     """A dataset directory holding a seeded sample of the committed one: every Test-set-II
     layer and every layer with energy readings, and some training, Test-set-I and census shapes."""
+    from seer.dataset.tables import write_parts
     from seer.schema import DatasetDir
-    from seer.tables import write_parts
 
     def make(folder: Path) -> None:
         rng = np.random.default_rng(0)
@@ -159,9 +159,10 @@ def small_dataset(tmp_path_factory, table, census) -> Path:
 
 @pytest.fixture(scope="session")
 def small_models(tmp_path_factory, small_dataset) -> Path:
-    """A models directory with a small model set of the small dataset, saved by seer.persist."""
-    from seer import persist, training
-    from seer.gpus import get_gpu_spec
+    """A models directory with a small model set of the small dataset, saved by seer.predict.persist."""
+    from seer.hardware.gpus import get_gpu_spec
+    from seer.predict import persist
+    from seer.training import train as training
 
     def make(folder: Path) -> None:
         from threadpoolctl import threadpool_limits

@@ -7,10 +7,9 @@ import pytest
 import pandas as pd
 
 from conftest import DATA, REPO, benchmark_module
-from seer.algorithms import (ALGORITHMS, KERNEL_RULES, algorithm_names, canonical_kernel_name,
-                             classify_kernel,
+from seer.algorithms import (ALGORITHMS, KERNEL_RULES, algorithm_names, canonical_kernel_name, classify_kernel,
                              cudnn_algorithm_by_enum, get_algorithm)
-from seer.tables import read_parts
+from seer.dataset.tables import read_parts
 
 KERNEL_NAMES = DATA / "h100-kernel-names.tsv"
 #: The least share of traced calls whose launches Algorithm.launches gets within 2x, per
@@ -117,7 +116,7 @@ def test_the_launch_table_is_the_median_of_the_traced_launches(table):
     factor of two of most of them."""
     from conftest import DATASET
 
-    from seer.shapes import ConvShape
+    from seer.layers.shapes import ConvShape
 
     traced = read_parts(DATASET / "traced_kernels", columns=["shape_id", "math", "algo", "launches"])
     launches = traced.groupby(["shape_id", "math", "algo"], as_index=False)["launches"].sum()

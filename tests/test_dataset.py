@@ -10,12 +10,12 @@ import pytest
 
 from conftest import REPO
 from seer.algorithms import algorithm_names
-from seer.dataset import build_dataset, read_census, read_measurements, rollup_kernels, split_of
-from seer.gpus import get_gpu_spec
-from seer.grids import read_shapes_file
+from seer.dataset.build import build_dataset, read_census, read_measurements, rollup_kernels, split_of
+from seer.dataset.tables import parts
+from seer.hardware.gpus import get_gpu_spec
+from seer.layers.grids import read_shapes_file
+from seer.layers.shapes import LAYER_COLUMNS, SEER_FIELDS, is_seer_layer, layer_frame
 from seer.schema import CENSUS_COLUMNS, MEASUREMENT_COLUMNS, STATUSES
-from seer.shapes import LAYER_COLUMNS, SEER_FIELDS, is_seer_layer, layer_frame
-from seer.tables import parts
 
 H100 = REPO / "data" / "h100"
 SPEC = get_gpu_spec("h100")
@@ -219,8 +219,8 @@ def test_provenance_names_the_machine_and_software():
 
 
 def test_traces_sum_by_name_in_launch_order_with_the_longest_launch_configuration():
-    from seer.dataset import traced_kernels_table
     from seer.collect.records import sum_by_name
+    from seer.dataset.build import traced_kernels_table
 
     launches = [["fft", 1, 10, 8, 128, 32, 0], ["gemm", 1, 50, 64, 256, 96, 1024], ["fft", 1, 30, 16, 128, 32, 0]]
     assert sum_by_name(launches) == [["fft", 2, 40, 16, 128, 32, 0], ["gemm", 1, 50, 64, 256, 96, 1024]]

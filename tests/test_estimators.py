@@ -8,15 +8,15 @@ import pytest
 from sklearn.model_selection import KFold
 
 from conftest import small_selector
-from seer import predictors
-from seer.estimators import (CANDIDATE_SETS, OTHER_KERNEL_PATHS, AlgorithmSelector, ShapeFeatures, WorkspaceModel,
-                             kernel_path_stage, mape, quadratic_power_law)
-from seer.features import log2_flops
-from seer.gpus import get_gpu_spec
-from seer.predictors import NOT_RUN, path_weight, pick_inputs, regressor_inputs
-from seer.shapes import SEER_FIELDS, is_seer_layer
-from seer.table_views import training_frames
-from seer.training import training_inputs
+from seer.dataset.views import training_frames
+from seer.hardware.gpus import get_gpu_spec
+from seer.layers.shapes import SEER_FIELDS, is_seer_layer
+from seer.predict import predictors
+from seer.predict.features import log2_flops
+from seer.predict.predictors import NOT_RUN, path_weight, pick_inputs, regressor_inputs
+from seer.training.estimators import (CANDIDATE_SETS, OTHER_KERNEL_PATHS, AlgorithmSelector, ShapeFeatures,
+                                      WorkspaceModel, kernel_path_stage, mape, quadratic_power_law)
+from seer.training.train import training_inputs
 
 H100 = get_gpu_spec("h100")
 
@@ -245,8 +245,8 @@ def test_the_reported_path_is_the_fast_one_unless_it_is_unlikely():
 
 @pytest.mark.slow
 def test_the_pick_weight_is_chosen_by_out_of_fold_regret_and_only_lowers_scores(small_models):
-    from seer import persist
-    from seer.estimators import PICK_WEIGHTS
+    from seer.predict import persist
+    from seer.training.estimators import PICK_WEIGHTS
 
     model = persist.load(small_models / "h100")
     card = model.card["maths"]["fma"]
@@ -263,7 +263,7 @@ def test_the_pick_weight_is_chosen_by_out_of_fold_regret_and_only_lowers_scores(
 
 @pytest.mark.slow
 def test_the_pick_classifier_reads_the_same_inputs_whether_or_not_the_first_stage_skipped_work(table, small_models):
-    from seer import persist
+    from seer.predict import persist
 
     predictor = persist.load(small_models / "h100", maths=["fma"], families=["ours"]).predictors["fma"]
     shapes, _ = training_frames(table, "fma", "test1")
@@ -280,7 +280,7 @@ def test_the_pick_classifier_reads_the_same_inputs_whether_or_not_the_first_stag
 
 
 def test_an_algorithm_predicted_not_to_run_is_never_recommended(small_models):
-    from seer import persist
+    from seer.predict import persist
 
     model = persist.load(small_models / "h100")
     frame = pd.DataFrame([[32, 64, 56, 128, 28, 3, 2, 1], [8, 64, 56, 64, 56, 7, 1, 3]], columns=list(SEER_FIELDS))
@@ -293,7 +293,7 @@ def test_an_algorithm_predicted_not_to_run_is_never_recommended(small_models):
 
 
 def test_extrapolated_flags_layers_outside_the_training_ranges(small_models):
-    from seer import persist
+    from seer.predict import persist
 
     predictor = persist.load(small_models / "h100").predictors["default"]
     frame = pd.DataFrame([[16, 64, 56, 64, 56, 3, 1, 1], [512, 64, 56, 64, 56, 3, 1, 1]], columns=list(SEER_FIELDS))
@@ -302,7 +302,7 @@ def test_extrapolated_flags_layers_outside_the_training_ranges(small_models):
 
 @pytest.mark.slow
 def test_seers_model_beats_a_constant_on_held_out_layers(table):
-    from seer.seer_baseline import SeerFamily
+    from seer.training.seer_baseline import SeerFamily
 
     family = SeerFamily(H100).fit(table[(table["split"] == "train") & (table["math"] == "fma")])
     assert {"IMPLICIT_GEMM", "GEMM", "FFT", "FFT_TILING"} <= set(family.algorithms_)
@@ -318,7 +318,7 @@ def test_seers_model_beats_a_constant_on_held_out_layers(table):
 
 
 def test_relative_least_squares_recovers_a_linear_law_and_weighs_errors_relatively():
-    from seer.seer_baseline import relative_least_squares
+    from seer.training.seer_baseline import relative_least_squares
 
     x = np.array([1.0, 2.0, 4.0, 8.0, 16.0])
     design = np.column_stack([x, np.ones_like(x)])
@@ -337,9 +337,9 @@ def test_relative_least_squares_recovers_a_linear_law_and_weighs_errors_relative
 
 
 def test_train_names_its_tree_sets_as_the_estimators_do(tmp_path):
-    from seer import training
     from seer.cli import build_parser
     from seer.errors import InputError
+    from seer.training import train as training
 
     train = build_parser()._subparsers._group_actions[0].choices["train"]
     trees = next(a for a in train._actions if a.dest == "trees")
@@ -365,7 +365,7 @@ CONTRACT_CHECKS = ("check_no_attributes_set_in_init", "check_parameters_default_
 
 
 def _estimators():
-    from seer.seer_baseline import SeerAlgorithmModel, SeerFamily
+    from seer.training.seer_baseline import SeerAlgorithmModel, SeerFamily
 
     return [ShapeFeatures(H100), WorkspaceModel(H100), AlgorithmSelector(H100), SeerFamily(H100),
             SeerAlgorithmModel(gpu=H100)]

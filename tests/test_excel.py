@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from seer.excel import SEER_SHEET_COLUMNS, seer_sheets, write_excel
-from seer.gpus import get_gpu_spec
-from seer.shapes import SEER_FIELDS, layer_frame
+from seer.dataset.excel import SEER_SHEET_COLUMNS, seer_sheets, write_excel
+from seer.hardware.gpus import get_gpu_spec
+from seer.layers.shapes import SEER_FIELDS, layer_frame
 
 SPEC = get_gpu_spec("h100")
 

@@ -2,8 +2,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from seer.features import GEMM_TILES, feature_names, shape_features
-from seer.gpus import get_gpu_spec
+from seer.hardware.gpus import get_gpu_spec
+from seer.predict.features import GEMM_TILES, feature_names, shape_features
 
 H100 = get_gpu_spec("h100")
 

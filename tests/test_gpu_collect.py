@@ -9,8 +9,8 @@ import pytest
 
 from seer.algorithms import algorithm_names
 from seer.cli import main
-from seer.shapes import ConvShape
-from seer.tables import read_parts
+from seer.dataset.tables import read_parts
+from seer.layers.shapes import ConvShape
 
 pytestmark = pytest.mark.gpu
 
@@ -124,7 +124,7 @@ def test_quick_general_grid_collection_end_to_end(tmp_path):
     """Every layer kind (grouped, depthwise, 1xN, non-square, dilated, 3D) collects, checks
     against float64, times, and traces its kernels under CUPTI where cupti-python is installed."""
     from seer.gpu import tracing
-    from seer.shapes import layer_kind_flags
+    from seer.layers.shapes import layer_kind_flags
 
     code = main(["collect", "--gpu", _local_gpu(), "--grid", "quick-general", "--data-dir", str(tmp_path),
                  "--profile-shapes", "0", "--budget-ms", "3"])
@@ -150,7 +150,7 @@ def test_quick_general_grid_collection_end_to_end(tmp_path):
 def _local_gpu() -> str:
     import cupy as cp
 
-    from seer.gpus import match_device
+    from seer.hardware.gpus import match_device
 
     props = cp.cuda.runtime.getDeviceProperties(0)
     name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
@@ -163,7 +163,7 @@ def _local_gpu() -> str:
 def test_census_answers_match_what_the_timed_runs_saw(tmp_path):
     """The census asks what a timed run asks first (support, workspace): the same answers."""
     from seer.collect.store import RunStore
-    from seer.dataset import census_table
+    from seer.dataset.build import census_table
 
     gpu = _local_gpu()
     common = ["--gpu", gpu, "--grid", "quick", "--data-dir", str(tmp_path), "--limit-shapes", "8"]

@@ -5,10 +5,10 @@ layouts, and the kernels that ran are the ones the plan names."""
 import pytest
 
 from seer.algorithms import algorithm_names, classify_kernel
-from seer.kernel_plans import GEMM_TILES
-from seer.grids import quick_general_grid
+from seer.hardware.kernel_plans import GEMM_TILES
+from seer.layers.grids import quick_general_grid
+from seer.layers.shapes import ConvShape
 from seer.schema import get_math_mode
-from seer.shapes import ConvShape
 
 pytestmark = pytest.mark.gpu
 
@@ -35,9 +35,9 @@ SHAPES = [
 def test_output_matches_float64(algo, shape, layout, tracer):
     import cupy as cp
 
-    from seer import kernel_plans
     from seer.gpu import kernels
     from seer.gpu.reference import ShapeTensors
+    from seer.hardware import kernel_plans
 
     refused = kernel_plans.unsupported_reason(algo, shape, layout)
     if refused:
@@ -71,9 +71,9 @@ def test_every_tile_matches_float64(algo, tile, shape, layout):
     """Every tile benchmarks/kernel_tiles.py may time is right, not only the planned ones."""
     import cupy as cp
 
-    from seer import kernel_plans
     from seer.gpu import kernels
     from seer.gpu.reference import ShapeTensors
+    from seer.hardware import kernel_plans
 
     if kernel_plans.unsupported_reason(algo, shape, layout):
         assert layout == "nhwc" and shape.in_ch % 8

@@ -36,7 +36,7 @@ def cuda():
 
 @pytest.fixture(scope="module")
 def evidence():
-    from seer.kernel_evidence import KernelEvidence
+    from seer.networks.kernel_evidence import KernelEvidence
 
     return KernelEvidence.from_dataset(DATASET)
 
@@ -170,8 +170,8 @@ def test_apply_gives_pytorch_outputs_and_picks_per_layer(cuda):
 
 @pytest.mark.parametrize("batch,size", [(1, 40), (16, 64)])
 def test_the_guard_leaves_to_pytorch_what_the_pick_does_not_win(cuda, batch, size):
-    from seer.persist import load_model
-    from seer.shapes import ConvShape
+    from seer.layers.shapes import ConvShape
+    from seer.predict.persist import load_model
     from seer.torch.convolution import (Predicted, cudnn_heuristic_choice, extra_host_ms, keeps_pick, left_to_pytorch,
                                         swap_in)
     from seer.torch.layers import conv_calls
@@ -322,7 +322,7 @@ def test_build_on_gpu_has_weights(cuda):
 def test_apply_times_the_pass_and_weighs_every_layer_of_it(cuda):
     """Given input_shape, apply times the eval-mode model as it is (its own random input, the
     global random state untouched) and decides every layer of the pass at once."""
-    from seer.shapes import ConvShape
+    from seer.layers.shapes import ConvShape
     from seer.torch.convolution import Predicted, apply, eager_pass_times
     from seer.torch.layers import conv_calls
 

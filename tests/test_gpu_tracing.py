@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from seer.shapes import ConvShape
+from seer.layers.shapes import ConvShape
 
 pytestmark = pytest.mark.gpu
 

@@ -8,15 +8,8 @@ from pathlib import Path
 import pytest
 
 from seer.errors import EnvironmentProblem
-from seer.gpus import (
-    WARP_SIZE,
-    GPUSpec,
-    get_gpu_spec,
-    gpu_names,
-    load_gpu_specs,
-    match_device,
-    parse_gpu_specs,
-)
+from seer.hardware.gpus import (WARP_SIZE, GPUSpec, get_gpu_spec, gpu_names, load_gpu_specs, match_device,
+                                parse_gpu_specs)
 
 REQUIRED = {"v100", "titan-xp", "titan-v", "a100", "l40", "h100", "h100-pcie", "h200"}
 

@@ -1,13 +1,14 @@
 import pytest
 
 from seer.errors import InputError
-from seer import grids, layers
-from seer.grids import SEER_KERNELS, SEER_MAX_FLOPS, networks_grid, quick_grid, resolve_grids, seer_grid
-from seer.shapes import ConvShape
+from seer.layers import grids
+from seer.layers import files as layers
+from seer.layers.grids import SEER_KERNELS, SEER_MAX_FLOPS, networks_grid, quick_grid, resolve_grids, seer_grid
+from seer.layers.shapes import ConvShape
 
 
 def test_layer_file_functions_are_still_importable_from_grids():
-    # Older callers read and write layer files through seer.grids; seer.layers owns them now.
+    # Older callers read and write layer files through seer.layers.grids; seer.layers.files owns them now.
     for name in ("parse_shapes", "read_shapes_file", "format_shapes", "write_shapes_file"):
         assert getattr(grids, name) is getattr(layers, name)
 
@@ -57,7 +58,7 @@ def test_resolve_grids_reports_a_bad_layer_file_by_line(tmp_path):
 
 @pytest.mark.slow
 def test_random_grid_is_reproducible_and_leaves_out_the_other_grids():
-    from seer.grids import networks_grid, random_grid, seer_grid, test_set_ii_grid
+    from seer.layers.grids import networks_grid, random_grid, seer_grid, test_set_ii_grid
 
     shapes = random_grid(300)
     assert shapes == random_grid(300) and len(set(shapes)) == 300
@@ -68,8 +69,8 @@ def test_random_grid_is_reproducible_and_leaves_out_the_other_grids():
 
 
 def test_kinds_filter_a_grid_to_the_named_layer_kinds():
-    from seer.grids import of_kinds, parse_kinds, resolve_grids
-    from seer.shapes import layer_frame, layer_kind_flags
+    from seer.layers.grids import of_kinds, parse_kinds, resolve_grids
+    from seer.layers.shapes import layer_frame, layer_kind_flags
 
     shapes = resolve_grids("networks-general")
     general = of_kinds(shapes, parse_kinds("general"))

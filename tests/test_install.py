@@ -35,7 +35,7 @@ def test_a_wheel_installed_elsewhere_predicts_with_the_shipped_models(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SEER_MODELS_DIR")}
-    located = subprocess.run([str(python), "-c", "import seer, seer.persist as p; print(p.models_root())"],
+    located = subprocess.run([str(python), "-c", "import seer, seer.predict.persist as p; print(p.models_root())"],
                              check=True, capture_output=True, text=True, cwd=elsewhere, env=env).stdout.strip()
     assert Path(located).is_relative_to(site) and (Path(located) / "h100" / "model.json").exists()
     result = subprocess.run([str(venv / "bin" / "seer"), "predict", str(DATASET / "Test-set-II.txt"), "-o",

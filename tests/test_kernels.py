@@ -1,13 +1,13 @@
 """seer's own kernels, what is decided without a GPU: which layers they run, the tile and
-launch of each (seer/kernel_plans.py), and their place in the registry."""
+launch of each (seer/hardware/kernel_plans.py), and their place in the registry."""
 
 import numpy as np
 import pytest
 
 from seer.algorithms import algorithm_names, classify_kernel, get_algorithm, select_algorithms
-from seer import kernel_plans
-from seer.grids import quick_general_grid
-from seer.shapes import ConvShape
+from seer.hardware import kernel_plans
+from seer.layers.grids import quick_general_grid
+from seer.layers.shapes import ConvShape
 
 OWN = ("SEER_DIRECT", "SEER_IMPLICIT_GEMM", "SEER_IMPLICIT_GEMM_SPLITK")
 

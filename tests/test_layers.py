@@ -9,13 +9,13 @@ import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from seer import layers
 from seer.errors import InputError
-from seer.grids import quick_grid
-from seer.layers import (check_layers, format_layers, format_shapes, invalid_rows, iter_layer_chunks,
-                         parse_shapes, read_layers, read_shapes_file, write_layers, write_shapes_file)
-from seer.layers import frame_shapes
-from seer.shapes import LAYER_COLUMNS, MAX_FIELD, SEER_FIELDS, ConvShape, ShapeError, seer_frame
+from seer.layers import files as layers
+from seer.layers.files import (check_layers, format_layers, format_shapes, invalid_rows, iter_layer_chunks,
+                               parse_shapes, read_layers, read_shapes_file, write_layers, write_shapes_file)
+from seer.layers.files import frame_shapes
+from seer.layers.grids import quick_grid
+from seer.layers.shapes import LAYER_COLUMNS, MAX_FIELD, SEER_FIELDS, ConvShape, ShapeError, seer_frame
 
 
 def seer_rows(frame: pd.DataFrame) -> list[list[int]]:
@@ -380,7 +380,7 @@ def test_every_csv_mistake_names_file_line_and_field(text, line, field, words):
 
 
 def test_general_layers_write_as_csv_and_read_back(tmp_path):
-    from seer.grids import quick_general_grid
+    from seer.layers.grids import quick_general_grid
 
     shapes = quick_general_grid()
     path = tmp_path / "general.csv"

@@ -9,9 +9,9 @@ import pytest
 
 from conftest import DATASET
 from seer.cli import main
+from seer.collect.merge import merge_raw
 from seer.collect.store import TORN_SUFFIX, RunStore, read_jsonl
 from seer.errors import InputError
-from seer.merge import merge_raw
 
 KEY = ("shape_id", "math", "algo")
 
@@ -181,11 +181,11 @@ def test_merge_and_parse_a_dataset(capsys, tmp_path, records):
 def test_merge_into_a_profile_output_rebuilds_its_tables(capsys, tmp_path, monkeypatch):
     calls = []
 
-    def write_tables(out):  # stands in for seer.profile_network's: the merge only has to call it
+    def write_tables(out):  # stands in for seer.networks.profile_network's: the merge only has to call it
         calls.append(out)
         return types.SimpleNamespace(overall=out / "overall.csv", layers=out / "layers.csv", plots=[])
 
-    monkeypatch.setattr("seer.profile_network.write_tables", write_tables)
+    monkeypatch.setattr("seer.networks.profile_network.write_tables", write_tables)
     sources = []
     for shard in (1, 2):
         raw = tmp_path / f"shard{shard}" / "raw"

@@ -7,11 +7,10 @@ import pandas as pd
 import pytest
 
 from conftest import DATA
+from seer.collect.ncu import (kernels_from_ncu, missing_metrics, ncu_command, range_name, read_ncu_csv)
 from seer.errors import InputError
-from seer.grids import quick_grid
-from seer.metrics import (GROUP_COLUMNS, METRICS, PROFILE_GROUPS, RETIRED_GROUPS, ncu_metric_names,
-                          required_columns)
-from seer.ncu import (kernels_from_ncu, missing_metrics, ncu_command, range_name, read_ncu_csv)
+from seer.layers.grids import quick_grid
+from seer.metrics import (GROUP_COLUMNS, METRICS, PROFILE_GROUPS, RETIRED_GROUPS, ncu_metric_names, required_columns)
 
 CAPTURE = DATA / "ncu-raw-quick-h100.csv.gz"
 

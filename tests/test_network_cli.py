@@ -11,10 +11,10 @@ import pytest
 
 pytest.importorskip("torch")  # the torch extra; CI installs it
 
-from seer import persist  # noqa: E402
 from seer.cli import main  # noqa: E402
-from seer.layers import read_layers  # noqa: E402
-from seer.network_time import SEER_PICKS, TOTAL_COLUMNS, predict_network  # noqa: E402
+from seer.layers.files import read_layers  # noqa: E402
+from seer.networks.network_time import SEER_PICKS, TOTAL_COLUMNS, predict_network  # noqa: E402
+from seer.predict import persist  # noqa: E402
 from seer.schema import PREDICTION_COLUMNS  # noqa: E402
 from seer.torch import build_model, conv_calls  # noqa: E402
 

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from seer import grids
-from seer.layers import read_layers
-from seer.shapes import layer_frame, layer_kind_flags
+from seer.layers import grids
+from seer.layers.files import read_layers
+from seer.layers.shapes import layer_frame, layer_kind_flags
 
 INDEX = json.loads((grids.NETWORKS_DIR / "networks.json").read_text())
 
@@ -17,7 +17,7 @@ def test_every_table_reads_through_seers_checks_and_matches_its_index():
         assert len(frame) == entry["conv_calls"] > 0
         assert (frame["batch"] == 1).all() and frame["name"].notna().all()
         assert entry["role"] in ("train", "test")
-        assert int((frame["dims"] == 3).sum()) == entry["kinds"]["conv3d"]  # counted by seer.shapes
+        assert int((frame["dims"] == 3).sum()) == entry["kinds"]["conv3d"]  # counted by seer.layers.shapes
         flags = layer_kind_flags(frame)
         assert int(flags["depthwise"].sum()) == entry["kinds"]["depthwise"]
         assert int(flags["grouped"].sum()) == entry["kinds"]["grouped"]

@@ -1,4 +1,4 @@
-"""Tests of seer.networks: layer counts, hand-checked layers, chaining, FLOPs, torchvision."""
+"""Tests of seer.layers.known_networks: layer counts, hand-checked layers, chaining, FLOPs, torchvision."""
 
 from __future__ import annotations
 
@@ -8,17 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from seer.networks import (
-    NETWORKS,
-    TEST_SET_II_NETWORKS,
-    TRAINING_NETWORKS,
-    NetworkLayer,
-    network_layers,
-    pool_out_width,
-    skipped_layers,
-    unique_shapes,
-)
-from seer.shapes import ConvShape
+from seer.layers.known_networks import (NETWORKS, TEST_SET_II_NETWORKS, TRAINING_NETWORKS, NetworkLayer, network_layers,
+                                        pool_out_width, skipped_layers, unique_shapes)
+from seer.layers.shapes import ConvShape
 
 # name -> (square non-grouped convs, skipped convs, last layer's output width), default width.
 EXPECTED = {

@@ -5,10 +5,10 @@ import pandas as pd
 import pytest
 
 from conftest import REPO
-from seer.gpus import get_gpu_spec
-from seer.occupancy import (b_max, blocks_per_sm, occupancy_limits, occupancy_limits_array,
-                            theoretical_occupancy, waves, whole_waves)
-from seer.tables import read_parts
+from seer.dataset.tables import read_parts
+from seer.hardware.gpus import get_gpu_spec
+from seer.hardware.occupancy import (b_max, blocks_per_sm, occupancy_limits, occupancy_limits_array,
+                                     theoretical_occupancy, waves, whole_waves)
 
 H100 = get_gpu_spec("h100")
 V100 = get_gpu_spec("v100")

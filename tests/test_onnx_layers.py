@@ -1,4 +1,4 @@
-"""seer.onnx_layers: the convolutions of an ONNX model, found by shape inference, checked
+"""seer.networks.onnx_layers: the convolutions of an ONNX model, found by shape inference, checked
 against hand-worked layers and against seer.torch on the same models exported; and
 `seer network FILE.onnx`."""
 
@@ -14,11 +14,11 @@ import pandas as pd
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from seer.calls import TRANSPOSED_REASON
 from seer.cli import main
 from seer.errors import InputError
-from seer.onnx_layers import DEVICE, onnx_conv_calls
-from seer.shapes import describe
+from seer.layers.calls import TRANSPOSED_REASON
+from seer.layers.shapes import describe
+from seer.networks.onnx_layers import DEVICE, onnx_conv_calls
 
 OPSET = [helper.make_opsetid("", 17)]
 
@@ -217,7 +217,7 @@ def test_failed_shape_inference_is_one_input_error(tmp_path):
 
 
 def test_reading_onnx_needs_no_torch():
-    code = "import sys, seer.onnx_layers, seer.calls; assert 'torch' not in sys.modules"
+    code = "import sys, seer.networks.onnx_layers, seer.layers.calls; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -23,14 +23,14 @@ from seer.collect import children, orchestrate, scratch
 from seer.collect.orchestrate import (CollectOptions, Collector, check_device, no_energy_keys, trace_mismatch_keys,
                                       unstable_keys, untraced_keys)
 from seer.collect.store import TORN_SUFFIX, RunStore, profile_records, read_jsonl
-from seer.dataset import census_table, kernels_table, profile_status_table
+from seer.dataset.build import census_table, kernels_table, profile_status_table
+from seer.dataset.tables import read_parts
 from seer.errors import EnvironmentProblem
-from seer.gpus import get_gpu_spec
-from seer.grids import GridShape
+from seer.hardware.gpus import get_gpu_spec
+from seer.layers.grids import GridShape
+from seer.layers.shapes import ConvShape
 from seer.metrics import GROUP_COLUMNS
 from seer.schema import CENSUS_KEY, GROUP_KEY, RUN_KEY
-from seer.shapes import ConvShape
-from seer.tables import read_parts
 
 FAKE = [sys.executable, str(Path(__file__).with_name("fake_worker.py"))]
 H100_PROBE = {"device_name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "memory_bytes": 85520809984,
@@ -220,7 +220,7 @@ def fake_ncu(fake_worker, monkeypatch):
 
 
 def _captured_shapes():
-    from seer.grids import quick_grid
+    from seer.layers.grids import quick_grid
 
     by_id = {s.shape_id: s for s in quick_grid()}
     return [GridShape(by_id[sid], "quick") for sid in CAPTURED_SHAPES]
@@ -444,7 +444,7 @@ def test_census_asks_every_shape_once_and_resumes(tmp_path, fake_worker):
 
 @pytest.mark.slow
 def test_the_tidy_census_leaves_out_timed_shapes_and_no_stale_file(tmp_path, fake_worker):
-    from seer.dataset import build_dataset
+    from seer.dataset.build import build_dataset
 
     Collector(_census_options(tmp_path)).run()
     files = build_dataset(tmp_path / "h100", get_gpu_spec("h100"))
@@ -621,8 +621,8 @@ import json, sys
 from pathlib import Path
 from seer.collect import children, orchestrate
 from seer.collect.orchestrate import CollectOptions, Collector
-from seer.gpus import get_gpu_spec
-from seer.grids import GridShape, quick_grid
+from seer.hardware.gpus import get_gpu_spec
+from seer.layers.grids import GridShape, quick_grid
 
 spec = json.loads(sys.argv[1])
 children.worker_command = lambda: spec["worker"]
@@ -702,7 +702,7 @@ def test_traced_kernel_counts_read_both_stored_trace_formats(tmp_path):
 
 @pytest.mark.slow
 def test_a_shape_keeps_the_grid_that_first_timed_it(tmp_path, fake_worker, monkeypatch):
-    from seer.dataset import measurements_table
+    from seer.dataset.build import measurements_table
 
     Collector(_options(tmp_path)).run()
     store = RunStore(tmp_path / "h100")

@@ -8,16 +8,16 @@ import pandas as pd
 import pytest
 
 from conftest import DATASET
-from seer import persist
 from seer.algorithms import algorithm_names
 from seer.cli import main
 from seer.collect.plan import build_plan
+from seer.dataset.views import math_rows, recorded_runs, training_frames
 from seer.errors import InputError
-from seer.kernel_plans import unsupported_reason
-from seer.grids import GridShape
-from seer.predictors import BY_KERNEL_PLAN
-from seer.shapes import ConvShape, layer_frame
-from seer.table_views import math_rows, recorded_runs, training_frames
+from seer.hardware.kernel_plans import unsupported_reason
+from seer.layers.grids import GridShape
+from seer.layers.shapes import ConvShape, layer_frame
+from seer.predict import persist
+from seer.predict.predictors import BY_KERNEL_PLAN
 
 OWN, CUDNN = algorithm_names("cupy"), algorithm_names("cudnn")
 #: Layers of several kinds, one whose reduction (3 channels, 1x1) is too short to split.

@@ -14,10 +14,10 @@ import pandas as pd
 import pytest
 
 from conftest import DATASET
-from seer import persist
 from seer.cli import main
 from seer.errors import InputError
-from seer.layers import read_layers
+from seer.layers.files import read_layers
+from seer.predict import persist
 
 LAYERS = str(DATASET / "Test-set-II.txt")
 
@@ -71,8 +71,8 @@ def test_training_again_on_the_same_data_changes_no_file(small_models, small_dat
     """Every estimator is seeded and model files carry no time, so a retrain on unchanged data
     leaves the folder byte for byte as it was: the card keeps its first training date."""
     from conftest import small_selector
-    from seer import training
-    from seer.gpus import get_gpu_spec
+    from seer.hardware.gpus import get_gpu_spec
+    from seer.training import train as training
 
     target = _copy(small_models, tmp_path)
     before = {p.name: p.read_bytes() for p in target.iterdir()}

@@ -11,10 +11,11 @@ import pandas as pd
 import pytest
 
 from conftest import DATASET
-from seer import output, persist
+from seer import output
 from seer.cli import main
+from seer.layers.shapes import LAYER_COLUMNS
+from seer.predict import persist
 from seer.schema import PREDICTION_COLUMNS
-from seer.shapes import LAYER_COLUMNS
 
 LAYERS = DATASET / "Test-set-II.txt"
 N_LAYERS = int(LAYERS.read_text().split()[0])

@@ -13,9 +13,10 @@ import pytest
 from conftest import benchmark_module
 from seer.cli import main
 from seer.errors import InputError
-from seer.kernel_evidence import KernelEvidence
-from seer.profile_network import (KINDS, OVERALL_COLUMNS, PASS_KEY, WALL_COLUMNS, mape_over_sizes, parse_policies,
-                                  parse_sizes, plan_jobs, read_profile, untraced_passes, write_tables)
+from seer.networks.kernel_evidence import KernelEvidence
+from seer.networks.profile_network import (KINDS, OVERALL_COLUMNS, PASS_KEY, WALL_COLUMNS, mape_over_sizes,
+                                           parse_policies, parse_sizes, plan_jobs, read_profile, untraced_passes,
+                                           write_tables)
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 DATASET = Path(__file__).resolve().parents[1] / "data" / "h100"

@@ -5,7 +5,7 @@ import json
 import pandas as pd
 
 from seer.collect.store import RunStore
-from seer.provenance import provenance
+from seer.dataset.provenance import provenance
 from seer.schema import MATH_MODES
 
 

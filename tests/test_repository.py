@@ -21,3 +21,38 @@ def test_no_large_file_is_tracked_outside_the_data_folders():
     large = [path for path in tracked.decode().split("\0") if path and (REPO / path).is_file()
              and (REPO / path).stat().st_size > LARGEST_OUTSIDE_DATA and not path.startswith(DATA_FOLDERS)]
     assert not large, f"tracked files over {LARGEST_OUTSIDE_DATA:,} bytes outside {DATA_FOLDERS}: {large}"
+
+
+#: seer's stages in data-flow order (docs/architecture.md): each package imports only those
+#: before it and the shared top-level modules, never a later one.
+STAGES = ("layers", "hardware", "collect", "gpu", "dataset", "predict", "training", "torch", "networks", "reporting")
+#: Top-level modules every stage may use; they import no stage but layers.
+SHARED = ("errors", "progress", "output", "schema", "algorithms", "metrics")
+
+
+def _imported_units(path) -> set[str]:
+    """The stages and shared modules that a source file imports (at its top or inside a function)."""
+    import re
+
+    found = set()
+    for match in re.finditer(r"^\s*(?:from|import) seer\.(\w+)", path.read_text(), re.M):
+        found.add(match.group(1))
+    return found
+
+
+def test_the_stages_import_only_earlier_stages():
+    backwards = []
+    for position, stage in enumerate(STAGES):
+        for path in sorted((REPO / "seer" / stage).rglob("*.py")):
+            for unit in _imported_units(path) - {stage}:
+                allowed = unit in SHARED or (unit in STAGES and STAGES.index(unit) < position)
+                if not allowed:
+                    backwards.append(f"{path.relative_to(REPO)} imports seer.{unit}")
+    for name in SHARED:
+        for unit in _imported_units(REPO / "seer" / f"{name}.py"):
+            if unit in STAGES and unit != "layers":
+                backwards.append(f"seer/{name}.py imports seer.{unit}")
+    assert not backwards, backwards
+    # Every package of seer is a stage, the command line, or the shipped data.
+    packages = {p.name for p in (REPO / "seer").iterdir() if (p / "__init__.py").exists()}
+    assert packages == set(STAGES)

@@ -11,7 +11,7 @@ import pytest
 from seer.algorithms import REVISION_FIELD, current_revision, get_algorithm
 from seer.collect.orchestrate import Collector
 from seer.collect.store import RunStore, profile_records
-from seer.dataset import latest_timing_records
+from seer.dataset.build import latest_timing_records
 from seer.metrics import thread_flops
 from seer.schema import RUN_KEY
 from test_orchestrate import _options, fake_worker  # noqa: F401  (the fixture)

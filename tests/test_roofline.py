@@ -1,5 +1,5 @@
 """The hierarchical roofline on the CPU, from the committed H100 dataset and its measured
-ceilings (seer/roofline.py, `seer roofline`, `seer ceilings`)."""
+ceilings (seer/reporting/roofline.py, `seer roofline`, `seer ceilings`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from seer.cli import main
 from seer.errors import InputError
-from seer.roofline import LEVELS, POINT_COLUMNS, read_ceilings, roofline_points
+from seer.reporting.roofline import LEVELS, POINT_COLUMNS, read_ceilings, roofline_points
 
 H100 = Path(__file__).resolve().parents[1] / "data" / "h100"
 

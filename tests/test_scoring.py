@@ -6,11 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from seer import persist
 from seer.cli import main
-from seer.dataset import read_measurements
-from seer.report import write_report
-from seer.scoring import EVALUATION_COLUMNS, evaluate, regression_metrics, regrets, selection_metrics
+from seer.dataset.build import read_measurements
+from seer.predict import persist
+from seer.reporting.report import write_report
+from seer.reporting.scoring import EVALUATION_COLUMNS, evaluate, regression_metrics, regrets, selection_metrics
 
 
 def test_metrics_on_a_hand_checked_case():

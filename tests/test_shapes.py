@@ -4,9 +4,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from seer.shapes import (LAYER_COLUMNS, LAYER_FIELDS, LAYER_KIND_NAMES, ConvShape, ShapeError, conv_out_width,
-                         describe, frame_flops, invalid_layer_rows, is_seer_layer, layer_frame, layer_kind_flags,
-                         seer_frame)
+from seer.layers.shapes import (LAYER_COLUMNS, LAYER_FIELDS, LAYER_KIND_NAMES, ConvShape, ShapeError, conv_out_width,
+                                describe, frame_flops, invalid_layer_rows, is_seer_layer, layer_frame, layer_kind_flags,
+                                seer_frame)
 
 
 def test_out_width_rule_matches_frameworks():

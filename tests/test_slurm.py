@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from seer.cli import main
+from seer.collect.slurm import check_time, job_array_script, strip_slurm_options
 from seer.errors import InputError
-from seer.slurm import check_time, job_array_script, strip_slurm_options
 
 ARGV = ["collect", "--gpu", "h100", "--grid", "my layers.txt", "--data-dir", "data"]
 

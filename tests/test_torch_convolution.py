@@ -14,8 +14,8 @@ torch = pytest.importorskip("torch")
 import torch_nets  # noqa: E402
 from seer.algorithms import algorithm_names  # noqa: E402
 from seer.errors import InputError  # noqa: E402
-from seer.model import best_per_layer  # noqa: E402
-from seer.shapes import ConvShape  # noqa: E402
+from seer.layers.shapes import ConvShape  # noqa: E402
+from seer.predict.model import best_per_layer  # noqa: E402
 from seer.torch.convolution import (PYTORCH, Fixed, Predicted, SeerConv1d, SeerConv2d, SeerConv3d, apply,  # noqa: E402
                                     force, restore, seer_convolutions)
 
@@ -95,7 +95,7 @@ def test_unknown_algorithms_are_input_errors(name):
 
 def test_seers_own_kernels_can_be_forced_and_ranked():
     assert Fixed("seer_implicit_gemm", "fma").name == "SEER_IMPLICIT_GEMM"
-    from seer.persist import load_model
+    from seer.predict.persist import load_model
 
     model = load_model("h100", math="fma")
     layer = ConvShape.square(8, 64, 56, 64, 3, stride=1, padding=1)
@@ -122,7 +122,7 @@ def test_apply_predicts_every_layer_of_the_input_in_advance():
 
 
 def test_a_layer_seen_later_is_predicted_then():
-    from seer.persist import load_model
+    from seer.predict.persist import load_model
 
     choice = Predicted(load_model("h100", math="default"), "default", guard=False)
     layer = ConvShape.square(8, 64, 56, 64, 3, stride=1, padding=1)
@@ -145,7 +145,7 @@ def test_the_layout_is_read_from_input_and_weight_alike():
 
 
 def test_the_guard_keeps_pytorch_unless_the_pick_wins_by_the_margin():
-    from seer.persist import load_model
+    from seer.predict.persist import load_model
     from seer.torch.convolution import (GUARD_HOST_MS, GUARD_LAUNCH_MS, GUARD_LEGACY_HOST_MS, GUARD_MIN_GAIN,
                                         GUARD_PYTORCH_HOST_MS, extra_host_ms, keeps_pick)
 

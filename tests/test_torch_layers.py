@@ -11,10 +11,10 @@ torch = pytest.importorskip("torch")  # the torch extra; CI installs it
 
 import torch_nets  # noqa: E402
 from conftest import DATA  # noqa: E402
-from seer import networks  # noqa: E402
 from seer.errors import InputError  # noqa: E402
-from seer.layers import read_layers  # noqa: E402
-from seer.shapes import describe  # noqa: E402
+from seer.layers import known_networks as networks  # noqa: E402
+from seer.layers.files import read_layers  # noqa: E402
+from seer.layers.shapes import describe  # noqa: E402
 from seer.torch import build_model, conv_calls, parse_input_shape  # noqa: E402
 
 TORCHVISION = DATA / "torchvision"
@@ -96,7 +96,7 @@ TORCHVISION_CALLS = {"resnet18": 20, "resnet50": 53, "resnet152": 155, "vgg16": 
 @pytest.mark.parametrize("name", sorted(TORCHVISION_CALLS))
 def test_torchvision_tables_from_seer_network_match_the_counts_and_seers_own_tables(name):
     """The tables `seer network NAME --layers-out` wrote with torchvision on the device
-    (provenance.json) against the counts above and seer.networks, which was written from the papers."""
+    (provenance.json) against the counts above and seer.layers.known_networks, which was written from the papers."""
     table = read_layers(TORCHVISION / f"{name}.csv")
     assert len(table) == TORCHVISION_CALLS[name]
     square = table[(table["kernel_h"] == table["kernel_w"]) & (table["groups"] == 1)]

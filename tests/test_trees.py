@@ -7,7 +7,7 @@ import pytest
 from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
-from seer.trees import TreeEnsemble, TreeError, from_decision_tree, from_hist_gradient_boosting
+from seer.predict.trees import TreeEnsemble, TreeError, from_decision_tree, from_hist_gradient_boosting
 
 
 def _data(n=600, features=7, seed=0):

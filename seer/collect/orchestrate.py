@@ -25,8 +25,8 @@ from typing import Callable
 from rich.console import Console
 
 import seer
-from seer import ncu as ncu_mod
 from seer.algorithms import current_revision
+from seer.collect import ncu as ncu_mod
 from seer.collect import children
 from seer.collect.children import Deadline, run_child
 from seer.collect.plan import CollectOptions, build_plan, fits_in_memory, shard, without
@@ -36,9 +36,9 @@ from seer.collect.records import MAX_SPREAD, trace_totals
 from seer.collect.scratch import scratch_folder
 from seer.collect.store import RunStore, default_tag, first_grids, keys_done, latest_records
 from seer.errors import EnvironmentProblem
-from seer.gpus import GPUSpec, match_device
+from seer.hardware.gpus import GPUSpec, match_device
+from seer.layers.grids import GridShape
 from seer.progress import CollectionProgress
-from seer.grids import GridShape
 from seer.schema import CENSUS_KEY, RUN_KEY
 
 #: ``--retry`` word that re-times successful runs whose repetitions spread too widely.

@@ -16,9 +16,9 @@ from typing import Iterable, Sequence
 from seer.algorithms import ALGORITHMS
 from seer.collect.protocol import ShapeWork
 from seer.errors import InputError
-from seer.gpus import GPUSpec
-from seer.grids import GridShape
-from seer.shapes import ConvShape
+from seer.hardware.gpus import GPUSpec
+from seer.layers.grids import GridShape
+from seer.layers.shapes import ConvShape
 
 @dataclass
 class CollectOptions:

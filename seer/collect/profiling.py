@@ -17,17 +17,16 @@ from typing import TYPE_CHECKING, Callable
 
 from rich.console import Console
 
-from seer import ncu as ncu_mod
 from seer.algorithms import current_revision
+from seer.collect import ncu as ncu_mod
 from seer.collect import children
 from seer.collect.children import ChildOutcome, Deadline, run_child, tail
 from seer.collect.plan import CollectOptions, build_plan, select_evenly, shard, take_items, without
 from seer.collect.protocol import ShapeWork, event_key, write_plan
+from seer.collect.records import trace_totals
 from seer.collect.store import RunStore, profile_records, recorded_columns
 from seer.errors import EnvironmentProblem
-from seer.collect.records import trace_totals
-from seer.metrics import (DEFAULT_MATH_ONLY_GROUPS, GROUP_COLUMNS, METRIC_SETS, METRICS,
-                          ncu_metric_names)
+from seer.metrics import (DEFAULT_MATH_ONLY_GROUPS, GROUP_COLUMNS, METRIC_SETS, METRICS, ncu_metric_names)
 from seer.progress import CollectionProgress
 from seer.schema import KERNEL_INFO_COLUMNS, RUN_KEY
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
+from seer.layers.shapes import ConvShape
 from seer.schema import RUN_KEY
-from seer.shapes import ConvShape
 
 #: The field that names an event's kind, and the kinds.
 EVENT = "event"

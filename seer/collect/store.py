@@ -51,7 +51,7 @@ OPENERS = {".gz": gzip.open, ".xz": lzma.open}
 #: raw data small; ``PRESET_EXTREME`` gains a little more at several times the time.
 PACK_PRESET = 9
 #: What reading a damaged ``.gz`` or ``.xz`` raises: not what its suffix says, cut short, or a
-#: corrupt stream (``seer.dataset`` reads its compressed tables against the same list).
+#: corrupt stream (``seer.dataset.build`` reads its compressed tables against the same list).
 DAMAGED_COMPRESSED = (gzip.BadGzipFile, lzma.LZMAError, EOFError, zlib.error)
 
 log = logging.getLogger(__name__)

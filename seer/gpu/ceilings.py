@@ -10,7 +10,7 @@ every other measurement (:class:`seer.gpu.timing.BurstTimer`):
 - L1: every block re-reads its own few KiB with ``ld.global.ca`` (cached in L1).
 
 The result is the best of a few sizes per ceiling; the datasheet's figures stand beside
-it in the GPU spec (:mod:`seer.gpus`).
+it in the GPU spec (:mod:`seer.hardware.gpus`).
 """
 
 from __future__ import annotations

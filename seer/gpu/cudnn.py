@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Sequence
 
 from seer.errors import EnvironmentProblem
+from seer.layers.shapes import LAYOUTS, ConvShape
 from seer.schema import get_math_mode
-from seer.shapes import LAYOUTS, ConvShape
 
 # -- enums (cudnn_graph.h / cudnn_cnn.h, cuDNN 9) ----------------------------------------
 CUDNN_DATA_FLOAT = 0
@@ -258,7 +258,7 @@ def packed_strides(dims: Sequence[int], layout: str) -> list[int]:
 
 class TensorDescriptor(_Descriptor):
     """A packed fp32 tensor of NCHW (or NCDHW) dims, laid out as ``layout`` says
-    (:data:`seer.shapes.LAYOUTS`: ``nhwc`` is channels-last)."""
+    (:data:`seer.layers.shapes.LAYOUTS`: ``nhwc`` is channels-last)."""
 
     _create, _destroy = "cudnnCreateTensorDescriptor", "cudnnDestroyTensorDescriptor"
 
@@ -315,7 +315,7 @@ class ConvolutionProblem:
     math : str
         A math mode of :data:`seer.schema.MATH_MODES`.
     layout : str, default="nchw"
-        Memory layout of the tensors (:data:`seer.shapes.LAYOUTS`); ``y_dims`` stay NCHW.
+        Memory layout of the tensors (:data:`seer.layers.shapes.LAYOUTS`); ``y_dims`` stay NCHW.
     """
 
     def __init__(self, handle: Handle, shape: ConvShape, math: str, layout: str = "nchw") -> None:

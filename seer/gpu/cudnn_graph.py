@@ -20,8 +20,8 @@ from typing import Any
 
 from seer.errors import EnvironmentProblem
 from seer.gpu.cudnn import packed_strides
+from seer.layers.shapes import ConvShape
 from seer.schema import get_math_mode
-from seer.shapes import ConvShape
 
 _ENGINE = re.compile(r"^eng(\d+)")
 

@@ -17,7 +17,7 @@ padding, dilation and group count, fp32 NCDHW in and out, plain FP32 FMA arithme
   KTRSC), where a slice is 8 channels of one filter tap: 16-byte copies, one bounds check.
 
 Which layers each kernel takes, and with which tile and launch, is decided on the CPU by
-:mod:`seer.kernel_plans`; this module holds the CUDA source and runs the plans.
+:mod:`seer.hardware.kernel_plans`; this module holds the CUDA source and runs the plans.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Callable
 
-from seer.kernel_plans import DIRECT_CHANNELS, GEMM_TILES, TILE_ORDER, Plan, plan, tap_table
-from seer.shapes import ConvShape
+from seer.hardware.kernel_plans import DIRECT_CHANNELS, GEMM_TILES, TILE_ORDER, Plan, plan, tap_table
+from seer.layers.shapes import ConvShape
 
 _SOURCE = r"""
 // x: [N][C][D][H][W], w: [K][C/G][T][R][S], y: [N][K][OD][OH][OW]; cross-correlation.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import cupy as cp
 import numpy as np
 
-from seer.shapes import ConvShape
+from seer.layers.shapes import ConvShape
 
 SAMPLES = 4096
 
@@ -77,7 +77,7 @@ class ShapeTensors:
         Compute the float64 reference sample. Profiling skips it: its runs were checked
         when they were timed, and under ncu every extra kernel launch costs time.
     layout : {"nchw", "nhwc"}, default="nchw"
-        Memory order of ``x``, ``w`` and ``y`` (:data:`seer.shapes.LAYOUTS`); the same
+        Memory order of ``x``, ``w`` and ``y`` (:data:`seer.layers.shapes.LAYOUTS`); the same
         values in either.
     """
 

@@ -29,8 +29,8 @@ from typing import Callable
 from seer.algorithms import cudnn_algorithm_by_enum, get_algorithm, heuristic_ranks
 from seer.collect import protocol
 from seer.collect.children import die_with_parent
+from seer.collect.ncu import range_name
 from seer.collect.protocol import CENSUS_ITEM, EVENT, ShapeWork, start_event
-from seer.ncu import range_name
 from seer.schema import get_math_mode
 
 EXIT_CUDA_ERROR = 3
@@ -159,7 +159,7 @@ def _prepare_own(tensors, algo: str):
     from cupy.cuda.compiler import CompileException
 
     from seer.gpu import kernels
-    from seer.kernel_plans import unsupported_reason
+    from seer.hardware.kernel_plans import unsupported_reason
 
     reason = unsupported_reason(algo, tensors.shape, tensors.layout)
     if reason:

@@ -3,15 +3,15 @@
 :func:`conv_calls` lists every convolution a model's forward pass runs, as seer's layer
 frame, on the CPU and without weights; :func:`build_model` builds a torchvision model by
 name, or any model from ``module:function``, on PyTorch's meta device. Predict their
-times with :func:`seer.network_time.predict_network`, or ``seer network`` on the command line.
+times with :func:`seer.networks.network_time.predict_network`, or ``seer network`` on the command line.
 
 On a GPU, :func:`apply` runs seer's predicted-fastest cuDNN algorithm on every convolution
 of a model and :func:`force` one algorithm everywhere (:mod:`seer.torch.convolution`);
 ``seer profile-network`` measures the result.
 """
 
-# ConvCalls and parse_input_shape need no torch (seer.calls); exported here as before.
-from seer.calls import ConvCalls, parse_input_shape
+# ConvCalls and parse_input_shape need no torch (seer.layers.calls); exported here as before.
+from seer.layers.calls import ConvCalls, parse_input_shape
 from seer.torch.layers import build_model, conv_calls
 
 __all__ = ["ConvCalls", "apply", "build_model", "conv_calls", "force", "parse_input_shape", "restore"]

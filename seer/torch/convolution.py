@@ -41,8 +41,8 @@ from torch import nn
 
 from seer.algorithms import Algorithm, get_algorithm, select_algorithms
 from seer.errors import InputError
+from seer.layers.shapes import ConvShape, ShapeError
 from seer.schema import get_math_mode
-from seer.shapes import ConvShape, ShapeError
 from seer.torch.layers import layer_of_call
 
 #: What runs a layer where no algorithm is chosen, or the chosen one cannot run.
@@ -119,7 +119,7 @@ class Predicted(Choice):
     way, with both predicted times.
     """
 
-    model: object  # seer.model.Model
+    model: object  # seer.predict.model.Model
     math: str = "default"
     picks: dict = field(default_factory=dict)
     algorithms: str = "cudnn"
@@ -505,7 +505,7 @@ def _input_kind(x: torch.Tensor, weight: torch.Tensor) -> tuple:
 
 
 def _layout(x: torch.Tensor, weight: torch.Tensor, dims: int) -> str | None:
-    """The layout (:data:`seer.shapes.LAYOUTS`) both tensors are packed in, else None."""
+    """The layout (:data:`seer.layers.shapes.LAYOUTS`) both tensors are packed in, else None."""
     if x.is_contiguous() and weight.is_contiguous():
         return "nchw"
     channels_last = _CHANNELS_LAST.get(dims)
@@ -590,7 +590,7 @@ def _op_convolution(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
 
 
 def _op_fake(x, weight, bias, stride, padding, dilation, groups, algorithm, math):
-    from seer.shapes import conv_out_width
+    from seer.layers.shapes import conv_out_width
 
     dims = weight.dim() - 2
     spatial = [conv_out_width(x.shape[2 + i], weight.shape[2 + i], stride[i], padding[i], dilation[i])
@@ -811,7 +811,7 @@ def _refusal(algo: Algorithm | None, layer: ConvShape, layout: str) -> str | Non
     rule), else None."""
     if algo is None or algo.source != "cupy":
         return None
-    from seer.kernel_plans import unsupported_reason
+    from seer.hardware.kernel_plans import unsupported_reason
 
     return unsupported_reason(algo.name, layer, layout)
 
@@ -908,7 +908,7 @@ def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_s
     ``torch.compile(mode="reduce-overhead")``), the guard leaves out host time.
     """
     if seer_model is None:
-        from seer.persist import load_model
+        from seer.predict.persist import load_model
 
         seer_model = load_model(gpu, math=math, models_dir=models_dir)
     choice = Predicted(seer_model, math, algorithms=algorithms, guard=guard, captured=cuda_graphs)

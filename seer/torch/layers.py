@@ -14,7 +14,7 @@ is what reaches cuDNN:
 - a 1D convolution: PyTorch hands cuDNN a 2D convolution of height 1, recorded as such;
 - transposed convolutions are listed as skipped, with the reason.
 
-These rules are :func:`seer.calls.conv_fields`, which :mod:`seer.onnx_layers` follows too.
+These rules are :func:`seer.layers.calls.conv_fields`, which :mod:`seer.networks.onnx_layers` follows too.
 A model whose forward cannot run on ``meta`` (it reads tensor values) runs on the CPU
 instead, on zeros (``device="auto"``).
 """
@@ -29,9 +29,9 @@ import warnings
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack, contextmanager
 
-from seer.calls import TRANSPOSED_REASON, CallLog, ConvCalls, conv_fields
 from seer.errors import EnvironmentProblem, InputError, one_line
-from seer.shapes import ShapeError
+from seer.layers.calls import TRANSPOSED_REASON, CallLog, ConvCalls, conv_fields
+from seer.layers.shapes import ShapeError
 
 try:
     import torch

@@ -17,9 +17,9 @@ from pathlib import Path
 import pandas as pd
 
 from seer.algorithms import get_algorithm
-from seer.gpus import GPUSpec
-from seer.occupancy import b_max, whole_waves
-from seer.shapes import is_seer_layer, seer_frame
+from seer.hardware.gpus import GPUSpec
+from seer.hardware.occupancy import b_max, whole_waves
+from seer.layers.shapes import is_seer_layer, seer_frame
 
 #: SEER's column order, and seer's column each comes from; seer reports bytes, not
 #: 32-byte transactions.

@@ -13,7 +13,7 @@ kernel, median over repetitions), so host dispatch stays out:
 - each distinct convolution (layer and algorithm), on the input it got in the pass.
 
 The kernels of each distinct convolution (without bias) are traced with CUPTI and checked
-against the algorithm forced there (:mod:`seer.kernel_evidence`); under PyTorch's policies
+against the algorithm forced there (:mod:`seer.networks.kernel_evidence`); under PyTorch's policies
 they name the algorithms PyTorch may have run.
 
 Results are records in ``OUT/raw/`` (``layer_times`` and ``pass_times``, one file per
@@ -35,11 +35,11 @@ import numpy as np
 import pandas as pd
 
 from seer.algorithms import algorithm_names, get_algorithm
+from seer.collect.records import spread, steadiest
 from seer.collect.store import RunStore, default_tag
 from seer.errors import InputError
+from seer.layers.shapes import LAYER_FIELDS
 from seer.schema import get_math_mode
-from seer.collect.records import spread, steadiest
-from seer.shapes import LAYER_FIELDS
 
 #: Policies that are not a forced algorithm.
 OWN_POLICIES = ("seer", "seer-graph", "heuristic", "benchmark")
@@ -179,7 +179,7 @@ class NetworkProfiler:
 
         from seer.gpu.timing import BurstTimer
         from seer.gpu.tracing import KernelTracer, available
-        from seer.kernel_evidence import KernelEvidence
+        from seer.networks.kernel_evidence import KernelEvidence
         from seer.schema import DatasetDir
 
         if not torch.cuda.is_available():
@@ -204,7 +204,7 @@ class NetworkProfiler:
 
     def seer_model(self, math: str):
         if math not in self._models:
-            from seer.persist import load_model
+            from seer.predict.persist import load_model
 
             self._models[math] = load_model(self.options.gpu, math=math, models_dir=self.options.models_dir)
         return self._models[math]
@@ -284,7 +284,7 @@ class NetworkProfiler:
         if policy in SEER_POLICIES:
             choice = self._choices.get(policy)
             if choice is None:
-                from seer.shapes import ConvShape
+                from seer.layers.shapes import ConvShape
 
                 choice = self._choices[policy] = Predicted(self.seer_model(job.math), job.math,
                                                            captured=SEER_POLICIES[policy])

@@ -22,7 +22,7 @@ profiled runs. Per algorithm, as its MATLAB code does:
 What differs, because SEER's constants belong to the Titan Xp and its cuDNN 7 kernels:
 the grid size, which SEER computes from each variant's hard-coded tile, comes from a
 regression tree per variant (log grid size on the shape, batch included); B_max comes,
-as in SEER, from the occupancy calculator (:mod:`seer.occupancy`), applied to each
+as in SEER, from the occupancy calculator (:mod:`seer.hardware.occupancy`), applied to each
 training run's launch configuration, and is the median over the variant's runs; variants
 with fewer than ``min_variant_runs`` training runs are pooled per algorithm (cuDNN 9
 launches many more main-kernel variants per algorithm than the two or three SEER saw);
@@ -30,7 +30,7 @@ utilisation is seer's achieved FLOP rate and DRAM bandwidth over their peaks (nv
 utilisation levels are gone). Which algorithms run on a shape is decided by the same
 support decisions as seer's own model, so the two compare on time alone.
 
-Fitting ends in :mod:`seer.predictors` (``predictor_``), which holds SEER's prediction
+Fitting ends in :mod:`seer.predict.predictors` (``predictor_``), which holds SEER's prediction
 steps and is what a model file stores.
 """
 
@@ -45,12 +45,13 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 from sklearn.utils.validation import check_is_fitted
 
-from seer.gpus import GPUSpec
-from seer import occupancy
-from seer.predictors import (COMPUTE, FFT_ALGOS, MEMORY, UNDER, WINOGRAD_ALGOS, SeerAlgorithmPredictor,
-                             SeerFamilyPredictor, SeerVariantPredictor, TreeClassifier, TreeRegressor, dram_features,
-                             fft_bucket, fft_design, grid_features, shape_block, time_design, variant_features)
-from seer.trees import from_decision_tree
+from seer.hardware import occupancy
+from seer.hardware.gpus import GPUSpec
+from seer.predict.predictors import (COMPUTE, FFT_ALGOS, MEMORY, UNDER, WINOGRAD_ALGOS, SeerAlgorithmPredictor,
+                                     SeerFamilyPredictor, SeerVariantPredictor, TreeClassifier, TreeRegressor,
+                                     dram_features, fft_bucket, fft_design, grid_features, shape_block, time_design,
+                                     variant_features)
+from seer.predict.trees import from_decision_tree
 
 #: Profile columns the fit needs besides the shape and the time.
 PROFILE_COLUMNS = ("variant", "grid_blocks", "block_threads", "registers", "shared_mem_bytes", "flops",
@@ -116,7 +117,7 @@ class SeerAlgorithmModel(BaseEstimator):
             self.predictor_ = SeerAlgorithmPredictor(self.algo, fft_coefficients=self._fit_fft(X, y))
             return self
         if not isinstance(self.gpu, GPUSpec):
-            raise ValueError(f"gpu must be a seer.gpus.GPUSpec, got {self.gpu!r}")
+            raise ValueError(f"gpu must be a seer.hardware.gpus.GPUSpec, got {self.gpu!r}")
         variants = X["variant"].astype(str).to_numpy()
         counts = pd.Series(variants).value_counts()
         keep = set(counts[counts >= self.min_variant_runs].index)
@@ -223,6 +224,6 @@ class SeerFamily(BaseEstimator):
 
     def predict_times(self, X: pd.DataFrame, algorithms) -> np.ndarray:
         """Times (ms) per shape for ``algorithms`` in that order (see
-        :meth:`seer.predictors.SeerFamilyPredictor.predict_times`)."""
+        :meth:`seer.predict.predictors.SeerFamilyPredictor.predict_times`)."""
         check_is_fitted(self, "predictor_")
         return self.predictor_.predict_times(X, algorithms)

@@ -21,16 +21,16 @@ layers N, then N lines of eight integers::
 
 separated by ASCII blanks (spaces, tabs). Blank lines and ``#`` comments are allowed
 anywhere. A field is ASCII digits only (no sign, underscore, exponent or other script's
-digits), at most :data:`seer.shapes.MAX_FIELD`; padding may be 0, every other field is at
+digits), at most :data:`seer.layers.shapes.MAX_FIELD`; padding may be 0, every other field is at
 least 1; the filter fits the padded input and ``out_width`` follows from the others
-(:func:`seer.shapes.conv_out_width`). Every mistake is an :class:`~seer.errors.InputError`
+(:func:`seer.layers.shapes.conv_out_width`). Every mistake is an :class:`~seer.errors.InputError`
 that reads ``file:line: field: message``.
 
-Both readers return :func:`seer.shapes.layer_frame` frames. For SEER's format, two paths
+Both readers return :func:`seer.layers.shapes.layer_frame` frames. For SEER's format, two paths
 check a layer line, and they agree (the tests fuzz them against each other):
 a vectorised one (:func:`_fast_values`, :func:`invalid_rows`) that checks a whole chunk
 of lines with numpy, and :func:`_check_line`, which builds a :class:`ConvShape` and so
-words every message exactly as :mod:`seer.shapes` does. The second runs only once a chunk
+words every message exactly as :mod:`seer.layers.shapes` does. The second runs only once a chunk
 is known to hold a mistake, to find and explain the first one.
 """
 
@@ -48,9 +48,9 @@ import numpy as np
 import pandas as pd
 
 from seer.errors import InputError
-from seer.shapes import (LAYER_COLUMNS, LAYER_DEFAULTS, LAYER_FIELDS, MAX_FIELD, OUTPUT_FIELDS, SEER_FIELDS,
-                         ConvShape, ShapeError, check_layer_frame, conv_out_width, invalid_layer_rows, is_seer_layer,
-                         layer_frame, row_error, seer_frame)
+from seer.layers.shapes import (LAYER_COLUMNS, LAYER_DEFAULTS, LAYER_FIELDS, MAX_FIELD, OUTPUT_FIELDS, SEER_FIELDS,
+                                ConvShape, ShapeError, check_layer_frame, conv_out_width, invalid_layer_rows,
+                                is_seer_layer, layer_frame, row_error, seer_frame)
 
 #: Layers per chunk when a whole file is read: enough to amortise numpy's per-call cost,
 #: small enough that a chunk's text and arrays stay a few megabytes.
@@ -84,7 +84,7 @@ _LOW = np.array([0 if name == "padding" else 1 for name in SEER_FIELDS], dtype=n
 
 # -- reading ------------------------------------------------------------------------------
 def read_layers(source: LayerSource, *, name: str | None = None) -> pd.DataFrame:
-    """All layers of a file as a layer frame (:data:`~seer.shapes.LAYER_COLUMNS`, int64, and
+    """All layers of a file as a layer frame (:data:`~seer.layers.shapes.LAYER_COLUMNS`, int64, and
     ``name`` where a CSV gives it), one row per layer, in file order.
 
     ``source`` is a path, ``"-"`` for standard input, or an open text stream; ``name``

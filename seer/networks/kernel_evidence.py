@@ -21,8 +21,8 @@ from pathlib import Path
 import pandas as pd
 
 from seer.algorithms import canonical_kernel_name, classify_kernel
+from seer.dataset.tables import read_parts
 from seer.schema import DatasetDir
-from seer.tables import read_parts
 
 #: Verdicts of :meth:`KernelEvidence.verify`, in the ``verified`` column of profiles.
 VERDICTS = {

@@ -1,4 +1,4 @@
-"""The evaluation report: a markdown file and its plots, from :func:`seer.scoring.evaluate`'s frames."""
+"""The evaluation report: a markdown file and its plots, from :func:`seer.reporting.scoring.evaluate`'s frames."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from seer.model import Model
+from seer.predict.model import Model
+from seer.reporting.scoring import CUDNN, NEAR_BEST, WITH_OWN
 from seer.schema import MATH_MODE_NAMES, SPLITS, TEST_SPLITS
-from seer.scoring import CUDNN, NEAR_BEST, WITH_OWN
 
 
 def _markdown(frame: pd.DataFrame, floatfmt: str = ".1f") -> str:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from seer.model import Model, best_per_layer
-from seer.shapes import LAYER_COLUMNS
+from seer.layers.shapes import LAYER_COLUMNS
+from seer.predict.model import Model, best_per_layer
 
 #: Policy name of seer's own picks in :attr:`NetworkPrediction.totals`.
 SEER_PICKS = "seer"
@@ -32,11 +32,11 @@ class NetworkPrediction:
     Attributes
     ----------
     predictions : pandas.DataFrame
-        :meth:`seer.model.Model.predict`'s tidy frame (one row per (layer, algorithm
+        :meth:`seer.predict.model.Model.predict`'s tidy frame (one row per (layer, algorithm
         predicted to run), rank 1 the pick) with ``name`` and ``calls`` in front.
     picks : pandas.DataFrame
         One row per layer: ``name``, ``calls``, the layer columns, the pick, its time and
-        the runner-up (:func:`seer.model.best_per_layer`), and ``total_ms`` = calls x the
+        the runner-up (:func:`seer.predict.model.best_per_layer`), and ``total_ms`` = calls x the
         pick's time.
     totals : pandas.DataFrame
         One row per policy (:data:`TOTAL_COLUMNS`): seer's picks first, then each
@@ -53,7 +53,7 @@ class NetworkPrediction:
 def predict_network(model: Model, layers: pd.DataFrame, math: str = "default",
                     algorithms: Sequence[str] | None = None, objective: str = "time") -> NetworkPrediction:
     """Predict every layer of ``layers`` (a layer frame with ``calls``, and ``name`` if known),
-    ranking ``algorithms`` (None: all) by ``objective`` (see :meth:`seer.model.Model.predict`)."""
+    ranking ``algorithms`` (None: all) by ``objective`` (see :meth:`seer.predict.model.Model.predict`)."""
     calls = layers["calls"].to_numpy(dtype=np.int64) if "calls" in layers else np.ones(len(layers), dtype=np.int64)
     names = layers["name"].astype(str).to_numpy() if "name" in layers else np.arange(1, len(layers) + 1).astype(str)
     predictions = model.predict(layers, math, algorithms, objective)

@@ -15,13 +15,13 @@ census) and writes:
     algorithm) with cuDNN's answer before anything runs: supported or not, the workspace
     it asks for, and the heuristic's rank.
 
-Each table is a folder of Parquet files, one per grid (:mod:`seer.tables`).
+Each table is a folder of Parquet files, one per grid (:mod:`seer.dataset.tables`).
 ``train.xlsx``, ``test.xlsx``
-    SEER's layout (:mod:`seer.excel`).
+    SEER's layout (:mod:`seer.dataset.excel`).
 ``Test-set-II.txt``, ``Test-set-II-times.csv``
     The held-out network layers in SEER's format and their measured times.
 ``provenance.json``
-    GPU, driver, CUDA, cuDNN, ncu, commands, dates and counts (:mod:`seer.provenance`).
+    GPU, driver, CUDA, cuDNN, ncu, commands, dates and counts (:mod:`seer.dataset.provenance`).
 
 Every derived file depends on the raw records alone (a table part is written only when its
 rows change, Excel files carry no dates), so a rebuilt dataset shows no change in git. The tables are read
@@ -47,22 +47,22 @@ from seer.algorithms import (ALGORITHMS, algorithm_names, canonical_kernel_name,
 from seer.collect.records import stored_trace
 from seer.collect.store import (DAMAGED_COMPRESSED, RunStore, first_grids, grouped_records, latest_records,
                                 profile_records, recorded_columns)
+from seer.dataset.excel import seer_sheets, write_excel
+from seer.dataset.provenance import provenance
+from seer.dataset.tables import read_parts, write_parts
 from seer.errors import InputError
-from seer.excel import seer_sheets, write_excel
-from seer.gpus import GPUSpec
-from seer.layers import write_layers
+from seer.hardware.gpus import GPUSpec
+from seer.hardware.occupancy import blocks_per_sm, waves
+from seer.layers.files import write_layers
+from seer.layers.shapes import LAYER_COLUMNS, LAYER_FIELDS, SEER_FIELDS, frame_flops, layer_frame
 from seer.metrics import GROUP_COLUMNS, METRIC_SETS, METRICS, columns_with_rollup, required_columns, thread_flops
-from seer.occupancy import blocks_per_sm, waves
-from seer.provenance import provenance
 from seer.schema import (CENSUS_COLUMNS, CENSUS_KEY, KERNEL_COLUMNS, KERNEL_INFO_COLUMNS, KERNEL_KEY, MATH_MODE_NAMES,
                          MATH_MODES, MEASUREMENT_COLUMNS, MEASUREMENT_TEXT_COLUMNS, RUN_KEY, STATUSES, TRACE_FIELDS,
                          TRACED_KERNEL_COLUMNS, DatasetDir)
-from seer.shapes import LAYER_COLUMNS, LAYER_FIELDS, SEER_FIELDS, frame_flops, layer_frame
-from seer.tables import read_parts, write_parts
 
 TEST_FRACTION = 0.3
 TEST_SET_II_GRID = "test-set-ii"
-#: The held-out networks' layers of every kind (:func:`seer.grids.test_set_ii_general_grid`).
+#: The held-out networks' layers of every kind (:func:`seer.layers.grids.test_set_ii_general_grid`).
 TEST_SET_II_GENERAL_GRID = "test-set-ii-general"
 #: Grids whose shapes form Test-set-II.
 TEST_SET_II_GRIDS = (TEST_SET_II_GRID, TEST_SET_II_GENERAL_GRID)
@@ -71,7 +71,7 @@ _OLD_SHAPE_FIELDS = (*SEER_FIELDS, "in_depth", "kernel_depth", "out_depth")
 
 
 def with_layer_columns(records: pd.DataFrame) -> pd.DataFrame:
-    """Records with seer's layer columns (:data:`~seer.shapes.LAYER_COLUMNS`), int64.
+    """Records with seer's layer columns (:data:`~seer.layers.shapes.LAYER_COLUMNS`), int64.
 
     Records written before seer 0.3 carry SEER's eight fields instead (all 2D and square);
     both kinds may be mixed in one store.
@@ -439,7 +439,8 @@ def build_dataset(dataset_dir: str | Path, spec: GPUSpec, seed: int = 0, pack: b
     ``pack`` first merges the raw records into one compressed file per kind.
     """
     if not isinstance(spec, GPUSpec):
-        raise TypeError(f"spec must be a seer.gpus.GPUSpec (seer.gpus.get_gpu_spec(name)), got {spec!r}")
+        raise TypeError(f"spec must be a seer.hardware.gpus.GPUSpec (seer.hardware.gpus.get_gpu_spec(name)), "
+                        f"got {spec!r}")
     dataset_dir = Path(dataset_dir)
     store = RunStore(dataset_dir)
     if pack:
@@ -572,7 +573,7 @@ def _read_table(path: str | Path, columns: list[str], text: Iterable[str], check
     """``columns`` of a table, text columns as text and every other one numeric, each part
     passed to ``check(frame, locate)``.
 
-    A folder holds Parquet parts (:mod:`seer.tables`), each checked before they are joined.
+    A folder holds Parquet parts (:mod:`seer.dataset.tables`), each checked before they are joined.
     A CSV file's header is read first, so that a missing column is reported as such
     (line 1); then only the needed columns are parsed. Data row ``i`` (0-based) is line
     ``i + 2``.

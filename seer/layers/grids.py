@@ -26,13 +26,13 @@ Named grids:
     The convolution layers of ResNet-50/152, VGG-16, DenseNet-121, AlexNet and GoogLeNet
     at several batch sizes (the training networks).
 ``test-set-ii``
-    Layers of other networks (see :data:`seer.networks.TEST_SET_II_NETWORKS`) that are not
+    Layers of other networks (see :data:`seer.layers.known_networks.TEST_SET_II_NETWORKS`) that are not
     in the two grids above: the held-out Test-set-II.
 ``quick``
     Twenty small shapes for tests and smoke runs.
 
 Any other grid name is read as a layer file in SEER's Test-set-II format (see
-:mod:`seer.layers`, which reads and writes that format; its ConvShape-list functions are
+:mod:`seer.layers.files`, which reads and writes that format; its ConvShape-list functions are
 imported here for older callers).
 """
 
@@ -51,8 +51,8 @@ if TYPE_CHECKING:  # annotations only: grids need no pandas to draw
 
 from seer.errors import InputError
 # Imported back for callers that read and write layer files through this module.
-from seer.layers import format_shapes, parse_shapes, read_shapes_file, write_shapes_file  # noqa: F401
-from seer.shapes import FP32_BYTES, ConvShape, ShapeError, conv_out_width, direct_macs, tensor_elements
+from seer.layers.files import format_shapes, parse_shapes, read_shapes_file, write_shapes_file  # noqa: F401
+from seer.layers.shapes import FP32_BYTES, ConvShape, ShapeError, conv_out_width, direct_macs, tensor_elements
 
 
 @dataclass(frozen=True)
@@ -239,7 +239,7 @@ def quick_grid() -> list[ConvShape]:
 def networks_grid(batches: Sequence[int] = NETWORK_BATCHES,
                   names: Sequence[str] | None = None) -> list[ConvShape]:
     """Unique conv-layer shapes of networks (default: the training networks) at these batches."""
-    from seer import networks
+    from seer.layers import known_networks as networks
 
     names = networks.TRAINING_NETWORKS if names is None else names
     layers = [layer for batch in batches for name in names
@@ -249,7 +249,7 @@ def networks_grid(batches: Sequence[int] = NETWORK_BATCHES,
 
 def test_set_ii_grid(batches: Sequence[int] = NETWORK_BATCHES) -> list[ConvShape]:
     """Unique layer shapes of the Test-set-II networks that no training grid contains."""
-    from seer.networks import TEST_SET_II_NETWORKS
+    from seer.layers.known_networks import TEST_SET_II_NETWORKS
 
     training = set(seer_grid()) | set(networks_grid(batches))
     return [s for s in networks_grid(batches, TEST_SET_II_NETWORKS) if s not in training]
@@ -269,7 +269,7 @@ GENERAL_KIND_WEIGHTS = {"plain": 0.5, "depthwise": 0.3, "grouped": 0.2}
 ASPECT_RATIOS = (4 / 3, 3 / 2, 16 / 9, 2.0, 3.0, 4.0, 8.0)
 #: Non-square kernels: factorised (Inception, separable) and a few odd ones.
 FACTORISED_KERNELS = ((1, 3), (3, 1), (1, 5), (5, 1), (1, 7), (7, 1), (3, 5), (5, 3), (1, 2), (2, 2))
-NETWORKS_DIR = Path(__file__).parent / "data" / "networks"
+NETWORKS_DIR = Path(__file__).resolve().parents[1] / "data" / "networks"
 #: Batch sizes of the general networks grids, 2D and 3D.
 GENERAL_NETWORK_BATCHES = (1, 8, 32)
 NETWORK_BATCHES_3D = (1, 4)
@@ -407,7 +407,7 @@ def network_tables(role: str | None = None) -> dict[str, pd.DataFrame]:
     ``role``: ``train`` or ``test`` (held out), None for all. See ``networks.json`` there."""
     import json
 
-    from seer.layers import read_layers
+    from seer.layers.files import read_layers
 
     index = json.loads((NETWORKS_DIR / "networks.json").read_text())
     return {entry["file"].removesuffix(".csv"): read_layers(NETWORKS_DIR / entry["file"])
@@ -415,7 +415,7 @@ def network_tables(role: str | None = None) -> dict[str, pd.DataFrame]:
 
 
 def _network_layers(role: str) -> list[ConvShape]:
-    from seer.layers import frame_shapes
+    from seer.layers.files import frame_shapes
 
     shapes: dict[ConvShape, None] = {}
     for frame in network_tables(role).values():
@@ -488,9 +488,9 @@ GENERAL_KINDS = "general"
 
 
 def parse_kinds(text: str) -> tuple[str, ...]:
-    """Layer kind names from ``--kinds`` (comma-separated :data:`seer.shapes.LAYER_KIND_NAMES`,
+    """Layer kind names from ``--kinds`` (comma-separated :data:`seer.layers.shapes.LAYER_KIND_NAMES`,
     or ``general`` for all but square)."""
-    from seer.shapes import LAYER_KIND_NAMES
+    from seer.layers.shapes import LAYER_KIND_NAMES
 
     kinds: list[str] = []
     for name in (n.strip() for n in text.split(",") if n.strip()):
@@ -505,8 +505,8 @@ def parse_kinds(text: str) -> tuple[str, ...]:
 
 
 def of_kinds(shapes: Sequence[GridShape], kinds: Sequence[str]) -> list[GridShape]:
-    """The shapes of any of these layer kinds (:data:`seer.shapes.LAYER_KINDS`), in order."""
-    from seer.shapes import layer_frame, layer_kind_flags
+    """The shapes of any of these layer kinds (:data:`seer.layers.shapes.LAYER_KINDS`), in order."""
+    from seer.layers.shapes import layer_frame, layer_kind_flags
 
     if not shapes:
         return []

@@ -3,7 +3,7 @@
 The file is parsed (protobuf only: nothing in it runs, and weights kept in external files
 are not read), model-local functions are inlined, and ONNX shape inference gives the
 shape of every tensor. Each ``Conv`` node of the main graph is one call of the layer cuDNN
-gets, by the rules the PyTorch path follows too (:func:`seer.calls.conv_fields`), so that
+gets, by the rules the PyTorch path follows too (:func:`seer.layers.calls.conv_fields`), so that
 a model and its export give the same layers:
 
 - ``auto_pad`` ``SAME_UPPER``/``SAME_LOWER`` and explicit ``pads`` that differ between the
@@ -27,9 +27,9 @@ import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from seer.calls import TRANSPOSED_REASON, CallLog, ConvCalls, conv_fields
 from seer.errors import EnvironmentProblem, InputError, one_line
-from seer.shapes import ConvShape, ShapeError
+from seer.layers.calls import TRANSPOSED_REASON, CallLog, ConvCalls, conv_fields
+from seer.layers.shapes import ConvShape, ShapeError
 
 try:
     import onnx
@@ -39,7 +39,7 @@ try:
 except ImportError as exc:  # pragma: no cover - the onnx extra is installed in CI
     raise EnvironmentProblem("reading ONNX models needs the onnx package: pip install 'seer[onnx]'") from exc
 
-#: The value of :attr:`seer.calls.ConvCalls.device` for layers found by shape inference.
+#: The value of :attr:`seer.layers.calls.ConvCalls.device` for layers found by shape inference.
 DEVICE = "onnx"
 
 _STANDARD_DOMAINS = ("", "ai.onnx")

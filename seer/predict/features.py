@@ -1,6 +1,6 @@
 """Shape-only features: what a model may know about a layer before it has ever run.
 
-Everything here is computed from a layer's fields (:data:`seer.shapes.LAYER_COLUMNS`) and a
+Everything here is computed from a layer's fields (:data:`seer.layers.shapes.LAYER_COLUMNS`) and a
 GPU spec, so prediction needs no GPU and no profile. The features follow how the
 algorithms work:
 
@@ -8,7 +8,7 @@ algorithms work:
   group, the implicit-GEMM problem of one group (M = N*P*Q, N = K/G, K = (C/G)*R*S), the
   explicit GEMM's im2col buffer;
 - a roofline: the time floors FLOPs / peak and bytes / bandwidth, for FP32 and TF32, and
-  their sum (``log2_roofline_floor_s``), the scale that :class:`~seer.estimators.AlgorithmSelector`
+  their sum (``log2_roofline_floor_s``), the scale that :class:`~seer.training.estimators.AlgorithmSelector`
   measures every time against;
 - waves: for the tile sizes cuDNN's GEMM kernels use, how many thread blocks the grid has
   and how full the last wave is (SEER's iterations and epsilon);
@@ -24,9 +24,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from seer.gpus import GPUSpec
-from seer.shapes import (AXES, FP32_BYTES, LAYER_COLUMNS, direct_macs, frame_flops, frame_volumes, layer_frame,
-                          tensor_elements)
+from seer.hardware.gpus import GPUSpec
+from seer.layers.shapes import (AXES, FP32_BYTES, LAYER_COLUMNS, direct_macs, frame_flops, frame_volumes, layer_frame,
+                                tensor_elements)
 
 #: (rows, columns) tiles of the output matrix that cuDNN's implicit-GEMM kernels use.
 GEMM_TILES = ((32, 32), (64, 64), (128, 64), (128, 128), (256, 64))
@@ -41,7 +41,7 @@ def _log2(x) -> np.ndarray:
 
 
 def shape_features(layers: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:
-    """Feature frame (one row per layer) from a layer frame (:func:`seer.shapes.layer_frame`)."""
+    """Feature frame (one row per layer) from a layer frame (:func:`seer.layers.shapes.layer_frame`)."""
     f = layer_frame(layers)
     col = {name: f[name].to_numpy(dtype=float) for name in LAYER_COLUMNS}
     out = {}
@@ -151,7 +151,7 @@ def _fft_seconds(points, transforms_per_image, n, c, k, g, spec: GPUSpec) -> np.
 
 
 def log2_flops(shapes: pd.DataFrame) -> np.ndarray:
-    """log2 of the analytic FLOPs per shape (:func:`seer.shapes.frame_flops`)."""
+    """log2 of the analytic FLOPs per shape (:func:`seer.layers.shapes.frame_flops`)."""
     return np.log2(frame_flops(shapes))
 
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from seer.gpus import get_gpu_spec
-from seer.shapes import LAYOUTS, ConvShape, frame_volumes, tensor_elements
+from seer.hardware.gpus import get_gpu_spec
+from seer.layers.shapes import LAYOUTS, ConvShape, frame_volumes, tensor_elements
 
 #: Largest element count of any tensor: the kernels index within a tensor in 32 bits.
 MAX_ELEMENTS = 2**31 - 1
@@ -126,7 +126,7 @@ def unsupported_reason(algo: str, shape: ConvShape, layout: str = "nchw") -> str
 
 
 def runs_layers(algo: str, layers: pd.DataFrame) -> np.ndarray:
-    """Whether ``algo`` runs each layer of a layer frame (:func:`seer.shapes.layer_frame`):
+    """Whether ``algo`` runs each layer of a layer frame (:func:`seer.layers.shapes.layer_frame`):
     :func:`unsupported_reason`'s rules, over the whole frame at once."""
     vol = frame_volumes(layers)
     columns = (layers[c].to_numpy(dtype=float) for c in ("batch", "in_ch", "out_ch", "groups"))

@@ -5,7 +5,7 @@ kernel of every measured run, how many blocks of it one SM can hold under each r
 (``launch__occupancy_limit_blocks`` / ``_warps`` / ``_registers`` / ``_shared_mem``);
 SEER's waves feature divides the grid by the blocks the whole GPU can hold. The functions
 here compute the same numbers from a kernel's launch configuration and a
-:class:`~seer.gpus.GPUSpec`, so that they can be predicted for a GPU the kernel never ran
+:class:`~seer.hardware.gpus.GPUSpec`, so that they can be predicted for a GPU the kernel never ran
 on, and checked against what ncu measured. The dataset stage derives its
 ``blocks_per_sm``, ``waves`` and SEER's ``B_max`` and whole waves with
 :func:`blocks_per_sm`, :func:`b_max`, :func:`waves` and :func:`whole_waves`, so that each
@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from seer.gpus import WARP_SIZE, GPUSpec
+from seer.hardware.gpus import WARP_SIZE, GPUSpec
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -313,7 +313,7 @@ def occupancy_limits(spec: GPUSpec, threads_per_block: int, registers_per_thread
 
     Examples
     --------
-    >>> from seer.gpus import get_gpu_spec
+    >>> from seer.hardware.gpus import get_gpu_spec
     >>> occupancy_limits(get_gpu_spec("h100"), 256, 128, 48 * 1024)
     OccupancyLimits(blocks=32, warps=8, registers=2, shared_mem=2)
     """

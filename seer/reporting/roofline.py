@@ -22,9 +22,9 @@ import pandas as pd
 
 from seer.algorithms import get_algorithm
 from seer.errors import InputError
-from seer.gpus import GPUSpec
+from seer.hardware.gpus import GPUSpec
+from seer.layers.shapes import LAYER_COLUMNS
 from seer.schema import MEASUREMENT_COLUMNS, DatasetDir
-from seer.shapes import LAYER_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def write_roofline(dataset_dir: Path, spec: GPUSpec, out_dir: Path, algos: Seque
                    shape_ids: set[str] | None = None) -> list[Path]:
     """``out_dir/roofline.csv`` and one plot per math mode, of the dataset's profiled runs of
     these algorithms and math modes (and layers, by shape_id); the files written."""
-    from seer.dataset import read_measurements
+    from seer.dataset.build import read_measurements
     from seer.output import AtomicOutput
 
     ceilings = read_ceilings(dataset_dir)

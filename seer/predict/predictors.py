@@ -1,8 +1,8 @@
 """Fitted models as seer predicts with them: numpy, numba and plain data, no scikit-learn.
 
-Training (:mod:`seer.estimators`, :mod:`seer.seer_baseline`) fits scikit-learn estimators
+Training (:mod:`seer.training.estimators`, :mod:`seer.training.seer_baseline`) fits scikit-learn estimators
 and converts what it learned into the classes here; model files store these classes'
-state (:mod:`seer.persist`) and loading builds them back, so prediction neither imports
+state (:mod:`seer.predict.persist`) and loading builds them back, so prediction neither imports
 nor depends on the library that trained the model.
 
 Parts (each predicts from a feature matrix):
@@ -29,18 +29,18 @@ import numpy as np
 import pandas as pd
 
 from seer.algorithms import algorithm_names
-from seer.features import feature_names, log2_flops, shape_features
-from seer.gpus import GPUSpec, spec_from_fields
-from seer.kernel_plans import runs_layers
-from seer.shapes import LAYER_COLUMNS, is_seer_layer, layer_frame
-from seer.trees import TreeEnsemble, TreeError
+from seer.hardware.gpus import GPUSpec, spec_from_fields
+from seer.hardware.kernel_plans import runs_layers
+from seer.layers.shapes import LAYER_COLUMNS, is_seer_layer, layer_frame
+from seer.predict.features import feature_names, log2_flops, shape_features
+from seer.predict.trees import TreeEnsemble, TreeError
 
 #: Support decisions that need no classifier: the algorithm ran on every or no training shape.
 ALWAYS, NEVER = "always", "never"
 #: The support of an algorithm that the first stage decides.
 BY_FIRST_STAGE = "workspace model"
 #: The support of seer's own kernels: their launch plan decides, exactly, from the shape
-#: (:func:`seer.kernel_plans.unsupported_reason`).
+#: (:func:`seer.hardware.kernel_plans.unsupported_reason`).
 BY_KERNEL_PLAN = "kernel plan"
 #: The algorithms that have such a plan: seer's own kernels.
 KERNEL_PLAN_ALGORITHMS = tuple(algorithm_names("cupy"))
@@ -96,7 +96,7 @@ class Part:
         Part.registry[cls.__name__] = cls
 
     def state(self) -> dict:
-        """The fields as plain data: an ensemble as its arrays (:mod:`seer.trees`) and
+        """The fields as plain data: an ensemble as its arrays (:mod:`seer.predict.trees`) and
         ``n_features``, a GPU spec as its fields; everything else as it is."""
         out = {}
         for f in fields(self):
@@ -704,8 +704,8 @@ def fft_bucket(width: np.ndarray) -> np.ndarray:
 
 
 def time_design(label: int, whole_waves, b_max, blocks, flop_blk, read_blk, write_blk) -> np.ndarray:
-    """SEER's time formula's terms for each class of run (see :mod:`seer.seer_baseline`);
-    ``whole_waves`` is ``ceil(blocks / b_max)`` (:func:`seer.occupancy.whole_waves`)."""
+    """SEER's time formula's terms for each class of run (see :mod:`seer.training.seer_baseline`);
+    ``whole_waves`` is ``ceil(blocks / b_max)`` (:func:`seer.hardware.occupancy.whole_waves`)."""
     if label == COMPUTE:
         return np.column_stack([whole_waves * b_max * flop_blk, whole_waves])
     if label == MEMORY:

@@ -2,8 +2,8 @@
 
 This module serves the collection stage (``seer collect --gpu NAME``: is the detected
 device the one the user named?), the dataset stage (occupancy, waves and roofline
-utilisations need the SM count, per-SM limits and peak rates; see :mod:`seer.occupancy`
-and :mod:`seer.dataset`) and, later, cross-GPU prediction, where these numbers become
+utilisations need the SM count, per-SM limits and peak rates; see :mod:`seer.hardware.occupancy`
+and :mod:`seer.dataset.build`) and, later, cross-GPU prediction, where these numbers become
 features. A GPU is described by data, not constants in code: adding one means adding a
 table to ``seer/data/gpus.toml``, which :func:`load_gpu_specs` reads and checks.
 """

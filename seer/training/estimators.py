@@ -23,7 +23,7 @@ Two stages, both scikit-learn estimators that take shapes (SEER's eight columns)
 The regressors learn the time's ratio to a physical baseline (the algorithm's fixed cost
 plus the roofline floor), so that trees, which cannot extrapolate, do so at the efficiency
 reached on the largest layers. Fitting ends by converting what was learned into
-:mod:`seer.predictors` (``predictor_``): prediction, here and from a model file, runs
+:mod:`seer.predict.predictors` (``predictor_``): prediction, here and from a model file, runs
 there, on seer's own arrays.
 """
 
@@ -42,15 +42,15 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import PolynomialFeatures, StandardScaler
 from sklearn.utils.validation import check_is_fitted
 
-from seer.features import feature_names, log2_flops, shape_features
-from seer.gpus import GPUSpec
-from seer.predictors import (ALL_RUNS, ALWAYS, BASELINES, BY_FIRST_STAGE, BY_KERNEL_PLAN, KERNEL_PLAN_ALGORITHMS, NEVER,
-                             WITH_WORKSPACE, WITHOUT_WORKSPACE,
-                             AlgorithmPredictor, BoostedClassifier, BoostedRegressor, Constant, LogTarget, Part,
-                             QuadraticRegressor, WorkspacePredictor, baseline_ms, mix_paths, path_weight, pick_inputs,
-                             regressor_inputs)
-from seer.shapes import LAYER_COLUMNS, layer_frame
-from seer.trees import from_hist_gradient_boosting
+from seer.hardware.gpus import GPUSpec
+from seer.layers.shapes import LAYER_COLUMNS, layer_frame
+from seer.predict.features import feature_names, log2_flops, shape_features
+from seer.predict.predictors import (ALL_RUNS, ALWAYS, BASELINES, BY_FIRST_STAGE, BY_KERNEL_PLAN,
+                                     KERNEL_PLAN_ALGORITHMS, NEVER, WITH_WORKSPACE, WITHOUT_WORKSPACE,
+                                     AlgorithmPredictor, BoostedClassifier, BoostedRegressor, Constant, LogTarget, Part,
+                                     QuadraticRegressor, WorkspacePredictor, baseline_ms, mix_paths, path_weight,
+                                     pick_inputs, regressor_inputs)
+from seer.predict.trees import from_hist_gradient_boosting
 
 #: Quantile of an algorithm's training times taken as its fixed cost in the baseline.
 FIXED_COST_QUANTILE = 0.01
@@ -128,7 +128,7 @@ def mape(measured, predicted) -> float:
 
 # -- from fitted scikit-learn estimators to seer's predictors -------------------------------
 def to_part(estimator) -> Part | str:
-    """The :mod:`seer.predictors` part that predicts as the fitted ``estimator`` does.
+    """The :mod:`seer.predict.predictors` part that predicts as the fitted ``estimator`` does.
 
     Decisions ``"always"``/``"never"`` stay as they are, and a number becomes a constant.
     """
@@ -154,7 +154,7 @@ def to_part(estimator) -> Part | str:
 
 
 class ShapeFeatures(TransformerMixin, BaseEstimator):
-    """Scikit-learn transformer: SEER's shape columns -> :func:`seer.features.shape_features`.
+    """Scikit-learn transformer: SEER's shape columns -> :func:`seer.predict.features.shape_features`.
 
     Parameters
     ----------
@@ -182,7 +182,7 @@ class ShapeFeatures(TransformerMixin, BaseEstimator):
 
 def _require_gpu(gpu) -> None:
     if not isinstance(gpu, GPUSpec):
-        raise ValueError(f"gpu must be a seer.gpus.GPUSpec (see seer.gpus.get_gpu_spec), got {gpu!r}")
+        raise ValueError(f"gpu must be a seer.hardware.gpus.GPUSpec (see seer.hardware.gpus.get_gpu_spec), got {gpu!r}")
 
 
 def _classifier(max_iter: int):
@@ -241,7 +241,7 @@ class WorkspaceModel(TransformerMixin, BaseEstimator):
     ``fit(X, W)`` takes shapes and a frame with one column per algorithm: the workspace
     (bytes) cuDNN asked for where the algorithm runs, NaN where it does not (not
     supported, workspace over the cap). ``transform`` gives the three answers per
-    algorithm of :class:`seer.predictors.WorkspacePredictor`.
+    algorithm of :class:`seer.predict.predictors.WorkspacePredictor`.
 
     Parameters
     ----------

@@ -1,7 +1,7 @@
 """The convolution calls of a network, as seer's layer frame, whatever found them.
 
 :func:`seer.torch.conv_calls` (a forward pass of a PyTorch model) and
-:func:`seer.onnx_layers.onnx_conv_calls` (an ONNX graph's Conv nodes) both return a
+:func:`seer.networks.onnx_layers.onnx_conv_calls` (an ONNX graph's Conv nodes) both return a
 :class:`ConvCalls`, built here by a :class:`CallLog`. The rules that turn a convolution's
 arguments into the layer cuDNN gets live here too (:func:`conv_fields`), so that a model
 and its ONNX export give the same layers. Nothing here needs PyTorch or onnx.
@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from seer.errors import InputError
-from seer.shapes import AXES, LAYER_FIELDS, PER_AXIS, check_layer_frame, layer_frame
+from seer.layers.shapes import AXES, LAYER_FIELDS, PER_AXIS, check_layer_frame, layer_frame
 
 #: Columns of :attr:`ConvCalls.layers` besides the layer's own.
 CALL_COLUMNS = ("name", "call", "calls")
@@ -38,7 +38,7 @@ class ConvCalls:
         One row per distinct (name, layer), in the order first run: ``name`` (the module's
         name in ``named_modules``, ``""`` for the model itself; an ONNX node's name),
         ``call`` (the functional call, e.g. ``conv2d``, or the ONNX operator), ``calls``
-        (how many times it ran) and the layer columns (:data:`seer.shapes.LAYER_COLUMNS`).
+        (how many times it ran) and the layer columns (:data:`seer.layers.shapes.LAYER_COLUMNS`).
     skipped : pandas.DataFrame
         Convolutions seer does not model, with the same first three columns and ``reason``.
     device : str
@@ -114,7 +114,7 @@ class CallLog:
         entry["calls"] += 1
 
     def result(self, device: str, input_shape: Sequence[int]) -> ConvCalls:
-        """The calls as a :class:`ConvCalls`; :class:`~seer.shapes.ShapeError` names an impossible layer."""
+        """The calls as a :class:`ConvCalls`; :class:`~seer.layers.shapes.ShapeError` names an impossible layer."""
         rows = self.rows
         calls = np.bincount(np.array(self.order, dtype=np.int64), minlength=len(rows))
         fields = pd.DataFrame(rows, columns=["name", "call", *LAYER_FIELDS]).assign(calls=calls) if rows else \

@@ -1,6 +1,6 @@
 """A trained model set and its predictions, as tidy frames.
 
-:class:`Model` holds, per math mode, seer's predictor (:class:`seer.predictors.AlgorithmPredictor`)
+:class:`Model` holds, per math mode, seer's predictor (:class:`seer.predict.predictors.AlgorithmPredictor`)
 and optionally SEER's (the baseline), with the card that says how they were trained.
 :meth:`Model.predict` gives one row per (layer, algorithm predicted to run), ranked by
 the model's pick (rank 1 is the pick), with whether the layer lies outside the shapes
@@ -19,9 +19,9 @@ import pandas as pd
 
 from seer.algorithms import select_algorithms
 from seer.errors import InputError
-from seer.predictors import AlgorithmPredictor, SeerFamilyPredictor
+from seer.layers.shapes import ConvShape, ShapeError, check_layer_frame, layer_frame
+from seer.predict.predictors import AlgorithmPredictor, SeerFamilyPredictor
 from seer.schema import OBJECTIVES, PREDICTION_COLUMNS
-from seer.shapes import ConvShape, ShapeError, check_layer_frame, layer_frame
 
 Layers = pd.DataFrame | np.ndarray | Sequence[ConvShape]
 
@@ -65,8 +65,8 @@ class Model:
 
         ``layers``: a frame with the layer columns (``seer.read_layers``; optional ones may be
         missing) or SEER's eight, an array of SEER's eight, or a list of
-        :class:`~seer.shapes.ConvShape`; an impossible layer raises :class:`InputError`. Returns the columns ``layer``
-        (position in ``layers``) and :data:`seer.schema.PREDICTION_COLUMNS`, one row per
+        :class:`~seer.layers.shapes.ConvShape`; an impossible layer raises :class:`InputError`.
+        Returns the columns ``layer`` (position in ``layers``) and :data:`seer.schema.PREDICTION_COLUMNS`, one row per
         (layer, algorithm predicted to run), rank 1 first; a layer with no algorithm
         predicted to run has one row whose ``algo``, ``predicted_ms`` and ``rank`` are
         missing. ``algorithms`` (names, or groups such as ``"cudnn"``: see

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from seer.algorithms import ALGORITHMS
-from seer.shapes import LAYER_COLUMNS
+from seer.layers.shapes import LAYER_COLUMNS
 
 #: Share of a split's shapes an algorithm must have been run on to be modelled.
 MIN_COVERAGE = 0.95

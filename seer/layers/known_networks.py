@@ -16,7 +16,7 @@ Two groups of networks are registered in :data:`NETWORKS`:
     VGG-19, YOLOv3 and U-Net.
 
 Only square-kernel, non-grouped, non-transposed convolutions can be written as a
-:class:`~seer.shapes.ConvShape`; :func:`network_layers` returns those, in forward order
+:class:`~seer.layers.shapes.ConvShape`; :func:`network_layers` returns those, in forward order
 and with repeated shapes kept (a network's time is the sum over all its layers), and
 :func:`skipped_layers` names the others and says why. Layer names follow torchvision's
 module names wherever torchvision has the network.
@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-from seer.shapes import ConvShape, conv_out_width
+from seer.layers.shapes import ConvShape, conv_out_width
 
 __all__ = [
     "NETWORKS",

@@ -8,7 +8,7 @@ trained on, how, and the SHA-256 of each file) and one file per (family, math mo
     ``{"format": "seer-model", "version": 1, "root": ...}``, where ``root`` is the model's
     state: JSON values, ``{"$array": "arrays/<n>.npy"}`` for an array, and
     ``{"$type": NAME, "state": {...}}`` for a part of a model, NAME one of the exact class
-    names of :mod:`seer.predictors` (:data:`TRUSTED_TYPES`);
+    names of :mod:`seer.predict.predictors` (:data:`TRUSTED_TYPES`);
 ``arrays/<n>.npy``
     numeric and boolean arrays in NumPy's format, read with ``allow_pickle=False``.
 
@@ -38,9 +38,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from seer.errors import InputError
-from seer.model import Model
-from seer.predictors import AlgorithmPredictor, Part, SeerFamilyPredictor, StateError
-from seer.trees import TreeError
+from seer.predict.model import Model
+from seer.predict.predictors import AlgorithmPredictor, Part, SeerFamilyPredictor, StateError
+from seer.predict.trees import TreeError
 
 CARD_FILE = "model.json"
 MODEL_SUFFIX = ".zip"
@@ -297,7 +297,7 @@ def load(directory: Path, maths: Sequence[str] | None = None, families: Sequence
 # -- where models live --------------------------------------------------------------------
 def shipped_models() -> Path:
     """The models directory inside the installed package."""
-    return Path(__file__).resolve().parent / "data" / "models"
+    return Path(__file__).resolve().parents[1] / "data" / "models"
 
 
 def models_root(models_dir: str | Path | None = None) -> Path:

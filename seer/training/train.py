@@ -1,7 +1,7 @@
-"""Train a GPU's model set from its dataset: the tidy tables in, a :class:`seer.model.Model` out.
+"""Train a GPU's model set from its dataset: the tidy tables in, a :class:`seer.predict.model.Model` out.
 
-Per math mode, seer's :class:`seer.estimators.AlgorithmSelector` and SEER's
-:class:`seer.seer_baseline.SeerFamily` are fitted on the ``train`` split of
+Per math mode, seer's :class:`seer.training.estimators.AlgorithmSelector` and SEER's
+:class:`seer.training.seer_baseline.SeerFamily` are fitted on the ``train`` split of
 ``data/<gpu>/measurements/`` (Test-set-I and Test-set-II stay unseen); seer's first
 stage learns from the dataset's census table (``census/``, written by ``seer parse``)
 where there is one. The card records the data's SHA-256, the choices cross-validation
@@ -21,17 +21,17 @@ import sklearn
 from sklearn.base import clone
 
 import seer
-from seer.dataset import read_census, read_measurements
+from seer.dataset.build import read_census, read_measurements
+from seer.dataset.tables import digest
+from seer.dataset.views import algorithm_frames, recorded_like, split_rows, training_frames, values_by_algorithm
 from seer.errors import InputError
-from seer.estimators import CANDIDATE_SETS, AlgorithmSelector
-from seer.gpus import GPUSpec
-from seer.model import Model
-from seer.persist import FORMAT_VERSION, sha256
+from seer.hardware.gpus import GPUSpec
+from seer.layers.shapes import LAYER_COLUMNS, is_seer_layer
+from seer.predict.model import Model
+from seer.predict.persist import FORMAT_VERSION, sha256
 from seer.schema import MATH_MODE_NAMES, DatasetDir
-from seer.seer_baseline import PROFILE_COLUMNS, SeerFamily
-from seer.shapes import LAYER_COLUMNS, is_seer_layer
-from seer.table_views import algorithm_frames, recorded_like, split_rows, training_frames, values_by_algorithm
-from seer.tables import digest
+from seer.training.estimators import CANDIDATE_SETS, AlgorithmSelector
+from seer.training.seer_baseline import PROFILE_COLUMNS, SeerFamily
 
 #: Measurement columns training reads.
 TRAINING_COLUMNS = (*LAYER_COLUMNS, "shape_id", "math", "algo", "status", "time_ms", "workspace_bytes", "power_w", "split",
@@ -85,7 +85,7 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
 
     seer's first stage learns from the dataset's census table where there is one (and
     ``use_census``), else from the training runs' own answers. ``trees`` names the time
-    regressors' candidate set (:data:`seer.estimators.CANDIDATE_SETS`) and
+    regressors' candidate set (:data:`seer.training.estimators.CANDIDATE_SETS`) and
     ``kernel_paths`` its ``max_kernel_paths``, both of the default selector; a given
     ``selector`` keeps its own.
     """

@@ -19,7 +19,7 @@ Two test sets: Test-set-I (the 30% of grid shapes held out by the split) and Tes
 - on the test layers with energy readings, the energy and power models' error, and the
   least-energy pick against the fastest one, judged by measured energy and by time.
 
-Everything comes out as tidy frames; :mod:`seer.report` writes them up with plots.
+Everything comes out as tidy frames; :mod:`seer.reporting.report` writes them up with plots.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ import numpy as np
 import pandas as pd
 
 from seer.algorithms import algorithm_names, get_algorithm
-from seer.model import Model
+from seer.dataset.views import math_rows, recorded_runs, training_frames
+from seer.layers.shapes import LAYER_COLUMNS, is_seer_layer, layer_frame, layer_kind_flags
+from seer.predict.model import Model
 from seer.schema import SPLITS, TEST_SPLITS
-from seer.shapes import LAYER_COLUMNS, is_seer_layer, layer_frame, layer_kind_flags
-from seer.table_views import math_rows, recorded_runs, training_frames
 
 #: Measurement columns the evaluation reads (the energy ones where the table has them).
 EVALUATION_COLUMNS = (*LAYER_COLUMNS, "shape_id", "math", "algo", "status", "time_ms", "split", "heuristic_rank",
@@ -240,7 +240,7 @@ KIND_POLICIES = ("ours", "cudnn heuristic", "seer", "oracle")
 
 def _by_kind(split: str, math: str, shapes: pd.DataFrame, measured: pd.DataFrame, predicted: pd.DataFrame,
              policies: dict[str, pd.Series]) -> list[dict]:
-    """Per layer kind (:data:`seer.shapes.LAYER_KINDS`; a layer may be of several): the
+    """Per layer kind (:data:`seer.layers.shapes.LAYER_KINDS`; a layer may be of several): the
     selection figures of each policy, and our time model's MAPE over every run that succeeded."""
     rows = []
     kinds = layer_kind_flags(layer_frame(shapes))
@@ -296,8 +296,8 @@ def _fastest(times: pd.DataFrame) -> pd.Series:
 
 def network_totals(model: Model, table: pd.DataFrame) -> pd.DataFrame:
     """Total time of each Test-set-II network and batch, every layer using a policy's pick."""
-    from seer.grids import NETWORK_BATCHES
-    from seer.networks import TEST_SET_II_NETWORKS, network_layers
+    from seer.layers.grids import NETWORK_BATCHES
+    from seer.layers.known_networks import TEST_SET_II_NETWORKS, network_layers
 
     rows = []
     for math, predictor in model.predictors.items():

@@ -1,0 +1,1 @@
+"""The GPU: specs as data, the occupancy calculator, and the launch plans of seer's own kernels."""

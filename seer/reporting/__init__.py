@@ -1,0 +1,1 @@
+"""Scoring the models, the evaluation report, and the hierarchical roofline."""
