@@ -3,6 +3,10 @@
 Each subcommand parses its options, calls one library function and prints the outcome.
 Problems the user can fix (:class:`seer.errors.SeerError`) become one sentence on stderr
 and an exit code: 2 for bad input, 1 for an unusable environment, 130 for Ctrl-C.
+
+Each subcommand imports what it uses inside its own functions: ``seer predict`` then starts
+without loading scikit-learn, matplotlib, the dataset code or PyTorch, and a command whose
+optional dependency (torch, onnx, cupy) is missing fails alone, in one sentence.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 from seer.errors import InputError
+from seer.output import STDOUT, AtomicOutput
 
 #: Options that shape the job array, not the command each task runs; ``--shard`` is set per task.
 SLURM_OPTIONS = ("--slurm", "--slurm-tasks", "--slurm-partition", "--slurm-constraint", "--slurm-time",
@@ -149,8 +150,6 @@ def write_slurm_script(args, console, *, job_name: str, work: int, unit: str, ex
     its arguments, ``extra`` added to each task's) to ``args.slurm``, executable; log where
     it went. ``work`` counts the command's shardable items (``unit`` names them): more
     tasks than items is an InputError. Returns exit code 0."""
-    from seer.output import STDOUT, AtomicOutput
-
     if args.slurm_tasks > work:
         raise InputError(f"{args.slurm_tasks} tasks for {work} {unit} would leave some with none",
                          field="slurm-tasks")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from seer.algorithms import classify_kernel
 from seer.hardware.gpus import get_gpu_spec
 from seer.layers.shapes import LAYOUTS, ConvShape, frame_volumes, tensor_elements
 
@@ -92,8 +93,6 @@ class Plan:
     @property
     def variant(self) -> str:
         """The tile, read from the kernel's name by the kernel rules, as for cuDNN's kernels."""
-        from seer.algorithms import classify_kernel
-
         return classify_kernel(self.kernel).variant
 
 

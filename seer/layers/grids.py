@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
@@ -50,6 +51,8 @@ if TYPE_CHECKING:  # annotations only: grids need no pandas to draw
     import pandas as pd
 
 from seer.errors import InputError
+from seer.layers import known_networks as networks
+from seer.layers.files import read_layers
 # Imported back for callers that read and write layer files through this module.
 from seer.layers.files import format_shapes, parse_shapes, read_shapes_file, write_shapes_file  # noqa: F401
 from seer.layers.shapes import FP32_BYTES, ConvShape, ShapeError, conv_out_width, direct_macs, tensor_elements
@@ -239,8 +242,6 @@ def quick_grid() -> list[ConvShape]:
 def networks_grid(batches: Sequence[int] = NETWORK_BATCHES,
                   names: Sequence[str] | None = None) -> list[ConvShape]:
     """Unique conv-layer shapes of networks (default: the training networks) at these batches."""
-    from seer.layers import known_networks as networks
-
     names = networks.TRAINING_NETWORKS if names is None else names
     layers = [layer for batch in batches for name in names
               for layer in networks.network_layers(name, batch)]
@@ -249,10 +250,8 @@ def networks_grid(batches: Sequence[int] = NETWORK_BATCHES,
 
 def test_set_ii_grid(batches: Sequence[int] = NETWORK_BATCHES) -> list[ConvShape]:
     """Unique layer shapes of the Test-set-II networks that no training grid contains."""
-    from seer.layers.known_networks import TEST_SET_II_NETWORKS
-
     training = set(seer_grid()) | set(networks_grid(batches))
-    return [s for s in networks_grid(batches, TEST_SET_II_NETWORKS) if s not in training]
+    return [s for s in networks_grid(batches, networks.TEST_SET_II_NETWORKS) if s not in training]
 
 
 # -- every layer kind ---------------------------------------------------------------------
@@ -405,9 +404,6 @@ def census_general_grid(size: int = CENSUS_GENERAL_DEFAULT_SIZE, seed: int = 7) 
 def network_tables(role: str | None = None) -> dict[str, pd.DataFrame]:
     """The captured layer tables of real networks (``seer/data/networks``), by network name;
     ``role``: ``train`` or ``test`` (held out), None for all. See ``networks.json`` there."""
-    import json
-
-    from seer.layers.files import read_layers
 
     index = json.loads((NETWORKS_DIR / "networks.json").read_text())
     return {entry["file"].removesuffix(".csv"): read_layers(NETWORKS_DIR / entry["file"])

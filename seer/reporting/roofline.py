@@ -21,9 +21,12 @@ import numpy as np
 import pandas as pd
 
 from seer.algorithms import get_algorithm
+from seer.dataset.build import read_measurements
 from seer.errors import InputError
+from seer.gpu.ceilings import CEILINGS
 from seer.hardware.gpus import GPUSpec
 from seer.layers.shapes import LAYER_COLUMNS
+from seer.output import AtomicOutput
 from seer.schema import MEASUREMENT_COLUMNS, DatasetDir
 
 
@@ -48,8 +51,6 @@ POINT_COLUMNS = ("math", *LAYER_COLUMNS, "shape_id", "algo", "variant", "time_ms
 def write_ceilings(dataset_dir: Path, spec: GPUSpec, measured: dict[str, float], machine: dict,
                    argv: list[str]) -> Path:
     """Store measured ceilings beside the datasheet's, with the machine and command."""
-    from seer.gpu.ceilings import CEILINGS
-    from seer.output import AtomicOutput
 
     record = {
         "gpu": spec.name, "measured": measured,
@@ -102,8 +103,6 @@ def write_roofline(dataset_dir: Path, spec: GPUSpec, out_dir: Path, algos: Seque
                    shape_ids: set[str] | None = None) -> list[Path]:
     """``out_dir/roofline.csv`` and one plot per math mode, of the dataset's profiled runs of
     these algorithms and math modes (and layers, by shape_id); the files written."""
-    from seer.dataset.build import read_measurements
-    from seer.output import AtomicOutput
 
     ceilings = read_ceilings(dataset_dir)
     runs = read_measurements(DatasetDir(dataset_dir).measurements, columns=RUN_COLUMNS)

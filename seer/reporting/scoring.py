@@ -31,6 +31,8 @@ import pandas as pd
 
 from seer.algorithms import algorithm_names, get_algorithm
 from seer.dataset.views import math_rows, recorded_runs, training_frames
+from seer.layers.grids import NETWORK_BATCHES
+from seer.layers.known_networks import TEST_SET_II_NETWORKS, network_layers
 from seer.layers.shapes import LAYER_COLUMNS, is_seer_layer, layer_frame, layer_kind_flags
 from seer.predict.model import Model
 from seer.schema import SPLITS, TEST_SPLITS
@@ -296,9 +298,6 @@ def _fastest(times: pd.DataFrame) -> pd.Series:
 
 def network_totals(model: Model, table: pd.DataFrame) -> pd.DataFrame:
     """Total time of each Test-set-II network and batch, every layer using a policy's pick."""
-    from seer.layers.grids import NETWORK_BATCHES
-    from seer.layers.known_networks import TEST_SET_II_NETWORKS, network_layers
-
     rows = []
     for math, predictor in model.predictors.items():
         # PyTorch runs cuDNN's algorithms: the policies choose among those.
