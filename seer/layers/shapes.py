@@ -302,29 +302,62 @@ def _missing(value) -> bool:
     return value is None or (isinstance(value, float) and np.isnan(value))
 
 
+@dataclass(frozen=True)
+class _Rule:
+    """One rule a layer must keep: ``broken(v)`` on a layer's fields, Python ints for one layer
+    or int64 arrays for a frame (the same expression serves both), and what to tell the user."""
+
+    field: str
+    broken: Callable[[Mapping[str, Any]], Any]
+    message: Callable[[Mapping[str, int]], str]
+
+
+def _range_rule(name: str) -> _Rule:
+    if name == "dims":
+        return _Rule(name, lambda v: (v["dims"] != 2) & (v["dims"] != 3), lambda v: f"must be 2 or 3, got {v['dims']}")
+    low = 0 if name.startswith("pad_") else 1
+    return _Rule(name, lambda v: (v[name] < low) | (v[name] > MAX_FIELD),
+                 lambda v: f"must be between {low} and {MAX_FIELD}, got {v[name]}")
+
+
+def _multiple_rule(name: str) -> _Rule:
+    return _Rule(name, lambda v: v[name] % v["groups"] != 0,
+                 lambda v: f"{v[name]} is not a multiple of groups={v['groups']}")
+
+
+def _depth_rule(quantity: str, default: int) -> _Rule:
+    return _Rule(f"{quantity}_d", lambda v: (v["dims"] == 2) & (v[f"{quantity}_d"] != default),
+                 lambda v: f"is {v[f'{quantity}_d']}, but a 2D layer has no depth (leave it {default})")
+
+
+def _span_rule(a: str) -> _Rule:
+    def broken(v):
+        too_big = v[f"dilation_{a}"] * (v[f"kernel_{a}"] - 1) + 1 > v[f"in_{a}"] + 2 * v[f"pad_{a}"]
+        return too_big if a != "d" else (v["dims"] == 3) & too_big
+
+    def message(v):
+        dilated = f" dilated by {v[f'dilation_{a}']}" if v[f"dilation_{a}"] > 1 else ""
+        return f"{v[f'kernel_{a}']}{dilated} is larger than the padded input ({v[f'in_{a}']} + 2*{v[f'pad_{a}']})"
+
+    return _Rule(f"kernel_{a}", broken, message)
+
+
+#: Every rule a layer must keep, in the order they are reported: each field in range, then
+#: channels that groups divide, no depth on a 2D layer, a kernel that fits the padded input.
+#: ConvShape reports the first a layer breaks; :func:`invalid_layer_rows` checks a frame at once.
+LAYER_RULES: tuple[_Rule, ...] = (*(_range_rule(name) for name in LAYER_FIELDS),
+                                  *(_multiple_rule(name) for name in ("in_ch", "out_ch")),
+                                  *(_depth_rule(q, default) for q, default in PER_AXIS.items()),
+                                  *(_span_rule(a) for a in AXES))
+#: How many rules check ranges: the rules after them may assume every field is in range.
+_RANGE_RULES = len(LAYER_FIELDS)
+
+
 def _first_problem(v: Mapping[str, int]) -> tuple[str, str] | None:
     """(field, message) of the first rule a layer's fields break, or None."""
-    for name in LAYER_FIELDS:
-        value = v[name]
-        low = 0 if name.startswith("pad_") else 1
-        if name == "dims":
-            if value not in (2, 3):
-                return name, f"must be 2 or 3, got {value}"
-        elif not low <= value <= MAX_FIELD:
-            return name, f"must be between {low} and {MAX_FIELD}, got {value}"
-    for name in ("in_ch", "out_ch"):
-        if v[name] % v["groups"]:
-            return name, f"{v[name]} is not a multiple of groups={v['groups']}"
-    if v["dims"] == 2:
-        for q, default in PER_AXIS.items():
-            if v[f"{q}_d"] != default:
-                return f"{q}_d", f"is {v[f'{q}_d']}, but a 2D layer has no depth (leave it {default})"
-    for a in (AXES if v["dims"] == 3 else AXES[1:]):
-        span = v[f"dilation_{a}"] * (v[f"kernel_{a}"] - 1) + 1
-        if span > v[f"in_{a}"] + 2 * v[f"pad_{a}"]:
-            dilated = f" dilated by {v[f'dilation_{a}']}" if v[f"dilation_{a}"] > 1 else ""
-            return f"kernel_{a}", (f"{v[f'kernel_{a}']}{dilated} is larger than the padded input "
-                                   f"({v[f'in_{a}']} + 2*{v[f'pad_{a}']})")
+    for rule in LAYER_RULES:
+        if rule.broken(v):
+            return rule.field, rule.message(v)
     return None
 
 
@@ -462,25 +495,18 @@ def layer_frame(layers: pd.DataFrame | np.ndarray | Sequence[ConvShape]) -> pd.D
 
 
 def invalid_layer_rows(frame: pd.DataFrame) -> np.ndarray:
-    """Which rows of a :func:`layer_frame` are not valid layers: the vectorised twin of
-    :class:`ConvShape`'s checks (a row is flagged exactly when ``ConvShape`` would raise)."""
+    """Which rows of a :func:`layer_frame` are not valid layers: :data:`LAYER_RULES` on the
+    whole frame at once (a row is flagged exactly when ``ConvShape`` would raise)."""
     v = {name: frame[name].to_numpy(dtype=np.int64) for name in LAYER_FIELDS}
     bad = np.zeros(len(frame), dtype=bool)
-    for name in LAYER_FIELDS:
-        if name == "dims":
-            bad |= ~np.isin(v[name], (2, 3))
-        else:
-            bad |= (v[name] < (0 if name.startswith("pad_") else 1)) | (v[name] > MAX_FIELD)
-    c = {name: np.clip(v[name], 0, MAX_FIELD + 1) for name in LAYER_FIELDS}  # sums stay inside int64
-    groups = np.maximum(c["groups"], 1)
-    bad |= (c["in_ch"] % groups != 0) | (c["out_ch"] % groups != 0)
-    two = v["dims"] == 2
-    for q, default in PER_AXIS.items():
-        bad |= two & (v[f"{q}_d"] != default)
-    for a in AXES:
-        span = c[f"dilation_{a}"] * (c[f"kernel_{a}"] - 1) + 1
-        too_big = span > c[f"in_{a}"] + 2 * c[f"pad_{a}"]
-        bad |= too_big if a != "d" else (~two & too_big)
+    for rule in LAYER_RULES[:_RANGE_RULES]:
+        bad |= rule.broken(v)
+    # Rows out of range are flagged already; clipped, they keep the other rules' sums inside
+    # int64 and their divisions away from zero.
+    clipped = {name: np.clip(v[name], 0, MAX_FIELD + 1) for name in LAYER_FIELDS}
+    clipped["groups"] = np.maximum(clipped["groups"], 1)
+    for rule in LAYER_RULES[_RANGE_RULES:]:
+        bad |= rule.broken(clipped)
     return bad
 
 
