@@ -9,7 +9,7 @@ import pytest
 from conftest import REPO
 
 #: Folders that may hold large files (datasets, shipped models, benchmark data).
-DATA_FOLDERS = ("data/", "seer/data/", "benchmarks/data/")
+DATA_FOLDERS = ("data/", "models/", "seer/data/", "benchmarks/data/")
 #: The largest file, in bytes, allowed outside them.
 LARGEST_OUTSIDE_DATA = 5_000_000
 
@@ -56,3 +56,13 @@ def test_the_stages_import_only_earlier_stages():
     # Every package of seer is a stage, the command line, or the shipped data.
     packages = {p.name for p in (REPO / "seer").iterdir() if (p / "__init__.py").exists()}
     assert packages == set(STAGES)
+
+
+def test_pyproject_lists_every_package_and_maps_the_shipped_models():
+    import tomllib
+
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    found = {"seer", *(f"seer.{p.name}" for p in (REPO / "seer").iterdir() if (p / "__init__.py").exists())}
+    assert set(setuptools["packages"]) == found | {"seer.shipped_models"}
+    assert setuptools["package-dir"] == {"seer.shipped_models": "models"}
+    assert (REPO / "models" / "h100" / "model.json").exists()

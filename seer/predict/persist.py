@@ -19,14 +19,14 @@ runs code, and a damaged or hand-made file is refused in one sentence. The card'
 catches files that changed after training.
 
 Where models are found (:func:`models_root`): ``models_dir`` when given (``--models-dir``),
-else the directory named by the environment variable ``SEER_MODELS_DIR``, else the models
-shipped inside the package (``seer/data/models``), which is also where ``seer train``
-writes by default.
+else the directory named by the environment variable ``SEER_MODELS_DIR``, else the shipped
+models (:func:`shipped_models`), which is also where ``seer train`` writes by default.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import io
 import json
 import os
@@ -296,8 +296,14 @@ def load(directory: Path, maths: Sequence[str] | None = None, families: Sequence
 
 # -- where models live --------------------------------------------------------------------
 def shipped_models() -> Path:
-    """The models directory inside the installed package."""
-    return Path(__file__).resolve().parents[1] / "data" / "models"
+    """The shipped models: ``seer/shipped_models`` of an installed seer, which the wheel maps
+    from the checkout's ``models/`` (pyproject.toml); in a checkout installed in editable mode,
+    that ``models/`` folder itself, beside the package."""
+    spec = importlib.util.find_spec("seer.shipped_models")
+    if spec is not None and spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    # setuptools' editable install maps packages, not a data folder without __init__.py.
+    return Path(__file__).resolve().parents[2] / "models"
 
 
 def models_root(models_dir: str | Path | None = None) -> Path:
