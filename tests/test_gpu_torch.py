@@ -10,7 +10,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-pytestmark = pytest.mark.gpu
+pytestmark = [
+    pytest.mark.gpu,
+    # torch_nets.every_kind holds a 'same'-padded layer with an even kernel on purpose; PyTorch
+    # warns, once per process, that it pads a copy of the input for it.
+    pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel lengths:UserWarning"),
+    # Raised inside torchvision's models as they load (torch.jit.script_method), not by seer.
+    pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning"),
+]
 
 torch = pytest.importorskip("torch")
 
@@ -287,6 +294,8 @@ def test_gradients_are_pytorchs(cuda):
         assert _relative_error(g, e) < 1e-4
 
 
+# The test network's 'same'-padded even-kernel layer is left to PyTorch, and seer says so.
+@pytest.mark.filterwarnings("ignore:seer. same_even. 'same' padding that pads one side more:UserWarning")
 def test_profile_network_measures_verifies_and_resumes(cuda, tmp_path, monkeypatch):
     monkeypatch.chdir(TESTS)
     out = tmp_path / "profile"
