@@ -64,6 +64,9 @@ class Algorithm:
         legacy call runs the algorithm.
     launches : Launches
         How many kernels one call launches, per kind of layer (one, unless told).
+    family : str
+        How it computes the convolution (:data:`FAMILIES`): SEER's model, for one, treats the
+        FFT and Winograd families apart.
     """
 
     name: str
@@ -76,6 +79,11 @@ class Algorithm:
     revision: int = 1
     engines: "GraphEngines | None" = None
     launches: Launches = Launches(1, 1)
+    family: str = "implicit_gemm"
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ValueError(f"{self.name}: family {self.family!r} is not one of {FAMILIES}")
 
 
 @dataclass(frozen=True)
@@ -96,6 +104,9 @@ class GraphEngines:
         return self.fma if math == "fma" else self.default
 
 
+#: How an algorithm computes the convolution.
+FAMILIES: tuple[str, ...] = ("implicit_gemm", "gemm", "direct", "fft", "winograd")
+
 ALGORITHMS: tuple[Algorithm, ...] = (
     Algorithm("IMPLICIT_GEMM", "cudnn", 0, "IG", 0,
               "implicit GEMM, no precomputed indices, no workspace", engines=GraphEngines((28, 0), (28, 0)),
@@ -105,19 +116,20 @@ ALGORITHMS: tuple[Algorithm, ...] = (
               engines=GraphEngines((70, 28, 0), (58, 38, 41, 46, 67, 70, 28, 0)), launches=Launches(1, 3, grouped=1)),
     # Legacy GEMM runs engine 0 on some layers and engine 2 on others, by a rule of cuDNN's
     # own that no ranking reproduces: the legacy call runs it.
-    Algorithm("GEMM", "cudnn", 2, "GEMM", 2, "explicit im2col followed by a GEMM",),
-    Algorithm("DIRECT", "cudnn", 3, "DIR", 3, "direct convolution",),
+    Algorithm("GEMM", "cudnn", 2, "GEMM", 2, "explicit im2col followed by a GEMM", family="gemm"),
+    Algorithm("DIRECT", "cudnn", 3, "DIR", 3, "direct convolution", family="direct"),
     Algorithm("FFT", "cudnn", 4, "FFT", 6, "FFT of whole images, pointwise product, inverse FFT",
-              engines=GraphEngines((3,), (3,)), launches=Launches(5, 5, grouped=7, depthwise=8)),
+              engines=GraphEngines((3,), (3,)), launches=Launches(5, 5, grouped=7, depthwise=8), family="fft"),
     Algorithm("FFT_TILING", "cudnn", 5, "FFTT", 7, "FFT on 32x32 tiles, in chunks",
-              engines=GraphEngines((4,), (4,)), launches=Launches(7, 7, grouped=7, depthwise=7)),
-    Algorithm("WINOGRAD", "cudnn", 6, "WINO", 4, "fused Winograd transform",),
+              engines=GraphEngines((4,), (4,)), launches=Launches(7, 7, grouped=7, depthwise=7), family="fft"),
+    Algorithm("WINOGRAD", "cudnn", 6, "WINO", 4, "fused Winograd transform", family="winograd"),
     Algorithm("WINOGRAD_NONFUSED", "cudnn", 7, "WINON", 5,
               "Winograd with separate transform and batched-GEMM kernels", engines=GraphEngines((6,), (6,)),
-              launches=Launches(4, 4, grouped=4, depthwise=4)),
+              launches=Launches(4, 4, grouped=4, depthwise=4), family="winograd"),
     # seer's own kernels (seer/gpu/kernels.py).
     Algorithm("SEER_DIRECT", "cupy", None, "SDIR", None,
-              "seer's direct convolution: a thread per output position and block of channels", "fma"),
+              "seer's direct convolution: a thread per output position and block of channels", "fma",
+              family="direct"),
     # Revision 2: slices copied into shared memory with cp.async, three in flight, and a
     # 256x64 tile (revision 1 staged one slice ahead in registers).
     Algorithm("SEER_IMPLICIT_GEMM", "cupy", None, "SIG", None,
@@ -137,9 +149,11 @@ def get_algorithm(name: str) -> Algorithm:
         raise KeyError(f"unknown algorithm {name!r}; known: {', '.join(_BY_NAME)}") from None
 
 
-def algorithm_names(source: str | None = None) -> list[str]:
-    """Names of the registered algorithms, in registry order, optionally of one source."""
-    return [a.name for a in ALGORITHMS if source is None or a.source == source]
+def algorithm_names(source: str | None = None, family: str | None = None) -> list[str]:
+    """Names of the registered algorithms, in registry order, optionally of one source and
+    one family."""
+    return [a.name for a in ALGORITHMS
+            if (source is None or a.source == source) and (family is None or a.family == family)]
 
 
 #: Names that ``--algo`` accepts for a group of algorithms: every one, or one source's.

@@ -135,3 +135,14 @@ def test_the_launch_table_is_the_median_of_the_traced_launches(table):
     assert (summary["within_2x"] >= WITHIN_2X).all(), summary
 
 
+
+
+def test_every_algorithm_names_its_family_and_the_families_are_the_registrys():
+    from seer.algorithms import FAMILIES
+
+    assert {get_algorithm(name).family for name in algorithm_names()} == set(FAMILIES)
+    assert algorithm_names(family="fft") == ["FFT", "FFT_TILING"]
+    assert algorithm_names(family="winograd") == ["WINOGRAD", "WINOGRAD_NONFUSED"]
+    assert algorithm_names("cupy", family="implicit_gemm") == ["SEER_IMPLICIT_GEMM", "SEER_IMPLICIT_GEMM_SPLITK"]
+    with pytest.raises(ValueError, match="family"):
+        ALGORITHMS[0].__class__("X", "cudnn", None, "X", None, "", family="tiles")

@@ -657,8 +657,8 @@ def pick(scores: np.ndarray, algorithms: list[str]) -> np.ndarray:
 # -- SEER's model -------------------------------------------------------------------------
 #: SEER's labels of a run: compute-bound, memory-bound, under-utilised.
 COMPUTE, MEMORY, UNDER = 0, 1, 2
-FFT_ALGOS = ("FFT", "FFT_TILING")
-WINOGRAD_ALGOS = ("WINOGRAD", "WINOGRAD_NONFUSED")
+FFT_ALGOS = tuple(algorithm_names(family="fft"))
+WINOGRAD_ALGOS = tuple(algorithm_names(family="winograd"))
 FFT_WIDTH_BUCKETS = (16, 32, 64, 128, 256)
 
 
