@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import stat
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -48,13 +49,18 @@ def _os_error(exc: OSError, path: Path) -> InputError:
 
 
 class AtomicOutput:
-    """Context manager: a text file written under a temporary name, renamed into place on
-    success and removed on any failure. Problems with the path are one-line InputErrors."""
+    """Context manager: a file written under a temporary name, renamed into place on success
+    and removed on any failure, so that a regular file is whole or untouched. A symbolic link
+    is followed: its target is written, and the link stays. A device, FIFO or socket is
+    written through in place, as a shell's ``>`` would (``-o /dev/null`` discards, a FIFO feeds
+    its reader), never replaced by a file. Problems with the path are one-line InputErrors."""
 
     def __init__(self, path: str | Path, binary: bool = False) -> None:
         self.path = Path(path)
         self.binary = binary
         self._tmp: str | None = None
+        self._target = self.path
+        self._in_place = False
         self.handle: TextIO | None = None
 
     def __enter__(self) -> TextIO:
@@ -62,13 +68,25 @@ class AtomicOutput:
         try:
             if path.is_dir():
                 raise InputError("is a directory; give a file name", path=path)
-            path.stat()
+            mode = path.stat().st_mode  # through a symbolic link, the target's
         except FileNotFoundError:
-            pass  # the usual case: a new file
+            mode = None  # the usual case: a new file (or a link to one not yet made)
         except OSError as exc:  # a name too long, a file where a folder should be, ...
             raise _os_error(exc, path) from None
+        if path.is_symlink():
+            self._target = Path(os.path.realpath(path))
+        if mode is not None and not stat.S_ISREG(mode):
+            try:
+                fd = os.open(self._target, os.O_WRONLY)
+            except OSError as exc:
+                raise _os_error(exc, path) from None
+            self._in_place = True
+            self.handle = os.fdopen(fd, "wb") if self.binary else os.fdopen(fd, "w", newline="")
+            return self.handle
+        target = self._target
         try:
-            fd, self._tmp = tempfile.mkstemp(prefix=".seer-", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
+            fd, self._tmp = tempfile.mkstemp(prefix=".seer-", suffix=".tmp",
+                                             dir=target.parent if str(target.parent) else ".")
         except OSError as exc:
             raise _os_error(exc, path) from None
         # mkstemp makes the file private (0600); the target gets what open() would give it.
@@ -79,13 +97,22 @@ class AtomicOutput:
         return self.handle
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        if self._in_place:
+            try:
+                self.handle.close()  # flushes: a full device says so here
+            except OSError as error:
+                if exc_type is None:
+                    raise _os_error(error, self.path) from None
+            if isinstance(exc, OSError):
+                raise _os_error(exc, self.path) from None
+            return
         try:
             if exc_type is None:
                 try:
                     self.handle.flush()
                     os.fsync(self.handle.fileno())
                     self.handle.close()
-                    os.replace(self._tmp, self.path)
+                    os.replace(self._tmp, self._target)
                     self._tmp = None
                 except OSError as error:
                     raise _os_error(error, self.path) from None

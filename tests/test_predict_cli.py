@@ -241,3 +241,50 @@ def test_a_layer_csv_of_every_kind_is_predicted_and_described(small_models, tmp_
                        "2,32,64,32,32,32,3,3,3,1,1,1\n")
     code, shown, err = run(capsys, "predict", three_d, "--models-dir", small_models, "--math", "fma")
     assert code == 0 and "2x32x32x32x32 -> 64, 3x3x3 s1 p1" in " ".join(shown.split()), err
+
+
+def test_output_through_a_symbolic_link_writes_its_target_and_keeps_the_link(small_models, tmp_path, capsys):
+    target_dir = tmp_path / "elsewhere"
+    target_dir.mkdir()
+    link = tmp_path / "p.csv"
+    link.symlink_to(target_dir / "p.csv")  # dangling until written
+    code, _, err = run(capsys, "predict", LAYERS, "--models-dir", small_models, "-o", link)
+    assert code == 0, err
+    assert link.is_symlink() and (target_dir / "p.csv").is_file()
+    assert pd.read_csv(link)["rank"].eq(1).sum() == 300
+    assert sorted(p.name for p in target_dir.iterdir()) == ["p.csv"]  # no temporary file left
+
+
+def test_output_onto_a_fifo_feeds_its_reader_and_stays_a_fifo(small_models, tmp_path, capsys):
+    import os
+    import stat
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    code, _, err = run(capsys, "predict", LAYERS, "--models-dir", small_models, "-o", fifo)
+    reader.join(timeout=60)
+    assert code == 0, err
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert pd.read_csv(io.BytesIO(got[0]))["rank"].eq(1).sum() == 300
+
+
+@pytest.mark.parametrize("device, minor", [("null", 3), ("full", 7)])
+def test_output_onto_a_device_is_written_through_never_replaced(small_models, tmp_path, capsys, device, minor):
+    import os
+    import stat
+
+    if os.geteuid() != 0:
+        pytest.skip("making a device node needs root")
+    node = tmp_path / device  # a copy of /dev/null or /dev/full (character device 1, minor)
+    os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, minor))
+    code, _, err = run(capsys, "predict", LAYERS, "--models-dir", small_models, "-o", node)
+    assert stat.S_ISCHR(os.lstat(node).st_mode), "the device node must stay a device node"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [device]
+    if device == "null":
+        assert code == 0, err
+    else:  # /dev/full refuses every write: one line, exit 2
+        _refused(code, err, "no space left on the device")
