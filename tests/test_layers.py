@@ -392,3 +392,20 @@ def test_general_layers_write_as_csv_and_read_back(tmp_path):
     # A square layer written as CSV reads back the same.
     square = [ConvShape.square(8, 64, 56, 64, 3, 1, 1)]
     assert parse_shapes(format_layers(square, "csv"), "s.csv") == square
+
+
+def test_a_file_without_line_breaks_is_refused_after_one_block_and_errors_quote_a_prefix(tmp_path):
+    from seer.errors import InputError
+    from seer.layers.files import MAX_LINE_CHARS, QUOTED_CHARS, read_layers
+
+    nul = tmp_path / "nul.txt"
+    nul.write_bytes(b"1\n" + b"\0" * (4 * MAX_LINE_CHARS))
+    for source in (nul, "/dev/zero"):  # /dev/zero never ends: only the cap stops the read
+        with pytest.raises(InputError, match="line longer than") as caught:
+            read_layers(source)
+        assert len(str(caught.value)) < 400 and "\n" not in str(caught.value)
+    long_token = tmp_path / "token.txt"
+    long_token.write_text("1\n1 64 56 " + "x" * (MAX_LINE_CHARS // 2) + " 56 3 1 1\n")
+    with pytest.raises(InputError, match=r"out_ch: .*\(32,768 characters\)") as caught:
+        read_layers(long_token)
+    assert len(str(caught.value)) < 100 + 4 * QUOTED_CHARS

@@ -55,6 +55,12 @@ from seer.layers.shapes import (LAYER_COLUMNS, LAYER_DEFAULTS, LAYER_FIELDS, MAX
 #: Layers per chunk when a whole file is read: enough to amortise numpy's per-call cost,
 #: small enough that a chunk's text and arrays stay a few megabytes.
 DEFAULT_CHUNK_LAYERS = 1 << 16
+#: The longest line a layer file may hold (a layer takes well under 200 characters, a CSV row
+#: with a long name a few hundred): a longer one, or a file with no line breaks (NUL bytes,
+#: ``/dev/zero``), is refused after reading this much, so memory stays bounded.
+MAX_LINE_CHARS = 1 << 16
+#: How much of a bad value an error message quotes.
+QUOTED_CHARS = 40
 #: Name of standard input in messages, and the source that selects it.
 STDIN_NAME = "<stdin>"
 STDIN = "-"
@@ -109,7 +115,7 @@ def iter_layer_chunks(source: LayerSource, chunk_layers: int = DEFAULT_CHUNK_LAY
         raise ValueError(f"chunk_layers must be a positive integer, got {chunk_layers!r}")
     stream, label, close = _open(source, name)
     try:
-        lines = _content_lines(stream)
+        lines = _content_lines(stream, label)
         first = next(lines, None)
         if first is not None and (label.lower().endswith(".csv") or "," in first[1]):
             yield from _read_csv_chunks(first, lines, label, chunk_layers)
@@ -160,15 +166,46 @@ def _stream_name(stream) -> str:
     return found if isinstance(found, str) else "<input>"
 
 
-def _content_lines(stream: TextIO) -> Iterator[tuple[int, str]]:
-    """(line number, content) of every line that holds more than blanks and a ``#`` comment."""
-    # The hot loop: one pass of cheap string calls per line; all checks wait for the chunk.
-    for number, line in enumerate(stream, start=1):
-        if "#" in line:
-            line = line[: line.index("#")]
-        if not line or line.isspace():
-            continue
-        yield number, line
+def _quoted(text: str) -> str:
+    """``repr`` of ``text``, cut to :data:`QUOTED_CHARS` characters: errors stay one short line."""
+    return repr(text) if len(text) <= QUOTED_CHARS else f"{text[:QUOTED_CHARS]!r}... ({len(text):,} characters)"
+
+
+def _content_lines(stream: TextIO, path: str) -> Iterator[tuple[int, str]]:
+    """(line number, content) of every line that holds more than blanks and a ``#`` comment;
+    InputError for a line longer than :data:`MAX_LINE_CHARS`."""
+    # Read in blocks and split them in C: a file without line breaks is refused after one
+    # block past the limit, and the hot loop stays one pass of cheap string calls per line.
+    number, rest = 0, ""
+    while block := stream.read(_READ_CHARS):
+        lines = (rest + block).split("\n")
+        rest = lines.pop()
+        if len(rest) > MAX_LINE_CHARS:
+            raise _long_line(rest, number + len(lines) + 1, path)
+        for line in lines:
+            number += 1
+            if "#" in line:
+                line = line[: line.index("#")]
+            if not line or line.isspace():
+                continue
+            if len(line) > MAX_LINE_CHARS:
+                raise _long_line(line, number, path)
+            yield number, line
+    if rest:
+        number += 1
+        if "#" in rest:
+            rest = rest[: rest.index("#")]
+        if rest and not rest.isspace():
+            yield number, rest
+
+
+#: Characters read at a time by :func:`_content_lines`.
+_READ_CHARS = 1 << 20
+
+
+def _long_line(line: str, number: int, path: str) -> InputError:
+    return InputError(f"line longer than {MAX_LINE_CHARS:,} characters (it starts {_quoted(line)}): not a layer file",
+                      path=path, line=number)
 
 
 def _read_chunks(first: tuple[int, str] | None, lines: Iterator[tuple[int, str]], path: str,
@@ -212,7 +249,7 @@ def _frame(values: np.ndarray, start: int) -> pd.DataFrame:
 def _check_count(content: str, number: int, path: str) -> int:
     tokens = _TOKEN.findall(content)
     if len(tokens) != 1:
-        raise InputError(f"the first line must hold only the number of shapes, got {' '.join(tokens)!r}",
+        raise InputError(f"the first line must hold only the number of shapes, got {_quoted(' '.join(tokens))}",
                          path=path, line=number, field="count")
     count = _parse_int(tokens[0], path, number, "count", "the number of shapes ")
     if not 0 <= count <= MAX_FIELD:
@@ -224,7 +261,7 @@ def _check_count(content: str, number: int, path: str) -> int:
 def _parse_int(token: str, path: str, number: int, field: str, subject: str = "") -> int:
     """The integer a field holds; refuses what int() would take but a layer file must not."""
     if not (_DIGITS.fullmatch(token) or _NEGATIVE.fullmatch(token)):
-        raise InputError(f"{subject}{_SYNTAX}, got {token!r}", path=path, line=number, field=field)
+        raise InputError(f"{subject}{_SYNTAX}, got {_quoted(token)}", path=path, line=number, field=field)
     try:
         return int(token)
     except ValueError:  # beyond Python's limit on digits converted (sys.set_int_max_str_digits)
@@ -304,7 +341,7 @@ def _check_line(content: str, number: int, path: str) -> None:
         raise InputError(f"missing field (expected {_FIELD_LIST})", path=path, line=number,
                          field=SEER_FIELDS[len(tokens)])
     if len(tokens) > len(SEER_FIELDS):
-        raise InputError(f"extra field {tokens[len(SEER_FIELDS)]!r} after padding (expected {_FIELD_LIST})",
+        raise InputError(f"extra field {_quoted(tokens[len(SEER_FIELDS)])} after padding (expected {_FIELD_LIST})",
                          path=path, line=number, field="padding")
     try:
         ConvShape.seer(**values)
@@ -341,10 +378,10 @@ def _check_header(content: str, number: int, path: str) -> list[str]:
     names = [c.strip() for c in next(csv.reader([content]))]
     for name in names:
         if name not in _CSV_COLUMNS:
-            raise InputError(f"unknown column {name!r}; a layer CSV's columns are {', '.join(_CSV_COLUMNS)}",
+            raise InputError(f"unknown column {_quoted(name)}; a layer CSV's columns are {', '.join(_CSV_COLUMNS)}",
                              path=path, line=number, field=name or "header")
         if names.count(name) > 1:
-            raise InputError(f"column {name!r} appears twice", path=path, line=number, field=name)
+            raise InputError(f"column {_quoted(name)} appears twice", path=path, line=number, field=name)
     for alias, (h, w) in _SQUARE_ALIASES.items():
         if alias in names and (h in names or w in names):
             raise InputError(f"give {alias} or {h},{w}, not both", path=path, line=number, field=alias)
@@ -373,7 +410,7 @@ def _csv_chunk(contents: list[str], numbers: list[int], columns: list[str], path
         for row, number in zip(rows, numbers):
             for name, cell in zip(columns, row):
                 if name != "name" and not cell.strip().isascii():
-                    raise InputError(f"{_SYNTAX}, got {cell.strip()!r}", path=path, line=number, field=name)
+                    raise InputError(f"{_SYNTAX}, got {_quoted(cell.strip())}", path=path, line=number, field=name)
     cells = np.array(rows, dtype=str).reshape(len(rows), len(columns))
     index = pd.RangeIndex(start, start + len(rows))
     values: dict[str, np.ndarray] = {}
@@ -393,7 +430,7 @@ def _csv_chunk(contents: list[str], numbers: list[int], columns: list[str], path
             if empty[i]:
                 raise InputError("missing value (this column is required)", path=path, line=numbers[i], field=name)
             _parse_int(str(column[i]), path, numbers[i], name)  # raises, worded as in SEER's format
-            raise InputError(f"{_SYNTAX}, got {str(column[i])!r}", path=path, line=numbers[i], field=name)
+            raise InputError(f"{_SYNTAX}, got {_quoted(str(column[i]))}", path=path, line=numbers[i], field=name)
         too_long = np.char.str_len(column) > 10
         if too_long.any():
             i = int(np.flatnonzero(too_long)[0])
