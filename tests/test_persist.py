@@ -264,3 +264,45 @@ def test_models_are_found_by_the_documented_rule(small_models, tmp_path, monkeyp
     assert persist.models_root(tmp_path) == tmp_path  # an explicit folder wins
     with pytest.raises(InputError, match="trained models exist for: none"):
         persist.load_model("h100", models_dir=tmp_path)
+
+
+def test_model_files_that_are_not_regular_files_are_refused_before_any_read(small_models, tmp_path, capsys):
+    import os
+
+    directory = _copy(small_models, tmp_path)
+    target = directory / "ours-default.zip"
+    target.unlink()
+    target.symlink_to("/dev/zero")  # read whole, it would never end
+    _one_line_refusal(*_predict(capsys, directory.parent), "ours-default.zip", "not a regular file")
+    target.unlink()
+    os.mkfifo(target)  # read, it would wait for a writer forever
+    _one_line_refusal(*_predict(capsys, directory.parent), "ours-default.zip", "not a regular file")
+    card = directory / persist.CARD_FILE
+    text = card.read_text()
+    card.unlink()
+    os.mkfifo(card)
+    _one_line_refusal(*_predict(capsys, directory.parent), "model.json", "not a regular file")
+    card.unlink()
+    card.write_text(text)
+
+
+def test_nan_and_infinity_in_a_card_or_a_model_file_are_refused(small_models, tmp_path, capsys):
+    directory = _copy(small_models, tmp_path)
+    card_path = directory / persist.CARD_FILE
+    card = json.loads(card_path.read_text())
+    card["pick_weight"] = float("inf")
+    card_path.write_text(json.dumps(card))  # json writes Infinity
+    _one_line_refusal(*_predict(capsys, directory.parent), "model.json", "Infinity")
+    # Inside a model file, with the card's SHA-256 made to match.
+    directory = _copy(small_models, tmp_path / "again")
+    path = directory / "ours-default.zip"
+    with zipfile.ZipFile(path) as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    members["model.json"] = members["model.json"].replace(b'"n_features":', b'"nan_here":NaN,"n_features":', 1)
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    card = json.loads((directory / persist.CARD_FILE).read_text())
+    card["model_files"][path.name] = persist.sha256(path)
+    (directory / persist.CARD_FILE).write_text(json.dumps(card))
+    _one_line_refusal(*_predict(capsys, directory.parent), "ours-default.zip", "NaN")

@@ -31,6 +31,7 @@ import io
 import json
 import os
 import re
+import stat
 import zipfile
 from pathlib import Path
 from typing import Any, Sequence
@@ -55,6 +56,30 @@ MODELS_ENV = "SEER_MODELS_DIR"
 _ARRAY_KINDS = "biuf"
 #: Bounds on what a model file may unpack to (seer's own files are far smaller).
 _MAX_MEMBERS, _MAX_BYTES = 100_000, 2**31
+#: The largest model file and card read at all (the shipped ones: 5 MB and 13 KB).
+_MAX_FILE_BYTES, _MAX_CARD_BYTES = 2**30, 2**24
+
+
+def _regular_file(path: Path, limit: int, what: str) -> None:
+    """InputError unless ``path`` (through any symbolic link) is a regular file of at most
+    ``limit`` bytes: a FIFO would hang the read, a device (``/dev/zero``) never end it."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return  # the caller says what is missing
+    except OSError as exc:
+        raise InputError(f"{what} cannot be read ({exc.strerror or exc})", path=path) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError(f"is a directory, not a {what}", path=path)
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"is not a regular file (a device, FIFO or socket), not a {what}", path=path)
+    if st.st_size > limit:
+        raise InputError(f"{what} of {st.st_size:,} bytes, more than a {what} may hold ({limit:,})", path=path)
+
+
+def _no_constant(name: str):
+    """``json.loads``' ``parse_constant``: NaN and Infinity have no place in a model."""
+    raise StateError(f"holds {name}, which no value of a seer model may be")
 _MEMBER_NAME = re.compile(r"^arrays/[0-9]+\.npy$")
 _MODEL_FILE_NAME = re.compile(rf"^({'|'.join(FAMILIES)})-[a-z0-9_]+{re.escape(MODEL_SUFFIX)}$")
 _GPU_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
@@ -131,7 +156,10 @@ def save(model: Model, directory: Path) -> list[Path]:
             path = directory / model_file(family, math)
             write_model_file(part, path)
             files[path.name] = sha256(path)
-    card = json.loads(json.dumps(dict(model.card) | {"model_files": files}, default=_json_default))
+    # A figure that is not a number (a score with nothing to score) is stored as null: the
+    # reader refuses NaN and Infinity anywhere in a card.
+    card = json.loads(json.dumps(dict(model.card) | {"model_files": files}, default=_json_default),
+                      parse_constant=lambda name: None)
     # Training again on the same data gives the same model files (every estimator is seeded and
     # the files carry no time); the card then keeps the date of the training that first gave
     # them, so that a retrain that changed nothing changes no file.
@@ -202,15 +230,14 @@ def read_model_file(path: Path, expected: type | None = None) -> Part:
 
     ``expected`` is the predictor class the caller needs (a file holding another is refused).
     """
-    if path.is_dir():
-        raise InputError("is a directory, not a model file", path=path)
+    _regular_file(path, _MAX_FILE_BYTES, "model file")
     try:
         with zipfile.ZipFile(path) as archive:
             infos = archive.infolist()
             if len(infos) > _MAX_MEMBERS or sum(i.file_size for i in infos) > _MAX_BYTES:
                 raise StateError("unpacks to more than a model file may")
             try:
-                document = json.loads(archive.read("model.json"))
+                document = json.loads(archive.read("model.json"), parse_constant=_no_constant)
             except KeyError:
                 raise StateError("is not a seer model file (it holds no model.json)") from None
             if not isinstance(document, dict) or document.get("format") != FORMAT:
@@ -242,16 +269,17 @@ def read_card(directory: Path) -> dict:
     """The model card of a model directory, checked; InputError in one sentence otherwise."""
     card_path = directory / CARD_FILE
     retrain = "retrain with `seer train --gpu GPU`"
-    if card_path.is_dir():
-        raise InputError("is a directory, not a model card", path=card_path)
+    _regular_file(card_path, _MAX_CARD_BYTES, "model card")
     try:
-        card = json.loads(card_path.read_text())
+        card = json.loads(card_path.read_text(), parse_constant=_no_constant)
     except FileNotFoundError:
         raise InputError("no trained model here; train one with `seer train --gpu GPU`", path=card_path) from None
     except (UnicodeDecodeError, OSError) as exc:
         raise InputError(f"model card cannot be read ({exc})", path=card_path) from None
     except json.JSONDecodeError as exc:
         raise InputError(f"model card is not valid JSON ({exc.msg})", path=card_path, line=exc.lineno) from None
+    except StateError as exc:
+        raise InputError(f"model card {exc}; {retrain}", path=card_path) from None
     if not isinstance(card, dict):
         raise InputError(f"model card must be a JSON object, not {type(card).__name__}; {retrain}", path=card_path)
     files = card.get("model_files")
@@ -280,6 +308,7 @@ def load(directory: Path, maths: Sequence[str] | None = None, families: Sequence
             if name not in card["model_files"]:
                 continue
             path = directory / name
+            _regular_file(path, _MAX_FILE_BYTES, "model file")
             if path.is_file() and sha256(path) != card["model_files"][name]:
                 raise InputError("model file does not match the SHA-256 in its card: refusing to load a file "
                                  "that changed after training", path=path)
