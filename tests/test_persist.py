@@ -306,3 +306,33 @@ def test_nan_and_infinity_in_a_card_or_a_model_file_are_refused(small_models, tm
     card["model_files"][path.name] = persist.sha256(path)
     (directory / persist.CARD_FILE).write_text(json.dumps(card))
     _one_line_refusal(*_predict(capsys, directory.parent), "ours-default.zip", "NaN")
+
+
+def _replace_member(directory: Path, file: str, member: str, data: bytes) -> None:
+    """Put ``data`` in place of one member of a model file, and the card's SHA-256 to match."""
+    path = directory / file
+    with zipfile.ZipFile(path) as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    members[member] = data
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, content in members.items():
+            archive.writestr(name, content)
+    card = json.loads((directory / persist.CARD_FILE).read_text())
+    card["model_files"][file] = persist.sha256(path)
+    (directory / persist.CARD_FILE).write_text(json.dumps(card))
+
+
+def test_an_array_whose_header_claims_more_than_it_holds_or_holds_nan_is_refused(small_models, tmp_path, capsys):
+    directory = _copy(small_models, tmp_path)
+    # A 200-byte member that claims 8 TiB: refused before NumPy allocates anything.
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f8", "fortran_order": False, "shape": (2**40,)})
+    _replace_member(directory, "ours-default.zip", "arrays/0.npy", header.getvalue() + b"\0" * 8)
+    _one_line_refusal(*_predict(capsys, directory.parent), "ours-default.zip", "claims 8,796,093,022,208 bytes")
+    directory = _copy(small_models, tmp_path / "nan")
+    with zipfile.ZipFile(directory / "ours-default.zip") as archive:
+        first = np.load(io.BytesIO(archive.read("arrays/0.npy")), allow_pickle=False)
+    poisoned = io.BytesIO()
+    np.save(poisoned, np.full(first.shape, np.nan), allow_pickle=False)
+    _replace_member(directory, "ours-default.zip", "arrays/0.npy", poisoned.getvalue())
+    _one_line_refusal(*_predict(capsys, directory.parent), "ours-default.zip", "NaN or infinite")

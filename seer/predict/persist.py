@@ -216,12 +216,25 @@ class _Decoder:
     def array(self, name: Any) -> np.ndarray:
         if not isinstance(name, str) or not _MEMBER_NAME.match(name) or name not in self.names:
             raise StateError(f"refers to an array the file does not hold: {name!r}")
+        data = self.archive.read(name)
         try:
-            array = np.load(io.BytesIO(self.archive.read(name)), allow_pickle=False)
+            # The header first: a shape it claims must match the bytes that follow it, before
+            # NumPy allocates anything (a 200-byte file may claim terabytes).
+            stream = io.BytesIO(data)
+            version = np.lib.format.read_magic(stream)
+            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                np.lib.format.read_array_header_2_0
+            shape, _, dtype = read_header(stream)
+            claimed = int(np.prod(shape, dtype=object)) * dtype.itemsize
+            if dtype.kind in _ARRAY_KINDS and claimed != len(data) - stream.tell():
+                raise StateError(f"{name} claims {claimed:,} bytes of values and holds {len(data) - stream.tell():,}")
+            array = np.load(io.BytesIO(data), allow_pickle=False)
         except ValueError as exc:  # pickled objects, or not NumPy's format at all
             raise StateError(f"{name} is not a plain array of numbers or booleans ({exc})") from None
         if array.dtype.kind not in _ARRAY_KINDS:
             raise StateError(f"{name} holds {array.dtype} values, not numbers or booleans")
+        if array.dtype.kind in "fc" and not np.isfinite(array).all():
+            raise StateError(f"{name} holds NaN or infinite values, which no value of a seer model may be")
         return array
 
 
