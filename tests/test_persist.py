@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import pickle
+import re
 import shutil
 import zipfile
 from pathlib import Path
@@ -336,3 +337,35 @@ def test_an_array_whose_header_claims_more_than_it_holds_or_holds_nan_is_refused
     np.save(poisoned, np.full(first.shape, np.nan), allow_pickle=False)
     _replace_member(directory, "ours-default.zip", "arrays/0.npy", poisoned.getvalue())
     _one_line_refusal(*_predict(capsys, directory.parent), "ours-default.zip", "NaN or infinite")
+
+
+@pytest.mark.parametrize("tamper, words", [
+    ("n_features", "cannot predict"),
+    ("digits", "an integer of 401 digits"),
+    ("encrypted", "encrypted"),
+    ("method 99", "compression method"),
+])
+def test_tampered_model_files_with_a_matching_hash_are_one_sentence(small_models, tmp_path, capsys, tamper, words):
+    directory = _copy(small_models, tmp_path)
+    path = directory / "ours-default.zip"
+    with zipfile.ZipFile(path) as archive:
+        document = archive.read("model.json")
+    if tamper in ("n_features", "digits"):
+        value = b"65535" if tamper == "n_features" else b"9" * 401
+        _replace_member(directory, path.name, "model.json", re.sub(rb'"n_features":\d+', b'"n_features":' + value,
+                                                                    document))
+    else:
+        # Patch the first member (model.json) in its local header and in the central directory:
+        # its flags (bit 0: encrypted) or its compression method.
+        raw = bytearray(path.read_bytes())
+        for signature, flags, method in ((b"PK\x03\x04", 6, 8), (b"PK\x01\x02", 8, 10)):
+            at = raw.find(signature)
+            if tamper == "encrypted":
+                raw[at + flags] |= 0x1
+            else:
+                raw[at + method:at + method + 2] = (99).to_bytes(2, "little")
+        path.write_bytes(bytes(raw))
+        card = json.loads((directory / persist.CARD_FILE).read_text())
+        card["model_files"][path.name] = persist.sha256(path)
+        (directory / persist.CARD_FILE).write_text(json.dumps(card))
+    _one_line_refusal(*_predict(capsys, directory.parent), "ours-default.zip", words)

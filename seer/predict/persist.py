@@ -39,6 +39,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from seer.errors import InputError
+from seer.layers.shapes import ConvShape
 from seer.predict.model import Model
 from seer.predict.predictors import AlgorithmPredictor, Part, SeerFamilyPredictor, StateError
 from seer.predict.trees import TreeError
@@ -56,6 +57,8 @@ MODELS_ENV = "SEER_MODELS_DIR"
 _ARRAY_KINDS = "biuf"
 #: Bounds on what a model file may unpack to (seer's own files are far smaller).
 _MAX_MEMBERS, _MAX_BYTES = 100_000, 2**31
+#: The layer every loaded model set predicts once, to show that its parts fit together.
+_PROBE_LAYER = ConvShape.square(1, 64, 56, 64, 3, 1, 1)
 #: The largest model file and card read at all (the shipped ones: 5 MB and 13 KB).
 _MAX_FILE_BYTES, _MAX_CARD_BYTES = 2**30, 2**24
 
@@ -80,6 +83,13 @@ def _regular_file(path: Path, limit: int, what: str) -> None:
 def _no_constant(name: str):
     """``json.loads``' ``parse_constant``: NaN and Infinity have no place in a model."""
     raise StateError(f"holds {name}, which no value of a seer model may be")
+
+
+def _bounded_int(text: str) -> int:
+    """``json.loads``' ``parse_int``: no integer of a model needs more than 20 digits."""
+    if len(text.lstrip("-")) > 20:
+        raise StateError(f"holds an integer of {len(text.lstrip('-'))} digits")
+    return int(text)
 _MEMBER_NAME = re.compile(r"^arrays/[0-9]+\.npy$")
 _MODEL_FILE_NAME = re.compile(rf"^({'|'.join(FAMILIES)})-[a-z0-9_]+{re.escape(MODEL_SUFFIX)}$")
 _GPU_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
@@ -167,8 +177,10 @@ def save(model: Model, directory: Path) -> list[Path]:
         earlier = json.loads((directory / CARD_FILE).read_text())
     except (OSError, ValueError):
         earlier = None
-    if isinstance(earlier, dict) and "trained_at" in earlier and \
-            {k: v for k, v in earlier.items() if k != "trained_at"} == {k: v for k, v in card.items() if k != "trained_at"}:
+    def undated(c: dict) -> dict:
+        return {k: v for k, v in c.items() if k != "trained_at"}
+
+    if isinstance(earlier, dict) and "trained_at" in earlier and undated(earlier) == undated(card):
         card["trained_at"] = earlier["trained_at"]
     tmp = directory / f".{CARD_FILE}.tmp"
     tmp.write_text(json.dumps(card, indent=2) + "\n")
@@ -250,7 +262,8 @@ def read_model_file(path: Path, expected: type | None = None) -> Part:
             if len(infos) > _MAX_MEMBERS or sum(i.file_size for i in infos) > _MAX_BYTES:
                 raise StateError("unpacks to more than a model file may")
             try:
-                document = json.loads(archive.read("model.json"), parse_constant=_no_constant)
+                document = json.loads(archive.read("model.json"), parse_constant=_no_constant,
+                                      parse_int=_bounded_int)
             except KeyError:
                 raise StateError("is not a seer model file (it holds no model.json)") from None
             if not isinstance(document, dict) or document.get("format") != FORMAT:
@@ -270,7 +283,9 @@ def read_model_file(path: Path, expected: type | None = None) -> Part:
         message = str(exc)
         raise InputError(message if message.startswith("is not a seer") else f"not a valid seer model file: {message}",
                          path=path) from None
-    except (ValueError, TypeError, KeyError, IndexError, OSError, RecursionError) as exc:
+    except (RuntimeError, NotImplementedError) as exc:  # zipfile: an encrypted member, an unknown compression
+        raise InputError(f"not a valid seer model file ({' '.join(str(exc).split())})", path=path) from None
+    except (ValueError, TypeError, KeyError, IndexError, OSError, RecursionError, ArithmeticError) as exc:
         # Anything else a hand-made file can provoke while its parts check themselves.
         raise InputError(f"not a valid seer model file ({type(exc).__name__}: {exc})", path=path) from None
     if expected is not None and type(part) is not expected:
@@ -333,7 +348,20 @@ def load(directory: Path, maths: Sequence[str] | None = None, families: Sequence
         if predictor.spec.name != card["gpu"]:
             raise InputError(f"model file is for GPU {predictor.spec.name!r}, the card for {card['gpu']!r}",
                              path=directory / CARD_FILE)
-    return Model(card["gpu"], card, parts["ours"], parts["seer"])
+    model = Model(card["gpu"], card, parts["ours"], parts["seer"])
+    # Each part checks its own state, but not that it fits the others (a tree over more features
+    # than the model computes): one layer predicted now turns such a file into one sentence
+    # here, not a traceback in the middle of a user's predictions.
+    for math in parts["ours"]:
+        try:
+            model.predict([_PROBE_LAYER], math)
+        except InputError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - whatever a hand-made file provokes
+            reason = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+            raise InputError(f"not a valid seer model file: it cannot predict ({reason})",
+                             path=directory / model_file("ours", math)) from None
+    return model
 
 
 # -- where models live --------------------------------------------------------------------
