@@ -267,6 +267,7 @@ def test_models_are_found_by_the_documented_rule(small_models, tmp_path, monkeyp
         persist.load_model("h100", models_dir=tmp_path)
 
 
+@pytest.mark.slow
 def test_model_files_that_are_not_regular_files_are_refused_before_any_read(small_models, tmp_path, capsys):
     import os
 
@@ -287,6 +288,7 @@ def test_model_files_that_are_not_regular_files_are_refused_before_any_read(smal
     card.write_text(text)
 
 
+@pytest.mark.slow
 def test_nan_and_infinity_in_a_card_or_a_model_file_are_refused(small_models, tmp_path, capsys):
     directory = _copy(small_models, tmp_path)
     card_path = directory / persist.CARD_FILE
@@ -323,6 +325,7 @@ def _replace_member(directory: Path, file: str, member: str, data: bytes) -> Non
     (directory / persist.CARD_FILE).write_text(json.dumps(card))
 
 
+@pytest.mark.slow
 def test_an_array_whose_header_claims_more_than_it_holds_or_holds_nan_is_refused(small_models, tmp_path, capsys):
     directory = _copy(small_models, tmp_path)
     # A 200-byte member that claims 8 TiB: refused before NumPy allocates anything.
@@ -339,6 +342,7 @@ def test_an_array_whose_header_claims_more_than_it_holds_or_holds_nan_is_refused
     _one_line_refusal(*_predict(capsys, directory.parent), "ours-default.zip", "NaN or infinite")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tamper, words", [
     ("n_features", "cannot predict"),
     ("digits", "an integer of 401 digits"),
