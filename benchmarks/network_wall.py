@@ -78,15 +78,19 @@ def markdown(table: pd.DataFrame, title: str) -> str:
     return "\n".join(lines)
 
 
+def run_with(overall: pd.DataFrame, policy: str) -> pd.DataFrame:
+    """The rows of the first file that holds ``policy``: ratios compare policies timed in turn."""
+    return overall[overall["run"] == overall.loc[overall["policy"] == policy, "run"].min()]
+
+
 def ceiling(overall: pd.DataFrame) -> str:
     """Why the eager gain stops where it does, at the largest batch under fma: the GPU time of the
     picks guarded for CUDA graphs (every pick the models make, no host cost counted) over PyTorch's
     better policy, which bounds what any eager guard can gain; and PyTorch's eager time over its GPU
     time, above 1 where the host, not the GPU, sets the pass's time."""
     # Each ratio against PyTorch's policies of its own run, timed in turn with it.
-    run_of = overall.groupby("policy")["run"].min()
-    gpu = comparison(overall[overall["run"] == run_of["seer-graph"]], "forward_ms", seer="seer-graph")
-    eager_run = overall[overall["run"] == run_of["seer"]]
+    gpu = comparison(run_with(overall, "seer-graph"), "forward_ms", seer="seer-graph")
+    eager_run = run_with(overall, "seer")
     eager, eager_gpu = comparison(eager_run, "eager_ms"), comparison(eager_run, "forward_ms")
     gpu, eager, eager_gpu = (t.set_index(["network", "batch", "math"]) for t in (gpu, eager, eager_gpu))
     table = pd.DataFrame({"picks_gpu_ratio": gpu["seer_ratio"], "seer_eager_ratio": eager["seer_ratio"],
@@ -141,23 +145,19 @@ def main(argv=None) -> int:
     parts = []
     policies = set(overall["policy"])
 
-    def run_with(policy: str) -> pd.DataFrame:
-        """The rows of the first file that holds ``policy``: ratios compare policies timed in turn."""
-        return overall[overall["run"] == overall.loc[overall["policy"] == policy, "run"].min()]
-
     for column, title in (("eager_ms", "Eager: plain wall time per pass, back to back"),
                           ("graph_ms", "Captured in a CUDA graph: wall time per replay"),
                           ("forward_ms", "GPU time per pass (bursts behind a spinning kernel; host cost hidden)")):
         if "seer" in policies and column in overall.columns and overall[column].notna().any():
-            parts.append(markdown(comparison(run_with("seer"), column), title))
+            parts.append(markdown(comparison(run_with(overall, "seer"), column), title))
     if "seer-graph" in policies and overall["graph_ms"].notna().any():
-        parts.append(markdown(comparison(run_with("seer-graph"), "graph_ms", seer="seer-graph"),
+        parts.append(markdown(comparison(run_with(overall, "seer-graph"), "graph_ms", seer="seer-graph"),
                               "Captured in a CUDA graph, seer's picks guarded for CUDA graphs (seer-graph)"))
     if {"seer", "seer-graph"} <= policies and overall["forward_ms"].notna().any():
         parts.append(ceiling(overall))
     text = "\n".join(parts)
     if args.plot and "seer" in policies:
-        plot(run_with("seer"), args.plot)
+        plot(run_with(overall, "seer"), args.plot)
     if args.out:
         args.out.write_text(text)
     else:

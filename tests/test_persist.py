@@ -298,16 +298,10 @@ def test_nan_and_infinity_in_a_card_or_a_model_file_are_refused(small_models, tm
     _one_line_refusal(*_predict(capsys, directory.parent), "model.json", "Infinity")
     # Inside a model file, with the card's SHA-256 made to match.
     directory = _copy(small_models, tmp_path / "again")
-    path = directory / "ours-default.zip"
-    with zipfile.ZipFile(path) as archive:
-        members = {name: archive.read(name) for name in archive.namelist()}
-    members["model.json"] = members["model.json"].replace(b'"n_features":', b'"nan_here":NaN,"n_features":', 1)
-    with zipfile.ZipFile(path, "w") as archive:
-        for name, data in members.items():
-            archive.writestr(name, data)
-    card = json.loads((directory / persist.CARD_FILE).read_text())
-    card["model_files"][path.name] = persist.sha256(path)
-    (directory / persist.CARD_FILE).write_text(json.dumps(card))
+    with zipfile.ZipFile(directory / "ours-default.zip") as archive:
+        document = archive.read("model.json")
+    _replace_member(directory, "ours-default.zip", "model.json",
+                    document.replace(b'"n_features":', b'"nan_here":NaN,"n_features":', 1))
     _one_line_refusal(*_predict(capsys, directory.parent), "ours-default.zip", "NaN")
 
 
@@ -320,9 +314,7 @@ def _replace_member(directory: Path, file: str, member: str, data: bytes) -> Non
     with zipfile.ZipFile(path, "w") as archive:
         for name, content in members.items():
             archive.writestr(name, content)
-    card = json.loads((directory / persist.CARD_FILE).read_text())
-    card["model_files"][file] = persist.sha256(path)
-    (directory / persist.CARD_FILE).write_text(json.dumps(card))
+    _rehash(directory, file)
 
 
 @pytest.mark.slow
@@ -369,7 +361,5 @@ def test_tampered_model_files_with_a_matching_hash_are_one_sentence(small_models
             else:
                 raw[at + method:at + method + 2] = (99).to_bytes(2, "little")
         path.write_bytes(bytes(raw))
-        card = json.loads((directory / persist.CARD_FILE).read_text())
-        card["model_files"][path.name] = persist.sha256(path)
-        (directory / persist.CARD_FILE).write_text(json.dumps(card))
+        _rehash(directory, path.name)
     _one_line_refusal(*_predict(capsys, directory.parent), "ours-default.zip", words)

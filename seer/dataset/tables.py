@@ -110,11 +110,11 @@ def read_parts(directory: str | Path, columns: Iterable[str] | None = None,
     if not files:
         raise InputError(f"no {SUFFIX} parts in the table folder", path=directory)
     columns = None if columns is None else list(columns)
+    import pyarrow.parquet as pq  # noqa: PLC0415 - pandas' engine, loaded by the first read
+
     frames = []
     for path in files:
         try:
-            import pyarrow.parquet as pq  # noqa: PLC0415 - pandas' engine, loaded on first read
-
             schema = pq.read_schema(path)
             missing = [] if columns is None else [c for c in columns if c not in schema.names]
             if missing:

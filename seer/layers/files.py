@@ -176,12 +176,16 @@ def _content_lines(stream: TextIO, path: str) -> Iterator[tuple[int, str]]:
     InputError for a line longer than :data:`MAX_LINE_CHARS`."""
     # Read in blocks and split them in C: a file without line breaks is refused after one
     # block past the limit, and the hot loop stays one pass of cheap string calls per line.
-    number, rest = 0, ""
-    while block := stream.read(_READ_CHARS):
-        lines = (rest + block).split("\n")
-        rest = lines.pop()
-        if len(rest) > MAX_LINE_CHARS:
-            raise _long_line(rest, number + len(lines) + 1, path)
+    number, rest, done = 0, "", False
+    while not done:
+        block = stream.read(_READ_CHARS)
+        if block:
+            lines = (rest + block).split("\n")
+            rest = lines.pop()
+            if len(rest) > MAX_LINE_CHARS:
+                raise _long_line(rest, number + len(lines) + 1, path)
+        else:  # the end: a last line without a line break is a line too
+            lines, done = ([rest] if rest else []), True
         for line in lines:
             number += 1
             if "#" in line:
@@ -191,12 +195,6 @@ def _content_lines(stream: TextIO, path: str) -> Iterator[tuple[int, str]]:
             if len(line) > MAX_LINE_CHARS:
                 raise _long_line(line, number, path)
             yield number, line
-    if rest:
-        number += 1
-        if "#" in rest:
-            rest = rest[: rest.index("#")]
-        if rest and not rest.isspace():
-            yield number, rest
 
 
 #: Characters read at a time by :func:`_content_lines`.
