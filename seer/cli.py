@@ -12,6 +12,7 @@ optional dependency (torch, onnx, cupy) is missing fails alone, in one sentence.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from pathlib import Path
@@ -20,8 +21,8 @@ from typing import Sequence
 from rich.console import Console
 
 import seer
-from seer.errors import EXIT_INTERRUPTED, InputError, SeerError
-from seer.progress import StepProgress
+from seer.errors import EXIT_BROKEN_PIPE, EXIT_INPUT, EXIT_INTERRUPTED, InputError, SeerError
+from seer.progress import CountProgress, StepProgress
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True, log_path=False,
                       width=None if sys.stderr.isatty() else 200)
@@ -388,26 +389,29 @@ def _cmd_predict(args) -> int:
     import pandas as pd
 
     from seer.layers.files import iter_layer_chunks
-    from seer.output import STDOUT, AtomicOutput, PickSummary, PredictionWriter, format_for
+    from seer.output import (STDOUT, AtomicOutput, PickSummary, PredictionWriter, checked_layers, format_for,
+                             is_stream)
     from seer.predict.model import best_per_layer
     from seer.predict.persist import load_model
 
     algorithms = _algorithms(args.algo)
     model = load_model(args.gpu, math=args.math, models_dir=args.models_dir)
     to_stdout = args.out == STDOUT
+    # A stream cannot take back what it was given: check the whole input before writing to one.
+    source = checked_layers(args.file) if is_stream(args.out) else nullcontext(args.file)
     shown = []  # per-layer picks to show as a table
     show_all = args.table == "all"
-    summary = PickSummary()
+    summary = PickSummary(model.predictor(args.math).spec.memory_bytes)
     if to_stdout:
         destination = nullcontext(sys.stdout)
     elif args.out:
         destination = AtomicOutput(args.out)  # opened first: an unusable path fails before any work
     else:
         destination = nullcontext(None)
-    with destination as handle:
+    with destination as handle, source as layers, CountProgress("predicting", err_console, "layers") as progress:
         writer = PredictionWriter(handle, format_for(args.out, args.format)) if handle is not None else None
         offset = 0
-        for chunk in iter_layer_chunks(args.file, PREDICT_CHUNK):
+        for chunk in iter_layer_chunks(layers, PREDICT_CHUNK, name=_source_name(args.file)):
             predictions = model.predict(chunk, args.math, algorithms, args.objective)
             predictions["layer"] += offset
             if writer is not None:
@@ -417,6 +421,7 @@ def _cmd_predict(args) -> int:
                 best = best_per_layer(predictions)
                 shown.append(chunk.set_index(best.index).join(best))
             offset += len(chunk)
+            progress.advance(len(chunk))
         if writer is not None:
             writer.close()
     console = err_console if to_stdout else out_console
@@ -427,9 +432,19 @@ def _cmd_predict(args) -> int:
     return 0
 
 
+def _source_name(file: str) -> str | None:
+    """The name errors give a layer file: its own, also when it is read again from a copy."""
+    from seer.layers.files import STDIN, STDIN_NAME
+
+    return STDIN_NAME if file == STDIN else file
+
+
 def _print_table(console, gpu: str, math: str, rows, objective: str = "time") -> None:
     from rich import box
     from rich.table import Table
+
+    from seer.hardware.gpus import get_gpu_spec
+    from seer.layers.shapes import frame_tensor_bytes
 
     energy = objective == "energy"
     title = f"{gpu}, {math} math: predicted times" + (" and energies per call" if energy else "")
@@ -443,13 +458,18 @@ def _print_table(console, gpu: str, math: str, rows, objective: str = "time") ->
         # Names and numbers are never cut short: a narrow terminal wraps the layer instead.
         number = header in ("ms", "mJ")
         table.add_column(header, no_wrap=not number, overflow="fold", min_width=6 if number else None)
-    for i, row in rows.iterrows():
-        table.add_row(str(i + 1), *_pick_cells(row, energy))
+    too_big = frame_tensor_bytes(rows) > get_gpu_spec(gpu).memory_bytes if len(rows) else []
+    for (i, row), big in zip(rows.iterrows(), too_big):
+        table.add_row(str(i + 1), *_pick_cells(row, energy, big))
     console.print(table, crop=False)  # never cut a number off at the edge
     _note_extrapolated(console, int(rows["extrapolated"].sum()) if len(rows) else 0)
+    if len(rows) and not energy and (rows["best_ms"] > rows["runner_up_ms"]).any():
+        console.print(f"{ABOVE_RUNNER_UP} the pick's time is above the runner-up's: the pick also weighs how likely "
+                      "each algorithm is to be the fastest, and both kernel paths where cuDNN may take either.")
+    _note_own_kernels(console, rows["best_algo"].dropna().tolist() if len(rows) else [])
 
 
-def _pick_cells(row, energy: bool = False) -> list[str]:
+def _pick_cells(row, energy: bool = False, too_big: bool = False) -> list[str]:
     """A row of :func:`seer.predict.model.best_per_layer` joined to its layer, as table cells: the layer
     (* where extrapolated), the pick and its time (and energy), the runner-up and its time
     (and energy)."""
@@ -460,12 +480,30 @@ def _pick_cells(row, energy: bool = False) -> list[str]:
     def number(column: str) -> str:
         return "" if pd.isna(row[column]) else f"{row[column]:.3g}"
 
-    pick = ["no algorithm predicted to run" if pd.isna(row["best_algo"]) else str(row["best_algo"]), number("best_ms")]
+    above = not energy and row["best_ms"] > row["runner_up_ms"]  # False where either is missing
+    none = "does not fit in the GPU's memory" if too_big else "no algorithm predicted to run"
+    pick = [none if pd.isna(row["best_algo"]) else str(row["best_algo"]),
+            number("best_ms") + (f" {ABOVE_RUNNER_UP}" if above else "")]
     runner_up = ["" if pd.isna(row["runner_up"]) else str(row["runner_up"]), number("runner_up_ms")]
     if energy:
         pick.append(number("best_mj"))
         runner_up.append(number("runner_up_mj"))
     return [describe(row) + (" *" if row["extrapolated"] else ""), *pick, *runner_up]
+
+
+#: Marks a pick whose own predicted time is above the runner-up's (see _print_table's note).
+ABOVE_RUNNER_UP = "+"
+
+
+def _note_own_kernels(console, picks: list[str]) -> None:
+    """Say which picks stock PyTorch cannot run: seer's own kernels run through seer.torch."""
+    from seer.algorithms import algorithm_names
+
+    own_kernels = set(algorithm_names(source="cupy"))
+    own = [p for p in picks if p in own_kernels]
+    if own:
+        console.print(f"{len(own)} of {len(picks)} picks are seer's own kernels, which stock PyTorch cannot run: "
+                      "run them with seer.torch.apply, or rank cuDNN's algorithms only with --algo cudnn.")
 
 
 def _note_extrapolated(console, extrapolated: int) -> None:
@@ -485,11 +523,14 @@ def _print_summary(console, gpu: str, math: str, summary, out) -> None:
     table = Table("pick", "layers", box=box.SIMPLE_HEAD, pad_edge=False)
     for algo, count in summary.picks.most_common():
         table.add_row(algo, str(count))
-    if summary.none:
-        table.add_row("no algorithm predicted to run", str(summary.none))
+    if summary.none - summary.too_big:
+        table.add_row("no algorithm predicted to run", str(summary.none - summary.too_big))
+    if summary.too_big:
+        table.add_row("does not fit in the GPU's memory", str(summary.too_big))
     console.print(table, crop=False)
     console.print(f"{summary.extrapolated} of {_layers(summary.layers)} outside the shapes the model was trained "
                   "on" + (": treat their predictions with care." if summary.extrapolated else "."))
+    _note_own_kernels(console, list(summary.picks.elements()))
 
 
 def _layers(count: int) -> str:
@@ -872,8 +913,22 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line and the hint to ``--help``, not the usage text."""
+
+    def error(self, message: str):
+        print(f"{self.prog}: error: {_one_line(message)} (see {self.prog} --help)", file=sys.stderr, flush=True)
+        sys.exit(EXIT_INPUT)
+
+
+def _one_line(text: str) -> str:
+    """``text`` with line breaks and other control characters escaped: an error stays one line
+    even when it quotes a file name that holds a newline."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="seer", description="Predict how fast each GPU convolution algorithm runs on a layer.")
     parser.add_argument("--version", action="version", version=f"seer {seer.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -906,11 +961,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except SeerError as exc:
         # One line, never wrapped: other programs read it from a pipe.
-        print(f"seer: error: {exc}", file=sys.stderr, flush=True)
+        print(f"seer: error: {_one_line(str(exc))}", file=sys.stderr, flush=True)
         return exc.exit_code
     except KeyboardInterrupt:
         err_console.print("Interrupted.")
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (`seer predict big.txt -o - | head`): stop quietly, as Unix
+        # tools do, and keep Python from complaining when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ from pathlib import Path
 EXIT_INPUT = 2
 EXIT_ENVIRONMENT = 1
 EXIT_INTERRUPTED = 130
+#: A closed pipe on standard output: what a shell reports for a tool stopped by SIGPIPE.
+EXIT_BROKEN_PIPE = 128 + 13
 
 
 class SeerError(Exception):
@@ -71,3 +73,12 @@ def one_line(exc: BaseException, limit: int = 300) -> str:
     """An exception's message on one line, cut at ``limit`` characters: for a message that
     quotes another library's error."""
     return " ".join(str(exc).split())[:limit]
+
+
+def import_failed(package: str, exc: BaseException, fix: str) -> EnvironmentProblem:
+    """One sentence for an optional dependency that is missing or installed but broken (a
+    torchvision built for another torch fails with a RuntimeError, not an ImportError)."""
+    if isinstance(exc, ModuleNotFoundError):
+        return EnvironmentProblem(f"{package} is not installed: {fix}")
+    return EnvironmentProblem(f"{package} is installed but fails to import ({type(exc).__name__}: "
+                              f"{one_line(exc, 200)}): {fix}")

@@ -12,19 +12,26 @@ terminal shows instead of a table.
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
+import re
+import socket
 import stat
+import sys
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
 import numpy as np
 import pandas as pd
 
 from seer.errors import InputError
-from seer.layers.shapes import LAYER_COLUMNS
+from seer.layers.files import STDIN, STDIN_NAME, iter_layer_chunks
+from seer.layers.shapes import LAYER_COLUMNS, frame_tensor_bytes
 from seer.schema import PREDICTION_COLUMNS
 
 FORMATS = ("csv", "json")
@@ -46,6 +53,33 @@ def _os_error(exc: OSError, path: Path) -> InputError:
               errno.EISDIR: "is a directory", errno.ENOTDIR: "a part of the path is not a folder",
               errno.EDQUOT: "disk quota exceeded"}.get(exc.errno, exc.strerror or str(exc))
     return InputError(f"cannot write here: {reason}", path=path)
+
+
+#: A temporary file's name says which host and process writes it, so that a later run can
+#: tell one left by a killed process (kill -9 runs no clean-up) from one still being written.
+_TMP_PREFIX = ".seer-" + re.sub(r"[^A-Za-z0-9_.]", "_", socket.gethostname())[:64] + "-"
+_ORPHAN = re.compile(re.escape(_TMP_PREFIX) + r"(\d+)-[^/]*\.tmp$")
+
+
+def _remove_orphans(folder: Path) -> None:
+    """Remove temporary files that this host's processes, now dead, left in ``folder``."""
+    try:
+        names = [entry.name for entry in os.scandir(folder) if entry.name.startswith(_TMP_PREFIX)]
+    except OSError:
+        return  # an unreadable folder: mkstemp will say what is wrong
+    for name in names:
+        found = _ORPHAN.match(name)
+        if found is None or int(found.group(1)) == os.getpid():
+            continue
+        try:
+            os.kill(int(found.group(1)), 0)
+        except ProcessLookupError:
+            try:
+                os.unlink(folder / name)
+            except OSError:
+                pass  # another run removed it first, or the folder is not ours to clean
+        except (PermissionError, OverflowError):
+            pass  # alive under another user, or no pid at all: not ours to remove
 
 
 class AtomicOutput:
@@ -84,9 +118,10 @@ class AtomicOutput:
             self.handle = os.fdopen(fd, "wb") if self.binary else os.fdopen(fd, "w", newline="")
             return self.handle
         target = self._target
+        folder = target.parent if str(target.parent) else Path(".")
+        _remove_orphans(folder)
         try:
-            fd, self._tmp = tempfile.mkstemp(prefix=".seer-", suffix=".tmp",
-                                             dir=target.parent if str(target.parent) else ".")
+            fd, self._tmp = tempfile.mkstemp(prefix=f"{_TMP_PREFIX}{os.getpid()}-", suffix=".tmp", dir=folder)
         except OSError as exc:
             raise _os_error(exc, path) from None
         # mkstemp makes the file private (0600); the target gets what open() would give it.
@@ -126,6 +161,74 @@ class AtomicOutput:
                 os.unlink(self._tmp)
         if isinstance(exc, OSError):
             raise _os_error(exc, self.path) from None
+
+
+def is_stream(path: str | Path | None) -> bool:
+    """Whether ``--out`` names a stream (standard output, a FIFO, a device), which cannot take
+    back what was written to it, rather than a file that appears whole or not at all."""
+    if path is None:
+        return False
+    if str(path) == STDOUT:
+        return True
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False  # a file to be made (or a path AtomicOutput will refuse)
+
+
+class _Spool(io.RawIOBase):
+    """Reads a binary stream and keeps a copy of every byte read in ``copy``."""
+
+    def __init__(self, stream, copy) -> None:
+        self.stream, self.copy = stream, copy
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self.stream.read1(len(buffer)) if hasattr(self.stream, "read1") else self.stream.read(len(buffer))
+        buffer[:len(data)] = data
+        self.copy.write(data)
+        return len(data)
+
+
+@contextmanager
+def checked_layers(source: str | Path) -> Iterator[str | Path | BinaryIO]:
+    """``source``, a layer file, read to its end and checked, as something to read again.
+
+    Predictions streamed to standard output cannot be taken back, so a mistake on the last
+    line must stop the command before the first prediction goes out. A regular file is simply
+    read twice; standard input, a FIFO or a device is copied aside while it is checked (the
+    reader's line cap bounds what a stream without end can make it copy)."""
+    if str(source) != STDIN:
+        try:
+            regular = stat.S_ISREG(os.stat(source).st_mode)
+        except OSError:
+            regular = True  # the reader names what is wrong with the path
+        if regular:
+            for _ in iter_layer_chunks(source):
+                pass
+            yield source
+            return
+    with tempfile.TemporaryFile() as copy:
+        if str(source) == STDIN:
+            stream, name, close = getattr(sys.stdin, "buffer", None), STDIN_NAME, lambda: None
+            if stream is None:  # already text (a test's StringIO, an embedding's stream)
+                stream = io.BytesIO(sys.stdin.read().encode())
+        else:
+            try:
+                stream = open(source, "rb")
+            except OSError as exc:
+                raise InputError(f"cannot open: {exc.strerror or exc}", path=source) from None
+            name, close = str(source), stream.close
+        try:
+            with io.BufferedReader(_Spool(stream, copy)) as spool:
+                for _ in iter_layer_chunks(spool, name=name):
+                    pass
+        finally:
+            close()
+        copy.seek(0)
+        yield copy
 
 
 def _check_format(fmt: str) -> None:
@@ -187,10 +290,12 @@ class PickSummary:
     """What a run predicted, in counts: layers, picks per algorithm, layers with no
     algorithm predicted to run, and layers outside the training ranges."""
 
-    def __init__(self) -> None:
+    def __init__(self, memory_bytes: float = float("inf")) -> None:
+        self.memory_bytes = memory_bytes
         self.layers = 0
         self.picks: Counter[str] = Counter()
         self.none = 0
+        self.too_big = 0  # of those with none: their tensors alone exceed the GPU's memory
         self.extrapolated = 0
 
     def add(self, predictions: pd.DataFrame) -> None:
@@ -199,6 +304,8 @@ class PickSummary:
         self.extrapolated += int(first["extrapolated"].sum())
         picked = first["algo"].dropna()
         self.none += len(first) - len(picked)
+        none = first[first["algo"].isna()]
+        self.too_big += int((frame_tensor_bytes(none) > self.memory_bytes).sum()) if len(none) else 0
         self.picks.update(picked.tolist())
 
 

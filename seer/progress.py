@@ -3,7 +3,8 @@
 Where output goes to a file (batch jobs, remote runs) a bar would print nothing until the
 end, so lines are logged instead. :class:`CollectionProgress` counts finished items of a
 collection (rate and time left); :class:`StepProgress` names the steps of training and
-evaluation as each starts.
+evaluation as each starts; :class:`CountProgress` counts work whose total is not known
+ahead (layers streamed through ``seer predict``).
 """
 
 from __future__ import annotations
@@ -98,6 +99,46 @@ class StepProgress:
         elif text != self._last_text:
             self.console.log(f"{self.description}: step {min(done + 1, total)}/{total}: {text}")
         self._last_text = text
+
+    def __exit__(self, *exc) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+
+class CountProgress:
+    """Context manager: ``advance(n)`` as work of unknown total gets done. Shown on a terminal
+    only once ``quiet_s`` have passed (quick work stays quiet); logged every ``log_every_s``
+    elsewhere."""
+
+    def __init__(self, description: str, console: Console | None = None, unit: str = "items",
+                 quiet_s: float = 2.0, log_every_s: float = 30.0) -> None:
+        self.console = console or Console(stderr=True)
+        self.description, self.unit = description, unit
+        self.quiet_s, self.log_every_s = quiet_s, log_every_s
+        self.done = 0
+        self._started = self._last_log = time.monotonic()
+        self._progress: Progress | None = None
+        self._task = None
+
+    def __enter__(self) -> "CountProgress":
+        return self
+
+    def advance(self, n: int) -> None:
+        self.done += n
+        now = time.monotonic()
+        rate = f"{self.done / max(now - self._started, 1e-9):,.0f} {self.unit}/s"
+        if self.console.is_terminal:
+            if self._progress is None and now - self._started >= self.quiet_s:
+                self._progress = Progress(TextColumn(f"[bold]{self.description}"), TextColumn("{task.completed:,}"),
+                                          TextColumn(self.unit), TextColumn("{task.fields[rate]}"),
+                                          TimeElapsedColumn(), console=self.console, transient=True)
+                self._progress.start()
+                self._task = self._progress.add_task(self.description, total=None, rate="")
+            if self._progress is not None:
+                self._progress.update(self._task, completed=self.done, rate=rate)
+        elif now - self._last_log >= self.log_every_s:
+            self._last_log = now
+            self.console.log(f"{self.description}: {self.done:,} {self.unit}, {rate}")
 
     def __exit__(self, *exc) -> None:
         if self._progress is not None:

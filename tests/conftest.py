@@ -88,13 +88,17 @@ def tracer():
 # -- a small model set of the real data, fitted in seconds ----------------------------------
 def small_selector():
     """The shipped model's design with fewer, smaller trees and two folds."""
-    from sklearn.ensemble import HistGradientBoostingRegressor
+    from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
 
     from seer.training.estimators import AlgorithmSelector, WorkspaceModel, log_time_regressor
 
     trees = log_time_regressor(HistGradientBoostingRegressor(max_iter=60, learning_rate=0.2,
                                                              max_leaf_nodes=15, random_state=0))
-    return AlgorithmSelector(candidates={"boosted_trees": trees}, cv=2, workspace_model=WorkspaceModel(max_iter=40))
+    # The fastest-algorithm classifier: one tree per algorithm and round, fitted three times
+    # (two folds, then all), was a third of the fitting; 30 rounds still give it a weight.
+    pick = HistGradientBoostingClassifier(max_iter=30, learning_rate=0.25, max_leaf_nodes=15, random_state=0)
+    return AlgorithmSelector(candidates={"boosted_trees": trees}, cv=2, workspace_model=WorkspaceModel(max_iter=40),
+                             pick_classifier=pick)
 
 
 @pytest.fixture(scope="session")
@@ -117,31 +121,45 @@ def census() -> pd.DataFrame:
 SMALL_TRAIN, SMALL_TEST1, SMALL_CENSUS = 1500, 800, 6000
 
 
-def _made_once(tmp_path_factory, name: str, make) -> Path:
-    """A folder ``make(folder)`` fills, made once per test run: pytest-xdist's workers share it
-    (the first makes it while the others wait on its lock), so each fitting runs once."""
-    from filelock import FileLock
-
+def _run_folder(tmp_path_factory) -> Path:
+    """This run's temporary folder: with pytest-xdist, the one above each worker's own."""
     base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent  # this run's folder, above each worker's own
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def _made_once(tmp_path_factory, name: str, make, wait: bool = True) -> Path | None:
+    """A folder ``make(folder)`` fills, made once per test run: pytest-xdist's workers share it
+    (the first makes it while the others wait on its lock), so each fitting runs once. With
+    ``wait`` false, None at once where another worker is making it."""
+    from filelock import FileLock, Timeout
+
+    base = _run_folder(tmp_path_factory)
     target = base / name
-    with FileLock(f"{target}.lock"):
+    lock = FileLock(f"{target}.lock")
+    try:
+        lock.acquire(timeout=-1 if wait else 0)
+    except Timeout:
+        return None
+    try:
         if not target.exists():
             building = base / f".{name}-{os.getpid()}"
             make(building)
             building.rename(target)
+    finally:
+        lock.release()
     return target
 
 
 @pytest.fixture(scope="session")
-def small_dataset(tmp_path_factory, table, census) -> Path:
+def small_dataset(tmp_path_factory, request) -> Path:
     """A dataset directory holding a seeded sample of the committed one: every Test-set-II
     layer and every layer with energy readings, and some training, Test-set-I and census shapes."""
     from seer.dataset.tables import write_parts
     from seer.schema import DatasetDir
 
     def make(folder: Path) -> None:
+        # The committed tables, read here only: a worker that finds the sample made reads neither.
+        table, census = request.getfixturevalue("table"), request.getfixturevalue("census")
         rng = np.random.default_rng(0)
         keep = []
         for split, count in (("train", SMALL_TRAIN), ("test1", SMALL_TEST1)):
@@ -159,17 +177,40 @@ def small_dataset(tmp_path_factory, table, census) -> Path:
 
 @pytest.fixture(scope="session")
 def small_models(tmp_path_factory, small_dataset) -> Path:
-    """A models directory with a small model set of the small dataset, saved by seer.predict.persist."""
+    """A models directory with a small model set of the small dataset, saved by seer.predict.persist.
+
+    Each math mode is fitted on its own, by the first worker that finds it not taken (two
+    workers that need the models at once fit one each), and the parts are then joined into
+    what one ``train`` of every math mode gives (tests/test_persist.py trains again and
+    compares the files)."""
+    import pickle
+
     from seer.hardware.gpus import get_gpu_spec
     from seer.predict import persist
+    from seer.predict.model import Model
+    from seer.schema import MATH_MODE_NAMES
     from seer.training import train as training
 
-    def make(folder: Path) -> None:
-        from threadpoolctl import threadpool_limits
+    def fit(math: str):
+        def make(folder: Path) -> None:
+            # On the worker's one OpenMP thread: with one per core, each of scikit-learn's
+            # thousands of parallel regions waits at a barrier for a thread that another
+            # worker's tests (or another process) keep off its core; on two busy cores the
+            # fitting then took minutes instead of about 25 seconds.
+            model = training.train(small_dataset, get_gpu_spec("h100"), maths=[math], selector=small_selector())
+            folder.mkdir()
+            (folder / "model.pickle").write_bytes(pickle.dumps(model))
+        return make
 
-        # The other workers wait for this fixture: its fitting may use every core.
-        with threadpool_limits(os.cpu_count(), user_api="openmp"):
-            model = training.train(small_dataset, get_gpu_spec("h100"), selector=small_selector())
+    def join(folder: Path) -> None:
+        parts = [pickle.loads((_made_once(tmp_path_factory, f"models-{math}", fit(math)) / "model.pickle")
+                              .read_bytes()) for math in MATH_MODE_NAMES]
+        card = parts[0].card | {"maths": {m: c for part in parts for m, c in part.card["maths"].items()}}
+        model = Model(parts[0].gpu, card, {m: p for part in parts for m, p in part.predictors.items()},
+                      {m: b for part in parts for m, b in part.baselines.items()})
         persist.save(model, folder / "h100")
 
-    return _made_once(tmp_path_factory, "models", make)
+    if not (_run_folder(tmp_path_factory) / "models").exists():
+        for math in MATH_MODE_NAMES:  # the math modes no other worker is fitting (the others' are awaited in join)
+            _made_once(tmp_path_factory, f"models-{math}", fit(math), wait=False)
+    return _made_once(tmp_path_factory, "models", join)

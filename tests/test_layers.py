@@ -1,12 +1,13 @@
 """Layer files: strict parsing, located messages, standard input, streaming, writing."""
 
 import io
+import re
 import sys
 
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import assume, example, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from seer.errors import InputError
@@ -409,3 +410,199 @@ def test_a_file_without_line_breaks_is_refused_after_one_block_and_errors_quote_
     with pytest.raises(InputError, match=r"out_ch: .*\(32,768 characters\)") as caught:
         read_layers(long_token)
     assert len(str(caught.value)) < 100 + 4 * QUOTED_CHARS
+
+
+# -- layer CSV: quotes, comments, line numbers and leading zeros ----------------------------------
+NAMED = "name,batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w\n"
+
+
+def test_a_hash_in_quotes_is_text_and_outside_quotes_starts_a_comment():
+    text = (NAMED + '"block#1/conv",1,3,8,5,5,3,3  # a comment, with "a quote\n# a whole line\n'
+            'plain,2,3,8,5,5,3,3#glued\n"say ""#1"", twice",3,3,8,5,5,3,3\n')
+    frame = read_layers(io.StringIO(text), name="n.csv")
+    assert list(frame["name"]) == ["block#1/conv", "plain", 'say "#1", twice'] and frame["batch"].tolist() == [1, 2, 3]
+    with pytest.raises(InputError) as info:  # in quotes, a # is part of the field
+        read_layers(io.StringIO(NAMED + 'x,1,3,8,5,5,3,"3#"\n'), name="n.csv")
+    _assert_one_line_error(info.value, "n.csv", 2, "kernel_w", "got '3#'")
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n", "\r"])
+def test_quoted_line_breaks_are_kept_and_errors_name_the_line_a_record_starts_on(tmp_path, newline):
+    records = [NAMED.strip(), f'"two{newline}lines",1,3,8,5,5,3,3', '"three\nmixed\r\nlines",1,3,8,5,5,3,3',
+               "# a comment", "ok,1,3,8,5,5,3,3", '"bad\nline",1,3,8,5,5,3,+3']
+    path = tmp_path / "breaks.csv"  # lines: header 1, records on 2-3, 4-6, (7), 8, 9-10
+    path.write_bytes(newline.join(records[:-1]).encode() + newline.encode())
+    frame = read_layers(path)
+    assert list(frame["name"]) == [f"two{newline}lines", "three\nmixed\r\nlines", "ok"]
+    path.write_bytes(newline.join(records).encode() + newline.encode())
+    for read in (lambda: read_layers(path), lambda: list(iter_layer_chunks(path, 1))):
+        with pytest.raises(InputError) as info:
+            read()
+        _assert_one_line_error(info.value, str(path), 9, "kernel_w", "got '+3'")
+
+
+@pytest.mark.parametrize("number", ["000000000008", "08", "0" * 30 + "8", " 0008\t", '"008"', " " * 100 + "8",
+                                    "0" * 5000 + "8"])
+def test_csv_numbers_take_leading_zeros_and_ascii_blanks_as_seers_format_does(number):
+    frame = read_layers(io.StringIO(NAMED + f"a,{number},3,8,5,5,3,3\n"), name="z.csv")
+    assert frame["batch"].tolist() == [8]
+    seer = number.strip(' \t"')
+    assert seer_rows(read_layers(io.StringIO(f"1\n{seer} 3 8 4 8 3 1 1\n"))) == [[8, 3, 8, 4, 8, 3, 1, 1]]
+
+
+@pytest.mark.parametrize("number, words", [
+    ("+8", "got '+8'"), ("-8", "got '-8'"), ("8.0", "got '8.0'"), ("0x8", "got '0x8'"), ("1e1", "got '1e1'"),
+    ("٨", "got '٨'"), ("8\u3000", "got '8\\u3000'"), ("\u00a08", "got '\\xa08'"), ("8\x1c", "got '8\\x1c'"),
+    ("8\x00", "got '8\\x00'"), ('"8\n"', "got '8\\n'"), ("0000" + "9" * 11, "got a number of 11 digits"),
+    ("9" * 70, "got a number of 70 digits"), ("x" * 70, "got 'xxxxxxxxxx"), ("00004294967296", "got 4294967296"),
+])
+def test_csv_numbers_refuse_signs_floats_and_other_text(number, words):
+    with pytest.raises(InputError) as info:
+        read_layers(io.StringIO(NAMED + f"a,1,3,8,5,5,3,3\nb,{number},3,8,5,5,3,3\n"), name="z.csv")
+    _assert_one_line_error(info.value, "z.csv", 3, "batch", words)
+
+
+def test_the_first_csv_mistake_in_file_order_is_the_one_named():
+    # Columns are checked one at a time; the error is still the first bad record's, chunks or not.
+    text = NAMED + "a,1,3,8,5,5,3,3\nb,0,3,8,5,5,3,3\nc,1,3,8,5,x,3,3\nd,1,3,8,5,5,3,+3\n"
+    for chunk_layers in (1, 2, 100):
+        with pytest.raises(InputError) as info:
+            list(iter_layer_chunks(io.StringIO(text), chunk_layers, name="o.csv"))
+        _assert_one_line_error(info.value, "o.csv", 3, "batch", "between 1")
+
+
+def test_an_unclosed_quote_is_one_error_and_a_runaway_one_stops_at_the_line_cap():
+    from seer.layers.files import MAX_LINE_CHARS
+
+    text = NAMED + 'a,1,3,8,5,5,3,3\nb,1,3,8,"5,5,3,3\nc,1,3,8,5,5,3,3\n'
+    with pytest.raises(InputError) as info:
+        read_layers(io.StringIO(text), name="q.csv")
+    _assert_one_line_error(info.value, "q.csv", 3, "in_h", "a quoted field is never closed")
+    runaway = NAMED + '"' + "x,1,3,8,5,5,3,3\n" * (MAX_LINE_CHARS // 8)
+    with pytest.raises(InputError) as info:
+        read_layers(io.StringIO(runaway), name="q.csv")
+    _assert_one_line_error(info.value, "q.csv", 2, None, "is a closing quote missing?")
+    assert len(str(info.value)) < 250
+
+
+def test_a_long_name_does_not_widen_the_number_columns():
+    import tracemalloc
+
+    text = NAMED + f"{'n' * 60_000},1,3,8,5,5,3,3\n" + "a,1,3,8,5,5,3,3\n" * 200
+    tracemalloc.start()
+    try:
+        frame = read_layers(io.StringIO(text), name="long.csv")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # Every cell as wide as the name would be 201 x 8 x 60,000 x 4 bytes: 386 MB.
+    assert len(frame) == 201 and len(frame["name"].iloc[0]) == 60_000 and peak < 30e6
+
+
+@pytest.mark.parametrize("source", ["text", "file"])
+def test_a_lone_cr_ends_a_line_whatever_the_source(tmp_path, source):
+    def read(text: str) -> pd.DataFrame:
+        path = tmp_path / "cr.txt"
+        path.write_bytes(text.encode())
+        return read_layers(io.StringIO(text) if source == "text" else path)
+
+    text = "# classic Mac\r2\r1 3 8 4 8 3 1 1\r\n1 3 8 4 8 3 1 1\r"  # lines 1-4: CR, CR, CR LF, CR
+    assert seer_rows(read(text)) == [[1, 3, 8, 4, 8, 3, 1, 1]] * 2
+    with pytest.raises(InputError, match=r":3: padding: must be an integer"):
+        read(text.replace("1\r\n", "x\r\n"))
+
+
+def _csv_quoted(text: str) -> str:
+    """A CSV field that reads back as ``text``: the test's own quoting, always quoting what is odd."""
+    return '"' + text.replace('"', '""') + '"' if any(c in text for c in ',"#\r\n') else text
+
+
+# Text a UTF-8 file (or an ONNX node's name) can hold: no lone surrogates.
+ODD_NAMES = st.text(st.one_of(st.sampled_from(list(',"#\r\n \t\x00\ufeff\u2028\x1c')), st.characters(codec="utf-8")),
+                    max_size=16)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(ODD_NAMES, min_size=1, max_size=5))
+def test_any_names_written_as_csv_read_back_the_same(names):
+    layers = read_layers(io.StringIO(f"{len(names)}\n" + f"{LAYER}\n" * len(names)))
+    text = format_layers(layers.assign(name=names), "csv")
+    back = read_layers(io.BytesIO(text.encode()), name="names.csv")  # bytes, as a file is read
+    assert list(back["name"]) == names and back.drop(columns="name").equals(layers)
+
+
+# A layer CSV of valid layers with arbitrary names, numbers spelt every way the reader takes or
+# refuses, comments, blank lines and every line break: read right, or one line naming the bad line.
+OPTIONAL = ("groups", "stride_h", "stride_w", "pad_h", "pad_w", "dilation_h", "dilation_w")
+REQUIRED = ("batch", "in_ch", "out_ch", "in_h", "in_w", "kernel_h", "kernel_w")
+VALID_SPELLINGS = st.sampled_from(["{}", "{}", "0{}", "000000000000{}", " {}\t", '"{}"', '" 0{} "', "0" * 70 + "{}"])
+BAD_SPELLINGS = st.sampled_from(["+{}", "-{}", "{}.0", "0x{}", "{}e0", "{} {}", "٣", "８", "{}\x00", '{}"', "\u00a0{}",
+                                 "\x1c{}", "9" * 11, "4294967296", '"{}#"', '"{}\n"', "{}_0"])
+BREAKS = st.sampled_from(["\n", "\r\n", "\r"])
+
+
+@st.composite
+def layer_csvs(draw) -> tuple[str, list[dict], list[str], int | None]:
+    """(file text, layers, names, line of the first bad record or None)."""
+    columns = ["name", *REQUIRED, *draw(st.lists(st.sampled_from(OPTIONAL), unique=True))]
+    columns = draw(st.permutations(columns))
+    text, layers, names, first_bad = ",".join(columns), [], [], None
+    for _ in range(draw(st.integers(0, 5))):
+        text += draw(BREAKS)
+        for _ in range(draw(st.integers(0, 2))):  # comment and blank lines, quotes and all
+            text += draw(st.sampled_from(["", "  ", "# a comment", '# "an open quote', "\t# x,y"])) + draw(BREAKS)
+        group = draw(st.integers(1, 2)) if "groups" in columns else 1
+        layer = {"batch": draw(st.integers(1, 4)), "in_ch": group * draw(st.integers(1, 3)),
+                 "out_ch": group * draw(st.integers(1, 3)), "groups": group,
+                 "in_h": draw(st.integers(5, 9)), "in_w": draw(st.integers(5, 9)),
+                 "kernel_h": draw(st.integers(1, 3)), "kernel_w": draw(st.integers(1, 3))}
+        for name in OPTIONAL[1:]:  # stride 1-2, padding 0-1, dilation 1-2; defaults where not a column
+            low = 0 if name.startswith("pad") else 1
+            layer[name] = draw(st.integers(low, low + 1)) if name in columns else low
+        line = len(re.findall(r"\r\n|\r|\n", text)) + 1
+        bad = False
+        cells = []
+        for column in columns:
+            if column == "name":
+                names.append(draw(ODD_NAMES))
+                always = draw(st.booleans())  # quoted whether it needs it or not
+                cells.append('"' + names[-1].replace('"', '""') + '"' if always else _csv_quoted(names[-1]))
+                continue
+            if draw(st.integers(0, 30)) == 0:  # an empty cell is a mistake only in a required column
+                spelling = draw(st.one_of(BAD_SPELLINGS, st.just("") if column in REQUIRED else BAD_SPELLINGS))
+                bad = True
+            else:
+                spelling = draw(VALID_SPELLINGS)
+            cells.append(spelling.replace("{}", str(layer[column])))
+        # A blank before a comment belongs to the field before it: a name keeps it, a number drops it.
+        comments = ["", "#note", '#"open'] if columns[-1] == "name" else ["", " # note", ' # "open']
+        text += ",".join(cells) + draw(st.sampled_from(comments))
+        if bad and first_bad is None:
+            first_bad = line
+        layers.append(layer)
+    return text + draw(st.sampled_from(["", "\n", "\r\n"])), layers, names, first_bad
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(layer_csvs())
+def test_a_layer_csv_reads_as_written_or_names_the_line_of_its_first_mistake(tmp_path, case):
+    text, written, names, first_bad = case
+    path = tmp_path / "fuzz.csv"
+    path.write_bytes(text.encode())
+
+    def chunked() -> pd.DataFrame:  # two layers a chunk: records and mistakes on either side of a chunk's end
+        chunks = list(iter_layer_chunks(path, 2))
+        return pd.concat(chunks) if chunks else read_layers(path)
+
+    for read in (lambda: read_layers(path), chunked):
+        try:
+            frame = read()
+        except InputError as err:
+            assert first_bad is not None, str(err)
+            assert (err.path, err.line) == (str(path), first_bad), str(err)
+            assert str(err).startswith(f"{path}:{first_bad}: ") and len(str(err).splitlines()) == 1
+        else:
+            assert first_bad is None and len(frame) == len(written)
+            if written:  # a file of no layers reads as SEER's columns only
+                assert list(frame["name"]) == names
+                assert frame[list(written[0])].to_dict("records") == written

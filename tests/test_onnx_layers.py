@@ -12,11 +12,14 @@ import numpy as np
 import onnx
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from seer.cli import main
 from seer.errors import InputError
 from seer.layers.calls import TRANSPOSED_REASON
+from seer.layers.files import read_layers
 from seer.layers.shapes import describe
 from seer.networks.onnx_layers import DEVICE, onnx_conv_calls
 
@@ -65,6 +68,7 @@ def _one(tmp_path: Path, x: list, w: tuple[int, ...], **attributes) -> pd.Series
     ([1, 3, 16, 112, 112], (8, 3, 3, 7, 7), {"strides": [1, 2, 2], "pads": [1, 3, 3, 1, 3, 3]},
      "1x3x16x112x112 -> 8, 3x7x7 s1,2,2 p1,3,3"),
     ([1, 8, 9, 9], (8, 8, 3, 3), {"auto_pad": "VALID", "strides": [2, 2]}, "1x8x9x9 -> 8, 3x3 s2 p0"),
+    ([1, 8, 9, 9], (8, 8, 3, 3), {"auto_pad": "VALID", "pads": [0, 0, 0, 0]}, "1x8x9x9 -> 8, 3x3 s1 p0"),
 ])
 def test_conv_nodes_give_the_layers_worked_by_hand(tmp_path, x, w, attributes, text):
     row = _one(tmp_path, x, w, **attributes)
@@ -216,6 +220,164 @@ def test_failed_shape_inference_is_one_input_error(tmp_path):
     assert caught.value.path == str(path)
 
 
+# -- hostile files: one InputError naming the node, never a traceback -------------------------
+def _typed(name: str, value) -> onnx.AttributeProto:
+    """An attribute of the type its Python value has: bytes and str a STRING, int an INT, a list INTS."""
+    if isinstance(value, list):
+        return helper.make_attribute(name, value, attr_type=onnx.AttributeProto.INTS)
+    return helper.make_attribute(name, value)
+
+
+def _hostile(tmp_path: Path, x: list, w: tuple[int, ...], attributes: dict, name: str = "block#1/conv",
+             file: str = "hostile.onnx") -> Path:
+    """A one-Conv model whose attributes are set as given, of whatever type they have."""
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name=name)
+    node.attribute.extend(_typed(key, value) for key, value in attributes.items())
+    return _save(tmp_path / file, [node], [_input(x)], [_weight("w", w)])
+
+
+def _one_line_error(path: Path, field: str, words: str) -> InputError:
+    with pytest.raises(InputError) as caught:
+        onnx_conv_calls(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}: {field}: Conv node 'block#1/conv': ") and words in message, message
+    assert "\n" not in message and caught.value.field == field
+    return caught.value
+
+
+@pytest.mark.parametrize("auto_pad, words", [
+    (b"\xff\xfeSAME", "must be NOTSET, SAME_UPPER, SAME_LOWER or VALID, got b'\\xff\\xfeSAME'"),
+    (1, "must be an attribute of type STRING, got INT"),
+    ([1, 1], "must be an attribute of type STRING, got INTS"),
+    ("same_upper", "got 'same_upper'"),
+    ("VALID\n# not a comment", "got 'VALID\\n# not a comment'"),
+])
+def test_an_auto_pad_that_is_no_known_string_is_one_input_error(tmp_path, auto_pad, words):
+    _one_line_error(_hostile(tmp_path, [1, 3, 8, 8], (4, 3, 3, 3), {"auto_pad": auto_pad}), "auto_pad", words)
+
+
+@pytest.mark.parametrize("x, w, attributes, field, words", [
+    ([1, 3, 8, 8], (4, 5, 3, 3), {}, "weight", ("its weight 'w' (4x5x3x3) takes 5 input channels, but its "
+                                               "input (1x3x8x8) has 3")),
+    ([1, 6, 8, 8], (4, 3, 3, 3), {}, "weight", "takes 3 input channels, but its input (1x6x8x8) has 6"),
+    ([1, 6, 8, 8], (6, 3, 3, 3), {"group": 3}, "weight", "3 input channels per group, 9 in its 3 groups"),
+    ([1, 6, 8, 8], (3, 3, 3, 3), {"group": 2}, "group", "3 output channels, not a multiple of group 2"),
+    ([1, 6, 8, 8], (6, 3, 3, 3), {"group": 0}, "group", "must be at least 1, got 0"),
+    ([1, 3, 8, 8], (4, 3, 3, 3), {"group": 1.0}, "group", "must be an attribute of type INT, got FLOAT"),
+    ([1, 3, 8, 8], (4, 3, 3, 3), {"kernel_shape": [2, 2]}, "kernel_shape", ("is 2x2, but the kernel of its "
+                                                                           "weight 'w' is 3x3")),
+    # Inference takes the pads (a 9x9 output here), onnxruntime auto_pad (8x8).
+    ([1, 3, 8, 8], (4, 3, 3, 3), {"auto_pad": "SAME_UPPER", "pads": [1, 1, 2, 2]}, "pads",
+     "are given with auto_pad SAME_UPPER: give only one of them"),
+])
+def test_a_weight_that_does_not_fit_its_input_or_attributes_is_one_input_error(tmp_path, x, w, attributes, field,
+                                                                                words):
+    # ONNX shape inference lets every one of these through: before, seer predicted the layer silently.
+    _one_line_error(_hostile(tmp_path, x, w, attributes), field, words)
+
+
+def test_an_attribute_given_twice_or_referring_to_no_function_is_one_input_error(tmp_path):
+    path = _hostile(tmp_path, [1, 4, 8, 8], (4, 2, 3, 3), {"group": 2})
+    model = onnx.load(path)
+    model.graph.node[0].attribute.append(helper.make_attribute("group", 1))
+    onnx.save(model, path)
+    _one_line_error(path, "group", "the attribute is given twice")
+    model.graph.node[0].attribute.pop()
+    model.graph.node[0].attribute[0].ref_attr_name = "g"
+    onnx.save(model, path)
+    _one_line_error(path, "group", "refers to an attribute 'g' of a function, outside any function")
+
+
+def test_a_name_that_is_not_utf8_is_shown_escaped(tmp_path):
+    path = _conv_file(tmp_path, [1, 3, 8, 8], (4, 3, 3, 3))
+    path.write_bytes(path.read_bytes().replace(b"\x04conv", b"\x04c\xffnv"))  # the node's name, in place
+    assert list(onnx_conv_calls(path).layers["name"]) == ["c\\xffnv"]
+
+
+HOSTILE_NAMES = ["block#1/conv", "#start", 'say "hi", twice', "line\nbreak", "cr\rlf\r\nboth", " spaced ",
+                 "ünï©ødé 卷积", "tab\there", "nul\x00"]
+
+
+def test_hostile_node_names_go_through_layers_out_and_read_back(small_models, tmp_path, capsys):
+    nodes, inputs = [], "x"
+    for i, name in enumerate(HOSTILE_NAMES):
+        nodes.append(helper.make_node("Conv", [inputs, "w"], [f"y{i}"], name=name, pads=[1, 1, 1, 1]))
+        inputs = f"y{i}"
+    path = _save(tmp_path / "names.onnx", nodes, [_input([1, 4, 8, 8])], [_weight("w", (4, 4, 3, 3))])
+    layers_out = tmp_path / "layers.csv"
+    code = main(["network", str(path), "--models-dir", str(small_models), "--layers-out", str(layers_out)])
+    capsys.readouterr()
+    assert code == 0
+    back = read_layers(layers_out)  # seer predict's reader
+    assert list(back["name"]) == HOSTILE_NAMES
+    expected = onnx_conv_calls(path).per_call()
+    pd.testing.assert_frame_equal(back.drop(columns="name"), expected.drop(columns="name"))
+
+
+# Random attributes and weights of one Conv node: mostly valid, often hostile.
+HOSTILE_AUTO_PADS = st.sampled_from(["", "same", "#", "VALID\n", b"\xff", 1, 1.5, [0]])
+HOSTILE_INTS = st.lists(st.integers(-1, 3), max_size=5)
+
+
+@st.composite
+def conv_graphs(draw) -> tuple[list[int], tuple[int, ...], dict, str]:
+    """(input shape, weight shape, attributes, node name) of a one-Conv model."""
+    dims = draw(st.integers(1, 2))
+    group = draw(st.sampled_from([1, 1, 2, 3, 0, -1]))
+    channels = draw(st.integers(1, 6))
+    x = [draw(st.integers(1, 2)), channels, *draw(st.lists(st.integers(3, 9), min_size=dims, max_size=dims))]
+    fits = max(group, 1) if channels % max(group, 1) == 0 else 1
+    in_ch = draw(st.sampled_from([channels // fits] * 3 + [5]))
+    out_ch = draw(st.sampled_from([max(group, 1) * draw(st.integers(1, 2))] * 3 + [4]))
+    kernel = draw(st.lists(st.integers(1, 3), min_size=dims, max_size=dims))
+    if draw(st.integers(0, 9)) == 0:  # a weight of the wrong rank
+        kernel.append(1)
+    valid = {"auto_pad": st.sampled_from(["NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"]),
+             "pads": st.lists(st.integers(0, 2), min_size=2 * dims, max_size=2 * dims),
+             "strides": st.lists(st.integers(1, 3), min_size=dims, max_size=dims),
+             "dilations": st.lists(st.integers(1, 2), min_size=dims, max_size=dims),
+             "kernel_shape": st.sampled_from([kernel, [k + 1 for k in kernel]]), "group": st.just(group)}
+    hostile = {"auto_pad": HOSTILE_AUTO_PADS, "group": st.sampled_from([1.0, "1", [1]])}
+    attributes = {}
+    for name, values in valid.items():
+        choice = draw(st.sampled_from(["absent", "absent", "valid", "valid", "hostile"]))
+        if choice != "absent":
+            attributes[name] = draw(values if choice == "valid" else hostile.get(name, HOSTILE_INTS))
+    return x, (out_ch, in_ch, *kernel), attributes, draw(st.text(max_size=12))
+
+
+def _onnx_output(path: Path) -> list | None:
+    """The output shape ONNX infers for the node's output ``y``."""
+    model = onnx.shape_inference.infer_shapes(onnx.load(path), strict_mode=True)
+    for value in (*model.graph.value_info, *model.graph.output):
+        if value.name == "y" and value.type.tensor_type.HasField("shape"):
+            return [d.dim_value for d in value.type.tensor_type.shape.dim]
+    return None
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(conv_graphs())
+def test_fuzzed_conv_nodes_give_layers_that_fit_their_weights_or_one_input_error(tmp_path, graph):
+    x, w, attributes, name = graph
+    path = _hostile(tmp_path, x, w, attributes, name=name)
+    try:
+        found = onnx_conv_calls(path)
+    except InputError as err:
+        assert str(err).startswith(f"{path}: ") and "\n" not in str(err)
+        return
+    assert len(found.layers) + len(found.skipped) == 1 and list(found.order) == [0] * len(found.layers)
+    if found.skipped.empty:
+        row = found.layers.iloc[0]
+        group = attributes.get("group", 1)
+        assert (row["name"], row["in_ch"], row["out_ch"], row["groups"]) == (name or "y", x[1], w[0], group)
+        assert x[1] == w[1] * group and w[0] % group == 0
+        kernel = (row["kernel_h"], row["kernel_w"]) if len(x) == 4 else (row["kernel_w"],)
+        assert kernel == w[2:]
+        y = _onnx_output(path)  # the layer's output is the one ONNX gives the node
+        assert y is not None and [row["batch"], row["out_ch"], *((row["out_h"],) if len(x) == 4 else ()),
+                                  row["out_w"]] == y
+
+
 def test_reading_onnx_needs_no_torch():
     code = "import sys, seer.networks.onnx_layers, seer.layers.calls; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -284,6 +446,9 @@ def test_seer_network_json_of_an_onnx_file_without_input(small_models, tmp_path,
     ("open_batch", "input: the model's input 'x' has sizes Nx3x8x8, left open in the file: pass --input"),
     ("device", "device: --device meta is for PyTorch models"),
     ("torch_without_input", "input: a PyTorch model needs --input"),
+    ("auto_pad_bytes", "auto_pad.onnx: auto_pad: Conv node 'block#1/conv': must be NOTSET, SAME_UPPER"),
+    ("auto_pad_int", "auto_pad: Conv node 'block#1/conv': must be an attribute of type STRING, got INT"),
+    ("weight", "weight.onnx: weight: Conv node 'block#1/conv': its weight 'w' (4x5x3x3) takes 5 input channels"),
 ])
 def test_seer_network_mistakes_with_onnx_are_one_line_and_exit_2(small_models, tmp_path, capsys, case, words):
     bad = tmp_path / "bad.onnx"
@@ -291,7 +456,11 @@ def test_seer_network_mistakes_with_onnx_are_one_line_and_exit_2(small_models, t
     open_batch = _conv_file(tmp_path, ["N", 3, 8, 8], (4, 3, 3, 3))
     argv = {"not_onnx": [str(bad)], "open_batch": [str(open_batch)],
             "device": [str(open_batch), "--input", "1x3x8x8", "--device", "meta"],
-            "torch_without_input": ["torch_nets:every_kind"]}[case]
+            "torch_without_input": ["torch_nets:every_kind"],
+            "auto_pad_bytes": [str(_hostile(tmp_path, [1, 3, 8, 8], (4, 3, 3, 3), {"auto_pad": b"\xc3("},
+                                            file="auto_pad.onnx"))],
+            "auto_pad_int": [str(_hostile(tmp_path, [1, 3, 8, 8], (4, 3, 3, 3), {"auto_pad": 2}, file="int.onnx"))],
+            "weight": [str(_hostile(tmp_path, [1, 3, 8, 8], (4, 5, 3, 3), {}, file="weight.onnx"))]}[case]
     out = tmp_path / "net.csv"
     code = main(["network", *argv, "--models-dir", str(small_models), "-o", str(out)])
     _refused(code, capsys.readouterr().err, words)

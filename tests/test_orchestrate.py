@@ -725,3 +725,65 @@ def test_retry_energy_takes_the_successful_runs_without_a_reading():
     assert no_energy_keys(timing.drop(columns="energy_mj")) == {("a", "fma", "GEMM"), ("a", "fma", "FFT"),
                                                                 ("b", "fma", "GEMM")}
     assert no_energy_keys(timing.iloc[:0]) == set()
+
+
+# -- one collection per shard, and a folder it can write ----------------------------------
+_HOLD = """
+import sys, time
+from pathlib import Path
+from seer.collect.lock import CollectionLock
+with CollectionLock(Path(sys.argv[1]), (1, 1), {"started_at": "then", "command": "seer collect --grid quick"}):
+    print("held", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_second_collection_of_a_shard_is_refused_until_the_first_dies(tmp_path, fake_worker):
+    raw = tmp_path / "h100" / "raw"
+    first = subprocess.Popen([sys.executable, "-c", _HOLD, str(raw)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout.readline().strip() == "held"
+        with pytest.raises(EnvironmentProblem, match=rf"another collection of this shard is running \(pid "
+                                                     rf"{first.pid} on .* seer collect --grid quick\)"):
+            Collector(_options(tmp_path)).run()
+        assert not list(raw.glob("timing-*"))  # refused before timing anything
+        # Another shard of the same folder runs beside it, as a SLURM job array's tasks do.
+        assert Collector(_options(tmp_path, shard_index=2, shard_count=2)).run()["counts"]["timing_rows"] == 6
+    finally:
+        first.kill()  # kill -9 runs no clean-up: the kernel drops the lock with the process
+        first.wait()
+    # The whole grid, less what the other shard timed.
+    assert Collector(_options(tmp_path)).run()["counts"]["timing_rows"] == 3 * 2 * 3 - 6
+
+
+def test_a_data_folder_that_cannot_be_written_is_one_sentence_before_any_timing(tmp_path, fake_worker):
+    (tmp_path / "h100").mkdir()
+    (tmp_path / "h100" / "raw").write_text("a file where the raw folder should be")
+    with pytest.raises(EnvironmentProblem, match="cannot write the collection's records there: .*nothing was "
+                                                 "collected"):
+        Collector(_options(tmp_path)).run()
+
+
+@pytest.fixture
+def small_file_system(tmp_path):
+    """A real 1 MiB tmpfs at ``tmp_path/fs``, mounted read-write; skipped where mounting is not allowed."""
+    mount_point = tmp_path / "fs"
+    mount_point.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)],
+                          capture_output=True, text=True)
+    if made.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def test_a_read_only_or_full_file_system_is_one_sentence_before_any_timing(tmp_path, fake_worker,
+                                                                          small_file_system):
+    # 1 MiB in all is less than a collection needs to start.
+    with pytest.raises(EnvironmentProblem, match="no space left on the device"):
+        Collector(_options(small_file_system)).run()
+    subprocess.run(["mount", "-o", "remount,ro", str(small_file_system)], check=True)
+    with pytest.raises(EnvironmentProblem, match="read-only file system"):
+        Collector(_options(small_file_system, dataset_dir=small_file_system / "h100")).run()

@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from conftest import DATASET
 from seer.cli import main
@@ -151,7 +153,7 @@ def _rewrite_model_json(path: Path, edit) -> None:
     document = json.loads(members["model.json"])
     edit(document, members)
     members["model.json"] = json.dumps(document).encode()
-    with zipfile.ZipFile(path, "w") as archive:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
         for n, data in members.items():
             archive.writestr(n, data)
 
@@ -336,7 +338,7 @@ def test_an_array_whose_header_claims_more_than_it_holds_or_holds_nan_is_refused
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tamper, words", [
-    ("n_features", "cannot predict"),
+    ("n_features", "reads 65535 inputs where the model has"),
     ("digits", "an integer of 401 digits"),
     ("encrypted", "encrypted"),
     ("method 99", "compression method"),
@@ -363,3 +365,143 @@ def test_tampered_model_files_with_a_matching_hash_are_one_sentence(small_models
         path.write_bytes(bytes(raw))
         _rehash(directory, path.name)
     _one_line_refusal(*_predict(capsys, directory.parent), "ours-default.zip", words)
+
+
+def _npy(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return buffer.getvalue()
+
+
+def _first_time_regressor(document) -> dict:
+    return _find(document["root"]["state"]["regressors"], lambda d: d.get("$type") == "LogTarget")["state"]
+
+
+def _huge_leaf(document, members):
+    value = _first_time_regressor(document)["regressor"]["state"]["trees"]["value"]["$array"]
+    leaves = np.load(io.BytesIO(members[value]))
+    leaves[-1] = 1e308
+    members[value] = _npy(leaves)
+
+
+def _quadratic(n_features: int, coef: float):
+    """A time regressor replaced by a quadratic of ``n_features`` inputs whose coefficients are ``coef``."""
+    def edit(document, members):
+        arrays = {"mean": np.zeros(n_features), "scale": np.ones(n_features),
+                  "powers": np.eye(n_features, dtype=np.int64), "coef": np.full(n_features, coef)}
+        state = {"intercept": 0.0}
+        for k, (key, array) in enumerate(arrays.items()):
+            name = f"arrays/{90000 + k}.npy"
+            members[name] = _npy(array)
+            state[key] = {"$array": name}
+        _first_time_regressor(document)["regressor"] = {"$type": "QuadraticRegressor", "state": state}
+    return edit
+
+
+def _pick_weight(document, members):
+    document["root"]["state"]["pick_weight"] = 5
+
+
+def _bomb(document, members):
+    # Blanks compress a thousandfold: a small file whose model.json unpacks past the cap.
+    document["padding"] = " " * (5 << 20)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("edit, words", [
+    (_huge_leaf, "log values reach"),
+    (_quadratic(3, 0.0), "reads 3 inputs where the model has"),
+    (_quadratic(86, 1e5), "predicts an impossible time"),
+    (_pick_weight, "pick weight must lie in [0, 1]"),
+    (_bomb, "unpacks to more than a model file may"),
+])
+def test_model_files_whose_parts_load_but_cannot_answer_are_one_sentence(small_models, tmp_path, capsys, edit,
+                                                                         words):
+    directory = _copy(small_models, tmp_path)
+    name = persist.model_file("ours", "default")
+    _rewrite_model_json(directory / name, edit)
+    _rehash(directory, name)
+    if edit is _bomb:
+        assert (directory / name).stat().st_size < 2 << 20  # a small file: what it unpacks to is refused
+    _one_line_refusal(*_predict(capsys, directory.parent), words)
+
+
+# -- fuzzing: any change to a model file, with the card's SHA-256 to match ----------------
+def _json_paths(value, path=()):
+    """Every (path, value) inside a JSON document, containers included."""
+    yield path, value
+    if isinstance(value, dict):
+        for key, child in value.items():
+            yield from _json_paths(child, (*path, key))
+    elif isinstance(value, list):
+        for i, child in enumerate(value):
+            yield from _json_paths(child, (*path, i))
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-10**30, max_value=10**30)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12)
+    | st.sampled_from(["ALGO", "always", "never", "roofline", "BoostedRegressor", "LogTarget", "arrays/0.npy"]),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3),
+    max_leaves=6)
+
+
+@st.composite
+def _model_file_change(draw, document: dict, members: dict) -> tuple:
+    """One change to a model file, small enough to print: ("json", path, new value) replaces a
+    value of model.json, ("bytes", member, offset, patch) overwrites bytes of an array member."""
+    if draw(st.booleans()):
+        path = draw(st.sampled_from([p for p, _ in _json_paths(document) if p]))
+        return "json", path, draw(_JSON_VALUES)
+    name = draw(st.sampled_from(sorted(n for n in members if n != "model.json")))
+    return "bytes", name, draw(st.integers(0, len(members[name]) - 1)), draw(st.binary(min_size=1, max_size=8))
+
+
+def _changed_members(document: dict, members: dict, change: tuple) -> dict:
+    members = dict(members)
+    if change[0] == "json":
+        _, path, value = change
+        document = json.loads(json.dumps(document))
+        parent = document
+        for key in path[:-1]:
+            parent = parent[key]
+        parent[path[-1]] = value
+        members["model.json"] = json.dumps(document).encode()
+    else:
+        _, name, at, patch = change
+        data = bytearray(members[name])
+        data[at:at + len(patch)] = patch
+        members[name] = bytes(data)
+    return members
+
+
+@pytest.mark.slow
+def test_any_change_to_a_model_file_loads_and_answers_soundly_or_is_one_sentence(small_models, tmp_path_factory):
+    name = persist.model_file("ours", "default")
+    with zipfile.ZipFile(small_models / "h100" / name) as archive:
+        members = {n: archive.read(n) for n in archive.namelist()}
+    document = json.loads(members["model.json"])
+    layers = read_layers(LAYERS)
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(change=_model_file_change(document, members))
+    def check(change):
+        directory = tmp_path_factory.mktemp("fuzz")  # the card, and the one file loaded
+        shutil.copy(small_models / "h100" / persist.CARD_FILE, directory)
+        with zipfile.ZipFile(directory / name, "w", zipfile.ZIP_DEFLATED) as archive:
+            for member, data in _changed_members(document, members, change).items():
+                archive.writestr(member, data)
+        _rehash(directory, name)
+        try:
+            predictions = persist.load(directory, maths=["default"], families=["ours"]).predict(layers, "default")
+        except InputError as exc:
+            assert "\n" not in str(exc) and name in str(exc), str(exc)
+            return
+        # Loaded: the answer keeps every promise of Model.predict's frame.
+        times = predictions["predicted_ms"].dropna()
+        assert set(predictions["layer"]) == set(range(len(layers)))
+        assert np.isfinite(times).all() and (times > 0).all()
+        ranks = predictions.dropna(subset=["rank"]).groupby("layer")["rank"]
+        assert (ranks.min() == 1).all() and (ranks.max() == ranks.count()).all()
+
+    check()

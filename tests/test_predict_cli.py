@@ -207,6 +207,7 @@ def test_the_python_api(small_models):
     picks = model.pick(layers.head(3), math="fma")
     assert list(picks["best_algo"]) == list(predictions.query("rank == 1")["algo"][:3])
     assert isinstance(model, seer.Model) and model.maths == ["fma", "default"]
+    assert repr(model).startswith("<seer Model for h100: math modes fma, default;") and len(repr(model)) < 300
     with pytest.raises(seer.InputError, match="has no 'fp16' math mode"):
         model.predict(layers, math="fp16")
     grouped = pd.DataFrame({"batch": [8], "in_ch": [64], "out_ch": [64], "groups": [64], "in_h": [28], "in_w": [40],
@@ -288,3 +289,37 @@ def test_output_onto_a_device_is_written_through_never_replaced(small_models, tm
         assert code == 0, err
     else:  # /dev/full refuses every write: one line, exit 2
         _refused(code, err, "no space left on the device")
+
+
+def test_the_table_marks_a_pick_slower_than_its_runner_up_and_says_which_picks_need_seer_torch():
+    from rich.console import Console
+
+    from seer import cli
+    from seer.layers.files import read_layers
+
+    layers = read_layers(LAYERS).head(2).reset_index(drop=True)
+    rows = layers.assign(best_algo=["SEER_IMPLICIT_GEMM", "GEMM"], best_ms=[0.52, 0.30], best_mj=float("nan"),
+                         runner_up=["IMPLICIT_PRECOMP_GEMM", "FFT"], runner_up_ms=[0.50, 0.40],
+                         runner_up_mj=float("nan"), extrapolated=False)
+    console = Console(file=io.StringIO(), width=250)
+    cli._print_table(console, "h100", "fma", rows)
+    shown = console.file.getvalue()
+    assert f"0.52 {cli.ABOVE_RUNNER_UP}" in shown and f"0.3 {cli.ABOVE_RUNNER_UP}" not in shown
+    assert "the pick's time is above the runner-up's" in shown
+    assert "1 of 2 picks are seer's own kernels" in shown and "--algo cudnn" in shown
+
+
+def test_a_layer_too_large_for_the_gpus_memory_gets_no_time(small_models, tmp_path, capsys):
+    import seer
+
+    # About 68 GB of input, 80 GB with the output: no H100 can hold it, whatever the algorithm.
+    source = tmp_path / "huge.txt"
+    source.write_text("2\n256 4096 128 4096 128 3 1 1\n32 64 56 64 56 3 1 1\n")
+    predictions = seer.load_model("h100", models_dir=small_models).predict(seer.read_layers(source), "fma")
+    huge = predictions[predictions["layer"] == 0]
+    assert len(huge) == 1 and huge["algo"].isna().all() and huge["predicted_ms"].isna().all()
+    assert predictions[predictions["layer"] == 1]["predicted_ms"].notna().all()
+    code, shown, _ = run(capsys, "predict", source, "--models-dir", small_models, "--math", "fma")
+    assert code == 0 and "does not fit in the GPU's memory" in shown
+    code, shown, _ = run(capsys, "predict", source, "--models-dir", small_models, "--math", "fma", "--table", "summary")
+    assert code == 0 and "does not fit in the GPU's memory   1" in " ".join(shown.split("\n"))

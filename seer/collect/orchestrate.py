@@ -29,6 +29,7 @@ from seer.algorithms import current_revision
 from seer.collect import ncu as ncu_mod
 from seer.collect import children
 from seer.collect.children import Deadline, run_child
+from seer.collect.lock import CollectionLock
 from seer.collect.plan import CollectOptions, build_plan, fits_in_memory, shard, without
 from seer.collect.profiling import Profiler
 from seer.collect.protocol import CENSUS_ITEM, ShapeWork, write_plan
@@ -204,7 +205,10 @@ class Collector:
 
         The scratch folder is removed when this returns or raises, Ctrl-C included.
         """
-        with scratch_folder() as folder:
+        o = self.options
+        holder = {"started_at": now(), "command": "seer " + shlex.join(o.argv)}
+        with CollectionLock(self.store.raw_dir, (o.shard_index, o.shard_count), holder), \
+                scratch_folder() as folder:
             self.scratch = folder
             try:
                 return self._run()

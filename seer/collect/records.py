@@ -45,18 +45,22 @@ def sum_by_name(entries: Iterable[Sequence]) -> list[list]:
 
     Each entry, in and out, is ``[name, launches, total ns, grid blocks, block threads,
     registers, shared memory bytes]``; a summed entry keeps the launch configuration of its
-    longest part. Some algorithms launch one kernel per group or tile, thousands of them:
-    summing keeps a run's record small.
+    longest part (the first of equals). Some algorithms launch one kernel per group or tile,
+    thousands of them: summing keeps a run's record small.
     """
     by_name: dict[str, list] = {}
     longest: dict[str, int] = {}
     for name, launches, ns, blocks, threads, registers, shared in entries:
-        entry = by_name.setdefault(name, [name, 0, 0, blocks, threads, registers, shared])
+        entry = by_name.get(name)
+        if entry is None:  # (a dataset is rebuilt from millions of entries: no list made per entry)
+            by_name[name] = [name, 0 + launches, 0 + ns, blocks, threads, registers, shared]
+            longest[name] = max(-1, ns)
+            continue
         entry[1] += launches
         entry[2] += ns
-        if ns > longest.get(name, -1):
+        if ns > longest[name]:
             longest[name] = ns
-            entry[3:] = [blocks, threads, registers, shared]
+            entry[3:] = blocks, threads, registers, shared
     return list(by_name.values())
 
 
@@ -67,7 +71,7 @@ def stored_trace(kernels: Sequence[Sequence]) -> list[list]:
     ``[name, ns, grid blocks, block threads, registers, shared memory bytes]``; they are
     summed here by the same rule.
     """
-    return sum_by_name([k[0], 1, *k[1:]] if len(k) == 6 else k for k in kernels)
+    return sum_by_name((k[0], 1, *k[1:]) if len(k) == 6 else k for k in kernels)
 
 
 def trace_totals(kernels: Sequence[Sequence]) -> tuple[int, int]:

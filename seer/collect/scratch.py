@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Iterator
 
 from seer.collect.children import process_running
+from seer.errors import EnvironmentProblem
 
 PREFIX = "seer-collect-"
 
@@ -55,7 +56,11 @@ def scratch_folder() -> Iterator[Path]:
     Stale folders of dead runs are removed first.
     """
     remove_stale()
-    path = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{_host()}-{os.getpid()}-"))
+    try:
+        path = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{_host()}-{os.getpid()}-"))
+    except OSError as exc:
+        raise EnvironmentProblem(f"cannot make a scratch folder in {tempfile.gettempdir()}: "
+                                 f"{exc.strerror or exc}; point TMPDIR at a writable folder with space") from None
     try:
         yield path
     finally:

@@ -31,6 +31,7 @@ a malformed file as one :class:`~seer.errors.InputError` naming file, line and c
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import json
@@ -178,19 +179,46 @@ def traced_kernels_table(timing: pd.DataFrame) -> pd.DataFrame:
     Records hold kernels summed by name, in either stored format
     (:func:`seer.collect.records.stored_trace`).
     """
-    rows = []
+    traced, entries, counts = [], [], []
     if "traced_kernels" in timing.columns:
-        for key, kernels in zip(timing[list(RUN_KEY)].itertuples(index=False), timing["traced_kernels"]):
-            if not isinstance(kernels, list):
-                continue
-            rows.extend((*key, i, *entry) for i, entry in enumerate(stored_trace(kernels)))
-    table = pd.DataFrame(rows, columns=[*RUN_KEY, "kernel_idx", *TRACE_FIELDS])
-    table["kernel_name"] = table["kernel_name"].map(canonical_kernel_name)
-    info = {name: classify_kernel(name) for name in table["kernel_name"].unique()}
-    table["kernel_family"] = table["kernel_name"].map(lambda n: info[n].family)
-    table["kernel_role"] = table["kernel_name"].map(lambda n: info[n].role)
-    table["kernel_variant"] = table["kernel_name"].map(lambda n: info[n].variant)
-    return table[list(TRACED_KERNEL_COLUMNS)]
+        for position, kernels in enumerate(timing["traced_kernels"]):
+            if isinstance(kernels, list):
+                summed = stored_trace(kernels)
+                traced.append(position)
+                entries.extend(summed)
+                counts.append(len(summed))
+    if not entries:
+        return _with_kernel_info(pd.DataFrame([], columns=[*RUN_KEY, "kernel_idx", *TRACE_FIELDS]))[
+            list(TRACED_KERNEL_COLUMNS)]
+    run = np.repeat(np.asarray(traced), counts)
+    starts = np.repeat(np.cumsum(counts) - counts, counts)
+    table = timing[list(RUN_KEY)].iloc[run].reset_index(drop=True)
+    table["kernel_idx"] = np.arange(len(run)) - starts
+    table = pd.concat([table, pd.DataFrame(entries, columns=list(TRACE_FIELDS))], axis=1)
+    return _with_kernel_info(table)[list(TRACED_KERNEL_COLUMNS)]
+
+
+def _with_kernel_info(kernels: pd.DataFrame) -> pd.DataFrame:
+    """``kernels`` with one name per kernel (ncu aliases some, :func:`canonical_kernel_name`)
+    and each kernel's family, role and variant by today's rules in seer.algorithms
+    (:func:`classify_kernel`), not those of collection time."""
+    names = _map_distinct(kernels["kernel_name"], canonical_kernel_name)
+    classify = functools.cache(classify_kernel)
+    info = {f"kernel_{field}": _map_distinct(names, lambda name, field=field: getattr(classify(name), field))
+            for field in ("family", "role", "variant")}
+    return kernels.assign(kernel_name=names, **info)
+
+
+def _map_distinct(values: pd.Series, function) -> pd.Series:
+    """``values.map(function)``, with ``function`` called once per distinct value (kernel
+    names repeat: a dataset has hundreds of thousands of kernels, and a few hundred names)."""
+    codes, distinct = pd.factorize(values, use_na_sentinel=False)
+    if not len(distinct):
+        return values.map(function)
+    mapped = np.empty(len(distinct), dtype=object)
+    for i, value in enumerate(distinct):
+        mapped[i] = function(value)
+    return pd.Series(mapped[codes], index=values.index)
 
 
 def trace_rollup(traced: pd.DataFrame) -> pd.DataFrame:
@@ -245,14 +273,16 @@ def measurements_table(store: RunStore, spec: GPUSpec, seed: int = 0, kernels: p
     table["flops_analytic"] = frame_flops(table)
     if "flops" in table.columns:
         table["flops_ratio"] = table["flops"] / table["flops_analytic"]
-    table["split"] = [split_of(s, g, seed) for s, g in zip(table["shape_id"], table["grid"])]
+    # A shape's runs share its grid, and so its split: each (shape, grid) is hashed once.
+    shape_grid = table[["shape_id", "grid"]]
+    pair = shape_grid.groupby(["shape_id", "grid"], sort=False, dropna=False).ngroup().to_numpy()
+    first = shape_grid[~shape_grid.duplicated()]
+    splits = [split_of(s, g, seed) for s, g in zip(first["shape_id"].tolist(), first["grid"].tolist())]
+    table["split"] = np.asarray(splits, dtype=object)[pair]
     # Rows from before protocols were recorded were timed one call at a time (protocol 1).
     table["timing_protocol"] = table.get("timing_protocol", pd.Series(1, index=table.index)).fillna(1).astype(int)
-    for col in MEASUREMENT_COLUMNS:
-        if col not in table.columns:
-            table[col] = np.nan
     algo_order = {a.name: i for i, a in enumerate(ALGORITHMS)}
-    table = table[list(MEASUREMENT_COLUMNS)].copy()
+    table = table.reindex(columns=list(MEASUREMENT_COLUMNS))  # a column no record has is empty
     # Byte counts are exact integers: written as floats, "%.6g" would round them.
     table["workspace_bytes"] = table["workspace_bytes"].astype("Int64")
     table["_algo"] = table["algo"].map(algo_order)
@@ -269,7 +299,7 @@ def _group_records(store: RunStore) -> pd.DataFrame:
     return raw[raw["collected_at"] == latest].drop_duplicates([*KERNEL_KEY, "group"], keep="last")
 
 
-def profile_status_table(store: RunStore) -> pd.DataFrame:
+def profile_status_table(store: RunStore, kernel_records: pd.DataFrame | None = None) -> pd.DataFrame:
     """One profile status per run, over the metric columns it needs.
 
     Each needed column comes from the latest record of a group that measures it (current
@@ -277,15 +307,14 @@ def profile_status_table(store: RunStore) -> pd.DataFrame:
     column is covered by ok records that all saw the same kernel sequence; ``inconsistent``
     when they did not; the record's own status (``error``, ``no_kernels``,
     ``too_many_kernels``) when the latest record for some column says so; ``partial``
-    while some column has not been profiled yet.
+    while some column has not been profiled yet. ``kernel_records`` (the store's latest
+    kernel records of each run and group) are read here unless given.
     """
     profiles = profile_records(store)
     if profiles.empty:
         return pd.DataFrame(columns=[*RUN_KEY, "profile_status", "profile_detail"])
-    kernels = _group_records(store)
-    signatures = (kernels.assign(kernel_name=kernels["kernel_name"].map(canonical_kernel_name))
-                  .sort_values("kernel_idx").groupby([*RUN_KEY, "group"])["kernel_name"].agg(tuple)
-                  if not kernels.empty else pd.Series(dtype=object))
+    kernels = _group_records(store) if kernel_records is None else kernel_records
+    signatures = _kernel_sequences(kernels)
     rows = []
     records = profiles[[c for c in (*RUN_KEY, "group", "profile_status", "status_detail")
                         if c in profiles.columns]].to_dict("records")
@@ -315,12 +344,29 @@ def profile_status_table(store: RunStore) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def kernels_table(store: RunStore, statuses: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per kernel of every fully profiled run, with every group's metrics merged."""
-    records = _group_records(store)
+def _kernel_sequences(kernels: pd.DataFrame) -> dict[tuple, tuple]:
+    """The canonical kernel names of each (run, group) of kernel records, in launch order."""
+    if kernels.empty:
+        return {}
+    ordered = kernels.sort_values("kernel_idx", kind="stable")
+    names = _map_distinct(ordered["kernel_name"], canonical_kernel_name)
+    sequences: dict[tuple, list] = {}
+    for key, name in zip(zip(*(ordered[c].tolist() for c in (*RUN_KEY, "group"))), names.tolist()):
+        sequences.setdefault(key, []).append(name)
+    return {key: tuple(names) for key, names in sequences.items()}
+
+
+def kernels_table(store: RunStore, statuses: pd.DataFrame | None = None,
+                  kernel_records: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per kernel of every fully profiled run, with every group's metrics merged.
+
+    ``statuses`` (:func:`profile_status_table`) and ``kernel_records`` (the store's latest
+    kernel records of each run and group) are computed or read here unless given.
+    """
+    records = _group_records(store) if kernel_records is None else kernel_records
     if records.empty:
         return records
-    statuses = profile_status_table(store) if statuses is None else statuses
+    statuses = profile_status_table(store, records) if statuses is None else statuses
     ok = statuses.loc[statuses["profile_status"] == "ok", list(RUN_KEY)]
     records = records.merge(ok, on=list(RUN_KEY))
     metric_columns = [m.column for m in METRICS]
@@ -335,14 +381,7 @@ def kernels_table(store: RunStore, statuses: pd.DataFrame | None = None) -> pd.D
             base = base.merge(values[[*KERNEL_KEY, column]], on=list(KERNEL_KEY), how="left")
         else:
             base[column] = np.nan
-    # One kernel, one name (ncu aliases some); roles and variants follow today's rules in
-    # seer.algorithms, not those of collection time.
-    base["kernel_name"] = base["kernel_name"].map(canonical_kernel_name)
-    info = {name: classify_kernel(name) for name in base["kernel_name"].unique()}
-    base["kernel_family"] = base["kernel_name"].map(lambda n: info[n].family)
-    base["kernel_role"] = base["kernel_name"].map(lambda n: info[n].role)
-    base["kernel_variant"] = base["kernel_name"].map(lambda n: info[n].variant)
-    return base.sort_values(list(KERNEL_KEY)).reset_index(drop=True)
+    return _with_kernel_info(base).sort_values(list(KERNEL_KEY)).reset_index(drop=True)
 
 
 #: Census columns that hold whole numbers and may be empty (the algorithm is not supported).
@@ -367,39 +406,66 @@ def census_table(store: RunStore) -> pd.DataFrame:
     if records.empty:
         return pd.DataFrame(columns=list(CENSUS_COLUMNS))
     algos = algorithm_names("cudnn")
-    rows = []
-    for record in records.to_dict("records"):
-        shape = {c: int(record[c]) for c in LAYER_COLUMNS}
-        workspace = record.get("workspace_bytes")
-        workspace = workspace if isinstance(workspace, dict) else {}
-        errors = record.get("errors")
-        errors = errors if isinstance(errors, dict) else {}
-        heuristic = record.get("heuristic")
-        heuristic = heuristic if isinstance(heuristic, list) else []
-        ranks = heuristic_ranks(heuristic)
-        math_types: dict[str, int] = {}
-        for name, math_type in heuristic:
-            math_types.setdefault(name, math_type)
-        cap = record.get("workspace_cap_bytes")
-        for algo in algos:
-            if record.get("status") != "ok" or algo in errors:
-                status = "error"
-            elif algo not in workspace:
-                status = "not_supported"
-            elif cap is not None and workspace[algo] > cap:
-                status = "workspace_too_large"
-            else:
-                status = "ok"
-            rows.append({"math": record["math"], **shape, "shape_id": record["shape_id"], "grid": record["grid"],
-                         "algo": algo, "status": status, "workspace_bytes": workspace.get(algo),
-                         "heuristic_rank": ranks.get(algo), "heuristic_math_type": math_types.get(algo)})
-    table = pd.DataFrame(rows, columns=list(CENSUS_COLUMNS))
-    for column in _CENSUS_OPTIONAL_INTS:
-        table[column] = table[column].astype("Int64")
-    order = {"_algo": table["algo"].map({a: i for i, a in enumerate(algos)}),
-             "_math": table["math"].map({m: i for i, m in enumerate(MATH_MODE_NAMES)})}
-    table = table.assign(**order).sort_values([*LAYER_COLUMNS, "shape_id", "_algo", "_math"], kind="stable")
-    return table.drop(columns=list(order)).reset_index(drop=True)
+    # The records in the table's order, by shape, then math mode (ties keep the store's order);
+    # each shape's rows then go algorithm by algorithm, its math modes within each.
+    records = (records.assign(_math=records["math"].map({m: i for i, m in enumerate(MATH_MODE_NAMES)}))
+               .sort_values([*LAYER_COLUMNS, "shape_id", "_math"], kind="stable").reset_index(drop=True))
+    record, algo = _census_rows(records, len(algos))
+    table = records.loc[record, ["math", *LAYER_COLUMNS, "shape_id", "grid"]].reset_index(drop=True)
+    table["algo"] = np.asarray(algos, dtype=object)[algo]
+    at = record * len(algos) + algo
+    for column, values in _census_answers(records, algos).items():
+        table[column] = values[at]
+    return table[list(CENSUS_COLUMNS)]
+
+
+def _census_rows(records: pd.DataFrame, n_algos: int) -> tuple[np.ndarray, np.ndarray]:
+    """The record and the algorithm (its index) of each census row: a shape's records
+    (consecutive in ``records``) give ``n_algos`` rows each, algorithm by algorithm and,
+    within one algorithm, record by record."""
+    shape = pd.factorize(records["shape_id"])[0]
+    layer = records[list(LAYER_COLUMNS)].to_numpy()
+    starts = np.flatnonzero(np.r_[True, (shape[1:] != shape[:-1]) | (layer[1:] != layer[:-1]).any(axis=1)])
+    sizes = np.diff(np.r_[starts, len(records)])
+    shape_of_row = np.repeat(np.arange(len(starts)), sizes * n_algos)
+    offset = np.arange(len(shape_of_row)) - np.repeat(starts * n_algos, sizes * n_algos)
+    size = sizes[shape_of_row]
+    return starts[shape_of_row] + offset % size, offset // size
+
+
+def _census_answers(records: pd.DataFrame, algos: list[str]) -> dict[str, np.ndarray | pd.arrays.IntegerArray]:
+    """The census records' answers, one per (record, algorithm), record-major: ``status``
+    (text) and the whole numbers ``workspace_bytes``, ``heuristic_rank`` and
+    ``heuristic_math_type`` (Int64, empty where the record does not give them)."""
+    def field(name: str, kind: type) -> list:
+        values = records[name] if name in records.columns else [None] * len(records)
+        return [v if isinstance(v, kind) else kind() for v in values]
+
+    def per_algo(answers: list[dict]) -> pd.arrays.IntegerArray:
+        values = np.array([answer.get(a, np.nan) for answer in answers for a in algos], dtype=float)
+        return pd.Series(values).astype("Int64").array  # as pandas reads whole numbers with gaps
+
+    workspace, errors, heuristic = field("workspace_bytes", dict), field("errors", dict), field("heuristic", list)
+    math_types = []
+    for choices in heuristic:  # the math type of each algorithm's first appearance
+        first: dict[str, int] = {}
+        for name, math_type in choices:
+            first.setdefault(name, math_type)
+        math_types.append(first)
+    workspace_bytes = per_algo(workspace)
+    asked = np.array([a in w for w in workspace for a in algos], dtype=bool)
+    failed = np.array([a in e for e in errors for a in algos], dtype=bool)
+    if "status" in records.columns:
+        failed |= np.repeat((records["status"] != "ok").to_numpy(dtype=bool), len(algos))
+    else:
+        failed[:] = True
+    cap = (pd.to_numeric(records["workspace_cap_bytes"]).to_numpy(dtype=float, na_value=np.nan)
+           if "workspace_cap_bytes" in records.columns else np.full(len(records), np.nan))
+    too_large = asked & (workspace_bytes.to_numpy(dtype=float, na_value=np.nan) > np.repeat(cap, len(algos)))
+    status = np.select([failed, ~asked, too_large], ["error", "not_supported", "workspace_too_large"], "ok")
+    return {"status": status.astype(object), "workspace_bytes": workspace_bytes,
+            "heuristic_rank": per_algo([heuristic_ranks(choices) for choices in heuristic]),
+            "heuristic_math_type": per_algo(math_types)}
 
 
 # -- Test-set-II --------------------------------------------------------------------------
@@ -448,8 +514,9 @@ def build_dataset(dataset_dir: str | Path, spec: GPUSpec, seed: int = 0, pack: b
         store.pack("profiles", (*RUN_KEY, "group"))
         store.pack("kernels", (*RUN_KEY, "kernel_idx", "group"))
         store.pack("census", CENSUS_KEY)
-    statuses = profile_status_table(store)
-    kernels = kernels_table(store, statuses)
+    kernel_records = _group_records(store)
+    statuses = profile_status_table(store, kernel_records)
+    kernels = kernels_table(store, statuses, kernel_records)
     records = latest_timing_records(store)
     traced = traced_kernels_table(records)
     table = measurements_table(store, spec, seed, kernels, statuses, traced, records)

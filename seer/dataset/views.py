@@ -3,6 +3,7 @@ stand for a math mode, and per-layer frames of one value per algorithm."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from seer.algorithms import ALGORITHMS
@@ -68,7 +69,14 @@ def algorithm_frames(rows: pd.DataFrame, order, value: str, partial: bool) -> tu
 
 
 def _recorded(rows: pd.DataFrame) -> pd.DataFrame:
-    return pd.crosstab(rows["shape_id"], rows["algo"]) > 0
+    """Whether ``rows`` hold a record of each (layer, algorithm): ``pd.crosstab(shape_id,
+    algo) > 0``, without counting (a crosstab of the whole table took seconds)."""
+    shape, shapes = pd.factorize(rows["shape_id"], sort=True)
+    algo, algos = pd.factorize(rows["algo"], sort=True)
+    known = (shape >= 0) & (algo >= 0)
+    seen = np.zeros((len(shapes), len(algos)), dtype=bool)
+    seen[shape[known], algo[known]] = True
+    return pd.DataFrame(seen, index=pd.Index(shapes, name="shape_id"), columns=pd.Index(algos, name="algo"))
 
 
 def recorded_like(rows: pd.DataFrame, like: pd.DataFrame) -> pd.DataFrame:

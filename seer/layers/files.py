@@ -12,7 +12,12 @@ left out or left empty: ``groups`` (1), ``stride_h, stride_w`` (1), ``pad_h, pad
 them empty is 2D), and may give ``stride_d, pad_d, dilation_d``. Output sizes
 (``out_d, out_h, out_w``, or ``out_width``) are computed, and checked where given. A
 ``name`` column labels layers and is kept as text. A file is read as CSV when its name ends
-in ``.csv`` or its first line holds a comma (a count line never does).
+in ``.csv`` or its first line holds a comma (a count line never does). Fields are quoted as
+the csv module quotes them; a quoted field may hold commas, quotes (doubled), ``#`` and line
+breaks, which it keeps as written. Outside quotes ``#`` starts a comment, to the end of the
+line. A record is numbered by the line it starts on. A number is ASCII digits, leading
+zeros allowed as in SEER's format, with ASCII blanks around it at most.
+:func:`format_layers` quotes every name that needs it, so a name reads back as it was.
 
 **SEER's Test-set-II format** (square 2D layers only): the first line is the number of
 layers N, then N lines of eight integers::
@@ -24,7 +29,8 @@ anywhere. A field is ASCII digits only (no sign, underscore, exponent or other s
 digits), at most :data:`seer.layers.shapes.MAX_FIELD`; padding may be 0, every other field is at
 least 1; the filter fits the padded input and ``out_width`` follows from the others
 (:func:`seer.layers.shapes.conv_out_width`). Every mistake is an :class:`~seer.errors.InputError`
-that reads ``file:line: field: message``.
+that reads ``file:line: field: message``. In both formats a line ends at LF, CR LF or a lone
+CR, whatever the source (a path, standard input or a stream).
 
 Both readers return :func:`seer.layers.shapes.layer_frame` frames. For SEER's format, two paths
 check a layer line, and they agree (the tests fuzz them against each other):
@@ -38,6 +44,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import os
 import re
 import sys
@@ -115,12 +122,15 @@ def iter_layer_chunks(source: LayerSource, chunk_layers: int = DEFAULT_CHUNK_LAY
         raise ValueError(f"chunk_layers must be a positive integer, got {chunk_layers!r}")
     stream, label, close = _open(source, name)
     try:
-        lines = _content_lines(stream, label)
-        first = next(lines, None)
-        if first is not None and (label.lower().endswith(".csv") or "," in first[1]):
-            yield from _read_csv_chunks(first, lines, label, chunk_layers)
+        blocks = _blocks(stream)
+        number, first, rest = _first_line(blocks, label)
+        if rest:
+            blocks = itertools.chain([rest], blocks)
+        if first is not None and (label.lower().endswith(".csv") or "," in first):
+            yield from _read_csv_chunks((number, first), blocks, label, chunk_layers)
         else:
-            yield from _read_chunks(first, lines, label, chunk_layers)
+            yield from _read_chunks(None if first is None else (number, first),
+                                    _content_lines(blocks, label, number), label, chunk_layers)
     except UnicodeDecodeError:
         # A text stream decodes ahead in blocks, so no line number would be exact.
         raise InputError("not a text file: it is not valid UTF-8", path=label) from None
@@ -140,12 +150,14 @@ def _open(source: LayerSource, name: str | None):
         if buffer is None:  # already text (a test's StringIO, an embedding's stream)
             return stdin, name or STDIN_NAME, lambda: None
         # Decode as UTF-8 whatever the locale says; detach, not close, to leave stdin open.
-        wrapper = io.TextIOWrapper(buffer, encoding="utf-8-sig")
+        wrapper = io.TextIOWrapper(buffer, encoding="utf-8-sig", newline="")
         return wrapper, name or STDIN_NAME, wrapper.detach
     if isinstance(source, (str, os.PathLike)):
         label = name or os.fspath(source)
         try:
-            stream = open(source, encoding="utf-8-sig")  # -sig: a BOM is not content
+            # -sig: a BOM is not content; newline="": line breaks are found here (_blocks), so that
+            # a quoted CSV field keeps the ones it holds as they are.
+            stream = open(source, encoding="utf-8-sig", newline="")
         except FileNotFoundError:
             raise InputError("no such file", path=label) from None
         except IsADirectoryError:
@@ -156,7 +168,7 @@ def _open(source: LayerSource, name: str | None):
             raise InputError(f"cannot open: {exc.strerror or exc}", path=label) from None
         return stream, label, stream.close
     if isinstance(source, (io.RawIOBase, io.BufferedIOBase)):
-        wrapper = io.TextIOWrapper(source, encoding="utf-8-sig")
+        wrapper = io.TextIOWrapper(source, encoding="utf-8-sig", newline="")
         return wrapper, name or _stream_name(source), wrapper.detach
     return source, name or _stream_name(source), lambda: None
 
@@ -171,15 +183,59 @@ def _quoted(text: str) -> str:
     return repr(text) if len(text) <= QUOTED_CHARS else f"{text[:QUOTED_CHARS]!r}... ({len(text):,} characters)"
 
 
-def _content_lines(stream: TextIO, path: str) -> Iterator[tuple[int, str]]:
-    """(line number, content) of every line that holds more than blanks and a ``#`` comment;
-    InputError for a line longer than :data:`MAX_LINE_CHARS`."""
-    # Read in blocks and split them in C: a file without line breaks is refused after one
-    # block past the limit, and the hot loop stays one pass of cheap string calls per line.
-    number, rest, done = 0, "", False
+def _blocks(stream: TextIO) -> Iterator[str]:
+    """The stream's text in blocks of about :data:`_READ_CHARS` characters; no block but the
+    last ends in a CR, so a CR LF is never split between two."""
+    while block := stream.read(_READ_CHARS):
+        while block.endswith("\r"):
+            more = stream.read(1)
+            if not more:
+                break
+            block += more
+        yield block
+
+
+def _first_line(blocks: Iterator[str], path: str) -> tuple[int, str | None, str]:
+    """(number, content) of the first line that holds more than blanks and a ``#`` comment, and
+    the text after its line break; (lines read, None, "") where there is none."""
+    # Only the lines up to the first with content go through here, one regex search each.
+    buffer, number = "", 0
+    for block in itertools.chain(blocks, [None]):
+        final = block is None
+        buffer += block or ""
+        pos = 0
+        while pos < len(buffer):
+            found = _LINE_BREAK.search(buffer, pos)
+            if found is None and not final:
+                break
+            end, after = (len(buffer), len(buffer)) if found is None else found.span()
+            number += 1
+            line = buffer[pos:end]
+            if "#" in line:
+                line = line[: line.index("#")]
+            if line and not line.isspace():
+                if len(line) > MAX_LINE_CHARS:
+                    raise _long_line(line, number, path)
+                return number, line, buffer[after:]
+            pos = after
+        buffer = buffer[pos:]
+        if len(buffer) > MAX_LINE_CHARS:
+            raise _long_line(buffer, number + 1, path)
+    return number, None, ""
+
+
+def _content_lines(blocks: Iterator[str], path: str, number: int = 0) -> Iterator[tuple[int, str]]:
+    """(line number, content) of every line that holds more than blanks and a ``#`` comment,
+    numbered on from ``number``; InputError for a line longer than :data:`MAX_LINE_CHARS`."""
+    # Blocks are split in C: a file without line breaks is refused after one block past the
+    # limit, and the hot loop stays one pass of cheap string calls per line.
+    rest, done = "", False
     while not done:
-        block = stream.read(_READ_CHARS)
-        if block:
+        block = next(blocks, None)
+        if block is not None:
+            # A lone CR ends a line too, as in universal newlines; a CR LF's CR is one more blank.
+            if "\r" in block and block.count("\r") != block.count("\r\n"):
+                block = block.replace("\r\n", "\n").replace("\r", "\n")
             lines = (rest + block).split("\n")
             rest = lines.pop()
             if len(rest) > MAX_LINE_CHARS:
@@ -197,8 +253,10 @@ def _content_lines(stream: TextIO, path: str) -> Iterator[tuple[int, str]]:
             yield number, line
 
 
-#: Characters read at a time by :func:`_content_lines`.
+#: Characters read at a time by :func:`_blocks`.
 _READ_CHARS = 1 << 20
+#: A line break, as universal newlines reads them: CR LF, a lone CR, or LF.
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 def _long_line(line: str, number: int, path: str) -> InputError:
@@ -355,13 +413,14 @@ _CSV_COLUMNS = ("name", *[f for f in LAYER_FIELDS if f != "dims"], *OUTPUT_FIELD
 _REQUIRED = ("batch", "in_ch", "out_ch")
 
 
-def _read_csv_chunks(header: tuple[int, str], lines: Iterator[tuple[int, str]], path: str,
+def _read_csv_chunks(header: tuple[int, str], blocks: Iterator[str], path: str,
                      chunk_layers: int) -> Iterator[pd.DataFrame]:
+    """A layer CSV: the ``header`` line, then the records in ``blocks``, the text after it."""
     columns = _check_header(header[1].lstrip("\ufeff"), header[0], path)
     done = 0
     contents: list[str] = []
     numbers: list[int] = []
-    for number, line in lines:
+    for number, line in _csv_records(blocks, path, header[0], columns):
         contents.append(line)
         numbers.append(number)
         if len(contents) == chunk_layers:
@@ -370,6 +429,115 @@ def _read_csv_chunks(header: tuple[int, str], lines: Iterator[tuple[int, str]], 
             contents, numbers = [], []
     if contents:
         yield _csv_chunk(contents, numbers, columns, path, done)
+
+
+def _csv_records(blocks: Iterator[str], path: str, number: int, columns: list[str]) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each record of a layer CSV, numbered on from ``number``.
+
+    A record is a line, or more where a quoted field holds line breaks: it is numbered by the
+    line it starts on, and keeps its quoted line breaks as written. ``#`` starts a comment
+    only outside quotes; blank and comment-only lines are no records.
+    """
+    buffer = ""  # always starts at a record
+    for block in itertools.chain(blocks, [None]):
+        final = block is None
+        buffer += block or ""
+        if not final and '"' not in buffer and buffer.count("\r") == buffer.count("\r\n"):
+            # The usual file, no quote and no lone CR: every line is a record, split in C.
+            if "\r" in buffer:
+                buffer = buffer.replace("\r\n", "\n")
+            lines = buffer.split("\n")
+            buffer = lines.pop()
+            for line in lines:
+                number += 1
+                if "#" in line:
+                    line = line[: line.index("#")]
+                if not line or line.isspace():
+                    continue
+                if len(line) > MAX_LINE_CHARS:
+                    raise _long_line(line, number, path)
+                yield number, line
+        else:
+            records, used, number = _scan_records(buffer, number, final, path, columns)
+            yield from records
+            buffer = buffer[used:]
+        if len(buffer) > MAX_LINE_CHARS:  # one record, unfinished: quoted line breaks in it mean an open quote
+            if "\n" in buffer or "\r" in buffer:
+                raise InputError(f"a record longer than {MAX_LINE_CHARS:,} characters, line breaks in quotes "
+                                 f"included (it starts {_quoted(buffer)}): is a closing quote missing?",
+                                 path=path, line=number + 1)
+            raise _long_line(buffer, number + 1, path)
+
+
+#: What ends or changes an unquoted stretch of a CSV record: a comment, a line break, or the
+#: quote that opens a field (only at a field's start, as the csv module reads it).
+_CSV_EVENT = re.compile(r'[#\r\n]|(?<=,)"')
+
+
+def _scan_records(text: str, number: int, final: bool, path: str,
+                  columns: list[str]) -> tuple[list[tuple[int, str]], int, int]:
+    """The complete records of ``text`` (which starts at a record) as :func:`_csv_records` yields
+    them, the offset of the unfinished rest, and the number of the last line consumed.
+
+    Quotes are followed as the csv module's default dialect reads them: a field that starts
+    with ``"`` is quoted up to the next lone ``"`` (``""`` is a quote in it); elsewhere a
+    ``"`` is text. With ``final``, the end of ``text`` ends the file.
+    """
+    records: list[tuple[int, str]] = []
+    pos, size = 0, len(text)
+    while pos < size:
+        start, line, at = pos, number + 1, pos
+        quoted = text.startswith('"', at)
+        while True:
+            if quoted:  # at the opening quote: skip to the closing one
+                close = text.find('"', at + 1)
+                while 0 <= close < size - 1 and text[close + 1] == '"':
+                    close = text.find('"', close + 2)
+                if close < 0 or (close == size - 1 and not final):  # the next block may hold more
+                    if not final:
+                        return records, start, number
+                    raise _unclosed_quote(text, start, at, line, path, columns)
+                at, quoted = close + 1, False
+            event = _CSV_EVENT.search(text, at)
+            if event is None:
+                if not final:
+                    return records, start, number
+                end = after = size
+                break
+            if event[0] == '"':
+                at, quoted = event.start(), True
+                continue
+            end = event.start()
+            if event[0] == "#":  # a comment, to the end of the line
+                found = _LINE_BREAK.search(text, end)
+                if found is None and not final:
+                    return records, start, number
+                after = size if found is None else found.end()
+            else:
+                after = event.end() + (event[0] == "\r" and text.startswith("\n", event.end()))
+            break
+        record = text[start:end]
+        number = line + _line_breaks(record)
+        pos = after
+        if not record or record.isspace():
+            continue
+        if len(record) > MAX_LINE_CHARS:
+            raise _long_line(record, line, path)
+        records.append((line, record))
+    return records, pos, number
+
+
+def _line_breaks(text: str) -> int:
+    """How many lines ``text`` ends: CR LF, a lone CR and LF each end one."""
+    return text.count("\n") + text.count("\r") - text.count("\r\n")
+
+
+def _unclosed_quote(text: str, start: int, quote: int, line: int, path: str, columns: list[str]) -> InputError:
+    """The error of a quoted field at ``quote`` that the file ends inside."""
+    before = next(csv.reader([text[start:quote]]), [])  # the fields before it, the last one empty
+    index = max(len(before) - 1, 0)
+    return InputError(f"a quoted field is never closed (it starts {_quoted(text[quote:])})", path=path,
+                      line=line + _line_breaks(text[start:quote]), field=columns[min(index, len(columns) - 1)])
 
 
 def _check_header(content: str, number: int, path: str) -> list[str]:
@@ -396,7 +564,36 @@ def _check_header(content: str, number: int, path: str) -> list[str]:
 
 
 def _csv_chunk(contents: list[str], numbers: list[int], columns: list[str], path: str, start: int) -> pd.DataFrame:
-    """The layer frame of a chunk of CSV lines, or the InputError of its first mistake."""
+    """The layer frame of a chunk of CSV records, or the InputError of its first mistake in file order."""
+    try:
+        return _csv_frame(contents, numbers, columns, path, start)
+    except InputError:
+        if len(contents) == 1:
+            raise
+    # Each record is checked on its own, so the first bad one ends the shortest prefix that fails:
+    # bisection finds it (the vectorised checks go column by column, not in file order).
+    good, bad = 0, len(contents)
+    while bad - good > 1:
+        middle = (good + bad) // 2
+        try:
+            _csv_frame(contents[:middle], numbers[:middle], columns, path, start)
+        except InputError:
+            bad = middle
+        else:
+            good = middle
+    _csv_frame(contents[good:bad], numbers[good:bad], columns, path, start)  # raises its mistake
+    raise AssertionError(f"{path}: lines {numbers[0]}-{numbers[-1]} failed together, but not one by one")
+
+
+#: Blanks a CSV number may have around it: ASCII's, as between the fields of SEER's format.
+_CELL_BLANKS = " \t\v\f"
+#: Longer than this, blanks and leading zeros dropped, a number cell is a mistake: checked before
+#: numpy makes every cell of a column as wide as its widest.
+_LONGEST_CELL = 64
+
+
+def _csv_frame(contents: list[str], numbers: list[int], columns: list[str], path: str, start: int) -> pd.DataFrame:
+    """The layer frame of CSV records; InputError for a mistake (the first of its kind found)."""
     rows = list(csv.reader(contents))
     for row, number in zip(rows, numbers):
         if len(row) != len(columns):
@@ -404,19 +601,28 @@ def _csv_chunk(contents: list[str], numbers: list[int], columns: list[str], path
             raise InputError(f"{'more' if more else 'fewer'} fields ({len(row)}) than the header's {len(columns)} "
                              "columns", path=path, line=number,
                              field=columns[len(columns) - 1] if more else columns[len(row)])
-    if not "".join(contents).isascii():  # str.isdigit takes other scripts' digits: refuse them first
+    text = "".join(contents)
+    # str.isdigit takes other scripts' digits, and numpy drops a trailing NUL: refuse both first.
+    if not text.isascii() or "\0" in text:
         for row, number in zip(rows, numbers):
             for name, cell in zip(columns, row):
-                if name != "name" and not cell.strip().isascii():
-                    raise InputError(f"{_SYNTAX}, got {_quoted(cell.strip())}", path=path, line=number, field=name)
-    cells = np.array(rows, dtype=str).reshape(len(rows), len(columns))
+                if name != "name" and (not cell.isascii() or "\0" in cell):
+                    raise InputError(f"{_SYNTAX}, got {_quoted(cell.strip(_CELL_BLANKS))}", path=path, line=number,
+                                     field=name)
+    long_records = max(map(len, contents)) > _LONGEST_CELL  # only then can a number cell be long
+    # Cells as objects, made fixed-width text column by column: a long name widens only its own.
+    table = np.array(rows, dtype=object).reshape(len(rows), len(columns))
     index = pd.RangeIndex(start, start + len(rows))
     values: dict[str, np.ndarray] = {}
     given: dict[str, np.ndarray] = {}
     for j, name in enumerate(columns):
         if name == "name":
             continue
-        column = np.char.strip(cells[:, j])
+        cells = table[:, j]
+        if long_records and max(map(len, cells)) > _LONGEST_CELL:
+            cells = np.array([_short_cell(cell, number, name, path) for cell, number in zip(cells, numbers)],
+                             dtype=object)
+        column = np.char.strip(cells.astype(str), _CELL_BLANKS)
         empty = column == ""
         ok = np.char.isdigit(column) | empty
         required = name in _REQUIRED or name in _SQUARE_ALIASES and name != "out_width" or (
@@ -427,14 +633,13 @@ def _csv_chunk(contents: list[str], numbers: list[int], columns: list[str], path
             i = int(np.flatnonzero(~ok)[0])
             if empty[i]:
                 raise InputError("missing value (this column is required)", path=path, line=numbers[i], field=name)
-            _parse_int(str(column[i]), path, numbers[i], name)  # raises, worded as in SEER's format
-            raise InputError(f"{_SYNTAX}, got {_quoted(str(column[i]))}", path=path, line=numbers[i], field=name)
-        too_long = np.char.str_len(column) > 10
+            raise _cell_error(str(column[i]), numbers[i], name, path)
+        digits = np.char.lstrip(column, "0")  # leading zeros, as SEER's format takes them
+        too_long = np.char.str_len(digits) > len(str(MAX_FIELD))
         if too_long.any():
             i = int(np.flatnonzero(too_long)[0])
-            raise InputError(f"must be at most {MAX_FIELD}, got a number of {len(column[i])} digits",
-                             path=path, line=numbers[i], field=name)
-        number = np.where(empty, "0", column).astype(np.int64)
+            raise _cell_error(str(column[i]), numbers[i], name, path)
+        number = _digit_values(digits)
         given[name] = ~empty
         for target in _SQUARE_ALIASES.get(name, (name,)):
             default = LAYER_DEFAULTS.get(target, 0)
@@ -466,8 +671,42 @@ def _csv_chunk(contents: list[str], numbers: list[int], columns: list[str], path
                 raise InputError(f"is {values[name][i]}, but the layer's other fields give {frame[name].iloc[i]}",
                                  path=path, line=numbers[i], field=_alias_of(name, columns))
     if "name" in columns:
-        frame["name"] = cells[:, columns.index("name")].astype(object)
+        frame["name"] = pd.Series(table[:, columns.index("name")], index=index, dtype=object)
     return frame
+
+
+def _digit_values(digits: np.ndarray) -> np.ndarray:
+    """The int64 values of fixed-width strings of at most 18 ASCII digits (``""`` is 0).
+
+    Vectorised over the characters' code points: numpy's own ``astype(np.int64)`` converts
+    each string through a Python int, several times slower.
+    """
+    width = digits.dtype.itemsize // 4
+    codes = np.ascontiguousarray(digits).view(np.uint32).reshape(len(digits), width).astype(np.int64)
+    present = codes != 0  # a shorter string is padded with NULs (a cell holding one was refused)
+    places = present.sum(axis=1, keepdims=True) - 1 - np.arange(width)
+    return np.where(present, (codes - ord("0")) * 10 ** np.maximum(places, 0), 0).sum(axis=1)
+
+
+def _short_cell(cell: str, number: int, field: str, path: str) -> str:
+    """A number cell, without its blanks and leading zeros where it is long; InputError if it stays long."""
+    if len(cell) <= _LONGEST_CELL:
+        return cell
+    value = cell.strip(_CELL_BLANKS)
+    if _DIGITS.fullmatch(value):
+        value = value.lstrip("0") or "0"
+    if len(value) > _LONGEST_CELL:
+        raise _cell_error(value, number, field, path)
+    return value
+
+
+def _cell_error(value: str, number: int, field: str, path: str) -> InputError:
+    """The error of a CSV number cell (blanks stripped, not empty) that is no valid number."""
+    if _DIGITS.fullmatch(value):
+        return InputError(f"must be at most {MAX_FIELD}, got a number of {len(value.lstrip('0'))} digits",
+                          path=path, line=number, field=field)
+    _parse_int(value, path, number, field)  # raises, worded as in SEER's format
+    return InputError(f"{_SYNTAX}, got {_quoted(value)}", path=path, line=number, field=field)  # a negative
 
 
 def _alias_of(field: str, columns: list[str]) -> str:
@@ -535,9 +774,19 @@ def format_layers(layers: Layers, fmt: str = "auto") -> str:
     for name in columns:
         if name.endswith("_d"):
             text.loc[flat, name] = ""  # a 2D layer leaves its depth empty
-    if isinstance(layers, pd.DataFrame) and "name" in layers.columns:
-        text.insert(0, "name", layers["name"].astype(str).to_numpy())
-    return text.to_csv(index=False, lineterminator="\n")
+    body = text.to_csv(index=False, lineterminator="\n")  # numbers and empty cells: nothing to quote
+    if not (isinstance(layers, pd.DataFrame) and "name" in layers.columns):
+        return body
+    names = ["name", *map(_csv_field, layers["name"].astype(str))]
+    return "".join(f"{name},{line}\n" for name, line in zip(names, body.split("\n")))
+
+
+def _csv_field(text: str) -> str:
+    """``text`` as a CSV field that :func:`read_layers` reads back as it is: quoted where it holds
+    a comma, a quote, a line break or a ``#`` (which would start a comment outside quotes)."""
+    if any(c in text for c in ',"#\r\n'):
+        return '"' + text.replace('"', '""') + '"'
+    return text
 
 
 def write_layers(target: LayerTarget, layers: Layers, fmt: str = "auto") -> None:
@@ -546,7 +795,7 @@ def write_layers(target: LayerTarget, layers: Layers, fmt: str = "auto") -> None
     if isinstance(target, (str, os.PathLike)) and os.fspath(target) == STDIN:
         sys.stdout.write(text)
     elif isinstance(target, (str, os.PathLike)):
-        Path(target).write_text(text, encoding="utf-8")
+        Path(target).write_text(text, encoding="utf-8", newline="")  # a quoted line break stays as it is
     else:
         target.write(text)
 

@@ -535,6 +535,13 @@ def frame_volumes(frame: pd.DataFrame) -> dict[str, np.ndarray]:
             for q in ("in", "kernel", "out")}
 
 
+def frame_tensor_bytes(frame: pd.DataFrame) -> np.ndarray:
+    """Bytes of the FP32 input, filter and output together, per row of a layer frame, as floats."""
+    vol = frame_volumes(frame)
+    n, c, k, g = (frame[f].to_numpy(dtype=float) for f in ("batch", "in_ch", "out_ch", "groups"))
+    return FP32_BYTES * sum(tensor_elements(n, c, k, g, vol["in"], vol["kernel"], vol["out"]))
+
+
 def frame_flops(frame: pd.DataFrame) -> np.ndarray:
     """Analytic FLOPs (a multiply-add counts two) per row of a layer frame, as floats."""
     vol = frame_volumes(frame)

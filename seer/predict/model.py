@@ -26,7 +26,7 @@ from seer.schema import OBJECTIVES, PREDICTION_COLUMNS
 Layers = pd.DataFrame | np.ndarray | Sequence[ConvShape]
 
 
-@dataclass
+@dataclass(repr=False)
 class Model:
     """seer's trained models of one GPU.
 
@@ -50,6 +50,13 @@ class Model:
     @property
     def maths(self) -> list[str]:
         return list(self.predictors)
+
+    def __repr__(self) -> str:
+        # A few lines, not the trees: what a user checks at a prompt.
+        algorithms = {m: len(p.algorithms) for m, p in self.predictors.items()}
+        return (f"<seer Model for {self.gpu}: math modes {', '.join(self.maths)}; algorithms per mode "
+                f"{algorithms}; SEER's baseline {'loaded' if self.baselines else 'not loaded'}; "
+                f"trained {self.card.get('trained_at', '?')}>")
 
     def predictor(self, math: str) -> AlgorithmPredictor:
         """seer's model of one math mode; InputError naming the available ones otherwise."""
@@ -84,6 +91,7 @@ class Model:
         except (ShapeError, ValueError) as exc:  # a caller's frame, not a file: no line to name
             raise InputError(str(exc), field=getattr(exc, "field", None)) from None
         times, scores, energies = predictor.predict_with_energy(frame)
+        _check_answers(times, energies, predictor.algorithms, f"the {self.gpu} {math}-math model")
         if objective == "energy":
             if not predictor.power:
                 raise InputError(f"the {self.gpu} {math}-math model has no energy model; retrain it from a "
@@ -98,6 +106,17 @@ class Model:
              objective: str = "time") -> pd.DataFrame:
         """Per layer: the pick and its predicted time, the runner-up, and the extrapolation mark."""
         return best_per_layer(self.predict(layers, math, algorithms, objective))
+
+
+def _check_answers(times: np.ndarray, energies: np.ndarray, algorithms: list[str], model: str) -> None:
+    """A time or energy is a positive number, or NaN for no answer; anything else comes from
+    a model file that loaded but is not what training wrote, and is refused, not ranked."""
+    for what, values in (("time", times), ("energy", energies)):
+        bad = np.isinf(values) | (values <= 0)
+        if bad.any():
+            layer, j = np.argwhere(bad)[0]
+            raise InputError(f"{model} predicts an impossible {what} ({values[layer, j]:.3g}) for {algorithms[j]} "
+                             f"on layer {layer}; its model file may be damaged: retrain it or reinstall seer")
 
 
 def _algorithm_names(algorithms: Sequence[str]) -> list[str]:

@@ -32,6 +32,7 @@ import json
 import os
 import re
 import stat
+import tokenize
 import zipfile
 from pathlib import Path
 from typing import Any, Sequence
@@ -55,8 +56,9 @@ TRUSTED_TYPES: dict[str, type] = dict(Part.registry)
 MODELS_ENV = "SEER_MODELS_DIR"
 #: Array dtypes a model file may hold: booleans, integers, floats.
 _ARRAY_KINDS = "biuf"
-#: Bounds on what a model file may unpack to (seer's own files are far smaller).
-_MAX_MEMBERS, _MAX_BYTES = 100_000, 2**31
+#: Bounds on what a model file may unpack to, checked before anything is unpacked: the
+#: shipped files hold at most 519 members, 15 MB in all, and a model.json of 27 KB.
+_MAX_MEMBERS, _MAX_BYTES, _MAX_JSON_BYTES = 20_000, 2**28, 2**22
 #: The layer every loaded model set predicts once, to show that its parts fit together.
 _PROBE_LAYER = ConvShape.square(1, 64, 56, 64, 3, 1, 1)
 #: The largest model file and card read at all (the shipped ones: 5 MB and 13 KB).
@@ -241,7 +243,7 @@ class _Decoder:
             if dtype.kind in _ARRAY_KINDS and claimed != len(data) - stream.tell():
                 raise StateError(f"{name} claims {claimed:,} bytes of values and holds {len(data) - stream.tell():,}")
             array = np.load(io.BytesIO(data), allow_pickle=False)
-        except ValueError as exc:  # pickled objects, or not NumPy's format at all
+        except (ValueError, SyntaxError, tokenize.TokenError) as exc:  # pickled objects, a mangled header
             raise StateError(f"{name} is not a plain array of numbers or booleans ({exc})") from None
         if array.dtype.kind not in _ARRAY_KINDS:
             raise StateError(f"{name} holds {array.dtype} values, not numbers or booleans")
@@ -259,7 +261,8 @@ def read_model_file(path: Path, expected: type | None = None) -> Part:
     try:
         with zipfile.ZipFile(path) as archive:
             infos = archive.infolist()
-            if len(infos) > _MAX_MEMBERS or sum(i.file_size for i in infos) > _MAX_BYTES:
+            if len(infos) > _MAX_MEMBERS or sum(i.file_size for i in infos) > _MAX_BYTES or any(
+                    i.filename == "model.json" and i.file_size > _MAX_JSON_BYTES for i in infos):
                 raise StateError("unpacks to more than a model file may")
             try:
                 document = json.loads(archive.read("model.json"), parse_constant=_no_constant,

@@ -66,6 +66,11 @@ class StateError(ValueError):
     """A model's state that does not describe a valid predictor (a damaged or hand-made file)."""
 
 
+#: The largest log value (of a time ratio or a power) a model may give: e^100 is already
+#: far beyond any GPU's time or power, and exp overflows past e^709.
+MAX_LOG_VALUE = 100.0
+
+
 def _require(state: Any, key: str, kinds, where: str):
     """``state[key]`` if it is one of ``kinds``; StateError otherwise."""
     if not isinstance(state, dict) or key not in state:
@@ -108,6 +113,12 @@ class Part:
             else:
                 out[f.name] = value
         return out
+
+    @property
+    def n_inputs(self) -> int | None:
+        """How many input columns the part reads (None: any number)."""
+        trees = getattr(self, "trees", None)
+        return trees.n_features if isinstance(trees, TreeEnsemble) else None
 
     @classmethod
     def from_state(cls, state: dict) -> "Part":
@@ -164,11 +175,27 @@ class LogTarget(Part):
     regressor: Part
 
     def predict(self, X: np.ndarray) -> np.ndarray:
-        return np.exp(self.regressor.predict(X))
+        with np.errstate(over="ignore"):  # an overflow is inf, which Model.predict refuses
+            return np.exp(self.regressor.predict(X))
+
+    @property
+    def n_inputs(self) -> int | None:
+        return self.regressor.n_inputs
 
     @classmethod
     def from_state(cls, state: dict) -> "LogTarget":
-        return cls(_require(state, "regressor", (BoostedRegressor, QuadraticRegressor, Constant), cls.__name__))
+        regressor = _require(state, "regressor", (BoostedRegressor, QuadraticRegressor, Constant), cls.__name__)
+        # exp overflows past e^709: a log value that large is no time or power of any GPU.
+        if isinstance(regressor, Constant):
+            low = high = regressor.value
+        elif isinstance(regressor, BoostedRegressor):
+            low, high = (bound[0] for bound in regressor.trees.output_bounds())
+        else:
+            low = high = 0.0  # a polynomial has no bound; Model.predict checks its answers
+        if not -MAX_LOG_VALUE <= low <= high <= MAX_LOG_VALUE:
+            raise StateError(f"{cls.__name__}: its log values reach {max(abs(low), abs(high)):.3g}, "
+                             f"beyond e^{MAX_LOG_VALUE:g} of any real value")
+        return cls(regressor)
 
 
 @dataclass
@@ -180,6 +207,10 @@ class QuadraticRegressor(Part):
     powers: np.ndarray  # (n_terms, n_features): each term's exponent of each feature
     coef: np.ndarray
     intercept: float
+
+    @property
+    def n_inputs(self) -> int | None:
+        return len(self.mean)
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         Z = (np.asarray(X, dtype=float) - self.mean) / self.scale
@@ -531,6 +562,23 @@ class AlgorithmPredictor(Part):
                 ratios[path][used] = regressors[path].predict(inputs[used])
         return likeliest_path_ratio(ratios, weight), mix_paths(ratios, weight)
 
+    def memory_bytes(self, F: np.ndarray, answers: np.ndarray | None) -> np.ndarray:
+        """Bytes of GPU memory each algorithm needs per row: the FP32 input, filter and output,
+        and the workspace the first stage predicts where it predicts one (0 elsewhere)."""
+        tensors = sum(2.0 ** F[:, self.features.index(f"log2_{name}_bytes")] for name in ("input", "filter", "output"))
+        workspace = np.zeros((len(F), len(self.algorithms)))
+        if answers is not None:
+            nonzero, log2_bytes = answers[:, 1::3], answers[:, 2::3]
+            with np.errstate(over="ignore", invalid="ignore"):
+                workspace = np.where(nonzero >= 0.5, 2.0 ** log2_bytes, 0.0)
+            workspace = np.nan_to_num(workspace, nan=0.0)
+        return tensors[:, None] + workspace
+
+    def _fits(self, F: np.ndarray, answers: np.ndarray | None) -> np.ndarray:
+        """Whether each algorithm's tensors and workspace fit the GPU's memory, per row: a layer
+        that cannot run gets no time rather than an extrapolated one."""
+        return self.memory_bytes(F, answers) <= self.spec.memory_bytes
+
     def _regressor_inputs(self, j: int, F: np.ndarray, answers: np.ndarray | None) -> np.ndarray:
         inputs = regressor_inputs(F, answers, j)
         classifier = self.kernel_paths.get(self.algorithms[j])
@@ -540,8 +588,8 @@ class AlgorithmPredictor(Part):
                masked: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Times (ms) per row and algorithm, NaN where not run (``masked``) or never trained:
         the ones to report and the ones the pick weighs (:meth:`_ratios`)."""
-        runs = (self._support(F, answers, planned) >= RUNS_THRESHOLD if masked
-                else np.ones((len(F), len(self.algorithms)), dtype=bool))
+        runs = (self._support(F, answers, planned) >= RUNS_THRESHOLD) & self._fits(F, answers) if masked \
+            else np.ones((len(F), len(self.algorithms)), dtype=bool)
         reported = np.full((len(F), len(self.algorithms)), np.nan)
         weighed = reported.copy()
         for j, algo in enumerate(self.algorithms):
@@ -621,11 +669,42 @@ class AlgorithmPredictor(Part):
         ranges = _require(state, "training_ranges", dict, where)
         if set(ranges) != {*LAYER_COLUMNS, "log2_flops"} or not all(
                 isinstance(r, list) and len(r) == 2 and all(isinstance(v, (int, float)) for v in r)
-                for r in ranges.values()):
+                and r[0] <= r[1] for r in ranges.values()):
             raise StateError(f"{where}: training ranges must give [low, high] per shape field and log2_flops")
+        if not 0 <= weight <= 1 or any(cost < 0 for cost in fixed_cost.values()):
+            raise StateError(f"{where}: the pick weight must lie in [0, 1] and fixed costs must not be negative")
+        _check_inputs(len(features), algorithms, workspace, supports, regressors, classifier, kernel_paths,
+                      power, where)
         return cls(spec, features, algorithms, workspace, supports, regressors,
                    {a: float(v) for a, v in fixed_cost.items()}, baseline, classifier, weight, ranges, kernel_paths,
                    power)
+
+
+def _check_inputs(n: int, algorithms: list[str], workspace: WorkspacePredictor | None, supports: dict,
+                  regressors: dict, classifier: BoostedClassifier | None, kernel_paths: dict, power: dict,
+                  where: str) -> None:
+    """Every part reads as many columns as :class:`AlgorithmPredictor` hands it: ``n`` shape
+    features, plus the first stage's answers and kernel-path probabilities where they apply."""
+    def check(part, expected: int, what: str) -> None:
+        if isinstance(part, Part) and part.n_inputs not in (None, expected):
+            raise StateError(f"{where}: {what} reads {part.n_inputs} inputs where the model has {expected}")
+
+    if workspace is not None:
+        for algo in algorithms:
+            for key in ("runs", "nonzero", "log2_bytes"):
+                check(getattr(workspace, key)[algo], n, f"{algo}'s first-stage answer {key!r}")
+    for algo, support in supports.items():
+        check(support, n, f"{algo}'s support")
+    with_answers = n + (2 if workspace is not None else 0)
+    for algo, paths in regressors.items():
+        paths_classifier = kernel_paths.get(algo)
+        check(paths_classifier, with_answers, f"{algo}'s kernel-path classifier")
+        inputs = with_answers + (len(paths_classifier.classes) if paths_classifier is not None else 0)
+        for path, regressor in paths.items():
+            check(regressor, inputs, f"{algo}'s time regressor ({path})")
+    check(classifier, n + (3 * len(algorithms) if workspace is not None else 0), "the pick classifier")
+    for algo, regressor in power.items():
+        check(regressor, n, f"{algo}'s power model")
 
 
 def kernel_plan_support(X: pd.DataFrame, algorithms: list[str], supports: dict) -> np.ndarray:

@@ -117,6 +117,21 @@ class TreeEnsemble:
         if np.any((self.feature[internal] < 0) | (self.feature[internal] >= self.n_features)):
             raise TreeError("a split names a feature the ensemble does not have")
 
+    def output_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """The least and greatest value each output can take: ``base`` plus, per tree, its
+        least or greatest leaf (without evaluating anything)."""
+        leaves = self.left < 0
+        tree_of = np.searchsorted(self.roots, np.arange(len(self.left)), side="right") - 1
+        low = np.full(self.n_trees, np.inf)
+        high = np.full(self.n_trees, -np.inf)
+        np.minimum.at(low, tree_of[leaves], self.value[leaves])
+        np.maximum.at(high, tree_of[leaves], self.value[leaves])
+        low_out, high_out = self.base.copy(), self.base.copy()
+        with np.errstate(over="ignore", invalid="ignore"):  # huge leaves: the bound is infinite
+            np.add.at(low_out, self.output, low)
+            np.add.at(high_out, self.output, high)
+        return low_out, high_out
+
     def raw(self, X: np.ndarray) -> np.ndarray:
         """The raw outputs, shape (n_samples, n_outputs): ``base`` plus the leaf values reached."""
         X = np.ascontiguousarray(X, dtype=np.float64)

@@ -29,7 +29,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack, contextmanager
 
-from seer.errors import EnvironmentProblem, InputError, one_line
+from seer.errors import InputError, import_failed, one_line
 from seer.layers.calls import TRANSPOSED_REASON, CallLog, ConvCalls, conv_fields
 from seer.layers.shapes import ShapeError
 
@@ -38,8 +38,8 @@ try:
     import torch.nn.functional as F
     from torch import nn
     from torch.overrides import TorchFunctionMode
-except ImportError as exc:  # pragma: no cover - the torch extra is installed in CI
-    raise EnvironmentProblem("seer.torch needs PyTorch: pip install 'seer[torch]'") from exc
+except Exception as exc:  # noqa: BLE001 - missing, or broken (a library it loads): one sentence either way
+    raise import_failed("PyTorch", exc, "seer.torch needs it: pip install 'seer[torch]'") from None
 
 #: Devices :func:`conv_calls` can run the forward on.
 DEVICES = ("auto", "meta", "cpu")
@@ -153,7 +153,7 @@ def conv_calls(model: nn.Module, input_shape: Sequence[int], device: str = "auto
     for where in (("meta", "cpu") if device == "auto" else (device,)):
         try:
             recorder = _forward(model, shape, where)
-        except Exception as exc:  # noqa: BLE001 - the model's own code: reported in one line per device
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - the model's own code: one line per device
             failures.append(f"on {where}: {type(exc).__name__}: {one_line(exc)}")
             continue
         try:
@@ -181,6 +181,10 @@ def build_model(spec: str | Callable[[], object], device: str = "meta") -> nn.Mo
         sys.path.insert(0, os.getcwd())
         try:
             module = importlib.import_module(module_name)
+        except SystemExit as exc:  # a script's `sys.exit()` at import: never seer's own exit status
+            raise InputError(f"cannot import {module_name!r}: it called sys.exit({exc.code!r}) while being "
+                             "imported; guard its script part with `if __name__ == \"__main__\":`",
+                             field="model") from None
         except Exception as exc:  # noqa: BLE001 - the user's module: a SyntaxError is their mistake too
             raise InputError(f"cannot import {module_name!r}: {type(exc).__name__}: {one_line(exc)}",
                              field="model") from None
@@ -196,13 +200,13 @@ def build_model(spec: str | Callable[[], object], device: str = "meta") -> nn.Mo
         try:
             with torch.device("meta"):
                 model = build()
-        except Exception:  # noqa: BLE001 - reading a tensor's value on meta, or the user's own mistake: try the CPU
+        except (Exception, SystemExit):  # noqa: BLE001 - a tensor's value read on meta, or the user's mistake: try the CPU
             model = None
     try:
         if model is None:
             with torch.device("cpu" if device == "meta" else device):
                 model = build()
-    except Exception as exc:  # noqa: BLE001 - the user's code: one line, not a traceback
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's code: one line, not a traceback
         raise InputError(f"building {label!r} failed: {type(exc).__name__}: {one_line(exc)}", field="model") from None
     if not isinstance(model, nn.Module):
         raise InputError(f"{label!r} built a {type(model).__name__}, not a torch.nn.Module", field="model")
@@ -212,9 +216,12 @@ def build_model(spec: str | Callable[[], object], device: str = "meta") -> nn.Mo
 def _torchvision_builder(name: str) -> Callable[[], nn.Module]:
     try:
         from torchvision import models
-    except ImportError:
+    except ModuleNotFoundError:
         raise InputError(f"{name!r} is not module:function, and torchvision, which would know the name, is not "
                          "installed", field="model") from None
+    except Exception as exc:  # noqa: BLE001 - e.g. a torchvision built for another torch
+        raise import_failed("torchvision", exc, f"install the torchvision release made for torch "
+                                                f"{torch.__version__} (see pytorch.org)") from None
     known = models.list_models()
     if name not in known:
         close = difflib.get_close_matches(name, known, n=3)

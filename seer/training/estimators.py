@@ -348,6 +348,9 @@ class AlgorithmSelector(BaseEstimator):
         trees in prediction.
     min_power_runs : int, default=10
         Fewer energy readings than this: the algorithm gets no energy model.
+    pick_classifier : HistGradientBoostingClassifier, default=None
+        The classifier of the fastest algorithm that refines the pick (cloned); None means
+        gradient-boosted trees of 15 leaves, 80 rounds at learning rate 0.1.
 
     Attributes
     ----------
@@ -387,7 +390,7 @@ class AlgorithmSelector(BaseEstimator):
 
     def __init__(self, gpu: GPUSpec | None = None, candidates=None, classifier=None, cv: int = 5,
                  min_runs: int = 20, baseline: str = "roofline", workspace_model=None,
-                 max_kernel_paths: int = 0, min_power_runs: int = 10) -> None:
+                 max_kernel_paths: int = 0, min_power_runs: int = 10, pick_classifier=None) -> None:
         self.gpu = gpu
         self.candidates = candidates
         self.classifier = classifier
@@ -397,6 +400,7 @@ class AlgorithmSelector(BaseEstimator):
         self.workspace_model = workspace_model
         self.max_kernel_paths = max_kernel_paths
         self.min_power_runs = min_power_runs
+        self.pick_classifier = pick_classifier
 
     def fit(self, X: pd.DataFrame, Y: pd.DataFrame, W: pd.DataFrame | None = None,
             census: tuple[pd.DataFrame, pd.DataFrame] | None = None,
@@ -608,8 +612,8 @@ class AlgorithmSelector(BaseEstimator):
         self.pick_classifier_ = None
         if len(set(labels[has_any])) < 2:
             return
-        classifier = HistGradientBoostingClassifier(max_iter=80, learning_rate=0.1, max_leaf_nodes=15,
-                                                    random_state=0)
+        classifier = self.pick_classifier if self.pick_classifier is not None else HistGradientBoostingClassifier(
+            max_iter=80, learning_rate=0.1, max_leaf_nodes=15, random_state=0)
         proba = np.zeros_like(times)
         oof = cross_val_predict(clone(classifier), F[has_any], labels[has_any], cv=folds, method="predict_proba")
         classes = sorted(set(labels[has_any]))
