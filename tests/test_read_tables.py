@@ -20,8 +20,9 @@ H100 = REPO / "data" / "h100"
 
 
 @pytest.fixture(scope="module")
-def committed():
-    return read_measurements(H100 / "measurements")
+def committed(table):
+    """The committed measurements as read_measurements reads them: conftest's table, read once per run."""
+    return table
 
 
 @pytest.fixture(scope="module")
