@@ -6,6 +6,7 @@ is a bug in seer and keeps its traceback.
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 #: Exit codes: 2 for bad input (like argparse's usage errors), 1 for an environment that
@@ -82,3 +83,16 @@ def import_failed(package: str, exc: BaseException, fix: str) -> EnvironmentProb
         return EnvironmentProblem(f"{package} is not installed: {fix}")
     return EnvironmentProblem(f"{package} is installed but fails to import ({type(exc).__name__}: "
                               f"{one_line(exc, 200)}): {fix}")
+
+
+#: What an OSError means to someone writing files, by errno.
+_OS_REASONS = {errno.ENOENT: "no such folder", errno.ENOSPC: "no space left on the device",
+               errno.EACCES: "permission denied", errno.EPERM: "permission denied",
+               errno.EROFS: "read-only file system", errno.ENAMETOOLONG: "file name too long",
+               errno.EISDIR: "is a directory", errno.ENOTDIR: "a part of the path is not a folder",
+               errno.EDQUOT: "disk quota exceeded"}
+
+
+def os_reason(exc: OSError) -> str:
+    """Why a write failed, in a few words: the errno's plain meaning, else the system's text."""
+    return _OS_REASONS.get(exc.errno, exc.strerror or str(exc))

@@ -11,7 +11,6 @@ terminal shows instead of a table.
 
 from __future__ import annotations
 
-import errno
 import io
 import json
 import os
@@ -29,7 +28,7 @@ from typing import BinaryIO, TextIO
 import numpy as np
 import pandas as pd
 
-from seer.errors import InputError
+from seer.errors import InputError, os_reason
 from seer.layers.files import STDIN, STDIN_NAME, iter_layer_chunks
 from seer.layers.shapes import LAYER_COLUMNS, frame_tensor_bytes
 from seer.schema import PREDICTION_COLUMNS
@@ -47,12 +46,7 @@ def format_for(path: str | Path | None, requested: str | None) -> str:
 
 
 def _os_error(exc: OSError, path: Path) -> InputError:
-    reason = {errno.ENOENT: "no such folder", errno.ENOSPC: "no space left on the device",
-              errno.EACCES: "permission denied", errno.EPERM: "permission denied",
-              errno.EROFS: "read-only file system", errno.ENAMETOOLONG: "file name too long",
-              errno.EISDIR: "is a directory", errno.ENOTDIR: "a part of the path is not a folder",
-              errno.EDQUOT: "disk quota exceeded"}.get(exc.errno, exc.strerror or str(exc))
-    return InputError(f"cannot write here: {reason}", path=path)
+    return InputError(f"cannot write here: {os_reason(exc)}", path=path)
 
 
 #: A temporary file's name says which host and process writes it, so that a later run can
@@ -164,8 +158,9 @@ class AtomicOutput:
 
 
 def is_stream(path: str | Path | None) -> bool:
-    """Whether ``--out`` names a stream (standard output, a FIFO, a device), which cannot take
-    back what was written to it, rather than a file that appears whole or not at all."""
+    """Whether ``path`` names a stream: ``-`` (standard input or output), a FIFO or a device.
+    A stream can be read once and cannot take back what was written to it; a regular file
+    can be read again and appears whole or not at all."""
     if path is None:
         return False
     if str(path) == STDOUT:
@@ -200,16 +195,11 @@ def checked_layers(source: str | Path) -> Iterator[str | Path | BinaryIO]:
     line must stop the command before the first prediction goes out. A regular file is simply
     read twice; standard input, a FIFO or a device is copied aside while it is checked (the
     reader's line cap bounds what a stream without end can make it copy)."""
-    if str(source) != STDIN:
-        try:
-            regular = stat.S_ISREG(os.stat(source).st_mode)
-        except OSError:
-            regular = True  # the reader names what is wrong with the path
-        if regular:
-            for _ in iter_layer_chunks(source):
-                pass
-            yield source
-            return
+    if not is_stream(source):  # a regular file, or a path whose problem the reader names
+        for _ in iter_layer_chunks(source):
+            pass
+        yield source
+        return
     with tempfile.TemporaryFile() as copy:
         if str(source) == STDIN:
             stream, name, close = getattr(sys.stdin, "buffer", None), STDIN_NAME, lambda: None

@@ -20,7 +20,7 @@ import shutil
 import socket
 from pathlib import Path
 
-from seer.errors import EnvironmentProblem
+from seer.errors import EnvironmentProblem, os_reason
 
 try:
     import fcntl
@@ -33,14 +33,8 @@ MIN_FREE_BYTES = 16 << 20
 
 log = logging.getLogger(__name__)
 
-_REASONS = {errno.EROFS: "read-only file system", errno.EACCES: "permission denied",
-            errno.EPERM: "permission denied", errno.ENOSPC: "no space left on the device",
-            errno.EDQUOT: "disk quota exceeded", errno.ENOTDIR: "a part of the path is not a folder"}
-
-
 def _cannot_write(folder: Path, exc: OSError) -> EnvironmentProblem:
-    reason = _REASONS.get(exc.errno, exc.strerror or str(exc))
-    return EnvironmentProblem(f"{folder}: cannot write the collection's records there: {reason}; "
+    return EnvironmentProblem(f"{folder}: cannot write the collection's records there: {os_reason(exc)}; "
                               "nothing was collected")
 
 
@@ -91,8 +85,8 @@ class CollectionLock:
             if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
                 raise
             # A file system without flock: the run goes on, as it did before there was a lock.
-            log.warning("%s: the file system cannot lock files (%s); make sure no other "
-                                                "collection of this shard writes here", self.raw_dir, exc.strerror)
+            log.warning("%s: the file system cannot lock files (%s); make sure no other collection of "
+                        "this shard writes here", self.raw_dir, exc.strerror)
 
     def _who(self) -> str:
         try:

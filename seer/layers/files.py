@@ -49,7 +49,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Iterator, Sequence, TextIO
+from typing import Generator, Iterator, Sequence, TextIO
 
 import numpy as np
 import pandas as pd
@@ -242,15 +242,23 @@ def _content_lines(blocks: Iterator[str], path: str, number: int = 0) -> Iterato
                 raise _long_line(rest, number + len(lines) + 1, path)
         else:  # the end: a last line without a line break is a line too
             lines, done = ([rest] if rest else []), True
-        for line in lines:
-            number += 1
-            if "#" in line:
-                line = line[: line.index("#")]
-            if not line or line.isspace():
-                continue
-            if len(line) > MAX_LINE_CHARS:
-                raise _long_line(line, number, path)
-            yield number, line
+        number = yield from _numbered_content(lines, number, path)
+
+
+def _numbered_content(lines: list[str], number: int, path: str) -> Generator[tuple[int, str], None, int]:
+    """(line number, content) of each of ``lines`` that holds more than blanks and a ``#``
+    comment, numbered on from ``number``; returns the last number used. InputError for a
+    line longer than :data:`MAX_LINE_CHARS`."""
+    for line in lines:
+        number += 1
+        if "#" in line:
+            line = line[: line.index("#")]
+        if not line or line.isspace():
+            continue
+        if len(line) > MAX_LINE_CHARS:
+            raise _long_line(line, number, path)
+        yield number, line
+    return number
 
 
 #: Characters read at a time by :func:`_blocks`.
@@ -448,15 +456,7 @@ def _csv_records(blocks: Iterator[str], path: str, number: int, columns: list[st
                 buffer = buffer.replace("\r\n", "\n")
             lines = buffer.split("\n")
             buffer = lines.pop()
-            for line in lines:
-                number += 1
-                if "#" in line:
-                    line = line[: line.index("#")]
-                if not line or line.isspace():
-                    continue
-                if len(line) > MAX_LINE_CHARS:
-                    raise _long_line(line, number, path)
-                yield number, line
+            number = yield from _numbered_content(lines, number, path)
         else:
             records, used, number = _scan_records(buffer, number, final, path, columns)
             yield from records

@@ -106,7 +106,7 @@ class TreeEnsemble:
             raise TreeError("output names a column the ensemble does not have")
         # Each node's tree ends where the next tree starts: a child must lie after its
         # parent and before that end, so that every walk moves forward and stops.
-        ends = np.append(self.roots[1:], n)[np.searchsorted(self.roots, np.arange(n), side="right") - 1]
+        ends = np.append(self.roots[1:], n)[self._tree_of_nodes()]
         internal = self.left >= 0
         nodes = np.flatnonzero(internal)
         children = self.left[internal].astype(np.int64)
@@ -117,11 +117,15 @@ class TreeEnsemble:
         if np.any((self.feature[internal] < 0) | (self.feature[internal] >= self.n_features)):
             raise TreeError("a split names a feature the ensemble does not have")
 
+    def _tree_of_nodes(self) -> np.ndarray:
+        """The index of each node's tree (``roots`` start and order the trees)."""
+        return np.searchsorted(self.roots, np.arange(len(self.left)), side="right") - 1
+
     def output_bounds(self) -> tuple[np.ndarray, np.ndarray]:
         """The least and greatest value each output can take: ``base`` plus, per tree, its
         least or greatest leaf (without evaluating anything)."""
         leaves = self.left < 0
-        tree_of = np.searchsorted(self.roots, np.arange(len(self.left)), side="right") - 1
+        tree_of = self._tree_of_nodes()
         low = np.full(self.n_trees, np.inf)
         high = np.full(self.n_trees, -np.inf)
         np.minimum.at(low, tree_of[leaves], self.value[leaves])
