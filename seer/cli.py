@@ -390,7 +390,7 @@ def _cmd_predict(args) -> int:
 
     from seer.layers.files import iter_layer_chunks
     from seer.output import (STDOUT, AtomicOutput, PickSummary, PredictionWriter, checked_layers, format_for,
-                             is_stream)
+                             is_stream, with_labels)
     from seer.predict.model import best_per_layer
     from seer.predict.persist import load_model
 
@@ -412,8 +412,7 @@ def _cmd_predict(args) -> int:
         writer = PredictionWriter(handle, format_for(args.out, args.format)) if handle is not None else None
         offset = 0
         for chunk in iter_layer_chunks(layers, PREDICT_CHUNK, name=_source_name(args.file)):
-            predictions = model.predict(chunk, args.math, algorithms, args.objective)
-            predictions["layer"] += offset
+            predictions = with_labels(model.predict(chunk, args.math, algorithms, args.objective), chunk, offset)
             if writer is not None:
                 writer.write(predictions)
             summary.add(predictions)
@@ -448,11 +447,14 @@ def _print_table(console, gpu: str, math: str, rows, objective: str = "time") ->
 
     energy = objective == "energy"
     title = f"{gpu}, {math} math: predicted times" + (" and energies per call" if energy else "")
-    table = Table("#", title=title, box=box.SIMPLE_HEAD, padding=(0, 1),
+    named = "name" in rows.columns
+    table = Table("layer", title=title, box=box.SIMPLE_HEAD, padding=(0, 1),
                   collapse_padding=True, pad_edge=False,
-                  caption="layer = batch x in_ch x input size -> out_ch, kernel, stride s, padding p, "
-                          "dilation d, groups g")
-    table.add_column("layer", min_width=12)
+                  caption="layer: its number in the output files (from 0); shape = batch x in_ch x input size -> "
+                          "out_ch, kernel, stride s, padding p, dilation d, groups g")
+    if named:
+        table.add_column("name", overflow="fold")
+    table.add_column("shape", min_width=12)
     headers = ("least energy", "ms", "mJ", "runner-up", "ms", "mJ") if energy else ("fastest", "ms", "runner-up", "ms")
     for header in headers:
         # Names and numbers are never cut short: a narrow terminal wraps the layer instead.
@@ -460,7 +462,8 @@ def _print_table(console, gpu: str, math: str, rows, objective: str = "time") ->
         table.add_column(header, no_wrap=not number, overflow="fold", min_width=6 if number else None)
     too_big = frame_tensor_bytes(rows) > get_gpu_spec(gpu).memory_bytes if len(rows) else []
     for (i, row), big in zip(rows.iterrows(), too_big):
-        table.add_row(str(i + 1), *_pick_cells(row, energy, big))
+        name = [_one_line_cell(row["name"])] if named else []
+        table.add_row(str(i), *name, *_pick_cells(row, energy, big))
     console.print(table, crop=False)  # never cut a number off at the edge
     _note_extrapolated(console, int(rows["extrapolated"].sum()) if len(rows) else 0)
     if len(rows) and not energy and (rows["best_ms"] > rows["runner_up_ms"]).any():
@@ -489,6 +492,19 @@ def _pick_cells(row, energy: bool = False, too_big: bool = False) -> list[str]:
         pick.append(number("best_mj"))
         runner_up.append(number("runner_up_mj"))
     return [describe(row) + (" *" if row["extrapolated"] else ""), *pick, *runner_up]
+
+
+def _one_line_cell(value) -> str:
+    """A label as a table cell: empty where missing, control characters escaped, no markup."""
+    import pandas as pd
+    from rich.markup import escape
+
+    if pd.isna(value):
+        return ""
+    text = str(value)
+    if not text.isprintable():
+        text = text.encode("unicode_escape").decode("ascii")
+    return escape(text)  # a name such as "[b]" is text, not rich markup
 
 
 #: Marks a pick whose own predicted time is above the runner-up's (see _print_table's note).

@@ -6,6 +6,9 @@ launch many kernels): ``sum`` (time, traffic, instruction counts), ``main`` (tak
 the main kernel: launch configuration, occupancy, waves) or ``time_weighted`` (a
 utilisation averaged over the kernels by their durations). Only :mod:`seer.collect.ncu` and
 :mod:`seer.dataset.build` read this table; nothing else names an ncu metric.
+
+:data:`RUN_COLUMNS` is the one table of the profile columns of a run (the measurements
+table): each one's unit, meaning, and the metrics and conversion it comes from.
 """
 
 from __future__ import annotations
@@ -117,6 +120,79 @@ METRICS: tuple[Metric, ...] = (
 
 METRIC_BY_COLUMN = {m.column: m for m in METRICS}
 METRIC_BY_NCU_NAME = {m.ncu_name: m for m in METRICS}
+
+
+@dataclass(frozen=True)
+class RunColumn:
+    """A profile column of the measurements table (one row per run), and what it comes from.
+
+    Either the sum of the rolled-up ``metrics`` (columns of :data:`METRICS`) divided by ``per``:
+    one metric as is, renamed, or converted (``per`` 100 turns a percentage into a fraction,
+    1e6 nanoseconds into milliseconds); or, with no ``metrics``, a quantity that
+    :func:`seer.dataset.build.rollup_kernels` computes (``measurements_table`` where
+    ``from_layer``), and ``source`` says from what.
+    """
+
+    column: str
+    unit: str
+    description: str
+    metrics: tuple[str, ...] = ()
+    per: float = 1
+    source: str = ""
+    # Computed by measurements_table from the layer's shape, which kernels do not carry.
+    from_layer: bool = False
+
+
+def _as_is(*columns: str) -> tuple[RunColumn, ...]:
+    """Metrics that are run columns under their own name, unit and description."""
+    return tuple(RunColumn(c, METRIC_BY_COLUMN[c].unit, METRIC_BY_COLUMN[c].description, (c,)) for c in columns)
+
+
+def _fraction(column: str, metric: str) -> RunColumn:
+    return RunColumn(column, "fraction", METRIC_BY_COLUMN[metric].description.replace("%", "fraction"),
+                     (metric,), per=100)
+
+
+#: The profile columns of the measurements table, in the table's order
+#: (:data:`seer.schema.MEASUREMENT_COLUMNS`). A run that was not profiled leaves them all empty
+#: but flops_analytic.
+RUN_COLUMNS: tuple[RunColumn, ...] = (
+    RunColumn("main_kernel_share", "fraction", "the main kernel's share of the run's ncu time",
+              source="the main kernel's duration_ns over the run's"),
+    RunColumn("ncu_time_ms", "ms", "the run's kernels' summed duration under ncu", ("duration_ns",), per=1e6),
+    *_as_is("grid_blocks", "block_threads", "registers"),
+    RunColumn("shared_mem_bytes", "bytes", "shared memory per block, static and dynamic",
+              ("shared_mem_static_bytes", "shared_mem_dynamic_bytes")),
+    *_as_is("occupancy_limit_blocks", "occupancy_limit_registers", "occupancy_limit_shared_mem",
+            "occupancy_limit_warps"),
+    RunColumn("blocks_per_sm", "blocks", "resident blocks per SM (SEER's B_max per SM)",
+              source="the least of the main kernel's four occupancy_limit_*"),
+    RunColumn("waves", "waves", "grid blocks / (resident blocks per SM x SMs), exact",
+              source="grid_blocks, blocks_per_sm and the GPU's SM count"),
+    # ncu prints its waves with two decimals (a one-block grid shows 0.00).
+    RunColumn("ncu_waves", "waves", "waves as ncu prints them", ("waves",)),
+    _fraction("achieved_occupancy", "achieved_occupancy_pct"),
+    RunColumn("flops", "flops", "FLOPs executed: thread_flops + tensor_flops", source="thread_flops, tensor_flops"),
+    RunColumn("flops_analytic", "flops", "a direct convolution's FLOPs, 2·N·K·C·R·S·P·Q",
+              source="the layer's shape", from_layer=True),
+    RunColumn("flops_ratio", "ratio", "flops / flops_analytic", source="flops, flops_analytic", from_layer=True),
+    RunColumn("thread_flops", "flops", "FLOPs counted from SASS thread instructions",
+              source="inst_* (THREAD_FLOPS_PER_INSTRUCTION)"),
+    # FMA math forbids tensor cores, so an fma run's tensor FLOPs are zero, not unmeasured.
+    RunColumn("tensor_flops", "flops", "FLOPs on the TF32 tensor path", source="tensor_ops_tf32, 0 under fma math"),
+    *_as_is("inst_ffma", "inst_fadd", "inst_fmul", "inst_hfma", "inst_hadd", "inst_hmul", "inst_dfma", "inst_dadd",
+            "inst_dmul", "inst_tensor", "dram_read_bytes", "dram_write_bytes", "l2_bytes", "l1_bytes"),
+    # Utilisations as a roofline sees them: achieved rate over the GPU's peak rate.
+    RunColumn("sm_util", "fraction", "achieved FP32 and TF32 FLOP rates over their peaks",
+              source="thread_flops, tensor_flops, duration_ns and the GPU's peak FLOP rates"),
+    RunColumn("dram_util", "fraction", "achieved DRAM bandwidth over the peak",
+              source="dram_read_bytes + dram_write_bytes, duration_ns and the GPU's memory bandwidth"),
+    _fraction("fma_pipe_util", "fma_pipe_util_pct"),
+    _fraction("tensor_pipe_util", "tensor_pipe_util_pct"),
+    _fraction("sm_throughput_util", "sm_util_pct"),
+    _fraction("dram_throughput_util", "dram_util_pct"),
+    *_as_is("sm_clock_hz"),
+)
 
 
 #: Every group that records may carry, current or retired, and the columns it measured.

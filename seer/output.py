@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from seer.errors import InputError, os_reason
-from seer.layers.files import STDIN, STDIN_NAME, iter_layer_chunks
+from seer.layers.files import STDIN, STDIN_NAME, iter_layer_chunks, label_columns
 from seer.layers.shapes import LAYER_COLUMNS, frame_tensor_bytes
 from seer.schema import PREDICTION_COLUMNS
 
@@ -226,17 +226,40 @@ def _check_format(fmt: str) -> None:
         raise InputError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}", field="format")
 
 
+def with_labels(predictions: pd.DataFrame, layers: pd.DataFrame, offset: int = 0) -> pd.DataFrame:
+    """:meth:`seer.predict.model.Model.predict`'s frame for ``layers`` (a chunk of a layer file),
+    with the chunk's label columns (:func:`seer.layers.files.label_columns`) after ``layer``,
+    and ``layer`` numbered on from ``offset`` (the layers of the file before the chunk)."""
+    rows = predictions["layer"].to_numpy()
+    labels = label_columns(layers)
+    out = predictions.copy(deep=False)
+    for position, column in enumerate(labels, start=1):
+        out.insert(position, column, layers[column].to_numpy()[rows])
+    out["layer"] = rows + offset
+    return out
+
+
+def _output_columns(predictions: pd.DataFrame) -> list[str]:
+    """``layer``, the labels that came with the layers, then :data:`seer.schema.PREDICTION_COLUMNS`."""
+    return ["layer", *(c for c in predictions.columns if c != "layer" and c not in PREDICTION_COLUMNS),
+            *PREDICTION_COLUMNS]
+
+
 class PredictionWriter:
-    """Appends chunks of predictions to a text stream as CSV or JSON (see the module docstring)."""
+    """Appends chunks of predictions to a text stream as CSV or JSON (see the module docstring).
+    The first chunk's columns (labels included: :func:`with_labels`) make the CSV's header."""
 
     def __init__(self, handle: TextIO, fmt: str = "csv") -> None:
         _check_format(fmt)
         self.handle, self.format = handle, fmt
         self._first = True
+        self._columns: list[str] | None = None
 
     def write(self, predictions: pd.DataFrame) -> None:
         if self.format == "csv":
-            predictions.to_csv(self.handle, columns=list(PREDICTION_COLUMNS), header=self._first, index=False)
+            if self._columns is None:
+                self._columns = _output_columns(predictions)
+            predictions.to_csv(self.handle, columns=self._columns, header=self._first, index=False)
             self._first = False
             return
         for layer in layer_objects(predictions):
@@ -247,14 +270,17 @@ class PredictionWriter:
         if self.format == "json":
             self.handle.write("[]\n" if self._first else "\n]\n")
         elif self._first:
-            self.handle.write(",".join(PREDICTION_COLUMNS) + "\n")
+            self.handle.write(",".join(["layer", *PREDICTION_COLUMNS]) + "\n")
 
 
 def layer_objects(predictions: pd.DataFrame) -> list[dict]:
-    """One JSON-ready object per layer: its fields, math mode, the pick, the extrapolation
-    mark and every algorithm predicted to run, rank 1 first (``algorithms`` empty if none)."""
+    """One JSON-ready object per layer: its number, labels and fields, math mode, the pick,
+    the extrapolation mark and every algorithm predicted to run, rank 1 first (``algorithms``
+    empty if none)."""
     if predictions.empty:
         return []
+    labels = [c for c in _output_columns(predictions)[1:] if c not in PREDICTION_COLUMNS]
+    label_values = [predictions[c].to_numpy(dtype=object) for c in labels]
     layers = predictions["layer"].to_numpy()
     starts = np.flatnonzero(np.r_[True, layers[1:] != layers[:-1]])
     ends = np.r_[starts[1:], len(layers)]
@@ -270,10 +296,16 @@ def layer_objects(predictions: pd.DataFrame) -> list[dict]:
         runs = [{"algo": algos[i], "predicted_ms": float(times[i]),
                  "predicted_mj": float(energies[i]) if np.isfinite(energies[i]) else None, "rank": int(ranks[i])}
                 for i in range(start, end) if algos[i] is not None]
-        out.append({"layer": int(layers[start]), **dict(zip(LAYER_COLUMNS, fields[start].tolist())),
+        out.append({"layer": int(layers[start]), **{c: _json_label(v[start]) for c, v in zip(labels, label_values)},
+                    **dict(zip(LAYER_COLUMNS, fields[start].tolist())),
                     "math": math[start], "pick": runs[0]["algo"] if runs else None,
                     "extrapolated": bool(extrapolated[start]), "algorithms": runs})
     return out
+
+
+def _json_label(value):
+    """A label as JSON has it: text, or null where the cell was missing."""
+    return None if value is None or (isinstance(value, float) and np.isnan(value)) else str(value)
 
 
 class PickSummary:
@@ -311,12 +343,11 @@ class NetworkWriter:
     def write(self, result, skipped: pd.DataFrame, about: dict) -> None:
         predictions = result.predictions
         if self.format == "csv":
-            predictions.to_csv(self.handle, columns=["name", "calls", *PREDICTION_COLUMNS], index=False)
+            predictions.to_csv(self.handle, columns=["layer", "name", "calls", *PREDICTION_COLUMNS], index=False)
             return
         layers = layer_objects(predictions)
-        first = predictions.drop_duplicates("layer")
-        for layer, name, calls in zip(layers, first["name"], first["calls"]):
-            layer.update(name=str(name), calls=int(calls))
+        for layer in layers:
+            layer["calls"] = int(layer["calls"])
         totals = result.totals.astype(object).where(result.totals.notna(), None)
         json.dump({**about, "math": result.math, "totals": totals.to_dict(orient="records"), "layers": layers,
                    "skipped": skipped.to_dict(orient="records")}, self.handle, indent=1)

@@ -4,7 +4,8 @@ Every stage names these things the same way, so they are defined here once: the
 collector writes records with these keys and statuses, the dataset stage writes tables
 with these columns, training and evaluation read them, and predictions come out with
 :data:`PREDICTION_COLUMNS`. Shape columns are defined with the shape itself
-(:mod:`seer.layers.shapes`), ncu metric columns with their metrics (:mod:`seer.metrics`).
+(:mod:`seer.layers.shapes`), ncu metric columns and the run columns derived from them with
+their metrics (:mod:`seer.metrics`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from seer.errors import InputError
 from seer.layers.shapes import LAYER_COLUMNS
-from seer.metrics import METRICS
+from seer.metrics import METRICS, RUN_COLUMNS
 
 
 # -- math modes ---------------------------------------------------------------------------
@@ -115,21 +116,14 @@ TEST_SPLITS: tuple[str, ...] = ("test1", "test2")
 
 # -- columns ------------------------------------------------------------------------------
 #: Columns of the measurements table, one row per run, in order. Units: ``*_ms`` milliseconds,
-#: ``*_bytes`` bytes; fractions (achieved_occupancy, sm_util, dram_util, ...) in [0, 1].
+#: ``*_bytes`` bytes; fractions (achieved_occupancy, sm_util, dram_util, ...) in [0, 1]. The
+#: profile columns, their units and sources, are :data:`seer.metrics.RUN_COLUMNS`.
 MEASUREMENT_COLUMNS: tuple[str, ...] = (
     "gpu", "cudnn_version", "math", *LAYER_COLUMNS, "shape_id", "grid", "algo", "status",
     "status_detail", "time_ms", "time_ms_iqr", "time_ms_min", "n_reps", "timing_attempts",
     "workspace_bytes",
     "heuristic_rank", "rel_error", "timing_protocol", "burst", "sm_clock_mhz", "profile_status",
-    "profile_detail", "n_kernels", "main_kernel", "variant",
-    "main_kernel_share", "ncu_time_ms", "grid_blocks", "block_threads", "registers",
-    "shared_mem_bytes", "occupancy_limit_blocks", "occupancy_limit_registers",
-    "occupancy_limit_shared_mem", "occupancy_limit_warps", "blocks_per_sm", "waves", "ncu_waves",
-    "achieved_occupancy", "flops", "flops_analytic", "flops_ratio", "thread_flops", "tensor_flops",
-    "inst_ffma", "inst_fadd", "inst_fmul", "inst_hfma", "inst_hadd", "inst_hmul", "inst_dfma",
-    "inst_dadd", "inst_dmul", "inst_tensor", "dram_read_bytes",
-    "dram_write_bytes", "l2_bytes", "l1_bytes", "sm_util", "dram_util", "fma_pipe_util",
-    "tensor_pipe_util", "sm_throughput_util", "dram_throughput_util", "sm_clock_hz",
+    "profile_detail", "n_kernels", "main_kernel", "variant", *(c.column for c in RUN_COLUMNS),
     "trace_status", "trace_n_kernels", "trace_time_ms", "trace_main_kernel", "trace_variant",
     "power_w", "energy_mj", "energy_window_s", "energy_counter_steps",
     "split", "collected_at",

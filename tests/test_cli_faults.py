@@ -70,7 +70,7 @@ def test_a_mistake_on_the_last_line_writes_nothing_to_standard_output(small_mode
     assert main(["predict", "-", "--models-dir", str(small_models), "-o", "-"]) == 0
     streamed = pd.read_csv(io.StringIO(capsys.readouterr().out))
     pd.testing.assert_frame_equal(streamed, pd.read_csv(tmp_path / "file.csv"))
-    assert list(streamed.columns) == list(PREDICTION_COLUMNS)
+    assert list(streamed.columns) == ["layer", *PREDICTION_COLUMNS]
 
 
 @pytest.mark.slow

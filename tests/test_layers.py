@@ -14,7 +14,7 @@ from seer.errors import InputError
 from seer.layers import files as layers
 from seer.layers.files import (check_layers, format_layers, format_shapes, invalid_rows, iter_layer_chunks,
                                parse_shapes, read_layers, read_shapes_file, write_layers, write_shapes_file)
-from seer.layers.files import frame_shapes
+from seer.layers.files import frame_shapes, label_columns
 from seer.layers.grids import quick_grid
 from seer.layers.shapes import LAYER_COLUMNS, MAX_FIELD, SEER_FIELDS, ConvShape, ShapeError, seer_frame
 
@@ -336,10 +336,10 @@ def test_layer_csv_reads_every_kind_with_defaults():
 
 
 def test_layer_csv_square_aliases_3d_names_and_output_checks():
-    text = ("name,batch,in_ch,out_ch,in_width,kernel_width,out_width,stride_h,stride_w,padding_ignored\n")
+    text = ("name,batch,in_ch,out_ch,in_width,kernel_width,out_width,stride_h,stride_w,padding\n")
     with pytest.raises(InputError) as info:
         read_layers(io.StringIO(text), name="a.csv")
-    assert (info.value.line, info.value.field) == (1, "padding_ignored") and "unknown column" in info.value.message
+    assert (info.value.line, info.value.field) == (1, "padding") and "give pad_h and pad_w" in info.value.message
     text = "name,batch,in_ch,out_ch,in_width,kernel_width,out_width\nconv1,1,3,64,224,7,218\n"
     frame = read_layers(io.StringIO(text), name="a.csv")
     assert frame["name"].tolist() == ["conv1"] and frame["out_h"].tolist() == [218]
@@ -606,3 +606,26 @@ def test_a_layer_csv_reads_as_written_or_names_the_line_of_its_first_mistake(tmp
             if written:  # a file of no layers reads as SEER's columns only
                 assert list(frame["name"]) == names
                 assert frame[list(written[0])].to_dict("records") == written
+
+
+def test_columns_seer_does_not_use_label_the_layers_in_file_order():
+    text = ('stage,batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w,name,note\n'
+            '"stem, first",32,3,64,224,224,7,7,conv1,\n'
+            's2,1,64,64,56,56,3,3,"layer ""2""",é\n')
+    frame = read_layers(io.StringIO(text), name="a.csv")
+    assert label_columns(frame) == ["stage", "name", "note"]
+    assert frame["stage"].tolist() == ["stem, first", "s2"] and frame["name"].tolist() == ["conv1", 'layer "2"']
+    assert frame["note"].tolist() == ["", "é"] and frame["batch"].tolist() == [32, 1]
+    assert label_columns(read_layers(io.StringIO("1\n1 3 8 8 8 1 1 0\n"))) == []
+
+
+@pytest.mark.parametrize("column, words", [
+    ("stride", "give stride_h and stride_w"), ("Pad_H", "the column is pad_h"), ("kernal_w", "did you mean kernel_w?"),
+    ("algo", "seer's output uses it"), ("layer", "seer's output numbers"), ("dims", "follows from in_d"),
+    ("", "a column has no name")])
+def test_a_label_column_that_reads_like_a_layer_field_or_an_output_column_is_refused(column, words):
+    text = f"batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w,{column}\n1,3,8,8,8,1,1,2\n"
+    with pytest.raises(InputError) as info:
+        read_layers(io.StringIO(text), name="a.csv")
+    assert info.value.line == 1 and words in info.value.message
+    assert info.value.field == (column or "header")

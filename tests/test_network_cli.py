@@ -39,7 +39,7 @@ def test_csv_is_predicts_with_name_and_calls_and_the_layers_file_reads_back(smal
                          "-o", out, "--layers-out", layers_out)
     assert code == 0
     frame = pd.read_csv(out)
-    assert list(frame.columns) == ["name", "calls", *PREDICTION_COLUMNS]
+    assert list(frame.columns) == ["layer", "name", "calls", *PREDICTION_COLUMNS]
     found = conv_calls(build_model(NET), (2, 3, 64, 48))
     assert list(frame.drop_duplicates("name")["name"]) == list(found.layers["name"])
     assert frame.loc[frame["name"] == "shared.conv", "calls"].eq(2).all()
@@ -77,7 +77,7 @@ def test_json_has_the_layers_totals_and_skipped_calls(small_models, tmp_path, ca
 
 def test_csv_to_standard_output_keeps_the_terminal_text_off_it(small_models, capsys):
     code, out, err = run(capsys, "network", NET, "--input", INPUT, "--models-dir", small_models, "-o", "-")
-    assert code == 0 and out.startswith("name,calls,batch,") and "seer's picks" in err
+    assert code == 0 and out.startswith("layer,name,calls,batch,") and "seer's picks" in err
 
 
 @pytest.mark.parametrize("argv, words", [

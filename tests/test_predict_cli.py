@@ -37,7 +37,7 @@ def test_csv_has_the_promised_columns_ranks_and_the_models_picks(small_models, t
     code, shown, _ = run(capsys, "predict", LAYERS, "--models-dir", small_models, "--math", "fma", "-o", out)
     assert code == 0
     frame = pd.read_csv(out)
-    assert list(frame.columns) == list(PREDICTION_COLUMNS) and set(frame["math"]) == {"fma"}
+    assert list(frame.columns) == ["layer", *PREDICTION_COLUMNS] and set(frame["math"]) == {"fma"}
     layers = frame.groupby(list(LAYER_COLUMNS), sort=False)
     assert layers.ngroups == len(frame.drop_duplicates(list(LAYER_COLUMNS)))
     for _, group in layers:
@@ -72,7 +72,7 @@ def test_standard_input_and_standard_output(small_models, capsys, monkeypatch):
     code, out, err = run(capsys, "predict", "-", "--models-dir", small_models, "-o", "-")
     assert code == 0
     frame = pd.read_csv(io.StringIO(out))
-    assert list(frame.columns) == list(PREDICTION_COLUMNS) and frame.drop_duplicates(list(LAYER_COLUMNS)).shape[0] == 3
+    assert list(frame.columns) == ["layer", *PREDICTION_COLUMNS] and frame.drop_duplicates(list(LAYER_COLUMNS)).shape[0] == 3
     assert "3 layers predicted (written to standard output)" in " ".join(err.split())
 
 
@@ -110,7 +110,7 @@ def test_zero_layers_give_an_empty_table_not_a_traceback(small_models, tmp_path,
     source = tmp_path / "none.txt"
     source.write_text("0\n")
     assert run(capsys, "predict", source, "--models-dir", small_models, "-o", tmp_path / "none.csv")[0] == 0
-    assert list(pd.read_csv(tmp_path / "none.csv").columns) == list(PREDICTION_COLUMNS)
+    assert list(pd.read_csv(tmp_path / "none.csv").columns) == ["layer", *PREDICTION_COLUMNS]
     assert run(capsys, "predict", source, "--models-dir", small_models, "-o", tmp_path / "none.json")[0] == 0
     assert json.loads((tmp_path / "none.json").read_text()) == []
 
@@ -235,7 +235,7 @@ def test_a_layer_csv_of_every_kind_is_predicted_and_described(small_models, tmp_
     out = tmp_path / "pred.csv"
     assert run(capsys, "predict", source, "--models-dir", small_models, "-o", out)[0] == 0
     frame = pd.read_csv(out)
-    assert list(frame.columns) == list(PREDICTION_COLUMNS)
+    assert list(frame.columns) == ["layer", *PREDICTION_COLUMNS]
     assert frame.drop_duplicates(list(LAYER_COLUMNS))["groups"].tolist() == [32, 1, 1]
     three_d = tmp_path / "volumes.csv"
     three_d.write_text("batch,in_ch,out_ch,in_d,in_h,in_w,kernel_d,kernel_h,kernel_w,pad_d,pad_h,pad_w\n"
@@ -323,3 +323,31 @@ def test_a_layer_too_large_for_the_gpus_memory_gets_no_time(small_models, tmp_pa
     assert code == 0 and "does not fit in the GPU's memory" in shown
     code, shown, _ = run(capsys, "predict", source, "--models-dir", small_models, "--math", "fma", "--table", "summary")
     assert code == 0 and "does not fit in the GPU's memory   1" in " ".join(shown.split("\n"))
+
+
+def test_names_and_other_labels_pass_through_to_the_table_csv_and_json(small_models, tmp_path, capsys):
+    source = tmp_path / "named.csv"
+    source.write_text('name,batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w,stage\n'
+                      'conv1,32,3,64,224,224,7,7,"stem, first"\n'
+                      '[b]x,1,64,64,56,56,3,3,s2\n'
+                      'conv1,32,3,64,224,224,7,7,\n')
+    code, shown, err = run(capsys, "predict", source, "--models-dir", small_models, "--math", "fma")
+    assert code == 0, err
+    rows = [line.split() for line in shown.splitlines()]
+    assert ["0", "conv1"] in [row[:2] for row in rows] and ["1", "[b]x"] in [row[:2] for row in rows]
+    out = tmp_path / "pred.csv"
+    assert run(capsys, "predict", source, "--models-dir", small_models, "--math", "fma", "-o", out)[0] == 0
+    frame = pd.read_csv(out, keep_default_na=False)
+    assert list(frame.columns) == ["layer", "name", "stage", *PREDICTION_COLUMNS]
+    first = frame.drop_duplicates("layer")
+    assert first["layer"].tolist() == [0, 1, 2] and first["name"].tolist() == ["conv1", "[b]x", "conv1"]
+    assert first["stage"].tolist() == ["stem, first", "s2", ""]
+    # Same shapes, same predictions: only the layer number and labels tell the two conv1 apart.
+    same = frame[frame["layer"] != 1].groupby("layer")["predicted_ms"].apply(list).tolist()
+    assert same[0] == same[1]
+    out = tmp_path / "pred.json"
+    assert run(capsys, "predict", source, "--models-dir", small_models, "--math", "fma", "-o", out)[0] == 0
+    layers = json.loads(out.read_text())
+    assert [(layer["layer"], layer["name"], layer["stage"]) for layer in layers] == [
+        (0, "conv1", "stem, first"), (1, "[b]x", "s2"), (2, "conv1", "")]
+    assert list(layers[0])[:4] == ["layer", "name", "stage", "batch"]

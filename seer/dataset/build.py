@@ -35,6 +35,7 @@ import functools
 import gzip
 import hashlib
 import json
+import operator
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -56,7 +57,8 @@ from seer.hardware.gpus import GPUSpec
 from seer.hardware.occupancy import blocks_per_sm, waves
 from seer.layers.files import write_layers
 from seer.layers.shapes import LAYER_COLUMNS, LAYER_FIELDS, SEER_FIELDS, frame_flops, layer_frame
-from seer.metrics import GROUP_COLUMNS, METRIC_SETS, METRICS, columns_with_rollup, required_columns, thread_flops
+from seer.metrics import (GROUP_COLUMNS, METRIC_SETS, METRICS, RUN_COLUMNS, columns_with_rollup, required_columns,
+                          thread_flops)
 from seer.schema import (CENSUS_COLUMNS, CENSUS_KEY, KERNEL_COLUMNS, KERNEL_INFO_COLUMNS, KERNEL_KEY, MATH_MODE_NAMES,
                          MATH_MODES, MEASUREMENT_COLUMNS, MEASUREMENT_TEXT_COLUMNS, RUN_KEY, STATUSES, TRACE_FIELDS,
                          TRACED_KERNEL_COLUMNS, DatasetDir)
@@ -107,7 +109,8 @@ def split_of(shape_id: str, grid: str, seed: int = 0, test_fraction: float = TES
 
 # -- rollup of kernels into runs ----------------------------------------------------------
 def rollup_kernels(kernels: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:
-    """One row per run from its kernels, by each metric's rollup rule in seer.metrics.
+    """One row per run from its kernels, by each metric's rollup rule in seer.metrics, with
+    the run columns of :data:`seer.metrics.RUN_COLUMNS` but those from the layer's shape.
 
     The main kernel is the longest compute kernel of the run (the longest kernel if none
     is classed as compute; the first of equals); its launch configuration, occupancy and
@@ -144,22 +147,22 @@ def rollup_kernels(kernels: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:
         denominator = weight.groupby(run).sum(min_count=1).to_numpy()
         weighted[col] = np.where(denominator > 0, numerator / np.where(denominator > 0, denominator, 1), np.nan)
     runs = pd.concat([runs, sums, pd.DataFrame(weighted), main[columns_with_rollup("main")]], axis=1)
-    runs["ncu_time_ms"] = runs["duration_ns"] / 1e6
-    runs["shared_mem_bytes"] = runs["shared_mem_static_bytes"] + runs["shared_mem_dynamic_bytes"]
+    # Run columns that are metrics renamed, summed or converted (seer.metrics.RUN_COLUMNS);
+    # ncu_waves takes ncu's waves before they are recomputed below.
+    for c in RUN_COLUMNS:
+        if c.metrics and c.metrics != (c.column,):
+            value = functools.reduce(operator.add, (runs[m] for m in c.metrics))  # no 0 + -0.0
+            # Dividing by 1 would turn integer counts into floats.
+            runs[c.column] = value / c.per if c.per != 1 else value
     runs["blocks_per_sm"] = blocks_per_sm(runs)
-    runs["achieved_occupancy"] = runs["achieved_occupancy_pct"] / 100
-    for pct, frac in (("sm_util_pct", "sm_throughput_util"), ("dram_util_pct", "dram_throughput_util"),
-                      ("fma_pipe_util_pct", "fma_pipe_util"), ("tensor_pipe_util_pct", "tensor_pipe_util")):
-        runs[frac] = runs[pct] / 100
     # FMA math forbids tensor cores, so an fma run's tensor FLOPs are zero, not unmeasured.
     tensor_math = runs["math"].isin([m.name for m in MATH_MODES if m.tensor_cores])
     tensor = runs["tensor_ops_tf32"].where(tensor_math, runs["tensor_ops_tf32"].fillna(0))
     runs["thread_flops"] = thread_flops(runs)
     runs["tensor_flops"] = tensor
     runs["flops"] = runs["thread_flops"] + tensor
-    # ncu prints waves with two decimals (a one-block grid shows 0.00): keep them as
-    # ncu_waves and recompute waves exactly, as SEER defines them.
-    runs["ncu_waves"] = runs["waves"]
+    # ncu prints waves with two decimals (a one-block grid shows 0.00), kept as ncu_waves:
+    # recompute them exactly, as SEER defines them.
     runs["waves"] = waves(runs["grid_blocks"], runs["blocks_per_sm"], spec.sm_count)
     seconds = runs["duration_ns"] * 1e-9
     # Utilisations as a roofline sees them: achieved rate over the GPU's peak rate.

@@ -11,7 +11,8 @@ left out or left empty: ``groups`` (1), ``stride_h, stride_w`` (1), ``pad_h, pad
 ``dilation_h, dilation_w`` (1). A 3D layer gives ``in_d`` and ``kernel_d`` (a row that leaves
 them empty is 2D), and may give ``stride_d, pad_d, dilation_d``. Output sizes
 (``out_d, out_h, out_w``, or ``out_width``) are computed, and checked where given. A
-``name`` column labels layers and is kept as text. A file is read as CSV when its name ends
+``name`` column, and any column seer does not use, labels layers: kept as text and carried
+into the predictions (:func:`label_columns`). A file is read as CSV when its name ends
 in ``.csv`` or its first line holds a comma (a count line never does). Fields are quoted as
 the csv module quotes them; a quoted field may hold commas, quotes (doubled), ``#`` and line
 breaks, which it keeps as written. Outside quotes ``#`` starts a comment, to the end of the
@@ -43,6 +44,7 @@ is known to hold a mistake, to find and explain the first one.
 from __future__ import annotations
 
 import csv
+import difflib
 import io
 import itertools
 import os
@@ -419,6 +421,23 @@ _SQUARE_ALIASES = {"in_width": ("in_h", "in_w"), "kernel_width": ("kernel_h", "k
                    "out_width": ("out_h", "out_w")}
 _CSV_COLUMNS = ("name", *[f for f in LAYER_FIELDS if f != "dims"], *OUTPUT_FIELDS, *_SQUARE_ALIASES)
 _REQUIRED = ("batch", "in_ch", "out_ch")
+#: Names a label column may not take: the columns that predictions add, and layer fields
+#: that a CSV spells otherwise (SEER's format's names, the computed ``dims``).
+_RESERVED = {"layer": "seer's output numbers the layers in it", "math": "seer's output uses it",
+             "algo": "seer's output uses it", "predicted_ms": "seer's output uses it",
+             "predicted_mj": "seer's output uses it", "rank": "seer's output uses it",
+             "extrapolated": "seer's output uses it", "pick": "seer's output uses it",
+             "algorithms": "seer's output uses it", "calls": "seer's output uses it",
+             "dims": "it follows from in_d and kernel_d",
+             "stride": "give stride_h and stride_w", "padding": "give pad_h and pad_w",
+             "pad": "give pad_h and pad_w", "dilation": "give dilation_h and dilation_w",
+             "group": "the column is groups"}
+
+
+def label_columns(frame: pd.DataFrame) -> list[str]:
+    """The columns of a read layer frame that label its layers (``name``, and any column of a
+    layer CSV that seer does not use), in the file's order: predictions carry them along."""
+    return [c for c in frame.columns if c not in LAYER_COLUMNS]
 
 
 def _read_csv_chunks(header: tuple[int, str], blocks: Iterator[str], path: str,
@@ -544,8 +563,7 @@ def _check_header(content: str, number: int, path: str) -> list[str]:
     names = [c.strip() for c in next(csv.reader([content]))]
     for name in names:
         if name not in _CSV_COLUMNS:
-            raise InputError(f"unknown column {_quoted(name)}; a layer CSV's columns are {', '.join(_CSV_COLUMNS)}",
-                             path=path, line=number, field=name or "header")
+            _check_label(name, number, path)
         if names.count(name) > 1:
             raise InputError(f"column {_quoted(name)} appears twice", path=path, line=number, field=name)
     for alias, (h, w) in _SQUARE_ALIASES.items():
@@ -561,6 +579,25 @@ def _check_header(content: str, number: int, path: str) -> list[str]:
         raise InputError("a 3D layer file needs both in_d and kernel_d", path=path, line=number,
                          field="kernel_d" if "in_d" in names else "in_d")
     return names
+
+
+def _check_label(name: str, number: int, path: str) -> None:
+    """A column seer does not use labels the layers and passes through to the predictions,
+    unless it has no name, is one seer's output or layer fields use, or reads like a
+    misspelt layer column (which would otherwise silently take its default)."""
+    if not name:
+        raise InputError("a column has no name", path=path, line=number, field="header")
+    folded = name.lower().replace("-", "_").replace(" ", "_")
+    reason = _RESERVED.get(folded)
+    if reason is None and folded != name and folded in _CSV_COLUMNS:
+        reason = f"the column is {folded}"
+    if reason is None:
+        close = difflib.get_close_matches(folded, _CSV_COLUMNS, n=1, cutoff=0.8)
+        reason = f"did you mean {close[0]}?" if close else None
+    if reason is not None:
+        raise InputError(f"column {_quoted(name)} cannot label layers: {reason} (a layer CSV's columns are "
+                         f"{', '.join(_CSV_COLUMNS)}; any other column passes through to the predictions)",
+                         path=path, line=number, field=name)
 
 
 def _csv_chunk(contents: list[str], numbers: list[int], columns: list[str], path: str, start: int) -> pd.DataFrame:
@@ -606,7 +643,7 @@ def _csv_frame(contents: list[str], numbers: list[int], columns: list[str], path
     if not text.isascii() or "\0" in text:
         for row, number in zip(rows, numbers):
             for name, cell in zip(columns, row):
-                if name != "name" and (not cell.isascii() or "\0" in cell):
+                if name in _CSV_COLUMNS and name != "name" and (not cell.isascii() or "\0" in cell):
                     raise InputError(f"{_SYNTAX}, got {_quoted(cell.strip(_CELL_BLANKS))}", path=path, line=number,
                                      field=name)
     long_records = max(map(len, contents)) > _LONGEST_CELL  # only then can a number cell be long
@@ -616,8 +653,8 @@ def _csv_frame(contents: list[str], numbers: list[int], columns: list[str], path
     values: dict[str, np.ndarray] = {}
     given: dict[str, np.ndarray] = {}
     for j, name in enumerate(columns):
-        if name == "name":
-            continue
+        if name == "name" or name not in _CSV_COLUMNS:
+            continue  # text that labels the layer
         cells = table[:, j]
         if long_records and max(map(len, cells)) > _LONGEST_CELL:
             cells = np.array([_short_cell(cell, number, name, path) for cell, number in zip(cells, numbers)],
@@ -670,8 +707,9 @@ def _csv_frame(contents: list[str], numbers: list[int], columns: list[str], path
                 i = int(np.flatnonzero(wrong)[0])
                 raise InputError(f"is {values[name][i]}, but the layer's other fields give {frame[name].iloc[i]}",
                                  path=path, line=numbers[i], field=_alias_of(name, columns))
-    if "name" in columns:
-        frame["name"] = pd.Series(table[:, columns.index("name")], index=index, dtype=object)
+    for j, name in enumerate(columns):
+        if name == "name" or name not in _CSV_COLUMNS:
+            frame[name] = pd.Series(table[:, j], index=index, dtype=object)
     return frame
 
 
