@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import stat
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -326,36 +327,39 @@ def _cmd_train(args) -> int:
     return 0
 
 
+#: The parser's choices, named here so that building it loads neither numpy nor pandas (which
+#: seer.schema and seer.output bring): ``seer predict`` on a missing file, or ``--help``, answers
+#: at once. tests/test_predict_cli.py keeps each in step with the constant in brackets.
+MATH_MODE_CHOICES = ("fma", "default")  # seer.schema.MATH_MODE_NAMES
+OBJECTIVE_CHOICES = ("time", "energy")  # seer.schema.OBJECTIVES
+FORMAT_CHOICES = ("csv", "json")  # seer.output.FORMATS
+ROWS_CHOICES = ("algorithm", "layer")  # seer.output.ROWS
+
+
 def _add_math(p, several: bool) -> None:
     """The one ``--math`` option. Commands that measure take several modes, both by default;
     commands that predict take one, ``default`` (what PyTorch runs unless told otherwise)."""
-    from seer.schema import MATH_MODE_NAMES
-
     modes = "fma: strict FP32; default: cuDNN may use TF32"
     if several:
-        p.add_argument("--math", default=",".join(MATH_MODE_NAMES),
+        p.add_argument("--math", default=",".join(MATH_MODE_CHOICES),
                        help=f"math modes, comma-separated ({modes}; default: both)")
     else:
-        p.add_argument("--math", choices=list(MATH_MODE_NAMES), default="default", help=f"{modes} (default: default)")
+        p.add_argument("--math", choices=list(MATH_MODE_CHOICES), default="default", help=f"{modes} (default: default)")
 
 
 def _add_model_options(p) -> None:
     """--gpu and --math: which trained model predicts."""
-    from seer.schema import OBJECTIVES
-
     p.add_argument("--gpu", default=None, help="model to use (default: the only trained one)")
     _add_math(p, several=False)
     p.add_argument("--algo", default="all",
                    help="algorithms to rank, comma-separated names or groups: cudnn (cuDNN's, what PyTorch "
                         "runs), seer (seer's own kernels), all (default)")
-    p.add_argument("--objective", choices=list(OBJECTIVES), default="time",
+    p.add_argument("--objective", choices=list(OBJECTIVE_CHOICES), default="time",
                    help="what the pick minimises: time per call (default) or energy per call (among the "
                         "algorithms with an energy model)")
 
 
 def _add_predict(sub) -> None:
-    from seer.output import FORMATS
-
     p = sub.add_parser(
         "predict", help="predict every algorithm's time for the layers of a file (no GPU needed)",
         description="FILE (- for standard input) is a layer CSV with a header line naming its columns "
@@ -367,8 +371,14 @@ def _add_predict(sub) -> None:
     _add_model_options(p)
     p.add_argument("-o", "--out", help="write every prediction here (- for standard output): one CSV row per "
                                        "(layer, algorithm predicted to run), or with --format json one object per layer")
-    p.add_argument("--format", choices=list(FORMATS), default=None,
+    p.add_argument("--format", choices=list(FORMAT_CHOICES), default=None,
                    help="format of --out (default: json for a .json file, else csv)")
+    p.add_argument("--rows", choices=list(ROWS_CHOICES), default="algorithm",
+                   help="what one CSV row (JSON object) of --out holds: a (layer, algorithm predicted to run), "
+                        "ranked, every algorithm's time (algorithm, the default; JSON nests a layer's algorithms "
+                        "in its object); or one layer: its pick with the pick's predicted time (and energy), "
+                        "the runner-up with its own, and the extrapolation mark (layer: about 5 times smaller and "
+                        "faster to write, for big inputs)")
     p.add_argument("--table", choices=("auto", "all", "summary"), default="auto",
                    help=f"what the terminal shows: a table of every layer (all), counts (summary), or the "
                         f"table up to {TABLE_LAYERS} layers without --out (auto, the default)")
@@ -384,6 +394,9 @@ PREDICT_CHUNK = 1 << 15
 
 
 def _cmd_predict(args) -> int:
+    if args.rows != "algorithm" and not args.out:
+        raise InputError("--rows says what --out holds: give --out too", field="rows")
+    _check_input(args.file)  # before the libraries and the models load, which takes a second
     from contextlib import nullcontext
 
     import pandas as pd
@@ -409,7 +422,7 @@ def _cmd_predict(args) -> int:
     else:
         destination = nullcontext(None)
     with destination as handle, source as layers, CountProgress("predicting", err_console, "layers") as progress:
-        writer = PredictionWriter(handle, format_for(args.out, args.format)) if handle is not None else None
+        writer = PredictionWriter(handle, format_for(args.out, args.format), args.rows) if handle is not None else None
         offset = 0
         for chunk in iter_layer_chunks(layers, PREDICT_CHUNK, name=_source_name(args.file)):
             predictions = with_labels(model.predict(chunk, args.math, algorithms, args.objective), chunk, offset)
@@ -429,6 +442,21 @@ def _cmd_predict(args) -> int:
     else:
         _print_summary(console, model.gpu, args.math, summary, args.out)
     return 0
+
+
+def _check_input(file: str) -> None:
+    """Refuse a layer file that is missing, or a folder, at once, in the reader's words
+    (:func:`seer.layers.files.iter_layer_chunks`); the reader says what else is wrong."""
+    if file == "-":
+        return
+    try:
+        folder = stat.S_ISDIR(os.stat(file).st_mode)
+    except FileNotFoundError:
+        raise InputError("no such file", path=file) from None
+    except (OSError, ValueError):  # ValueError: a NUL in the name
+        return
+    if folder:
+        raise InputError("is a directory, not a layer file", path=file)
 
 
 def _source_name(file: str) -> str | None:
@@ -555,8 +583,6 @@ def _layers(count: int) -> str:
 
 
 def _add_network(sub) -> None:
-    from seer.output import FORMATS
-
     p = sub.add_parser(
         "network", help="predict every convolution of a PyTorch or ONNX model, layer by layer (no GPU needed; "
                         "needs torch, or onnx for an .onnx file)",
@@ -575,7 +601,7 @@ def _add_network(sub) -> None:
     p.add_argument("-o", "--out", help="write every prediction here (- for standard output): CSV rows as "
                                        "`seer predict` writes them, with name and calls first; or JSON (.json "
                                        "or --format json) with the layers, the totals and the skipped calls")
-    p.add_argument("--format", choices=list(FORMATS), default=None,
+    p.add_argument("--format", choices=list(FORMAT_CHOICES), default=None,
                    help="format of --out (default: json for a .json file, else csv)")
     p.add_argument("--layers-out", help="also write the convolutions found as a layer CSV (one row per call, "
                                         "in forward order; `seer predict` reads it)")

@@ -4,14 +4,23 @@
 over the target only when everything was written, so a mistake found late in the input,
 a full disk or a kill never leaves a truncated file. :class:`PredictionWriter` appends
 chunks of :meth:`seer.predict.model.Model.predict`'s tidy frame as CSV (one row per (layer,
-algorithm)) or JSON (an array with one object per layer and its algorithms), so that any
-number of layers streams through bounded memory. :class:`PickSummary` counts what a
-terminal shows instead of a table.
+algorithm)) or JSON (an array with one object per layer and its algorithms), or with
+``rows="layer"`` one row (object) per layer: its pick and the runner-up
+(:func:`layer_rows`), so that any number of layers streams through bounded memory.
+:class:`PickSummary` counts what a terminal shows instead of a table.
+
+A prediction frame's columns are of two kinds: those that hold one value per layer, the same
+on each of its rows (``layer``, the labels, the layer fields and :data:`PER_LAYER_COLUMNS`),
+and all others, one value per (layer, algorithm) (``algo``, ``predicted_ms``, ...). The
+writers carry any column of either kind that the frame holds, so a column added to
+:data:`seer.schema.PREDICTION_COLUMNS` reaches every output without a change here.
 """
 
 from __future__ import annotations
 
+import csv
 import io
+import itertools
 import json
 import os
 import re
@@ -34,8 +43,15 @@ from seer.layers.shapes import LAYER_COLUMNS, frame_tensor_bytes
 from seer.schema import PREDICTION_COLUMNS
 
 FORMATS = ("csv", "json")
+#: What one CSV row or JSON object of the output holds: a (layer, algorithm predicted to run),
+#: ranked, or a layer with its pick and runner-up (:func:`layer_rows`).
+ROWS = ("algorithm", "layer")
 #: ``--out`` value that writes to standard output.
 STDOUT = "-"
+#: Columns of a prediction frame that hold one value per layer, besides ``layer``, the labels
+#: and the layer fields (:data:`seer.layers.shapes.LAYER_COLUMNS`); every other column holds
+#: one value per (layer, algorithm).
+PER_LAYER_COLUMNS = ("math", "extrapolated")
 
 
 def format_for(path: str | Path | None, requested: str | None) -> str:
@@ -226,6 +242,11 @@ def _check_format(fmt: str) -> None:
         raise InputError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}", field="format")
 
 
+def _check_rows(rows: str) -> None:
+    if rows not in ROWS:
+        raise InputError(f"unknown rows {rows!r}; choose one of {', '.join(ROWS)}", field="rows")
+
+
 def with_labels(predictions: pd.DataFrame, layers: pd.DataFrame, offset: int = 0) -> pd.DataFrame:
     """:meth:`seer.predict.model.Model.predict`'s frame for ``layers`` (a chunk of a layer file),
     with the chunk's label columns (:func:`seer.layers.files.label_columns`) after ``layer``,
@@ -245,62 +266,316 @@ def _output_columns(predictions: pd.DataFrame) -> list[str]:
             *PREDICTION_COLUMNS]
 
 
-class PredictionWriter:
-    """Appends chunks of predictions to a text stream as CSV or JSON (see the module docstring).
-    The first chunk's columns (labels included: :func:`with_labels`) make the CSV's header."""
+def _per_layer(columns: list[str]) -> set[str]:
+    """Which of a prediction frame's output ``columns`` hold one value per layer: ``layer``, the
+    labels, the layer fields and :data:`PER_LAYER_COLUMNS` (see the module docstring)."""
+    labels = {c for c in columns if c != "layer" and c not in PREDICTION_COLUMNS}
+    return {"layer", *labels, *LAYER_COLUMNS, *PER_LAYER_COLUMNS} & set(columns)
 
-    def __init__(self, handle: TextIO, fmt: str = "csv") -> None:
+
+def _layer_starts(layers: np.ndarray) -> np.ndarray:
+    """The first row of each layer in a prediction frame's ``layer`` column (a layer's rows
+    are consecutive, rank 1 first)."""
+    if not len(layers):
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero(np.r_[True, layers[1:] != layers[:-1]])
+
+
+def _runner_up_name(column: str) -> str:
+    """The name a per-algorithm column takes for the runner-up in :func:`layer_rows`."""
+    if column == "algo":
+        return "runner_up"
+    return "runner_up_" + (column[len("predicted_"):] if column.startswith("predicted_") else column)
+
+
+def _layer_columns(columns: list[str]) -> list[str]:
+    """The columns of :func:`layer_rows` for a prediction frame's output ``columns``: the
+    per-layer ones, the pick's per-algorithm ones (``algo`` named ``pick``, no ``rank``) and
+    right after them the runner-up's, in the frame's order."""
+    per_layer = _per_layer(columns)
+    by_algorithm = [c for c in columns if c not in per_layer]
+    out = []
+    for column in columns:
+        if column in per_layer:
+            out.append(column)
+        elif column != "rank":
+            out.append("pick" if column == "algo" else column)
+        if by_algorithm and column == by_algorithm[-1]:
+            out += [_runner_up_name(c) for c in by_algorithm if c != "rank"]
+    return out
+
+
+def layer_rows(predictions: pd.DataFrame) -> pd.DataFrame:
+    """One row per layer of a prediction frame (:meth:`seer.predict.model.Model.predict`, with
+    :func:`with_labels`' labels): ``layer``, the labels, the layer fields and every other
+    per-layer column (``math``, ``extrapolated``), the pick's per-algorithm columns (``algo``
+    named ``pick``, its ``predicted_ms``, ``predicted_mj``, ...; ``rank`` left out) and the
+    runner-up's (``runner_up``, ``runner_up_ms``, ``runner_up_mj``, ...: ``predicted_X`` becomes
+    ``runner_up_X``), missing where a layer has none. A column added to the frame comes along
+    by the same rules (see the module docstring)."""
+    columns = _output_columns(predictions)
+    per_layer = _per_layer(columns)
+    starts = _layer_starts(predictions["layer"].to_numpy())
+    rows = len(predictions)
+    second = starts + 1
+    # Rows come rank 1 first, so a layer's second row, where it has one, is its runner-up.
+    has_second = second < np.append(starts[1:], rows)
+    out = {}
+    for column in columns:
+        if column == "rank":
+            continue
+        values = predictions[column].take(starts).reset_index(drop=True)
+        out["pick" if column == "algo" else column] = values
+        if column not in per_layer:
+            runner_up = predictions[column].take(np.where(has_second, second, starts)).reset_index(drop=True)
+            out[_runner_up_name(column)] = runner_up.where(pd.Series(has_second))
+    return pd.DataFrame(out, columns=_layer_columns(columns))
+
+
+# -- text: the same bytes as pandas' to_csv and json.dumps, made faster ------------------------
+#: Characters that may make the csv module quote a field (it decides: :func:`_csv_field`).
+_CSV_SPECIAL = re.compile(r'[,"\r\n]')
+
+
+def _csv_field(text: str) -> str:
+    """``text`` as a field of a CSV row of several, as pandas' ``to_csv`` writes it (the csv
+    module's minimal quoting)."""
+    if _CSV_SPECIAL.search(text) is None:
+        return text
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerow([text, ""])
+    return buffer.getvalue()[:-2]
+
+
+def _is_missing(values: np.ndarray) -> np.ndarray:
+    return pd.isna(values) if len(values) else np.zeros(0, dtype=bool)
+
+
+def _cells(column: pd.Series, fmt: str) -> list[str] | None:
+    """Each value of ``column`` as text: as pandas' ``to_csv`` writes it (``fmt="csv"``:
+    a float64 as ``repr``, which is numpy's ``str`` of it, missing values empty) or as
+    ``json.dumps`` does (``"json"``: missing values ``null``). None for a dtype left to pandas."""
+    dtype = column.dtype
+    json_ = fmt == "json"
+    missing = "null" if json_ else ""
+    if dtype == np.float64:
+        values = column.to_numpy()
+        cells = list(map(repr, values.tolist()))
+        for i in np.flatnonzero(np.isnan(values)):
+            cells[i] = missing
+        return cells
+    if isinstance(dtype, np.dtype) and dtype.kind in "iu":
+        values = column.to_numpy()
+        if len(values) and 0 <= values.min() and values.max() < _SMALL:
+            return _small_ints()[values].tolist()  # layer fields: a look-up, not a str() each
+        return list(map(str, values.tolist()))
+    if dtype == np.bool_:
+        true, false = ("true", "false") if json_ else ("True", "False")
+        return [true if value else false for value in column.to_numpy().tolist()]
+    if dtype == object or isinstance(dtype, (pd.StringDtype, pd.BooleanDtype)) or (
+            isinstance(dtype, pd.api.extensions.ExtensionDtype) and getattr(dtype, "kind", "") in "iu"
+            and hasattr(dtype, "numpy_dtype")):
+        values = column.to_numpy(dtype=object)
+        gone = _is_missing(values)
+        # Names and labels repeat (an algorithm on every layer): each distinct value is formatted once.
+        known: dict = {}
+        cells = []
+        for value, absent in zip(values.tolist(), gone.tolist()):
+            if absent:
+                cells.append(missing)
+                continue
+            key = (type(value), value)  # 1, 1.0 and True are equal keys, not equal cells
+            try:
+                cells.append(known[key])
+                continue
+            except (KeyError, TypeError):
+                pass
+            if json_:
+                cell = _json_value(value)
+            else:  # the csv module writes a float (a numpy one too) as its repr, anything else as its str
+                cell = _csv_field(value if isinstance(value, str) else repr(value) if isinstance(value, float)
+                                  else str(value))
+            try:
+                known[key] = cell
+            except TypeError:
+                pass
+            cells.append(cell)
+        return cells
+    return None
+
+
+#: Integers below this are written from a table (:func:`_small_ints`).
+_SMALL = 1 << 16
+_SMALL_TEXT: np.ndarray | None = None
+
+
+def _small_ints() -> np.ndarray:
+    """``str(i)`` of every integer below :data:`_SMALL`, made once."""
+    global _SMALL_TEXT
+    if _SMALL_TEXT is None:
+        _SMALL_TEXT = np.array([str(i) for i in range(_SMALL)], dtype=object)
+    return _SMALL_TEXT
+
+
+def _json_value(value) -> str:
+    """A value of an object column as JSON text: a string, number or boolean as itself."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return "null" if value != value else repr(value)
+    return json.dumps(value if isinstance(value, str) else str(value))
+
+
+def _csv_lines(frame: pd.DataFrame, columns: list[str], header: bool) -> str | None:
+    """``frame.to_csv(columns=columns, header=header, index=False)``'s text, built faster:
+    a per-layer column is formatted once per layer, not once per row. None where a column's
+    dtype is left to pandas."""
+    starts = _layer_starts(frame["layer"].to_numpy())
+    rows = len(frame)
+    of_row = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, rows)))
+    per_layer = {c for c in _per_layer(columns) if _constant_per_layer(frame[c], starts, of_row)}
+    pieces = []
+    for by_layer, group in itertools.groupby(columns, lambda c: c in per_layer and len(starts) < rows):
+        cells = [_cells(frame[c].take(starts) if by_layer else frame[c], "csv") for c in group]
+        if any(c is None for c in cells):
+            return None
+        joined = cells[0] if len(cells) == 1 else list(map(",".join, zip(*cells)))
+        pieces.append(np.asarray(joined, dtype=object)[of_row].tolist() if by_layer else joined)
+    text = "\n".join(map(",".join, zip(*pieces))) + "\n" if rows else ""
+    return (",".join(_csv_field(str(c)) for c in columns) + "\n" if header else "") + text
+
+
+def _constant_per_layer(column: pd.Series, starts: np.ndarray, of_row: np.ndarray) -> bool:
+    """Whether ``column`` holds one value per layer, as :func:`_per_layer` says it does."""
+    if len(starts) == len(column):
+        return True
+    values = column.to_numpy() if isinstance(column.dtype, np.dtype) and column.dtype != object else \
+        column.to_numpy(dtype=object, na_value=None)
+    repeated = values[starts][of_row]
+    if values.dtype.kind == "f":
+        return bool(np.array_equal(values, repeated, equal_nan=True))
+    return bool(np.all(values == repeated))
+
+
+#: Characters written at a time (:meth:`PredictionWriter._put`).
+_PIECE = 1 << 20
+
+
+class PredictionWriter:
+    """Appends chunks of predictions to a text stream as CSV or JSON (see the module docstring):
+    with ``rows="algorithm"`` one row per (layer, algorithm), with ``rows="layer"`` one per layer
+    (:func:`layer_rows`). The first chunk's columns (labels included: :func:`with_labels`) make
+    the CSV's header."""
+
+    def __init__(self, handle: TextIO, fmt: str = "csv", rows: str = "algorithm") -> None:
         _check_format(fmt)
-        self.handle, self.format = handle, fmt
+        _check_rows(rows)
+        self.handle, self.format, self.rows = handle, fmt, rows
         self._first = True
         self._columns: list[str] | None = None
 
     def write(self, predictions: pd.DataFrame) -> None:
+        if self.rows == "layer":
+            predictions = layer_rows(predictions)
+            if self.format == "csv":
+                self._write_csv(predictions, list(predictions.columns))
+            else:
+                self._write_json(_json_objects(predictions, list(predictions.columns)))
+            return
         if self.format == "csv":
             if self._columns is None:
                 self._columns = _output_columns(predictions)
-            predictions.to_csv(self.handle, columns=self._columns, header=self._first, index=False)
-            self._first = False
+            self._write_csv(predictions, self._columns)
             return
-        for layer in layer_objects(predictions):
-            self.handle.write(("[\n" if self._first else ",\n") + json.dumps(layer, separators=(",", ":")))
+        self._write_json(layer_json(predictions))
+
+    def _write_csv(self, frame: pd.DataFrame, columns: list[str]) -> None:
+        text = _csv_lines(frame, columns, header=self._first)
+        if text is None:
+            frame.to_csv(self.handle, columns=columns, header=self._first, index=False)
+        else:
+            self._put(text)
+        self._first = False
+
+    def _write_json(self, objects: list[str]) -> None:
+        if objects:
+            self._put(("[\n" if self._first else ",\n") + ",\n".join(objects))
             self._first = False
+
+    def _put(self, text: str) -> None:
+        """Write ``text`` a mebibyte at a time: a pipe whose reader goes away (``| head``) cuts a
+        write short and refuses the next, and one write of megabytes would end without either."""
+        for start in range(0, len(text), _PIECE):
+            self.handle.write(text[start:start + _PIECE])
 
     def close(self) -> None:
         if self.format == "json":
             self.handle.write("[]\n" if self._first else "\n]\n")
         elif self._first:
-            self.handle.write(",".join(["layer", *PREDICTION_COLUMNS]) + "\n")
+            columns = ["layer", *PREDICTION_COLUMNS]
+            self.handle.write(",".join(_layer_columns(columns) if self.rows == "layer" else columns) + "\n")
+
+
+def _json_objects(frame: pd.DataFrame, columns: list[str]) -> list[str]:
+    """One JSON object per row of ``frame``, its ``columns`` as keys, as
+    ``json.dumps(..., separators=(",", ":"))`` writes it."""
+    keys = [json.dumps(str(c)) + ":" for c in columns]
+    cells = [_json_cells(frame[c]) for c in columns]
+    return ["{" + ",".join(map(str.__add__, keys, row)) + "}" for row in zip(*cells)]
+
+
+def _json_cells(column: pd.Series) -> list[str]:
+    cells = _cells(column, "json")
+    if cells is None:  # a dtype the fast path leaves alone: json itself
+        cells = [_json_value(v) if v is not None else "null"
+                 for v in column.to_numpy(dtype=object, na_value=None).tolist()]
+    return cells
+
+
+def layer_json(predictions: pd.DataFrame) -> list[str]:
+    """:func:`layer_objects` as JSON text, one string per layer, as ``json.dumps(object,
+    separators=(",", ":"))`` writes each; built column by column, faster."""
+    if predictions.empty:
+        return []
+    columns = _output_columns(predictions)
+    per_layer = _per_layer(columns)
+    labels = [c for c in columns[1:] if c not in PREDICTION_COLUMNS]
+    per_algorithm = [c for c in columns if c not in per_layer]
+    starts = _layer_starts(predictions["layer"].to_numpy())
+    ends = np.append(starts[1:], len(predictions))
+    first = predictions.take(starts)
+    runs = predictions["algo"].notna().to_numpy()
+    # Each algorithm's object, then per layer those of its algorithms predicted to run.
+    keys = [json.dumps(c) + ":" for c in per_algorithm]
+    cells = [_json_cells(predictions[c]) for c in per_algorithm]
+    algorithms = ["{" + ",".join(map(str.__add__, keys, row)) + "}" for row in zip(*cells)]
+    lists = ["[" + ",".join(algorithms[start:end]) + "]" if runs[start] else "[]"
+             for start, end in zip(starts.tolist(), ends.tolist())]
+    parts, pick_done = [], False
+    for column in columns:
+        if column in per_layer:
+            cells = ([_label_json(v) for v in first[column].to_numpy(dtype=object).tolist()] if column in labels
+                     else _json_cells(first[column]))
+            key = json.dumps(column) + ":"
+            parts.append([key + cell for cell in cells])
+        elif not pick_done:
+            parts.append(['"pick":' + cell for cell in _json_cells(first["algo"])])
+            pick_done = True
+    parts.append(['"algorithms":' + items for items in lists])
+    return ["{" + ",".join(row) + "}" for row in zip(*parts)]
+
+
+def _label_json(value) -> str:
+    return json.dumps(_json_label(value))
 
 
 def layer_objects(predictions: pd.DataFrame) -> list[dict]:
     """One JSON-ready object per layer: its number, labels and fields, math mode, the pick,
     the extrapolation mark and every algorithm predicted to run, rank 1 first (``algorithms``
     empty if none)."""
-    if predictions.empty:
-        return []
-    labels = [c for c in _output_columns(predictions)[1:] if c not in PREDICTION_COLUMNS]
-    label_values = [predictions[c].to_numpy(dtype=object) for c in labels]
-    layers = predictions["layer"].to_numpy()
-    starts = np.flatnonzero(np.r_[True, layers[1:] != layers[:-1]])
-    ends = np.r_[starts[1:], len(layers)]
-    fields = predictions[list(LAYER_COLUMNS)].to_numpy(dtype=np.int64)
-    algos = predictions["algo"].to_numpy(dtype=object, na_value=None)
-    times = predictions["predicted_ms"].to_numpy(dtype=float)
-    energies = predictions["predicted_mj"].to_numpy(dtype=float)
-    ranks = predictions["rank"].to_numpy(dtype=float, na_value=np.nan)
-    math = predictions["math"].to_numpy(dtype=object)
-    extrapolated = predictions["extrapolated"].to_numpy(dtype=bool)
-    out = []
-    for start, end in zip(starts, ends):
-        runs = [{"algo": algos[i], "predicted_ms": float(times[i]),
-                 "predicted_mj": float(energies[i]) if np.isfinite(energies[i]) else None, "rank": int(ranks[i])}
-                for i in range(start, end) if algos[i] is not None]
-        out.append({"layer": int(layers[start]), **{c: _json_label(v[start]) for c, v in zip(labels, label_values)},
-                    **dict(zip(LAYER_COLUMNS, fields[start].tolist())),
-                    "math": math[start], "pick": runs[0]["algo"] if runs else None,
-                    "extrapolated": bool(extrapolated[start]), "algorithms": runs})
-    return out
+    return [json.loads(text) for text in layer_json(predictions)]
 
 
 def _json_label(value):
@@ -321,7 +596,7 @@ class PickSummary:
         self.extrapolated = 0
 
     def add(self, predictions: pd.DataFrame) -> None:
-        first = predictions.drop_duplicates("layer")
+        first = predictions.take(_layer_starts(predictions["layer"].to_numpy()))
         self.layers += len(first)
         self.extrapolated += int(first["extrapolated"].sum())
         picked = first["algo"].dropna()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import errno
 import io
 import json
+import subprocess
+import sys
 import tempfile
 
 import pandas as pd
@@ -351,3 +353,91 @@ def test_names_and_other_labels_pass_through_to_the_table_csv_and_json(small_mod
     assert [(layer["layer"], layer["name"], layer["stage"]) for layer in layers] == [
         (0, "conv1", "stem, first"), (1, "[b]x", "s2"), (2, "conv1", "")]
     assert list(layers[0])[:4] == ["layer", "name", "stage", "batch"]
+
+
+def test_rows_layer_writes_one_row_per_layer_with_its_pick_and_runner_up(small_models, tmp_path, capsys):
+    full, short = tmp_path / "full.csv", tmp_path / "short.csv"
+    for out, rows in ((full, "algorithm"), (short, "layer")):
+        code, shown, err = run(capsys, "predict", LAYERS, "--models-dir", small_models, "--rows", rows, "-o", out)
+        assert code == 0, err
+        assert f"{N_LAYERS} layers predicted (written to {out})" in " ".join(shown.split())
+    every, layers = pd.read_csv(full), pd.read_csv(short)
+    assert list(layers.columns) == ["layer", *LAYER_COLUMNS, "math", "pick", "predicted_ms", "predicted_mj",
+                                    "runner_up", "runner_up_ms", "runner_up_mj", "extrapolated"]
+    assert layers["layer"].tolist() == list(range(N_LAYERS))
+    first = every[every["rank"] == 1].set_index("layer")
+    second = every[every["rank"] == 2].set_index("layer").reindex(range(N_LAYERS))
+    assert layers["pick"].tolist() == first["algo"].tolist()
+    assert layers["predicted_ms"].tolist() == first["predicted_ms"].tolist()  # the same text, so the same numbers
+    assert layers["runner_up"].fillna("").tolist() == second["algo"].fillna("").tolist()
+    np_equal = pd.Series(layers["runner_up_ms"].to_numpy()).equals(pd.Series(second["predicted_ms"].to_numpy()))
+    assert np_equal and layers[list(LAYER_COLUMNS)].equals(first[list(LAYER_COLUMNS)].reset_index(drop=True))
+    # JSON: the same keys and values, one object per layer.
+    out = tmp_path / "short.json"
+    assert run(capsys, "predict", LAYERS, "--models-dir", small_models, "--rows", "layer", "-o", out)[0] == 0
+    objects = json.loads(out.read_text())
+    assert [list(o) for o in objects[:1]] == [list(layers.columns)] and len(objects) == N_LAYERS
+    assert [o["pick"] for o in objects] == layers["pick"].tolist()
+    assert [o["runner_up_ms"] for o in objects] == [None if pd.isna(v) else v for v in layers["runner_up_ms"]]
+
+
+def test_rows_layer_carries_labels_and_marks_a_layer_without_runner_up_or_pick(small_models, tmp_path, capsys):
+    source = tmp_path / "named.csv"
+    source.write_text('name,batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w,stage\n'
+                      '"a,b",32,3,64,224,224,7,7,"stem ""x"""\n'
+                      'conv2,1,64,64,56,56,3,3,\n')
+    out = tmp_path / "pred.csv"
+    assert run(capsys, "predict", source, "--models-dir", small_models, "--rows", "layer", "-o", out)[0] == 0
+    frame = pd.read_csv(out, keep_default_na=False)
+    assert list(frame.columns)[:4] == ["layer", "name", "stage", "batch"]
+    assert frame["name"].tolist() == ["a,b", "conv2"] and frame["stage"].tolist() == ['stem "x"', ""]
+    # No algorithm at all: pick and runner-up empty, in CSV and JSON.
+    model = persist.load(small_models / "h100")
+    predictor = model.predictors["default"]
+    predictor.supports = {algo: "never" for algo in predictor.algorithms}
+    persist.save(model, tmp_path / "never" / "h100")
+    for name in ("p.csv", "p.json"):
+        assert run(capsys, "predict", source, "--models-dir", tmp_path / "never", "--rows", "layer",
+                   "-o", tmp_path / name)[0] == 0
+    rows = (tmp_path / "p.csv").read_text().splitlines()
+    assert len(rows) == 3 and all(row.endswith(",default,,,,,,,False") for row in rows[1:]), rows
+    objects = json.loads((tmp_path / "p.json").read_text())
+    assert [(o["pick"], o["predicted_ms"], o["runner_up"]) for o in objects] == [(None, None, None)] * 2
+
+
+def test_rows_layer_of_no_layers_and_without_out(small_models, tmp_path, capsys):
+    source = tmp_path / "none.txt"
+    source.write_text("0\n")
+    assert run(capsys, "predict", source, "--models-dir", small_models, "--rows", "layer", "-o", tmp_path / "n.csv")[0] == 0
+    assert (tmp_path / "n.csv").read_text() == ",".join(output.layer_rows(pd.DataFrame(
+        columns=["layer", *PREDICTION_COLUMNS])).columns) + "\n"
+    assert "runner_up_ms" in (tmp_path / "n.csv").read_text()
+    code, _, err = run(capsys, "predict", LAYERS, "--models-dir", small_models, "--rows", "layer")
+    _refused(code, err, "--rows says what --out holds")
+
+
+def test_a_missing_layer_file_is_refused_at_once_in_the_readers_words(tmp_path, capsys):
+    from seer.errors import InputError
+    from seer.layers.files import read_layers
+
+    for path in (tmp_path / "missing.txt", tmp_path):
+        code, _, err = run(capsys, "predict", path, "--models-dir", tmp_path / "no-models")
+        with pytest.raises(InputError) as reader:
+            read_layers(path)
+        _refused(code, err, str(reader.value))
+    # Before the prediction stack loads: neither numpy nor pandas is imported to say so.
+    probe = ("import sys, seer.cli; code = seer.cli.main(['predict', sys.argv[1]]); "
+             "print(code, 'pandas' in sys.modules, 'numpy' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "missing.txt")], capture_output=True, text=True)
+    assert done.stdout.split() == ["2", "False", "False"], done.stderr
+
+
+def test_building_the_parser_loads_no_numerical_library_and_its_choices_stay_in_step():
+    from seer import cli
+    from seer.schema import MATH_MODE_NAMES, OBJECTIVES
+
+    assert cli.MATH_MODE_CHOICES == MATH_MODE_NAMES and cli.OBJECTIVE_CHOICES == OBJECTIVES
+    assert cli.FORMAT_CHOICES == output.FORMATS and cli.ROWS_CHOICES == output.ROWS
+    probe = "import sys, seer.cli; seer.cli.build_parser(); print(sorted({'numpy', 'pandas', 'numba'} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr

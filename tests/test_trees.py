@@ -105,3 +105,49 @@ def test_categorical_splits_are_refused():
     model = HistGradientBoostingRegressor(max_iter=5, categorical_features=[2], random_state=0).fit(X, y + X[:, 2])
     with pytest.raises(TreeError, match="categorical"):
         from_hist_gradient_boosting(model)
+
+
+def _boosted_classifier():
+    X, y = _data(n=3000, features=9, seed=4)
+    labels = np.digitize(y, np.quantile(y, [0.25, 0.5, 0.75]))
+    return from_hist_gradient_boosting(HistGradientBoostingClassifier(max_iter=30, random_state=0).fit(X, labels))
+
+
+def test_blocks_threads_and_sorting_change_no_bit():
+    """Many rows are walked sorted, in blocks over threads; each row's output is still the one
+    it gets alone, whatever the input array's order or writability."""
+    from seer.predict import trees as module
+
+    trees = _boosted_classifier()
+    X, _ = _data(n=3 * module.BLOCK_ROWS + 7, features=9, seed=5)
+    X[::97] = X[1]  # repeated rows, as layer lists have them
+    alone = np.vstack([trees.raw(X[i:i + 1]) for i in range(len(X))])
+    assert 1 <= len(trees._sort_by) <= module.SORT_FEATURES  # the features its trees split on first
+    assert trees.raw(X).tobytes() == alone.tobytes()
+    read_only = X.copy()
+    read_only.flags.writeable = False
+    for variant in (np.asfortranarray(X), read_only, X[::-1][::-1], X.astype(np.float32).astype(np.float64)):
+        expected = alone if variant.dtype == X.dtype and np.array_equal(variant, X, equal_nan=True) else \
+            np.vstack([trees.raw(variant[i:i + 1]) for i in range(len(variant))])
+        assert trees.raw(variant).tobytes() == expected.tobytes()
+
+
+def _walk_in_child(arrays: dict, X: np.ndarray, queue) -> None:
+    queue.put(TreeEnsemble(**arrays).raw(X))
+
+
+def test_a_forked_process_walks_with_threads_of_its_own():
+    import multiprocessing
+
+    from seer.predict import trees as module
+
+    trees = _boosted_classifier()
+    X, _ = _data(n=2 * module.BLOCK_ROWS + 1, features=9, seed=6)
+    expected = trees.raw(X)  # the parent's pool exists now; the child's copy of it has no threads
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_walk_in_child, args=({**trees.arrays(), "n_features": 9}, X, queue))
+    child.start()
+    got = queue.get(timeout=120)
+    child.join(timeout=60)
+    assert child.exitcode == 0 and got.tobytes() == expected.tobytes()

@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Sequence
 
 from seer.errors import InputError
-from seer.output import STDOUT, AtomicOutput
+
+# seer.output (numpy, pandas) is imported where a script is written, not here: every command's
+# parser adds the --slurm options, and building it must not load the prediction stack.
 
 #: Options that shape the job array, not the command each task runs; ``--shard`` is set per task.
 SLURM_OPTIONS = ("--slurm", "--slurm-tasks", "--slurm-partition", "--slurm-constraint", "--slurm-time",
@@ -162,6 +164,8 @@ def write_slurm_script(args, console, *, job_name: str, work: int, unit: str, ex
     text = job_array_script([*strip_slurm_options(args.argv), *extra], tasks=args.slurm_tasks, partition=args.slurm_partition,
                             constraint=args.slurm_constraint, time=args.slurm_time, cpus_per_task=args.slurm_cpus,
                             job_name=job_name, log_dir=log_dir)
+    from seer.output import STDOUT, AtomicOutput
+
     if args.slurm == STDOUT:
         sys.stdout.write(text)
         return 0

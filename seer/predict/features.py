@@ -136,7 +136,13 @@ def shape_features(layers: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:
         same &= col[f"pad_{a}"] == col[f"dilation_{a}"] * (col[f"kernel_{a}"] - 1) // 2
     out["same_padding"] = same.astype(float)
     out["output_pixels_per_input"] = vol["out"] / vol["in"]
-    return pd.DataFrame(out, index=f.index)
+    # One C-ordered block, the frame a view of it: the frame's values (``to_numpy()``) are then the
+    # row-major matrix the tree loop reads, with no copy per model (a frame built from the dict
+    # holds the transpose).
+    values = np.empty((len(f), len(out)))
+    for j, column in enumerate(out.values()):
+        values[:, j] = column
+    return pd.DataFrame(values, index=f.index, columns=list(out), copy=False)
 
 
 def _fft_seconds(points, transforms_per_image, n, c, k, g, spec: GPUSpec) -> np.ndarray:

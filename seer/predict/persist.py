@@ -93,6 +93,12 @@ def _bounded_int(text: str) -> int:
         raise StateError(f"holds an integer of {len(text.lstrip('-'))} digits")
     return int(text)
 _MEMBER_NAME = re.compile(r"^arrays/[0-9]+\.npy$")
+#: The header NumPy's ``np.save`` writes for a C-ordered array (format 1.0), read by this
+#: pattern alone: numpy's reader parses a header as a Python literal, the slowest step of
+#: loading hundreds of arrays. A header of any other form takes numpy's reader.
+_NPY_HEADER = re.compile(rb"\{'descr': '([<>|][biuf][0-9]{1,2})', 'fortran_order': False, "
+                         rb"'shape': \(((?:[0-9]{1,19}, )*(?:[0-9]{1,19},?)?)\), \} *\n")
+_NPY_MAGIC = b"\x93NUMPY\x01\x00"
 _MODEL_FILE_NAME = re.compile(rf"^({'|'.join(FAMILIES)})-[a-z0-9_]+{re.escape(MODEL_SUFFIX)}$")
 _GPU_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -231,25 +237,50 @@ class _Decoder:
         if not isinstance(name, str) or not _MEMBER_NAME.match(name) or name not in self.names:
             raise StateError(f"refers to an array the file does not hold: {name!r}")
         data = self.archive.read(name)
-        try:
-            # The header first: a shape it claims must match the bytes that follow it, before
-            # NumPy allocates anything (a 200-byte file may claim terabytes).
-            stream = io.BytesIO(data)
-            version = np.lib.format.read_magic(stream)
-            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
-                np.lib.format.read_array_header_2_0
-            shape, _, dtype = read_header(stream)
-            claimed = int(np.prod(shape, dtype=object)) * dtype.itemsize
-            if dtype.kind in _ARRAY_KINDS and claimed != len(data) - stream.tell():
-                raise StateError(f"{name} claims {claimed:,} bytes of values and holds {len(data) - stream.tell():,}")
-            array = np.load(io.BytesIO(data), allow_pickle=False)
-        except (ValueError, SyntaxError, tokenize.TokenError) as exc:  # pickled objects, a mangled header
-            raise StateError(f"{name} is not a plain array of numbers or booleans ({exc})") from None
+        array = _plain_array(data, name)
+        if array is None:
+            array = _numpy_array(data, name)
         if array.dtype.kind not in _ARRAY_KINDS:
             raise StateError(f"{name} holds {array.dtype} values, not numbers or booleans")
         if array.dtype.kind in "fc" and not np.isfinite(array).all():
             raise StateError(f"{name} holds NaN or infinite values, which no value of a seer model may be")
         return array
+
+
+def _plain_array(data: bytes, name: str) -> np.ndarray | None:
+    """The array of an ``.npy`` member whose header is of :data:`_NPY_HEADER`'s form, read without
+    numpy's literal parser; None for any other header (numpy's reader then decides)."""
+    if not data.startswith(_NPY_MAGIC) or len(data) < 10:
+        return None
+    end = 10 + int.from_bytes(data[8:10], "little")
+    found = _NPY_HEADER.fullmatch(data, 10, end)
+    if found is None:
+        return None
+    dtype = np.dtype(found.group(1).decode())
+    shape = tuple(int(size) for size in found.group(2).split(b",") if size.strip())
+    count = int(np.prod(shape, dtype=object))
+    if count * dtype.itemsize != len(data) - end:
+        raise StateError(f"{name} claims {count * dtype.itemsize:,} bytes of values and holds {len(data) - end:,}")
+    # A copy: the array owns writable memory, as numpy's reader gives it.
+    return np.frombuffer(data, dtype=dtype, count=count, offset=end).reshape(shape).copy()
+
+
+def _numpy_array(data: bytes, name: str) -> np.ndarray:
+    """An ``.npy`` member read by numpy, its header checked against its size first."""
+    try:
+        # The header first: a shape it claims must match the bytes that follow it, before
+        # NumPy allocates anything (a 200-byte file may claim terabytes).
+        stream = io.BytesIO(data)
+        version = np.lib.format.read_magic(stream)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+            np.lib.format.read_array_header_2_0
+        shape, _, dtype = read_header(stream)
+        claimed = int(np.prod(shape, dtype=object)) * dtype.itemsize
+        if dtype.kind in _ARRAY_KINDS and claimed != len(data) - stream.tell():
+            raise StateError(f"{name} claims {claimed:,} bytes of values and holds {len(data) - stream.tell():,}")
+        return np.load(io.BytesIO(data), allow_pickle=False)
+    except (ValueError, SyntaxError, tokenize.TokenError) as exc:  # pickled objects, a mangled header
+        raise StateError(f"{name} is not a plain array of numbers or booleans ({exc})") from None
 
 
 def read_model_file(path: Path, expected: type | None = None) -> Part:

@@ -5,7 +5,12 @@ plain arrays, documented below, that a model file holds as they are. Reading the
 numpy alone and builds no object of any other library, so a model loads whatever
 scikit-learn version is installed, or none. Evaluation walks the trees in a loop
 compiled by numba, since every layer walks every tree and no numpy expression does that
-at compiled speed.
+at compiled speed: tree by tree over blocks of :data:`BLOCK_ROWS` samples (a tree and a
+block's rows stay in cache), the blocks spread over ``NUMBA_NUM_THREADS`` threads (by
+default one per CPU), each running the loop without Python's lock. The samples are walked
+sorted by the features the trees split on first (:data:`SORT_FEATURES`): neighbours then
+take much the same paths, and the processor guesses one walk's branches from the last.
+Each sample's output is the same whatever the order.
 
 Layout (``n`` nodes of all trees, ``t`` trees):
 
@@ -40,6 +45,7 @@ cannot read.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,6 +58,16 @@ ARRAYS: dict[str, tuple[type, str]] = {
 }
 #: Bits of the packed node word the compiled loop reads (see ``_pack``).
 _FEATURE_BITS, _CHILD_SHIFT = 16, 17
+#: Samples every tree walks before the next tree does (see the module docstring), and the
+#: work one thread takes at a time. Smaller blocks re-read every tree more often; larger ones
+#: leave the cache. On the 2-core machine's 10,000-layer benchmark 256, 512 and 1,024 took the
+#: same time, 10% less than the 156 of the loop before.
+BLOCK_ROWS = 512
+#: How many features the samples are sorted by before a walk: those most trees split on at
+#: their root, the commonest first. On the 10,000-layer benchmark the trees took 16% less CPU
+#: time sorted by three (one: 9%; six: 10%), the sort included. The loop reads the rows
+#: through the order; it does not copy them.
+SORT_FEATURES = 3
 
 
 class TreeError(ValueError):
@@ -75,6 +91,9 @@ class TreeEnsemble:
     def __post_init__(self) -> None:
         self._check()
         object.__setattr__(self, "_packed", _pack(self.feature, self.left, self.missing_left))
+        roots = self.feature[self.roots[self.left[self.roots] >= 0]]  # a tree of one leaf splits nothing
+        features, trees = np.unique(roots, return_counts=True)
+        object.__setattr__(self, "_sort_by", features[np.argsort(-trees, kind="stable")][:SORT_FEATURES])
 
     @property
     def n_trees(self) -> int:
@@ -141,10 +160,18 @@ class TreeEnsemble:
         X = np.ascontiguousarray(X, dtype=np.float64)
         if X.ndim != 2 or X.shape[1] != self.n_features:
             raise ValueError(f"expected {self.n_features} features, got an array of shape {X.shape}")
+        if len(X) > BLOCK_ROWS and len(self._sort_by):
+            order = np.lexsort(X[:, self._sort_by[::-1]].T)  # the last key sorts first
+        else:
+            order = np.arange(len(X))
+        # Read-only, whatever the caller's array is: numba compiles a read-only array apart, and
+        # one compiled loop then serves every caller (a frame's values are read-only).
+        X = X.view()
+        X.flags.writeable = False
         out = np.empty((len(X), self.n_outputs))
         out[:] = self.base
         if len(X):
-            _evaluate()(X, self._packed, self.threshold, self.value, self.roots, self.output, out)
+            _walk(X, order, (self._packed, self.threshold, self.value, self.roots, self.output), out)
         return out
 
     def arrays(self) -> dict[str, np.ndarray]:
@@ -159,7 +186,40 @@ def _pack(feature: np.ndarray, left: np.ndarray, missing_left: np.ndarray) -> np
     return np.where(left < 0, np.int64(-1), packed)
 
 
+def _walk(X: np.ndarray, order: np.ndarray, trees: tuple, out: np.ndarray) -> None:
+    """Every tree over every row of ``X`` in ``order``, block by block, the blocks over the threads."""
+    evaluate = _evaluate()
+    n = len(X)
+    starts = range(0, n, BLOCK_ROWS)
+
+    def block(start: int) -> None:
+        evaluate(X, order, *trees, out, start, min(n, start + BLOCK_ROWS))
+
+    pool = _threads() if len(starts) > 1 else None
+    if pool is None:
+        for start in starts:
+            block(start)
+    else:
+        for _ in pool.map(block, starts):
+            pass  # map raises a block's exception here
+
+
 _COMPILED = None
+_POOL: tuple[int, object] | None = None  # (the process that made it, the pool)
+
+
+def _threads():
+    """The threads that walk blocks (None for one): ``NUMBA_NUM_THREADS``, by default the CPUs.
+    A process forked from one with a pool makes its own (the parent's threads are not its)."""
+    global _POOL
+    if _POOL is None or _POOL[0] != os.getpid():
+        from concurrent.futures import ThreadPoolExecutor
+
+        import numba
+
+        count = numba.config.NUMBA_NUM_THREADS
+        _POOL = (os.getpid(), ThreadPoolExecutor(count, thread_name_prefix="seer-trees") if count > 1 else None)
+    return _POOL[1]
 
 
 def _evaluate():
@@ -168,34 +228,29 @@ def _evaluate():
     if _COMPILED is None:
         import numba
 
-        def evaluate(X, packed, threshold, value, roots, output, out):
-            n = X.shape[0]
-            chunks = min(n, 64)
-            size = (n + chunks - 1) // chunks
-            for c in numba.prange(chunks):
-                lo = c * size
-                hi = min(n, lo + size)
-                # Tree by tree over a block of samples: one tree's nodes stay in cache.
-                for t in range(roots.shape[0]):
-                    root, column = roots[t], output[t]
-                    for i in range(lo, hi):
-                        k = root
+        def evaluate(X, order, packed, threshold, value, roots, output, out, start, stop):
+            # Tree by tree over the block's samples: one tree's nodes stay in cache.
+            for t in range(roots.shape[0]):
+                root, column = roots[t], output[t]
+                for j in range(start, stop):
+                    i = order[j]
+                    k = root
+                    word = packed[k]
+                    while word >= 0:
+                        x = X[i, word & 0xFFFF]
+                        child = word >> 17
+                        if x <= threshold[k]:
+                            k = child
+                        elif x > threshold[k]:
+                            k = child + 1
+                        elif (word >> 16) & 1:
+                            k = child
+                        else:
+                            k = child + 1
                         word = packed[k]
-                        while word >= 0:
-                            x = X[i, word & 0xFFFF]
-                            child = word >> 17
-                            if x <= threshold[k]:
-                                k = child
-                            elif x > threshold[k]:
-                                k = child + 1
-                            elif (word >> 16) & 1:
-                                k = child
-                            else:
-                                k = child + 1
-                            word = packed[k]
-                        out[i, column] += value[k]
+                    out[i, column] += value[k]
 
-        options = dict(parallel=True, nogil=True)
+        options = dict(nogil=True)  # threads walk blocks side by side (_walk)
         try:
             _COMPILED = numba.njit(cache=True, **options)(evaluate)
         except RuntimeError:  # no writable cache location: compile in this process only

@@ -1,0 +1,166 @@
+"""seer.output's own text: byte for byte what pandas' to_csv and json.dumps write, faster, for any
+columns a prediction frame may hold; and the one-row-per-layer form (``--rows layer``)."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from seer import output
+from seer.layers.shapes import LAYER_COLUMNS
+from seer.schema import PREDICTION_COLUMNS
+
+#: Labels that quoting, escaping and missing values must get right.
+LABELS = ["conv1", "a,b", 'say "hi"', "two\nlines", "cr\rhere", "", "ü and 中", " lead", "trail ", "#x", "1.0",
+          None, float("nan"), "[b]"]
+
+
+def _frame(layers: int = 40, seed: int = 0, extra: bool = False) -> pd.DataFrame:
+    """A prediction frame as Model.predict and with_labels give it: rank-ordered rows per layer,
+    some layers with one algorithm or none, labels of every awkward kind."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for layer in range(layers):
+        count = int(rng.integers(0, 5))
+        fields = {name: int(rng.integers(1, 300)) for name in LAYER_COLUMNS}
+        label = LABELS[layer % len(LABELS)]
+        for rank in range(1, max(count, 1) + 1):
+            runs = count > 0
+            ms = float(np.exp(rng.normal(-3, 4))) if runs else np.nan
+            rows.append({"layer": layer, "name": label, "stage": LABELS[(layer * 7) % len(LABELS)], **fields,
+                         "math": "default", "algo": f"ALGO_{int(rng.integers(0, 9))}" if runs else None,
+                         "predicted_ms": ms, "predicted_mj": ms * 250 if runs and rank % 2 else np.nan,
+                         "rank": rank if runs else None, "extrapolated": bool(layer % 3 == 0)})
+    frame = pd.DataFrame(rows)
+    frame["algo"] = pd.array(frame["algo"], dtype="string")
+    frame["rank"] = pd.array(frame["rank"], dtype="Int64")
+    for special, value in ((0, 0.0), (1, -0.0), (2, 1e-5), (3, 1e16), (4, 123456789.0), (5, 5e-324)):
+        frame.loc[special, "predicted_ms"] = value
+    if extra:  # columns a later seer may add: an interval per algorithm, a choice per layer
+        frame["predicted_ms_low"] = frame["predicted_ms"] * 0.9
+        frame["pytorch_algo"] = pd.array(np.where(frame["layer"] % 2, "GEMM", None), dtype="string")
+    return frame
+
+
+@pytest.fixture
+def new_columns(monkeypatch):
+    """PREDICTION_COLUMNS as a later seer may have them: an interval bound per algorithm after
+    predicted_ms, and PyTorch's choice per layer at the end, declared per layer."""
+    columns = list(PREDICTION_COLUMNS)
+    columns.insert(columns.index("predicted_ms") + 1, "predicted_ms_low")
+    monkeypatch.setattr(output, "PREDICTION_COLUMNS", (*columns, "pytorch_algo"))
+    monkeypatch.setattr(output, "PER_LAYER_COLUMNS", (*output.PER_LAYER_COLUMNS, "pytorch_algo"))
+
+
+def _written(frame: pd.DataFrame, fmt: str, rows: str = "algorithm", chunks: int = 1) -> str:
+    handle = io.StringIO()
+    writer = output.PredictionWriter(handle, fmt, rows)
+    edges = np.linspace(0, frame["layer"].max() + 1 if len(frame) else 0, chunks + 1).astype(int)
+    for low, high in zip(edges[:-1], edges[1:]):
+        writer.write(frame[(frame["layer"] >= low) & (frame["layer"] < high)])
+    writer.close()
+    return handle.getvalue()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("chunks", [1, 3])
+def test_csv_is_pandas_to_csv_byte_for_byte(seed, chunks):
+    frame = _frame(seed=seed)
+    columns = output._output_columns(frame)
+    assert _written(frame, "csv", chunks=chunks) == frame.to_csv(columns=columns, index=False)
+
+
+def test_csv_carries_new_columns_and_a_per_layer_column_that_varies_stays_right(new_columns):
+    frame = _frame(extra=True)
+    columns = output._output_columns(frame)
+    assert columns[-2:] == ["extrapolated", "pytorch_algo"] and "predicted_ms_low" in columns
+    assert _written(frame, "csv") == frame.to_csv(columns=columns, index=False)
+    # A label (per layer by its kind) that differs between a layer's rows is written row by row.
+    frame["name"] = [f"row{i}" for i in range(len(frame))]
+    assert _written(frame, "csv") == frame.to_csv(columns=columns, index=False)
+
+
+def test_a_column_of_a_dtype_left_to_pandas_falls_back_to_it():
+    frame = _frame()
+    frame["when"] = pd.Timestamp("2024-01-02") + pd.to_timedelta(frame["layer"], unit="s")
+    columns = output._output_columns(frame)
+    assert _written(frame, "csv") == frame.to_csv(columns=columns, index=False)
+
+
+def _json_reference(frame: pd.DataFrame) -> str:
+    """The JSON of seer 0.7's writer, object by object with json.dumps (the specification)."""
+    labels = [c for c in output._output_columns(frame)[1:] if c not in PREDICTION_COLUMNS]
+    parts = []
+    for layer, rows in frame.groupby("layer", sort=False):
+        first = rows.iloc[0]
+        runs = [{"algo": r["algo"], "predicted_ms": float(r["predicted_ms"]),
+                 "predicted_mj": None if np.isnan(r["predicted_mj"]) else float(r["predicted_mj"]),
+                 "rank": int(r["rank"])} for _, r in rows.iterrows() if not pd.isna(r["algo"])]
+        parts.append(json.dumps({"layer": int(layer), **{c: output._json_label(first[c]) for c in labels},
+                                 **{c: int(first[c]) for c in LAYER_COLUMNS}, "math": first["math"],
+                                 "pick": runs[0]["algo"] if runs else None,
+                                 "extrapolated": bool(first["extrapolated"]), "algorithms": runs},
+                                separators=(",", ":")))
+    return "[\n" + ",\n".join(parts) + "\n]\n"
+
+
+@pytest.mark.parametrize("chunks", [1, 4])
+def test_json_is_json_dumps_of_each_layer_byte_for_byte(chunks):
+    frame = _frame(seed=3)
+    assert _written(frame, "json", chunks=chunks) == _json_reference(frame)
+    assert output.layer_objects(frame) == json.loads(_json_reference(frame))
+    assert _written(frame.iloc[:0], "json") == "[]\n"
+
+
+def test_layer_rows_pick_the_first_and_second_row_of_each_layer_and_carry_new_columns(new_columns):
+    frame = _frame(extra=True)
+    layers = output.layer_rows(frame)
+    assert list(layers.columns) == ["layer", "name", "stage", *LAYER_COLUMNS, "math", "pick", "predicted_ms",
+                                    "predicted_ms_low", "predicted_mj", "runner_up", "runner_up_ms",
+                                    "runner_up_ms_low", "runner_up_mj", "extrapolated", "pytorch_algo"]
+    assert layers["pytorch_algo"].fillna("").tolist() == ["GEMM" if i % 2 else "" for i in layers["layer"]]
+    assert layers["layer"].tolist() == sorted(frame["layer"].unique())
+    for layer, rows in frame.groupby("layer"):
+        got = layers[layers["layer"] == layer].iloc[0]
+        assert got["pick"] is pd.NA if pd.isna(rows["algo"].iloc[0]) else got["pick"] == rows["algo"].iloc[0]
+        assert got["predicted_ms"] == rows["predicted_ms"].iloc[0] or np.isnan(rows["predicted_ms"].iloc[0])
+        if len(rows) > 1:
+            assert (got["runner_up"], got["runner_up_ms"]) == (rows["algo"].iloc[1], rows["predicted_ms"].iloc[1])
+        else:
+            assert pd.isna(got["runner_up"]) and np.isnan(got["runner_up_ms"])
+    # As text: CSV is what pandas writes of that frame; JSON has the same keys and values.
+    assert _written(frame, "csv", "layer", chunks=3) == layers.to_csv(index=False)
+    objects = json.loads(_written(frame, "json", "layer", chunks=2))
+    assert [list(o) for o in objects] == [list(layers.columns)] * len(layers)
+    assert [o["runner_up"] for o in objects] == [None if pd.isna(v) else v for v in layers["runner_up"]]
+    assert [o["name"] for o in objects] == [None if pd.isna(v) else v for v in layers["name"]]
+
+
+def test_fields_that_the_csv_module_quotes_are_quoted_as_it_does():
+    for text in LABELS[:-3]:
+        buffer = io.StringIO()
+        pd.DataFrame({"a": [text], "b": [1]}).to_csv(buffer, index=False, header=False)
+        assert output._csv_field(text) + ",1\n" == buffer.getvalue()
+
+
+def test_text_goes_out_a_mebibyte_at_a_time():
+    """A pipe whose reader left (`| head`) cuts a write short and refuses the next one; a single
+    write of megabytes would end quietly, so the writers never make one."""
+    class Recorder(io.StringIO):
+        def __init__(self):
+            super().__init__()
+            self.sizes = []
+
+        def write(self, text):
+            self.sizes.append(len(text))
+            return super().write(text)
+
+    frame = _frame(layers=9000)
+    for fmt in output.FORMATS:
+        handle = Recorder()
+        output.PredictionWriter(handle, fmt).write(frame)
+        assert sum(handle.sizes) > 2 * output._PIECE and max(handle.sizes) <= output._PIECE
