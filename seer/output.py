@@ -31,7 +31,7 @@ import pandas as pd
 from seer.errors import InputError, os_reason
 from seer.layers.files import STDIN, STDIN_NAME, iter_layer_chunks, label_columns
 from seer.layers.shapes import LAYER_COLUMNS, frame_tensor_bytes
-from seer.schema import PREDICTION_COLUMNS
+from seer.schema import INTERVAL_COLUMNS, PREDICTION_COLUMNS
 
 FORMATS = ("csv", "json")
 #: ``--out`` value that writes to standard output.
@@ -274,9 +274,9 @@ class PredictionWriter:
 
 
 def layer_objects(predictions: pd.DataFrame) -> list[dict]:
-    """One JSON-ready object per layer: its number, labels and fields, math mode, the pick,
-    the extrapolation mark and every algorithm predicted to run, rank 1 first (``algorithms``
-    empty if none)."""
+    """One JSON-ready object per layer: its number, labels and fields, math mode, the pick and
+    its chance of being near the fastest, the extrapolation mark and every algorithm predicted
+    to run with its time's intervals, rank 1 first (``algorithms`` empty if none)."""
     if predictions.empty:
         return []
     labels = [c for c in _output_columns(predictions)[1:] if c not in PREDICTION_COLUMNS]
@@ -291,16 +291,25 @@ def layer_objects(predictions: pd.DataFrame) -> list[dict]:
     ranks = predictions["rank"].to_numpy(dtype=float, na_value=np.nan)
     math = predictions["math"].to_numpy(dtype=object)
     extrapolated = predictions["extrapolated"].to_numpy(dtype=bool)
+    bounds = predictions[list(INTERVAL_COLUMNS)].to_numpy(dtype=float)
+    near_best = predictions["pick_near_best"].to_numpy(dtype=float)
     out = []
     for start, end in zip(starts, ends):
         runs = [{"algo": algos[i], "predicted_ms": float(times[i]),
-                 "predicted_mj": float(energies[i]) if np.isfinite(energies[i]) else None, "rank": int(ranks[i])}
+                 **{c: _json_number(v) for c, v in zip(INTERVAL_COLUMNS, bounds[i])},
+                 "predicted_mj": _json_number(energies[i]), "rank": int(ranks[i])}
                 for i in range(start, end) if algos[i] is not None]
         out.append({"layer": int(layers[start]), **{c: _json_label(v[start]) for c, v in zip(labels, label_values)},
                     **dict(zip(LAYER_COLUMNS, fields[start].tolist())),
                     "math": math[start], "pick": runs[0]["algo"] if runs else None,
+                    "pick_near_best": _json_number(near_best[start]),
                     "extrapolated": bool(extrapolated[start]), "algorithms": runs})
     return out
+
+
+def _json_number(value: float) -> float | None:
+    """A number as JSON has it: null where it is missing (JSON has no NaN)."""
+    return float(value) if np.isfinite(value) else None
 
 
 def _json_label(value):
