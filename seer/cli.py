@@ -327,6 +327,38 @@ def _cmd_train(args) -> int:
     return 0
 
 
+def _add_calibrate(sub) -> None:
+    p = sub.add_parser("calibrate", help="fit a trained model's intervals and near-best chance on held-out layers",
+                       description="Measure the GPU's trained models' errors on the calibration half of Test-set-I "
+                                   "of DATA_DIR/GPU/ and store, per math mode, the intervals on predicted times and "
+                                   "the curve of the pick's near-best chance (seer train does this too). The times "
+                                   "and the picks do not change.")
+    p.add_argument("--gpu", required=True)
+    p.add_argument("--data-dir", type=Path, default=Path("data"))
+    p.add_argument("--models-dir", type=Path, default=None, help=MODELS_DIR_HELP)
+    p.set_defaults(func=_cmd_calibrate)
+
+
+def _cmd_calibrate(args) -> int:
+    from seer.dataset.build import read_measurements
+    from seer.predict import persist
+    from seer.schema import DatasetDir
+    from seer.training.calibrate import calibrate
+    from seer.training.train import TRAINING_COLUMNS
+
+    root = persist.models_root(args.models_dir)
+    model = persist.load(root / args.gpu)
+    measurements = DatasetDir(args.data_dir / model.gpu).measurements
+    if not measurements.exists():
+        raise InputError(f"no dataset; run `seer parse --gpu {model.gpu}` first", path=measurements)
+    model = calibrate(model, read_measurements(measurements, columns=TRAINING_COLUMNS))
+    paths = persist.save(model, root / model.gpu)
+    shapes = model.card["calibration"]["shapes"]
+    err_console.log(f"calibrated on {', '.join(f'{n} {m}-math shapes' for m, n in shapes.items())}; "
+                    f"wrote {', '.join(p.name for p in paths)} and {persist.CARD_FILE} in {root / model.gpu}")
+    return 0
+
+
 #: The parser's choices, named here so that building it loads neither numpy nor pandas (which
 #: seer.schema and seer.output bring): ``seer predict`` on a missing file, or ``--help``, answers
 #: at once. tests/test_predict_cli.py keeps each in step with the constant in brackets.
@@ -470,6 +502,8 @@ def _print_table(console, gpu: str, math: str, rows, objective: str = "time") ->
     from rich import box
     from rich.table import Table
 
+    import pandas as pd
+
     from seer.hardware.gpus import get_gpu_spec
     from seer.layers.shapes import frame_tensor_bytes
 
@@ -483,7 +517,9 @@ def _print_table(console, gpu: str, math: str, rows, objective: str = "time") ->
     if named:
         table.add_column("name", overflow="fold")
     table.add_column("shape", min_width=12)
-    headers = ("least energy", "ms", "mJ", "runner-up", "ms", "mJ") if energy else ("fastest", "ms", "runner-up", "ms")
+    sure = not energy and "pick_near_best" in rows and rows["pick_near_best"].notna().any()
+    headers = ("least energy", "ms", "mJ", "runner-up", "ms", "mJ") if energy else (
+        "fastest", "ms", *(("near best",) if sure else ()), "runner-up", "ms")
     for header in headers:
         # Names and numbers are never cut short: a narrow terminal wraps the layer instead.
         number = header in ("ms", "mJ")
@@ -491,8 +527,14 @@ def _print_table(console, gpu: str, math: str, rows, objective: str = "time") ->
     too_big = frame_tensor_bytes(rows) > get_gpu_spec(gpu).memory_bytes if len(rows) else []
     for (i, row), big in zip(rows.iterrows(), too_big):
         name = [_one_line_cell(row["name"])] if named else []
-        table.add_row(str(i), *name, *_pick_cells(row, energy, big))
+        cells = _pick_cells(row, energy, big)
+        if sure:
+            cells.insert(3, "" if pd.isna(row["pick_near_best"]) else f"{row['pick_near_best']:.0%}")
+        table.add_row(str(i), *name, *cells)
     console.print(table, crop=False)  # never cut a number off at the edge
+    if f"best_low{TABLE_LEVEL}" in rows and rows[f"best_low{TABLE_LEVEL}"].notna().any():
+        console.print(f"ms \\[low, high]: the time's {TABLE_LEVEL}% interval" + (
+            "; near best: the chance that the pick measures within 1% of the fastest" if sure else "") + ".")
     _note_extrapolated(console, int(rows["extrapolated"].sum()) if len(rows) else 0)
     if len(rows) and not energy and (rows["best_ms"] > rows["runner_up_ms"]).any():
         console.print(f"{ABOVE_RUNNER_UP} the pick's time is above the runner-up's: the pick also weighs how likely "
@@ -511,11 +553,15 @@ def _pick_cells(row, energy: bool = False, too_big: bool = False) -> list[str]:
     def number(column: str) -> str:
         return "" if pd.isna(row[column]) else f"{row[column]:.3g}"
 
+    def time(who: str) -> str:  # the time and, where the model has one, its interval
+        low, high = (row.get(f"{who}_{end}{TABLE_LEVEL}", float("nan")) for end in ("low", "high"))
+        return number(f"{who}_ms") + ("" if pd.isna(low) else f" \\[{low:.3g}, {high:.3g}]")  # [ is rich markup
+
     above = not energy and row["best_ms"] > row["runner_up_ms"]  # False where either is missing
     none = "does not fit in the GPU's memory" if too_big else "no algorithm predicted to run"
     pick = [none if pd.isna(row["best_algo"]) else str(row["best_algo"]),
-            number("best_ms") + (f" {ABOVE_RUNNER_UP}" if above else "")]
-    runner_up = ["" if pd.isna(row["runner_up"]) else str(row["runner_up"]), number("runner_up_ms")]
+            time("best") + (f" {ABOVE_RUNNER_UP}" if above else "")]
+    runner_up = ["" if pd.isna(row["runner_up"]) else str(row["runner_up"]), time("runner_up")]
     if energy:
         pick.append(number("best_mj"))
         runner_up.append(number("runner_up_mj"))
@@ -533,6 +579,10 @@ def _one_line_cell(value) -> str:
     if not text.isprintable():
         text = text.encode("unicode_escape").decode("ascii")
     return escape(text)  # a name such as "[b]" is text, not rich markup
+
+
+#: The level of the intervals the tables show (the files hold every level).
+TABLE_LEVEL = 80
 
 
 #: Marks a pick whose own predicted time is above the runner-up's (see _print_table's note).
@@ -885,8 +935,9 @@ def _add_evaluate(sub) -> None:
 def _cmd_evaluate(args) -> int:
     from seer.dataset.build import read_measurements
     from seer.predict.persist import load_model
-    from seer.reporting.report import write_report
-    from seer.reporting.scoring import NEAR_BEST, EVALUATION_COLUMNS, evaluate
+    from seer.predict.uncertainty import NEAR_BEST
+    from seer.reporting.report import label, write_report
+    from seer.reporting.scoring import EVALUATION_COLUMNS, evaluate
     from seer.schema import DatasetDir
 
     model = load_model(args.gpu, models_dir=args.models_dir, baselines=True)
@@ -900,7 +951,7 @@ def _cmd_evaluate(args) -> int:
     files = write_report(results, model, out)
     sel = results["selection"]
     for row in sel[sel["policy"].isin(["ours", "seer", "cudnn heuristic"])].itertuples():
-        out_console.print(f"{row.split} {row.math:7s} {row.policy:16s} top-1 {row.top1_pct:5.1f}%  "
+        out_console.print(f"{row.split} {row.math:7s} {label(row.policy):16s} top-1 {row.top1_pct:5.1f}%  "
                           f"within {NEAR_BEST:.0%} {row.near_best_pct:5.1f}%  "
                           f"mean regret {row.mean_regret_pct:6.2f}%  max {row.max_regret_pct:7.1f}%")
     err_console.log("wrote " + ", ".join(str(f) for f in files))
@@ -978,6 +1029,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_parse(sub)
     _add_merge(sub)
     _add_train(sub)
+    _add_calibrate(sub)
     _add_predict(sub)
     _add_network(sub)
     _add_profile_network(sub)

@@ -51,7 +51,7 @@ STDOUT = "-"
 #: Columns of a prediction frame that hold one value per layer, besides ``layer``, the labels
 #: and the layer fields (:data:`seer.layers.shapes.LAYER_COLUMNS`); every other column holds
 #: one value per (layer, algorithm).
-PER_LAYER_COLUMNS = ("math", "extrapolated")
+PER_LAYER_COLUMNS = ("math", "extrapolated", "pick_near_best")
 
 
 def format_for(path: str | Path | None, requested: str | None) -> str:
@@ -572,10 +572,11 @@ def _label_json(value) -> str:
 
 
 def layer_objects(predictions: pd.DataFrame) -> list[dict]:
-    """One JSON-ready object per layer: its number, labels and fields, math mode, the pick,
-    the extrapolation mark and every algorithm predicted to run, rank 1 first (``algorithms``
-    empty if none)."""
+    """One JSON-ready object per layer: its number, labels and fields, math mode, the pick and
+    its chance of being near the fastest, the extrapolation mark and every algorithm predicted
+    to run with its time's intervals, rank 1 first (``algorithms`` empty if none)."""
     return [json.loads(text) for text in layer_json(predictions)]
+
 
 
 def _json_label(value):

@@ -147,11 +147,19 @@ TRACED_KERNEL_COLUMNS: tuple[str, ...] = (*RUN_KEY, "kernel_idx", *TRACE_FIELDS,
 #: Columns of the census table, one row per (census shape, math mode, algorithm), in order.
 CENSUS_COLUMNS: tuple[str, ...] = ("math", *LAYER_COLUMNS, "shape_id", "grid", "algo", "status", "workspace_bytes",
                                    "heuristic_rank", "heuristic_math_type")
+#: Nominal coverage of the intervals on predicted times, in percent (:mod:`seer.predict.uncertainty`).
+INTERVAL_LEVELS: tuple[int, ...] = (80, 95)
+#: The interval columns of a prediction: the bounds of ``predicted_ms`` at each level.
+INTERVAL_COLUMNS: tuple[str, ...] = tuple(f"predicted_ms_{bound}{level}" for level in INTERVAL_LEVELS
+                                          for bound in ("low", "high"))
 #: Columns of a prediction, one row per (layer, algorithm predicted to run); a layer with
 #: no algorithm predicted to run has one row with ``algo``, ``predicted_ms`` and ``rank``
-#: empty. ``predicted_mj`` is the energy per call, empty for an algorithm without an energy model.
-PREDICTION_COLUMNS: tuple[str, ...] = (*LAYER_COLUMNS, "math", "algo", "predicted_ms", "predicted_mj", "rank",
-                                       "extrapolated")
+#: empty. The interval columns bound ``predicted_ms``; ``predicted_mj`` is the energy per
+#: call, empty for an algorithm without an energy model; ``pick_near_best`` is the layer's: the
+#: chance that its pick (rank 1) measures within 1% of the fastest algorithm. Both are empty
+#: for a model trained before they were.
+PREDICTION_COLUMNS: tuple[str, ...] = (*LAYER_COLUMNS, "math", "algo", "predicted_ms", *INTERVAL_COLUMNS,
+                                       "predicted_mj", "rank", "extrapolated", "pick_near_best")
 #: What a pick minimises: the time per call, or the energy per call.
 OBJECTIVES: tuple[str, ...] = ("time", "energy")
 

@@ -11,6 +11,7 @@ are never recommended. Load one with :func:`seer.load_model`.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -21,7 +22,7 @@ from seer.algorithms import select_algorithms
 from seer.errors import InputError
 from seer.layers.shapes import ConvShape, ShapeError, check_layer_frame, layer_frame
 from seer.predict.predictors import AlgorithmPredictor, SeerFamilyPredictor
-from seer.schema import OBJECTIVES, PREDICTION_COLUMNS
+from seer.schema import INTERVAL_COLUMNS, INTERVAL_LEVELS, OBJECTIVES, PREDICTION_COLUMNS
 
 Layers = pd.DataFrame | np.ndarray | Sequence[ConvShape]
 
@@ -92,6 +93,7 @@ class Model:
             raise InputError(str(exc), field=getattr(exc, "field", None)) from None
         times, scores, energies = predictor.predict_with_energy(frame)
         _check_answers(times, energies, predictor.algorithms, f"the {self.gpu} {math}-math model")
+        reported = times
         if objective == "energy":
             if not predictor.power:
                 raise InputError(f"the {self.gpu} {math}-math model has no energy model; retrain it from a "
@@ -100,7 +102,11 @@ class Model:
         if algorithms is not None:
             left_out = ~np.isin(predictor.algorithms, _algorithm_names(algorithms))
             times[:, left_out] = scores[:, left_out] = np.nan
-        return ranked(frame, math, predictor.algorithms, times, scores, predictor.extrapolated(frame), energies)
+        bounds, near_best = predictor.uncertainty(frame, reported, scores)
+        if objective == "energy":
+            near_best[:] = np.nan  # calibrated for picks by time
+        return ranked(frame, math, predictor.algorithms, times, scores, predictor.extrapolated(frame), energies,
+                      bounds, near_best)
 
     def pick(self, layers: Layers, math: str = "default", algorithms: Sequence[str] | None = None,
              objective: str = "time") -> pd.DataFrame:
@@ -128,9 +134,11 @@ def _algorithm_names(algorithms: Sequence[str]) -> list[str]:
 
 
 def ranked(frame: pd.DataFrame, math: str, algorithms: list[str], times: np.ndarray, scores: np.ndarray,
-           extrapolated: np.ndarray, energies: np.ndarray | None = None) -> pd.DataFrame:
+           extrapolated: np.ndarray, energies: np.ndarray | None = None, bounds: np.ndarray | None = None,
+           near_best: np.ndarray | None = None) -> pd.DataFrame:
     """The tidy prediction frame of :meth:`Model.predict` from per-layer arrays of times,
-    pick scores (NaN: predicted not to run) and energies (NaN: no energy model)."""
+    pick scores (NaN: predicted not to run), energies (NaN: no energy model), the times'
+    bounds (layers, algorithms, levels, 2) and each pick's chance of being near the fastest."""
     runs = np.isfinite(times)
     # Algorithms by score, those that run first: a stable sort keeps the algorithms' order
     # on ties, as a first-come rank does. Row-major nonzero then walks (layer, rank).
@@ -150,17 +158,21 @@ def ranked(frame: pd.DataFrame, math: str, algorithms: list[str], times: np.ndar
     out["math"] = math
     out["algo"] = pd.array(np.where(has, np.asarray(algorithms, dtype=object)[slots], None), dtype="string")
     out["predicted_ms"] = np.where(has, times[rows, slots], np.nan)
+    for column, (level, end) in zip(INTERVAL_COLUMNS, itertools.product(range(len(INTERVAL_LEVELS)), range(2))):
+        out[column] = np.where(has, bounds[rows, slots, level, end], np.nan) if bounds is not None else np.nan
     out["predicted_mj"] = np.where(has, energies[rows, slots], np.nan) if energies is not None else np.nan
     out["rank"] = pd.array(rank, dtype="Int64")
     out.loc[~has, "rank"] = pd.NA
     out["extrapolated"] = extrapolated[rows]
+    out["pick_near_best"] = near_best[rows] if near_best is not None else np.nan
     return out[["layer", *PREDICTION_COLUMNS]]
 
 
 def best_per_layer(predictions: pd.DataFrame) -> pd.DataFrame:
     """Per layer of :meth:`Model.predict`'s frame (every layer has a row there): the predicted
-    fastest algorithm and its time, the runner-up (missing where there is none) and the
-    extrapolation mark."""
+    fastest algorithm and its time, the runner-up (missing where there is none), the
+    extrapolation mark, both times' bounds (``best_low80``, ..., ``runner_up_high95``) and the
+    pick's chance of being near the fastest (``pick_near_best``)."""
     first = predictions.drop_duplicates("layer").set_index("layer")
     second = predictions[predictions["rank"] == 2].set_index("layer")
     out = pd.DataFrame(index=first.index)
@@ -171,4 +183,9 @@ def best_per_layer(predictions: pd.DataFrame) -> pd.DataFrame:
     out["runner_up_ms"] = second["predicted_ms"]
     out["runner_up_mj"] = second["predicted_mj"]
     out["extrapolated"] = first["extrapolated"].astype(bool)
+    for column in INTERVAL_COLUMNS:
+        bound = column.removeprefix("predicted_ms_")
+        out[f"best_{bound}"] = first[column]
+        out[f"runner_up_{bound}"] = second[column]
+    out["pick_near_best"] = first["pick_near_best"]
     return out

@@ -34,6 +34,8 @@ from seer.hardware.kernel_plans import runs_layers
 from seer.layers.shapes import LAYER_COLUMNS, is_seer_layer, layer_frame
 from seer.predict.features import feature_names, log2_flops, shape_features
 from seer.predict.trees import TreeEnsemble, TreeError
+from seer.predict.uncertainty import (check_intervals, check_near_best, interval_bounds, interval_kind,
+                                      near_best_probability, pick_margin)
 
 #: Support decisions that need no classifier: the algorithm ran on every or no training shape.
 ALWAYS, NEVER = "always", "never"
@@ -445,6 +447,8 @@ class AlgorithmPredictor(Part):
     kernel path cuDNN takes inside an algorithm, its probabilities are regressor inputs too.
     ``power`` holds, per algorithm timed with energy readings, a regressor of its average
     power (W) from the shape features: energy per call is predicted time x predicted power.
+    ``intervals`` and ``near_best`` say how sure the times and the pick are
+    (:mod:`seer.predict.uncertainty`).
     """
 
     spec: GPUSpec
@@ -460,9 +464,18 @@ class AlgorithmPredictor(Part):
     training_ranges: dict
     kernel_paths: dict = field(default_factory=dict)
     power: dict = field(default_factory=dict)
+    intervals: dict = field(default_factory=dict)
+    near_best: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._roofline_column = self.features.index("log2_roofline_floor_s")
+
+    def uncertainty(self, X: pd.DataFrame, times: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Bounds of ``times`` (rows, algorithms, levels, 2; :func:`seer.predict.uncertainty.interval_bounds`)
+        and the chance that the pick of ``scores`` is near the fastest, per row of the layer frame ``X``
+        (NaN where the model has no calibration: models trained before 0.8)."""
+        return (interval_bounds(times, interval_kind(X), self.algorithms, self.intervals),
+                near_best_probability(pick_margin(scores), self.near_best))
 
     # Public methods take shapes; each computes the features and the first stage's answers
     # once and hands them to the private methods, which they share.
@@ -675,9 +688,15 @@ class AlgorithmPredictor(Part):
             raise StateError(f"{where}: the pick weight must lie in [0, 1] and fixed costs must not be negative")
         _check_inputs(len(features), algorithms, workspace, supports, regressors, classifier, kernel_paths,
                       power, where)
+        intervals, near_best = state.get("intervals", {}), state.get("near_best", {})  # none before 0.8
+        try:
+            check_intervals(intervals, list(regressors), where)
+            check_near_best(near_best, where)
+        except ValueError as exc:
+            raise StateError(str(exc)) from None
         return cls(spec, features, algorithms, workspace, supports, regressors,
                    {a: float(v) for a, v in fixed_cost.items()}, baseline, classifier, weight, ranges, kernel_paths,
-                   power)
+                   power, intervals, near_best)
 
 
 def _check_inputs(n: int, algorithms: list[str], workspace: WorkspacePredictor | None, supports: dict,

@@ -8,12 +8,26 @@ import numpy as np
 import pandas as pd
 
 from seer.predict.model import Model
-from seer.reporting.scoring import CUDNN, NEAR_BEST, WITH_OWN
+from seer.predict.uncertainty import ALL_KINDS, NEAR_BEST
+from seer.reporting.scoring import CUDNN, WITH_OWN
 from seer.schema import MATH_MODE_NAMES, SPLITS, TEST_SPLITS
 
 
+#: How the report names the two model families of the evaluation frames (``ours``, ``seer``).
+FAMILY_LABELS = {"ours": "seer's models", "seer": "SEER baseline"}
+
+
+def label(name: str) -> str:
+    """A policy or family as the report names it: ``ours (cudnn only)`` reads ``seer's models (cudnn only)``."""
+    head, _, rest = str(name).partition(" (")
+    return FAMILY_LABELS.get(head, head) + (f" ({rest}" if rest else "")
+
+
 def _markdown(frame: pd.DataFrame, floatfmt: str = ".1f") -> str:
-    shown = frame.copy()
+    shown = frame.rename(columns={"family": "model"})
+    for column in ("policy", "model"):
+        if column in shown.columns:
+            shown[column] = shown[column].map(label)
     for column in shown.columns:
         if pd.api.types.is_float_dtype(shown[column]):
             shown[column] = shown[column].map(lambda v: "" if pd.isna(v) else format(v, floatfmt))
@@ -52,17 +66,18 @@ def write_report(results: dict[str, pd.DataFrame], model: Model, path: Path) -> 
                 ax.set_xlabel("measured ms", fontsize=7)
                 ax.set_ylabel("predicted ms", fontsize=7)
                 ax.tick_params(labelsize=6)
-        written.append(_save(fig, f"{model.gpu}: {family} model, predicted vs measured time, {split} (band: +-10%)",
+        written.append(_save(fig, f"{model.gpu}: {label(family)}, predicted vs measured time, {split} (band: +-10%)",
                              Path(f"{stem}-{split.lower().replace('-', '')}-{family}-scatter.png")))
     written.append(_regret_plot(results, model, stem, plt))
     sel = results["selection"]
     lines = [f"# seer evaluation on {model.gpu}", "",
-             f"Models: seer's own (`ours`) and SEER's (`seer`), trained {model.card.get('trained_at')} on "
+             f"Models: {FAMILY_LABELS['ours']} and the {FAMILY_LABELS['seer']} (SEER's model, reproduced), trained "
+             f"{model.card.get('trained_at')} on "
              f"`{model.card['training_data']['file']}` (sha256 {model.card['training_data']['sha256'][:12]}...).",
              "Regret = time of the pick / fastest measured - 1. A pick that did not run counts as a miss "
              "and is left out of the regret figures. `near_best_pct`: share of layers whose pick is within "
              f"{NEAR_BEST:.0%} of the fastest; where algorithms run the same kernel, which measured fastest is "
-             "timing noise. SEER's model (`seer`) is scored on the square, "
+             f"timing noise. The {FAMILY_LABELS['seer']} is scored on the square, "
              "ungrouped, undilated 2D layers only (`layers` says how many): its inputs describe no other kind.", ""]
     for split in (SPLITS[s] for s in TEST_SPLITS):
         if sel.empty or split not in set(sel["split"]):
@@ -102,11 +117,62 @@ def write_report(results: dict[str, pd.DataFrame], model: Model, path: Path) -> 
             lines += [f"### {split}", "", _markdown(energy[energy["split"] == split].drop(columns="split"), ".2f"), ""]
             if not energy_picks.empty and split in set(energy_picks["split"]):
                 lines += [_markdown(energy_picks[energy_picks["split"] == split].drop(columns="split"), ".2f"), ""]
+    lines += _uncertainty_lines(results)
     if not results["networks"].empty:
         lines += ["## Test-set-II networks, every layer using the pick", "", _markdown(results["networks"], ".2f"), ""]
     lines += ["Plots: " + ", ".join(f"`{p.name}`" for p in written), ""]
     path.write_text("\n".join(lines))
     return [path, *written]
+
+
+#: Coverage further than this from the nominal level, in points, is counted as a miss.
+COVERAGE_TOLERANCE = 5.0
+#: Fewer runs than this, and a cell's coverage is not judged: 1 run in 50 moves it 2 points.
+MIN_JUDGED_RUNS = 50
+#: Cells with this many runs are counted apart: their coverage is measured to about 3 points.
+LARGE_CELL_RUNS = 200
+
+
+def _uncertainty_lines(results: dict[str, pd.DataFrame]) -> list[str]:
+    """The report's sections on the intervals' coverage and the near-best chance."""
+    coverage, near_best = results.get("coverage", pd.DataFrame()), results.get("near_best", pd.DataFrame())
+    lines = []
+    if not coverage.empty:
+        judged = coverage[(coverage["runs"] >= MIN_JUDGED_RUNS) & (coverage["kind"] != ALL_KINDS)]
+        off = judged[(judged["coverage_pct"] - judged["level_pct"]).abs() > COVERAGE_TOLERANCE]
+        lines += ["## Intervals on predicted times", "",
+                  "Each predicted time has an interval at 80% and 95% (`predicted_ms_low80`, ... in `seer predict`'s "
+                  "output), split-conformal per algorithm and layer kind "
+                  "(`seer.predict.uncertainty`), on the calibration half of Test-set-I (`seer.training.calibrate`). "
+                  "Judged here on the other half of Test-set-I and on Test-set-II. `coverage_pct`: the share of the "
+                  "held-out runs that succeeded whose measured time lies inside; `median_width`: the interval's "
+                  "high / low. Over all algorithms and kinds:", ""]
+        overall = coverage[coverage["kind"] == ALL_KINDS].groupby(["split", "math", "level_pct"]).apply(
+            lambda g: pd.Series({"runs": int(g["runs"].sum()),
+                                 "coverage_pct": float((g["coverage_pct"] * g["runs"]).sum() / g["runs"].sum())}),
+            include_groups=False).reset_index()
+        overall["runs"] = overall["runs"].astype(int)
+        large = judged["runs"] >= LARGE_CELL_RUNS
+        large_off = int(off["runs"].ge(LARGE_CELL_RUNS).sum())
+        lines += [_markdown(overall, ".1f"), "",
+                  f"Per algorithm and layer kind ({len(judged)} cells with at least {MIN_JUDGED_RUNS} runs): "
+                  f"{len(judged) - len(off)} within {COVERAGE_TOLERANCE:g} points of the level, {len(off)} not; of "
+                  f"the {int(large.sum())} cells with at least {LARGE_CELL_RUNS} runs, {large_off} not (with 50 runs, "
+                  f"sampling alone moves an 80% coverage by 5.7 points at one standard deviation; with "
+                  f"{LARGE_CELL_RUNS}, by 2.8)" + (":" if len(off) else "."), ""]
+        if len(off):
+            lines += [_markdown(off, ".1f"), ""]
+        lines += ["Per algorithm, every kind:", "",
+                  _markdown(coverage[coverage["kind"] == ALL_KINDS].drop(columns="kind"), ".2f"), ""]
+    if not near_best.empty:
+        lines += ["## The pick's chance of being near the fastest", "",
+                  f"`pick_near_best` in `seer predict`'s output: the chance that the pick measures within "
+                  f"{NEAR_BEST:.0%} of the fastest algorithm, from the pick's margin over the runner-up, calibrated "
+                  "on the calibration half of Test-set-I. Judged on the other half and on Test-set-II, on the layers "
+                  "where every algorithm was timed, "
+                  "binned by the chance predicted: the mean predicted against the share measured near the fastest.",
+                  "", _markdown(near_best, ".1f"), ""]
+    return lines
 
 
 def _regret_plot(results, model: Model, stem: Path, plt) -> Path:
@@ -117,7 +183,7 @@ def _regret_plot(results, model: Model, stem: Path, plt) -> Path:
         if per_layer is not None and not per_layer.empty:
             for policy, group in per_layer[per_layer["math"] == math].groupby("policy"):
                 values = np.sort(group["regret_pct"].dropna().to_numpy())
-                ax.step(np.maximum(values, 1e-2), np.arange(1, len(values) + 1) / len(values), where="post", label=policy)
+                ax.step(np.maximum(values, 1e-2), np.arange(1, len(values) + 1) / len(values), where="post", label=label(policy))
         ax.set_xscale("log")
         ax.set_xlabel("regret % (log; 0 drawn at 0.01)")
         ax.set_ylabel("share of Test-set-II layers")

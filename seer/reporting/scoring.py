@@ -35,7 +35,9 @@ from seer.layers.grids import NETWORK_BATCHES
 from seer.layers.known_networks import TEST_SET_II_NETWORKS, network_layers
 from seer.layers.shapes import LAYER_COLUMNS, is_seer_layer, layer_frame, layer_kind_flags
 from seer.predict.model import Model
-from seer.schema import SPLITS, TEST_SPLITS
+from seer.predict.uncertainty import ALL_KINDS, INTERVAL_KINDS, NEAR_BEST, interval_kind
+from seer.schema import INTERVAL_LEVELS, SPLITS, TEST_SPLITS
+from seer.training.calibrate import CALIBRATION_SPLIT, calibration_half
 
 #: Measurement columns the evaluation reads (the energy ones where the table has them).
 EVALUATION_COLUMNS = (*LAYER_COLUMNS, "shape_id", "math", "algo", "status", "time_ms", "split", "heuristic_rank",
@@ -63,12 +65,6 @@ def regrets(measured: pd.DataFrame, picks: pd.Series) -> np.ndarray:
     chosen = np.array([measured.at[i, a] if isinstance(a, str) and a in measured.columns else np.nan
                        for i, a in zip(measured.index, picks)], dtype=float)
     return chosen / measured.min(axis=1).to_numpy() - 1
-
-
-#: Regret up to which a pick counts as ``near_best``: where algorithms run the same kernel
-#: (IMPLICIT_GEMM, IMPLICIT_PRECOMP_GEMM and GEMM run one grouped kernel on most depthwise
-#: layers), which of them measured fastest is timing noise, and top-1 counts coin flips.
-NEAR_BEST = 0.01
 
 
 def selection_metrics(measured: pd.DataFrame, picks: pd.Series) -> dict[str, float]:
@@ -101,10 +97,13 @@ def heuristic_picks(table: pd.DataFrame, shape_ids, math: str) -> pd.Series:
 def evaluate(model: Model, table: pd.DataFrame,
              progress: Callable[[int, int, str], None] | None = None) -> dict[str, pd.DataFrame]:
     """Every figure of the report, as tidy frames: ``regression``, ``selection``, ``networks``,
-    ``points`` (predicted and measured time per test run, for plots), ``by_kind``, and
-    ``energy`` and ``energy_selection`` (empty without readings). ``progress`` is told each
+    ``points`` (predicted and measured time per test run, for plots), ``by_kind``,
+    ``energy`` and ``energy_selection`` (empty without readings), ``coverage`` (of the
+    intervals) and ``near_best`` (the pick's chance of being near the fastest, predicted
+    against measured; both empty for a model without calibration). ``progress`` is told each
     step (split and math mode) as it starts."""
     regression, selection, points, per_layer, by_kind, energy, energy_selection = [], [], [], [], [], [], []
+    coverage, near_best = [], []
     steps = len(TEST_SPLITS) * len(model.predictors) + 1
     for number, (split, math) in enumerate((s, m) for s in TEST_SPLITS for m in model.predictors):
         if progress:
@@ -156,6 +155,14 @@ def evaluate(model: Model, table: pd.DataFrame,
             selection += _with_own_kernels(split_name, math, shapes, measured, recorded.all(axis=1),
                                            _fastest(predicted[1]), policies)
         by_kind += _by_kind(split_name, math, shapes, measured[cudnn], families["ours"], policies)
+        # The calibration half of Test-set-I fitted the intervals and the near-best curve: they
+        # are judged on the rest of it, and on Test-set-II.
+        unseen = ~calibration_half(shapes.index) if split == CALIBRATION_SPLIT else np.ones(len(shapes), dtype=bool)
+        coverage += _coverage(split_name, math, predictor, shapes[unseen], measured[unseen],
+                              families["ours"][unseen])
+        if own:
+            judged = unseen & recorded.all(axis=1).to_numpy()
+            near_best += _near_best(split_name, math, predictor, shapes, measured[judged], predicted[1])
         if "energy_mj" in table.columns and predictor.power:
             rows = math_rows(table, math)
             fits, picks = _energy_scores(split_name, math, predictor, shapes, rows[rows["split"] == split],
@@ -169,7 +176,64 @@ def evaluate(model: Model, table: pd.DataFrame,
             "networks": network_totals(model, table),
             "regret_per_layer": pd.concat(per_layer, ignore_index=True) if per_layer else pd.DataFrame(),
             "by_kind": pd.DataFrame(by_kind), "energy": pd.DataFrame(energy),
-            "energy_selection": pd.DataFrame(energy_selection)}
+            "energy_selection": pd.DataFrame(energy_selection), "coverage": pd.DataFrame(coverage),
+            "near_best": pd.DataFrame(near_best)}
+
+
+def _coverage(split: str, math: str, predictor, shapes: pd.DataFrame, measured: pd.DataFrame,
+              predicted: pd.DataFrame) -> list[dict]:
+    """Per algorithm, :func:`seer.predict.uncertainty.interval_kind` of layer and level: how many
+    of the runs that succeeded measured inside their time's interval, and the interval's median
+    width (high / low)."""
+    if not predictor.intervals:
+        return []
+    algorithms = list(predicted.columns)
+    kinds = interval_kind(layer_frame(shapes))
+    bounds, _ = predictor.uncertainty(layer_frame(shapes), predicted.to_numpy(dtype=float),
+                                      predicted.to_numpy(dtype=float))
+    m = measured.reindex(columns=algorithms).to_numpy(dtype=float)
+    rows = []
+    for j, algo in enumerate(algorithms):
+        ran = np.isfinite(m[:, j]) & np.isfinite(bounds[:, j, 0, 0])
+        for kind in [*INTERVAL_KINDS, ALL_KINDS]:
+            members = ran & ((kinds == kind) if kind != ALL_KINDS else True)
+            if not members.any():
+                continue
+            for k, level in enumerate(INTERVAL_LEVELS):
+                low, high = bounds[members, j, k, 0], bounds[members, j, k, 1]
+                inside = (m[members, j] >= low) & (m[members, j] <= high)
+                rows.append({"split": split, "math": math, "algo": algo, "kind": kind, "level_pct": level,
+                             "runs": int(members.sum()), "coverage_pct": float(inside.mean() * 100),
+                             "median_width": float(np.median(high / low))})
+    return rows
+
+
+#: Bins of the predicted chance that a pick is near the fastest, for the report's calibration table.
+NEAR_BEST_BINS = (0.0, 0.5, 0.7, 0.8, 0.9, 0.95, 1.0)
+
+
+def _near_best(split: str, math: str, predictor, shapes: pd.DataFrame, measured: pd.DataFrame,
+               scores: pd.DataFrame) -> list[dict]:
+    """Per bin of the predicted chance that the pick (among every algorithm) is within
+    NEAR_BEST of the fastest, on the layers where every algorithm was timed: how many layers,
+    the mean chance predicted and the share measured near the fastest."""
+    if not predictor.near_best or measured.empty:
+        return []
+    scores = scores.loc[measured.index]
+    _, chance = predictor.uncertainty(layer_frame(shapes.loc[measured.index]), scores.to_numpy(dtype=float),
+                                      scores.to_numpy(dtype=float))
+    near = regrets(measured, _fastest(scores)) <= NEAR_BEST
+    picked = np.isfinite(chance)
+    bins = np.digitize(chance[picked], NEAR_BEST_BINS[1:-1])
+    rows = [{"split": split, "math": math, "chance": "all", "layers": int(picked.sum()),
+             "predicted_pct": float(chance[picked].mean() * 100), "measured_pct": float(near[picked].mean() * 100)}]
+    for b, (low, high) in enumerate(zip(NEAR_BEST_BINS, NEAR_BEST_BINS[1:])):
+        members = bins == b
+        if members.any():
+            rows.append({"split": split, "math": math, "chance": f"{low:.2f}-{high:.2f}", "layers": int(members.sum()),
+                         "predicted_pct": float(chance[picked][members].mean() * 100),
+                         "measured_pct": float(near[picked][members].mean() * 100)})
+    return rows
 
 
 #: What the ``algorithms`` column of the selection frame says a policy chose among.

@@ -4,8 +4,9 @@ Per math mode, seer's :class:`seer.training.estimators.AlgorithmSelector` and SE
 :class:`seer.training.seer_baseline.SeerFamily` are fitted on the ``train`` split of
 ``data/<gpu>/measurements/`` (Test-set-I and Test-set-II stay unseen); seer's first
 stage learns from the dataset's census table (``census/``, written by ``seer parse``)
-where there is one. The card records the data's SHA-256, the choices cross-validation
-made and the library versions.
+where there is one. The models are then calibrated on half of Test-set-I
+(:mod:`seer.training.calibrate`). The card records the data's SHA-256, the choices
+cross-validation made, the calibration and the library versions.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from seer.layers.shapes import LAYER_COLUMNS, is_seer_layer
 from seer.predict.model import Model
 from seer.predict.persist import FORMAT_VERSION, sha256
 from seer.schema import MATH_MODE_NAMES, DatasetDir
+from seer.training.calibrate import calibrate
 from seer.training.estimators import CANDIDATE_SETS, AlgorithmSelector
 from seer.training.seer_baseline import PROFILE_COLUMNS, SeerFamily
 
@@ -155,7 +157,7 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
         "versions": {"seer": seer.__version__, "scikit-learn": sklearn.__version__, "numpy": np.__version__,
                      "pandas": pd.__version__, "python": platform.python_version()},
     }
-    return Model(spec.name, card, predictors, baselines)
+    return calibrate(Model(spec.name, card, predictors, baselines), table)
 
 
 def _sha256(path: Path) -> str:
