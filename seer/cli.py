@@ -1043,6 +1043,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``seer`` command; returns the exit code."""
+    program = argv is None  # the seer program itself, not a call from Python
     argv = list(sys.argv[1:] if argv is None else argv)
     # A batch system's SIGTERM (time limit, scancel) stops a collection like Ctrl-C does:
     # finished work is already saved, and the worker child is shut down with it.
@@ -1051,6 +1052,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.argv = argv
+    code = _run(args)
+    if program and args.command == "predict":
+        _exit_at_once(code)
+    return code
+
+
+def _exit_at_once(code: int) -> None:
+    """End the process now, its output flushed. ``seer predict`` leaves nothing to clean up when
+    it returns (its output file is renamed into place, its temporary copy closed), and Python's
+    own teardown of the modules it loaded (numba's compiled code, pandas, the model) took 0.2 to
+    0.35 s more on the 2-core machine."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except BrokenPipeError:  # the reader left after the last write: as _run says it
+            code = EXIT_BROKEN_PIPE if stream is sys.stdout else code
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+def _run(args) -> int:
+    """The parsed command's exit code, every problem it raises turned into one line."""
     try:
         return int(args.func(args) or 0)
     except SeerError as exc:

@@ -78,7 +78,7 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(small_models, tmp_path
     path = _layers(tmp_path, 30)  # 9,000 layers: megabytes of CSV, far beyond a pipe's buffer
     command = [*SEER, "predict", str(path), "--models-dir", str(small_models), "-o", "-"]
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env()) as process:
-        assert process.stdout.readline().startswith(b"batch,")  # as `| head -1` reads
+        assert process.stdout.readline().startswith(b"layer,batch,")  # as `| head -1` reads
         process.stdout.close()
         err = process.stderr.read().decode()
         code = process.wait(timeout=120)

@@ -12,7 +12,7 @@ import pytest
 
 from seer import output
 from seer.layers.shapes import LAYER_COLUMNS
-from seer.schema import PREDICTION_COLUMNS
+from seer.schema import INTERVAL_COLUMNS, PREDICTION_COLUMNS
 
 #: Labels that quoting, escaping and missing values must get right.
 LABELS = ["conv1", "a,b", 'say "hi"', "two\nlines", "cr\rhere", "", "ü and 中", " lead", "trail ", "#x", "1.0",
@@ -34,8 +34,10 @@ def _frame(layers: int = 40, seed: int = 0, extra: bool = False) -> pd.DataFrame
             rows.append({"layer": layer, "name": label, "stage": LABELS[(layer * 7) % len(LABELS)], **fields,
                          "math": "default", "algo": f"ALGO_{int(rng.integers(0, 9))}" if runs else None,
                          "predicted_ms": ms, "predicted_mj": ms * 250 if runs and rank % 2 else np.nan,
-                         "rank": rank if runs else None, "extrapolated": bool(layer % 3 == 0)})
-    frame = pd.DataFrame(rows)
+                         **{c: ms * factor for c, factor in zip(INTERVAL_COLUMNS, (0.9, 1.1, 0.8, 1.3))},
+                         "rank": rank if runs else None, "extrapolated": bool(layer % 3 == 0),
+                         "pick_near_best": (layer % 10) / 9 if runs and layer % 4 else np.nan})
+    frame = pd.DataFrame(rows)[["layer", "name", "stage", *PREDICTION_COLUMNS]]
     frame["algo"] = pd.array(frame["algo"], dtype="string")
     frame["rank"] = pd.array(frame["rank"], dtype="Int64")
     for special, value in ((0, 0.0), (1, -0.0), (2, 1e-5), (3, 1e16), (4, 123456789.0), (5, 5e-324)):
@@ -77,7 +79,7 @@ def test_csv_is_pandas_to_csv_byte_for_byte(seed, chunks):
 def test_csv_carries_new_columns_and_a_per_layer_column_that_varies_stays_right(new_columns):
     frame = _frame(extra=True)
     columns = output._output_columns(frame)
-    assert columns[-2:] == ["extrapolated", "pytorch_algo"] and "predicted_ms_low" in columns
+    assert columns[-2:] == ["pick_near_best", "pytorch_algo"] and "predicted_ms_low" in columns
     assert _written(frame, "csv") == frame.to_csv(columns=columns, index=False)
     # A label (per layer by its kind) that differs between a layer's rows is written row by row.
     frame["name"] = [f"row{i}" for i in range(len(frame))]
@@ -97,13 +99,17 @@ def _json_reference(frame: pd.DataFrame) -> str:
     parts = []
     for layer, rows in frame.groupby("layer", sort=False):
         first = rows.iloc[0]
+        def number(value):
+            return None if np.isnan(value) else float(value)
+
         runs = [{"algo": r["algo"], "predicted_ms": float(r["predicted_ms"]),
-                 "predicted_mj": None if np.isnan(r["predicted_mj"]) else float(r["predicted_mj"]),
+                 **{c: number(r[c]) for c in INTERVAL_COLUMNS}, "predicted_mj": number(r["predicted_mj"]),
                  "rank": int(r["rank"])} for _, r in rows.iterrows() if not pd.isna(r["algo"])]
         parts.append(json.dumps({"layer": int(layer), **{c: output._json_label(first[c]) for c in labels},
                                  **{c: int(first[c]) for c in LAYER_COLUMNS}, "math": first["math"],
                                  "pick": runs[0]["algo"] if runs else None,
-                                 "extrapolated": bool(first["extrapolated"]), "algorithms": runs},
+                                 "extrapolated": bool(first["extrapolated"]),
+                                 "pick_near_best": number(first["pick_near_best"]), "algorithms": runs},
                                 separators=(",", ":")))
     return "[\n" + ",\n".join(parts) + "\n]\n"
 
@@ -119,9 +125,11 @@ def test_json_is_json_dumps_of_each_layer_byte_for_byte(chunks):
 def test_layer_rows_pick_the_first_and_second_row_of_each_layer_and_carry_new_columns(new_columns):
     frame = _frame(extra=True)
     layers = output.layer_rows(frame)
+    runner_up_intervals = [c.replace("predicted_", "runner_up_") for c in INTERVAL_COLUMNS]
     assert list(layers.columns) == ["layer", "name", "stage", *LAYER_COLUMNS, "math", "pick", "predicted_ms",
-                                    "predicted_ms_low", "predicted_mj", "runner_up", "runner_up_ms",
-                                    "runner_up_ms_low", "runner_up_mj", "extrapolated", "pytorch_algo"]
+                                    "predicted_ms_low", *INTERVAL_COLUMNS, "predicted_mj", "runner_up",
+                                    "runner_up_ms", "runner_up_ms_low", *runner_up_intervals, "runner_up_mj",
+                                    "extrapolated", "pick_near_best", "pytorch_algo"]
     assert layers["pytorch_algo"].fillna("").tolist() == ["GEMM" if i % 2 else "" for i in layers["layer"]]
     assert layers["layer"].tolist() == sorted(frame["layer"].unique())
     for layer, rows in frame.groupby("layer"):
