@@ -340,7 +340,7 @@ def _add_calibrate(sub) -> None:
 
 
 def _cmd_calibrate(args) -> int:
-    from seer.dataset.build import read_measurements
+    from seer.dataset.build import parsed_measurements
     from seer.predict import persist
     from seer.schema import DatasetDir
     from seer.training.calibrate import calibrate
@@ -348,10 +348,7 @@ def _cmd_calibrate(args) -> int:
 
     root = persist.models_root(args.models_dir)
     model = persist.load(root / args.gpu)
-    measurements = DatasetDir(args.data_dir / model.gpu).measurements
-    if not measurements.exists():
-        raise InputError(f"no dataset; run `seer parse --gpu {model.gpu}` first", path=measurements)
-    model = calibrate(model, read_measurements(measurements, columns=TRAINING_COLUMNS))
+    model = calibrate(model, parsed_measurements(DatasetDir(args.data_dir / model.gpu), model.gpu, TRAINING_COLUMNS))
     paths = persist.save(model, root / model.gpu)
     shapes = model.card["calibration"]["shapes"]
     err_console.log(f"calibrated on {', '.join(f'{n} {m}-math shapes' for m, n in shapes.items())}; "
@@ -933,7 +930,7 @@ def _add_evaluate(sub) -> None:
 
 
 def _cmd_evaluate(args) -> int:
-    from seer.dataset.build import read_measurements
+    from seer.dataset.build import parsed_measurements
     from seer.predict.persist import load_model
     from seer.predict.uncertainty import NEAR_BEST
     from seer.reporting.report import label, write_report
@@ -941,10 +938,7 @@ def _cmd_evaluate(args) -> int:
     from seer.schema import DatasetDir
 
     model = load_model(args.gpu, models_dir=args.models_dir, baselines=True)
-    measurements = DatasetDir(args.data_dir / model.gpu).measurements
-    if not measurements.exists():
-        raise InputError(f"no dataset; run `seer parse --gpu {model.gpu}` first", path=measurements)
-    table = read_measurements(measurements, columns=EVALUATION_COLUMNS)
+    table = parsed_measurements(DatasetDir(args.data_dir / model.gpu), model.gpu, EVALUATION_COLUMNS)
     with StepProgress("evaluating", err_console) as progress:
         results = evaluate(model, table, progress=progress.update)
     out = args.out or Path("reports") / f"{model.gpu}-evaluation.md"

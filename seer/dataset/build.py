@@ -563,6 +563,13 @@ def build_dataset(dataset_dir: str | Path, spec: GPUSpec, seed: int = 0, pack: b
 
 
 # -- reading the tables back --------------------------------------------------------------
+def parsed_measurements(files: DatasetDir, gpu: str, columns: Iterable[str] | None = None) -> pd.DataFrame:
+    """:func:`read_measurements` of a dataset folder, or an InputError saying to run ``seer parse`` first."""
+    if not files.measurements.exists():
+        raise InputError(f"no dataset; run `seer parse --gpu {gpu}` first", path=files.measurements)
+    return read_measurements(files.measurements, columns)
+
+
 def read_measurements(path: str | Path, columns: Iterable[str] | None = None) -> pd.DataFrame:
     """The measurements table, checked: every column of the schema, or those in ``columns``.
 

@@ -188,9 +188,9 @@ def _coverage(split: str, math: str, predictor, shapes: pd.DataFrame, measured: 
     if not predictor.intervals:
         return []
     algorithms = list(predicted.columns)
-    kinds = interval_kind(layer_frame(shapes))
-    bounds, _ = predictor.uncertainty(layer_frame(shapes), predicted.to_numpy(dtype=float),
-                                      predicted.to_numpy(dtype=float))
+    frame = layer_frame(shapes)
+    kinds = interval_kind(frame)
+    bounds, _ = predictor.uncertainty(frame, predicted.to_numpy(dtype=float), predicted.to_numpy(dtype=float))
     m = measured.reindex(columns=algorithms).to_numpy(dtype=float)
     rows = []
     for j, algo in enumerate(algorithms):

@@ -22,7 +22,7 @@ import sklearn
 from sklearn.base import clone
 
 import seer
-from seer.dataset.build import read_census, read_measurements
+from seer.dataset.build import parsed_measurements, read_census
 from seer.dataset.tables import digest
 from seer.dataset.views import algorithm_frames, recorded_like, split_rows, training_frames, values_by_algorithm
 from seer.errors import InputError
@@ -97,9 +97,7 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
         raise InputError(f"kernel paths must be 0 or more, got {kernel_paths}")
     files = DatasetDir(dataset_dir)
     measurements = files.measurements
-    if not measurements.exists():
-        raise InputError(f"no dataset; run `seer parse --gpu {spec.name}` first", path=measurements)
-    table = read_measurements(measurements, columns=TRAINING_COLUMNS)
+    table = parsed_measurements(files, spec.name, TRAINING_COLUMNS)
     census_path = files.census
     census = read_census(census_path) if use_census and census_path.exists() else pd.DataFrame()
     template = selector if selector is not None else AlgorithmSelector(candidates=CANDIDATE_SETS[trees](),
