@@ -42,8 +42,9 @@ class Algorithm:
     ----------
     name : str
         Registry key; for cuDNN the enum name without ``CUDNN_CONVOLUTION_FWD_ALGO_``.
-    source : {"cudnn", "cupy"}
-        Who implements it.
+    source : {"cudnn", "cupy", "pytorch"}
+        Who implements it; ``pytorch`` is PyTorch's own choice, a policy measured beside the
+        algorithms (seer never picks it as an algorithm).
     enum : int or None
         The library's own id (cudnnConvolutionFwdAlgo_t value) where there is one.
     short : str
@@ -105,7 +106,7 @@ class GraphEngines:
 
 
 #: How an algorithm computes the convolution.
-FAMILIES: tuple[str, ...] = ("implicit_gemm", "gemm", "direct", "fft", "winograd")
+FAMILIES: tuple[str, ...] = ("implicit_gemm", "gemm", "direct", "fft", "winograd", "policy")
 
 ALGORITHMS: tuple[Algorithm, ...] = (
     Algorithm("IMPLICIT_GEMM", "cudnn", 0, "IG", 0,
@@ -136,6 +137,15 @@ ALGORITHMS: tuple[Algorithm, ...] = (
               "seer's implicit GEMM, tiled in shared memory and registers", "fma", revision=2),
     Algorithm("SEER_IMPLICIT_GEMM_SPLITK", "cupy", None, "SIGS", None,
               "seer's implicit GEMM with the reduction split across blocks", "fma", revision=2),
+    # PyTorch's own choice (seer/gpu/pytorch_policy.py): not an algorithm seer can pick, the
+    # policy its picks must beat. Its engine comes from cuDNN's graph API (or PyTorch's own
+    # kernels), which may be none of the legacy algorithms above.
+    Algorithm("PYTORCH", "pytorch", None, "PT", None,
+              "PyTorch's own choice: torch.nn.functional.conv*d, cuDNN's heuristics pick the engine",
+              family="policy"),
+    Algorithm("PYTORCH_BENCHMARK", "pytorch", None, "PTB", None,
+              "PyTorch's own choice under torch.backends.cudnn.benchmark: trial runs pick the engine",
+              family="policy"),
 )
 
 _BY_NAME = {a.name: a for a in ALGORITHMS}
@@ -157,7 +167,7 @@ def algorithm_names(source: str | None = None, family: str | None = None) -> lis
 
 
 #: Names that ``--algo`` accepts for a group of algorithms: every one, or one source's.
-ALGORITHM_GROUPS = {"all": None, "cudnn": "cudnn", "seer": "cupy"}
+ALGORITHM_GROUPS = {"all": None, "cudnn": "cudnn", "seer": "cupy", "pytorch": "pytorch"}
 
 
 def select_algorithms(text: str) -> list[str]:

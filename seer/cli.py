@@ -305,6 +305,9 @@ def _add_train(sub) -> None:
     p.add_argument("--kernel-paths", type=int, default=0, metavar="N",
                    help="per algorithm, learn which of its N most frequent traced kernel paths a layer takes, "
                         "as input to its time regressors where cross-validation says it helps (default 0: off)")
+    p.add_argument("--policies-only", action="store_true",
+                   help="refit only the models of PyTorch's own choice (after new runs of it) on the trained "
+                        "model in the models directory, and recalibrate; the algorithms' models stay as they are")
     p.set_defaults(func=_cmd_train)
 
 
@@ -315,6 +318,8 @@ def _cmd_train(args) -> int:
 
     spec = get_gpu_spec(args.gpu)
     root = persist.models_root(args.models_dir)
+    if args.policies_only:
+        return _train_policies(spec, args.data_dir, root)
     with StepProgress("training", err_console) as progress:
         model = training.train(args.data_dir / spec.name, spec, progress=progress.update, trees=args.trees,
                                kernel_paths=args.kernel_paths)
@@ -323,6 +328,25 @@ def _cmd_train(args) -> int:
         chosen = ", ".join(f"{a}: {'/'.join(f'{p} {r}' if p != 'all' else r for p, r in paths_.items())}"
                            for a, paths_ in info["regressor"].items())
         err_console.log(f"{math}: {info['shapes']} training shapes; regressors chosen by CV: {chosen}")
+    err_console.log(f"wrote {', '.join(p.name for p in paths)} and {persist.CARD_FILE} in {root / spec.name}")
+    return 0
+
+
+def _train_policies(spec, data_dir: Path, root: Path) -> int:
+    from seer.dataset.build import parsed_measurements
+    from seer.predict import persist
+    from seer.schema import DatasetDir
+    from seer.training.calibrate import calibrate
+    from seer.training.train import TRAINING_COLUMNS, train_policies
+
+    model = persist.load(root / spec.name)
+    table = parsed_measurements(DatasetDir(data_dir / spec.name), spec.name, TRAINING_COLUMNS)
+    model = calibrate(train_policies(model, table), table)
+    paths = persist.save(model, root / spec.name)
+    for math, info in model.card["maths"].items():
+        fitted = info.get("policies") or {}
+        said = "; ".join(f"{p}: {i['layers']} layers, CV MAPE {i['cv_mape_percent']:.1f}%" for p, i in fitted.items())
+        err_console.log(f"{math}: PyTorch's policies: {said or 'too few training runs to model'}")
     err_console.log(f"wrote {', '.join(p.name for p in paths)} and {persist.CARD_FILE} in {root / spec.name}")
     return 0
 
@@ -501,6 +525,8 @@ def _print_table(console, gpu: str, math: str, rows, objective: str = "time") ->
 
     import pandas as pd
 
+    from seer.predict.guard import GUARD_LEVEL, PYTORCH_CHOICE
+
     from seer.hardware.gpus import get_gpu_spec
     from seer.layers.shapes import frame_tensor_bytes
 
@@ -517,6 +543,9 @@ def _print_table(console, gpu: str, math: str, rows, objective: str = "time") ->
     sure = not energy and "pick_near_best" in rows and rows["pick_near_best"].notna().any()
     headers = ("least energy", "ms", "mJ", "runner-up", "ms", "mJ") if energy else (
         "fastest", "ms", *(("near best",) if sure else ()), "runner-up", "ms")
+    guarded = not energy and "pytorch_ms" in rows and rows["pytorch_ms"].notna().any()
+    if guarded:
+        headers = (*headers, "PyTorch ms", "use")
     for header in headers:
         # Names and numbers are never cut short: a narrow terminal wraps the layer instead.
         number = header in ("ms", "mJ")
@@ -527,11 +556,18 @@ def _print_table(console, gpu: str, math: str, rows, objective: str = "time") ->
         cells = _pick_cells(row, energy, big)
         if sure:
             cells.insert(3, "" if pd.isna(row["pick_near_best"]) else f"{row['pick_near_best']:.0%}")
+        if guarded:
+            cells += _guard_cells(row)
         table.add_row(str(i), *name, *cells)
     console.print(table, crop=False)  # never cut a number off at the edge
     if f"best_low{TABLE_LEVEL}" in rows and rows[f"best_low{TABLE_LEVEL}"].notna().any():
         console.print(f"ms \\[low, high]: the time's {TABLE_LEVEL}% interval" + (
             "; near best: the chance that the pick measures within 1% of the fastest" if sure else "") + ".")
+    if guarded:
+        kept = int((rows["recommended"] == PYTORCH_CHOICE).sum())
+        console.print(f"use: seer's pick where its time's {GUARD_LEVEL}% interval lies below PyTorch's own choice's, "
+                      f"else PyTorch's choice ({kept} of {len(rows)} layers here: the gain is within the models' "
+                      "error); PyTorch ms: its default (heuristic) mode's predicted time.")
     _note_extrapolated(console, int(rows["extrapolated"].sum()) if len(rows) else 0)
     if len(rows) and not energy and (rows["best_ms"] > rows["runner_up_ms"]).any():
         console.print(f"{ABOVE_RUNNER_UP} the pick's time is above the runner-up's: the pick also weighs how likely "
@@ -563,6 +599,19 @@ def _pick_cells(row, energy: bool = False, too_big: bool = False) -> list[str]:
         pick.append(number("best_mj"))
         runner_up.append(number("runner_up_mj"))
     return [describe(row) + (" *" if row["extrapolated"] else ""), *pick, *runner_up]
+
+
+def _guard_cells(row) -> list[str]:
+    """PyTorch's predicted time (and its interval) and what seer recommends running."""
+    import pandas as pd
+
+    from seer.predict.guard import PYTORCH_CHOICE
+
+    low, high = (row.get(f"pytorch_{end}{TABLE_LEVEL}", float("nan")) for end in ("low", "high"))
+    ms = "" if pd.isna(row["pytorch_ms"]) else f"{row['pytorch_ms']:.3g}" + (
+        "" if pd.isna(low) else f" \\[{low:.3g}, {high:.3g}]")
+    choice = row["recommended"]
+    return [ms, "" if pd.isna(choice) else "PyTorch's" if choice == PYTORCH_CHOICE else "pick"]
 
 
 def _one_line_cell(value) -> str:
@@ -621,6 +670,10 @@ def _print_summary(console, gpu: str, math: str, summary, out) -> None:
     console.print(table, crop=False)
     console.print(f"{summary.extrapolated} of {_layers(summary.layers)} outside the shapes the model was trained "
                   "on" + (": treat their predictions with care." if summary.extrapolated else "."))
+    if summary.guarded:
+        console.print(f"seer recommends its pick over PyTorch's own choice on {summary.guarded - summary.kept} of "
+                      f"{summary.guarded} layers, where the pick is surely faster (the recommended column); on the "
+                      "others the gain is within the models' error.")
     _note_own_kernels(console, list(summary.picks.elements()))
 
 

@@ -40,7 +40,7 @@ import pandas as pd
 from seer.errors import InputError, os_reason
 from seer.layers.files import STDIN, STDIN_NAME, iter_layer_chunks, label_columns
 from seer.layers.shapes import LAYER_COLUMNS, frame_tensor_bytes
-from seer.schema import PREDICTION_COLUMNS
+from seer.schema import PREDICTION_COLUMNS, PYTORCH_COLUMNS
 
 FORMATS = ("csv", "json")
 #: What one CSV row or JSON object of the output holds: a (layer, algorithm predicted to run),
@@ -51,7 +51,7 @@ STDOUT = "-"
 #: Columns of a prediction frame that hold one value per layer, besides ``layer``, the labels
 #: and the layer fields (:data:`seer.layers.shapes.LAYER_COLUMNS`); every other column holds
 #: one value per (layer, algorithm).
-PER_LAYER_COLUMNS = ("math", "extrapolated", "pick_near_best")
+PER_LAYER_COLUMNS = ("math", "extrapolated", "pick_near_best", *PYTORCH_COLUMNS)
 
 
 def format_for(path: str | Path | None, requested: str | None) -> str:
@@ -595,10 +595,15 @@ class PickSummary:
         self.none = 0
         self.too_big = 0  # of those with none: their tensors alone exceed the GPU's memory
         self.extrapolated = 0
+        self.guarded = 0  # layers with a predicted time of PyTorch's own choice
+        self.kept = 0  # of those, where seer recommends keeping it
 
     def add(self, predictions: pd.DataFrame) -> None:
         first = predictions.take(_layer_starts(predictions["layer"].to_numpy()))
         self.layers += len(first)
+        if "pytorch_ms" in first:
+            self.guarded += int(first["pytorch_ms"].notna().sum())
+            self.kept += int((first["pytorch_ms"].notna() & (first["recommended"] == "PYTORCH")).sum())
         self.extrapolated += int(first["extrapolated"].sum())
         picked = first["algo"].dropna()
         self.none += len(first) - len(picked)

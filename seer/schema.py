@@ -152,14 +152,19 @@ INTERVAL_LEVELS: tuple[int, ...] = (80, 95)
 #: The interval columns of a prediction: the bounds of ``predicted_ms`` at each level.
 INTERVAL_COLUMNS: tuple[str, ...] = tuple(f"predicted_ms_{bound}{level}" for level in INTERVAL_LEVELS
                                           for bound in ("low", "high"))
+#: Columns of the time PyTorch's own choice is predicted to take per layer (its default,
+#: heuristic mode) with its bounds, and what seer recommends: its pick where that is surely
+#: faster, else ``PYTORCH`` (:mod:`seer.predict.guard`). Empty for a model without them.
+PYTORCH_COLUMNS: tuple[str, ...] = ("pytorch_ms", *(f"pytorch_{bound}{level}" for level in INTERVAL_LEVELS
+                                                   for bound in ("low", "high")), "recommended")
 #: Columns of a prediction, one row per (layer, algorithm predicted to run); a layer with
 #: no algorithm predicted to run has one row with ``algo``, ``predicted_ms`` and ``rank``
 #: empty. The interval columns bound ``predicted_ms``; ``predicted_mj`` is the energy per
 #: call, empty for an algorithm without an energy model; ``pick_near_best`` is the layer's: the
 #: chance that its pick (rank 1) measures within 1% of the fastest algorithm. Both are empty
-#: for a model trained before they were.
+#: for a model trained before they were. The PyTorch columns (:data:`PYTORCH_COLUMNS`) are the layer's.
 PREDICTION_COLUMNS: tuple[str, ...] = (*LAYER_COLUMNS, "math", "algo", "predicted_ms", *INTERVAL_COLUMNS,
-                                       "predicted_mj", "rank", "extrapolated", "pick_near_best")
+                                       "predicted_mj", "rank", "extrapolated", "pick_near_best", *PYTORCH_COLUMNS)
 #: What a pick minimises: the time per call, or the energy per call.
 OBJECTIVES: tuple[str, ...] = ("time", "energy")
 

@@ -12,6 +12,7 @@ from conftest import REPO
 from seer.algorithms import algorithm_names
 from seer.dataset.build import build_dataset, read_measurements, rollup_kernels, split_of
 from seer.dataset.tables import parts
+from seer.dataset.views import POLICIES
 from seer.hardware.gpus import get_gpu_spec
 from seer.layers.grids import read_shapes_file
 from seer.layers.shapes import LAYER_COLUMNS, SEER_FIELDS, is_seer_layer, layer_frame
@@ -204,7 +205,7 @@ def test_test_set_ii_file_and_times(table):
     times = pd.read_csv(H100 / "Test-set-II-times.csv")
     times = times.merge(layer_frame(shapes), on=list(LAYER_COLUMNS))
     assert len(times) == 2 * 300
-    ok = t2[t2["status"] == "ok"]
+    ok = t2[(t2["status"] == "ok") & ~t2["algo"].isin(POLICIES)]  # PyTorch's choice is shown, not ranked
     fastest = ok.loc[ok.groupby(["shape_id", "math"])["time_ms"].idxmin()]
     # The CSV holds six significant digits; the table the measured value.
     np.testing.assert_allclose(np.sort(times["fastest_ms"]), np.sort(fastest["time_ms"]), rtol=1e-5)

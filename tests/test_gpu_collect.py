@@ -4,7 +4,6 @@ import json
 import shutil
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from seer.algorithms import algorithm_names
@@ -13,6 +12,9 @@ from seer.dataset.tables import read_parts
 from seer.layers.shapes import ConvShape
 
 pytestmark = pytest.mark.gpu
+
+#: What runs under each math mode: cuDNN's algorithms and PyTorch's policies.
+MATH_DEPENDENT = algorithm_names("cudnn") + algorithm_names("pytorch")
 
 
 def test_cudnn_binding_heuristic_workspace_and_forward_match_float64():
@@ -96,8 +98,9 @@ def test_quick_grid_collection_end_to_end(tmp_path):
     assert code == 0
     gpu_dir = next(tmp_path.iterdir())
     table = read_parts(gpu_dir / "measurements")
-    # cuDNN's algorithms under both math modes; seer's own under fma only, which stands for both.
-    assert len(table) == 6 * (2 * len(algorithm_names("cudnn")) + len(algorithm_names("cupy")))
+    # cuDNN's algorithms and PyTorch's policies under both math modes; seer's own under fma
+    # only, which stands for both.
+    assert len(table) == 6 * (2 * len(MATH_DEPENDENT) + len(algorithm_names("cupy")))
     assert set(table.loc[table["algo"].isin(algorithm_names("cupy")), "math"]) == {"fma"}
     assert set(table["status"]) <= {"ok", "not_supported", "workspace_too_large"}
     ok = table[table["status"] == "ok"]
@@ -131,7 +134,7 @@ def test_quick_general_grid_collection_end_to_end(tmp_path):
     assert code == 0
     gpu_dir = next(tmp_path.iterdir())
     table = read_parts(gpu_dir / "measurements")
-    assert len(table) == 12 * (2 * len(algorithm_names("cudnn")) + len(algorithm_names("cupy")))
+    assert len(table) == 12 * (2 * len(MATH_DEPENDENT) + len(algorithm_names("cupy")))
     assert set(table["status"]) <= {"ok", "not_supported", "workspace_too_large"}
     ok = table[table["status"] == "ok"]
     assert (ok["time_ms"] > 0).all() and (ok["rel_error"] < 1e-2).all()
@@ -145,6 +148,25 @@ def test_quick_general_grid_collection_end_to_end(tmp_path):
         assert ratio.median() == pytest.approx(1.0, abs=0.2)
         traced = read_parts(gpu_dir / "traced_kernels")
         assert set(traced["kernel_role"]) >= {"compute"}
+
+
+def test_pytorch_policies_on_every_layer_kind_match_float64_and_are_traced(tmp_path):
+    """PyTorch's own choice (heuristics and cudnn.benchmark) runs on the collector's tensors
+    for every layer kind, under both math modes: checked, burst-timed, traced."""
+    from seer.gpu import tracing
+    from seer.layers.shapes import layer_kind_flags
+
+    code = main(["collect", "--gpu", _local_gpu(), "--grid", "quick-general", "--algo", "pytorch",
+                 "--data-dir", str(tmp_path / "data"), "--profile-shapes", "0", "--budget-ms", "3"])
+    assert code == 0
+    table = read_parts(next((tmp_path / "data").iterdir()) / "measurements")
+    assert len(table) == 12 * 2 * 2
+    assert layer_kind_flags(table.drop_duplicates("shape_id")).drop(columns="square").any(axis=0).all()
+    assert set(table["algo"]) == {"PYTORCH", "PYTORCH_BENCHMARK"}
+    assert (table["status"] == "ok").all(), table.loc[table["status"] != "ok", "status_detail"].tolist()
+    assert (table["rel_error"] < 1e-2).all() and (table["time_ms"] > 0).all()
+    if tracing.available() is None:
+        assert (table["trace_status"] == "ok").all() and (table["trace_n_kernels"] >= 1).all()
 
 
 def _local_gpu() -> str:

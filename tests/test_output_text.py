@@ -12,7 +12,7 @@ import pytest
 
 from seer import output
 from seer.layers.shapes import LAYER_COLUMNS
-from seer.schema import INTERVAL_COLUMNS, PREDICTION_COLUMNS
+from seer.schema import INTERVAL_COLUMNS, PREDICTION_COLUMNS, PYTORCH_COLUMNS
 
 #: Labels that quoting, escaping and missing values must get right.
 LABELS = ["conv1", "a,b", 'say "hi"', "two\nlines", "cr\rhere", "", "ü and 中", " lead", "trail ", "#x", "1.0",
@@ -28,6 +28,9 @@ def _frame(layers: int = 40, seed: int = 0, extra: bool = False) -> pd.DataFrame
         count = int(rng.integers(0, 5))
         fields = {name: int(rng.integers(1, 300)) for name in LAYER_COLUMNS}
         label = LABELS[layer % len(LABELS)]
+        pytorch = float(np.exp(rng.normal(-3, 4))) if layer % 5 else np.nan  # per layer, as Model.predict
+        guard = {"pytorch_ms": pytorch, **{c: pytorch * f for c, f in zip(PYTORCH_COLUMNS[1:-1], (0.9, 1.1, 0.8, 1.3))},
+                 "recommended": None if not count and np.isnan(pytorch) else "PYTORCH" if layer % 2 else "ALGO_0"}
         for rank in range(1, max(count, 1) + 1):
             runs = count > 0
             ms = float(np.exp(rng.normal(-3, 4))) if runs else np.nan
@@ -36,10 +39,11 @@ def _frame(layers: int = 40, seed: int = 0, extra: bool = False) -> pd.DataFrame
                          "predicted_ms": ms, "predicted_mj": ms * 250 if runs and rank % 2 else np.nan,
                          **{c: ms * factor for c, factor in zip(INTERVAL_COLUMNS, (0.9, 1.1, 0.8, 1.3))},
                          "rank": rank if runs else None, "extrapolated": bool(layer % 3 == 0),
-                         "pick_near_best": (layer % 10) / 9 if runs and layer % 4 else np.nan})
+                         "pick_near_best": (layer % 10) / 9 if runs and layer % 4 else np.nan, **guard})
     frame = pd.DataFrame(rows)[["layer", "name", "stage", *PREDICTION_COLUMNS]]
     frame["algo"] = pd.array(frame["algo"], dtype="string")
     frame["rank"] = pd.array(frame["rank"], dtype="Int64")
+    frame["recommended"] = pd.array(frame["recommended"], dtype="string")
     for special, value in ((0, 0.0), (1, -0.0), (2, 1e-5), (3, 1e16), (4, 123456789.0), (5, 5e-324)):
         frame.loc[special, "predicted_ms"] = value
     if extra:  # columns a later seer may add: an interval per algorithm, a choice per layer
@@ -79,7 +83,7 @@ def test_csv_is_pandas_to_csv_byte_for_byte(seed, chunks):
 def test_csv_carries_new_columns_and_a_per_layer_column_that_varies_stays_right(new_columns):
     frame = _frame(extra=True)
     columns = output._output_columns(frame)
-    assert columns[-2:] == ["pick_near_best", "pytorch_algo"] and "predicted_ms_low" in columns
+    assert columns[-2:] == ["recommended", "pytorch_algo"] and "predicted_ms_low" in columns
     assert _written(frame, "csv") == frame.to_csv(columns=columns, index=False)
     # A label (per layer by its kind) that differs between a layer's rows is written row by row.
     frame["name"] = [f"row{i}" for i in range(len(frame))]
@@ -109,7 +113,10 @@ def _json_reference(frame: pd.DataFrame) -> str:
                                  **{c: int(first[c]) for c in LAYER_COLUMNS}, "math": first["math"],
                                  "pick": runs[0]["algo"] if runs else None,
                                  "extrapolated": bool(first["extrapolated"]),
-                                 "pick_near_best": number(first["pick_near_best"]), "algorithms": runs},
+                                 "pick_near_best": number(first["pick_near_best"]),
+                                 **{c: number(first[c]) for c in PYTORCH_COLUMNS[:-1]},
+                                 "recommended": None if pd.isna(first["recommended"]) else first["recommended"],
+                                 "algorithms": runs},
                                 separators=(",", ":")))
     return "[\n" + ",\n".join(parts) + "\n]\n"
 
@@ -129,7 +136,7 @@ def test_layer_rows_pick_the_first_and_second_row_of_each_layer_and_carry_new_co
     assert list(layers.columns) == ["layer", "name", "stage", *LAYER_COLUMNS, "math", "pick", "predicted_ms",
                                     "predicted_ms_low", *INTERVAL_COLUMNS, "predicted_mj", "runner_up",
                                     "runner_up_ms", "runner_up_ms_low", *runner_up_intervals, "runner_up_mj",
-                                    "extrapolated", "pick_near_best", "pytorch_algo"]
+                                    "extrapolated", "pick_near_best", *PYTORCH_COLUMNS, "pytorch_algo"]
     assert layers["pytorch_algo"].fillna("").tolist() == ["GEMM" if i % 2 else "" for i in layers["layer"]]
     assert layers["layer"].tolist() == sorted(frame["layer"].unique())
     for layer, rows in frame.groupby("layer"):

@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 
 from seer.algorithms import (ALGORITHMS, algorithm_names, canonical_kernel_name, classify_kernel, current_revision,
-                             heuristic_ranks)
+                             get_algorithm, heuristic_ranks)
 from seer.collect.records import stored_trace
 from seer.collect.store import (DAMAGED_COMPRESSED, RunStore, first_grids, grouped_records, latest_records,
                                 profile_records, recorded_columns)
@@ -473,14 +473,16 @@ def _census_answers(records: pd.DataFrame, algos: list[str]) -> dict[str, np.nda
 
 # -- Test-set-II --------------------------------------------------------------------------
 def test_set_ii_times(table: pd.DataFrame) -> pd.DataFrame:
-    """Measured time of every algorithm per Test-set-II layer and math mode, and the fastest."""
+    """Measured time of every algorithm and of PyTorch's policies per Test-set-II layer and math
+    mode, and the fastest algorithm (PyTorch's policies are shown, not ranked)."""
     t2 = table[table["split"] == "test2"]
     ok = t2[t2["status"] == "ok"]
     wide = ok.pivot_table(index=[*LAYER_COLUMNS, "math"], columns="algo", values="time_ms")
     order = [a.name for a in ALGORITHMS if a.name in wide.columns]
+    algorithms = [a for a in order if get_algorithm(a).source != "pytorch"]
     wide = wide[order]
-    wide["fastest_algo"] = wide.idxmin(axis=1)
-    wide["fastest_ms"] = wide[order].min(axis=1)
+    wide["fastest_algo"] = wide[algorithms].idxmin(axis=1)
+    wide["fastest_ms"] = wide[algorithms].min(axis=1)
     return wide.reset_index()
 
 

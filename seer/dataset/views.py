@@ -6,9 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from seer.algorithms import ALGORITHMS
+from seer.algorithms import ALGORITHMS, algorithm_names
 from seer.layers.shapes import LAYER_COLUMNS
 
+#: PyTorch's own choice, measured as policies beside the algorithms (seer/gpu/pytorch_policy.py).
+POLICIES: list[str] = algorithm_names("pytorch")
 #: Share of a split's shapes an algorithm must have been run on to be modelled.
 MIN_COVERAGE = 0.95
 
@@ -31,7 +33,18 @@ def training_frames(table: pd.DataFrame, math: str, split: str | None = "train",
     layers. An algorithm run on fewer is left out, or with ``partial`` kept with NaN where
     it was not run too: :func:`recorded_runs` tells the two NaNs apart.
     """
-    return algorithm_frames(split_rows(table, math, split), pd.unique(table["algo"]), value, partial)
+    rows = split_rows(table, math, split)
+    rows = rows[~rows["algo"].isin(POLICIES)]  # PyTorch's choice is measured beside them, never picked
+    return algorithm_frames(rows, pd.unique(rows["algo"]), value, partial)
+
+
+def policy_times(table: pd.DataFrame, math: str, split: str | None = None) -> pd.DataFrame:
+    """PyTorch's policies' measured times (one column per policy, NaN where the run did not
+    succeed) per layer (index: shape_id) of ``split`` (None: every split) and ``math``, for
+    the layers where they ran."""
+    rows = split_rows(table, math, split)
+    rows = rows[rows["algo"].isin(POLICIES)]
+    return values_by_algorithm(rows, "time_ms").reindex(columns=POLICIES)
 
 
 def recorded_runs(table: pd.DataFrame, math: str, split: str | None, like: pd.DataFrame) -> pd.DataFrame:

@@ -321,7 +321,7 @@ class ConvolutionProblem:
     def __init__(self, handle: Handle, shape: ConvShape, math: str, layout: str = "nchw") -> None:
         if layout not in LAYOUTS:
             raise ValueError(f"layout {layout!r} is not one of {', '.join(LAYOUTS)}")
-        self.handle = handle
+        self.handle, self.math = handle, math
         self._stack = ExitStack()
         x_dims = shape.input_dims
         try:

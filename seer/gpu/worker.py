@@ -71,6 +71,12 @@ def probe() -> dict:
         info["nvml_error"] = f"{type(exc).__name__}: {exc}"
     info["cudnn_version"] = cudnn.version()
     info["cudnn_library"] = cudnn.library_path()
+    try:  # PyTorch's policies run under this version; read without importing PyTorch
+        from importlib.metadata import version
+
+        info["torch_version"] = version("torch")
+    except Exception:
+        info["torch_version"] = None
     return info
 
 
@@ -114,6 +120,10 @@ def _heuristic_ranks(problem) -> tuple[dict[str, int], str | None]:
     return heuristic_ranks(choices), error
 
 
+class PytorchCudaError(RuntimeError):
+    """A CUDA error inside one of PyTorch's calls: the context may be unusable."""
+
+
 class ItemFailed(Exception):
     """A run that cannot be made, with the status it is recorded under (not_supported, oom...)."""
 
@@ -131,6 +141,8 @@ def prepare_run(problem, tensors, algo: str, workspace_cap: int):
 
     if get_algorithm(algo).source == "cupy":
         return _prepare_own(tensors, algo)
+    if get_algorithm(algo).source == "pytorch":
+        return _prepare_pytorch(tensors, algo, problem.math)
     enum = get_algorithm(algo).enum
     try:
         workspace_bytes = problem.workspace_size(enum)
@@ -171,12 +183,24 @@ def _prepare_own(tensors, algo: str):
     return forward, None, 0
 
 
+def _prepare_pytorch(tensors, algo: str, math_mode: str):
+    """PyTorch's own convolution under one of its policies; the run object is kept as the
+    item's "workspace" (PyTorch sizes its own) so that it lives as long as the item."""
+    try:
+        from seer.gpu.pytorch_policy import PytorchRun
+    except ImportError as exc:
+        raise ItemFailed("error", f"PyTorch is not importable here: {exc}") from None
+    run = PytorchRun(tensors, algo, math_mode)
+    return run.forward, run, 0
+
+
 def _run_unchecked(forward) -> None:
     """One forward call to completion; cuDNN's refusals become ItemFailed statuses."""
     import cupy as cp
 
     from seer.gpu.cudnn import CudnnError, CudnnNotSupported
 
+    torch = sys.modules.get("torch")
     try:
         forward()
         cp.cuda.Device().synchronize()
@@ -186,12 +210,30 @@ def _run_unchecked(forward) -> None:
         raise ItemFailed("error", str(exc)) from None
     except cp.cuda.memory.OutOfMemoryError as exc:
         raise ItemFailed("oom", str(exc)) from None
+    except Exception as exc:
+        if torch is None or not isinstance(exc, RuntimeError):
+            raise
+        # PyTorch's policies: an allocation or a refusal ends the item; a CUDA error ends the
+        # worker, as for every algorithm.
+        if isinstance(exc, torch.cuda.OutOfMemoryError):
+            raise ItemFailed("oom", str(exc).splitlines()[0]) from None
+        if str(exc).startswith("CUDA error"):
+            raise PytorchCudaError(str(exc).splitlines()[0]) from None
+        raise ItemFailed("error", str(exc).splitlines()[0]) from None
 
 
-def _run_checked(forward, tensors) -> float:
-    """One forward call on a poisoned output; the relative error against float64."""
+def _release(workspace) -> None:
+    """Give an item's workspace back: a PyTorch run returns its caching allocator's blocks."""
+    release = getattr(workspace, "release", None)
+    if release is not None:
+        release()
+
+
+def _run_checked(forward, tensors, workspace=None) -> float:
+    """One forward call on a poisoned output; the relative error against float64. A PyTorch
+    policy's run (its ``workspace``) copies its output in for the check."""
     tensors.poison_output()
-    _run_unchecked(forward)
+    _run_unchecked(getattr(workspace, "checked_forward", forward))
     return tensors.relative_error()
 
 
@@ -244,7 +286,7 @@ def _cuda_errors() -> tuple[type[BaseException], ...]:
     kernels) or a call (runtime API) that failed."""
     import cupy as cp
 
-    return cp.cuda.runtime.CUDARuntimeError, cp.cuda.driver.CUDADriverError
+    return cp.cuda.runtime.CUDARuntimeError, cp.cuda.driver.CUDADriverError, PytorchCudaError
 
 
 def _base_row(work: ShapeWork, math_mode: str, algo: str) -> dict:
@@ -292,31 +334,33 @@ def time_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, seed: int,
         row = _base_row(work, math_mode, algo) | {"heuristic_rank": rank}
         try:
             forward, workspace, workspace_bytes = prepare_run(problem, tensors, algo, workspace_cap)
-            row["workspace_bytes"] = workspace_bytes
-            started = time.perf_counter()
-            error = _run_checked(forward, tensors)
-            first_ms = (time.perf_counter() - started) * 1e3
-            row["rel_error"] = error if math.isfinite(error) else None
-            tolerance = get_math_mode(math_mode).tolerance
-            status = "ok" if error <= tolerance else "wrong_result"
-            if status == "wrong_result":
-                row["status_detail"] = (f"relative error {error:.3g} > tolerance {tolerance:g}"
-                                        if math.isfinite(error) else "output has NaN/inf (unwritten or overflow)")
-            estimate = timer.estimate_ms(forward)
-            (times_ms, schedule, host_us), attempts = steadiest(lambda: timer.measure(
-                forward, estimate, budget_ms=budget_ms, min_burst_ms=min_burst_ms,
-                min_reps=min_reps, max_reps=max_reps))
-            q25, median, q75 = np.percentile(times_ms, [25, 50, 75])
-            row |= {"status": status, "time_ms": float(median), "time_ms_iqr": float(q75 - q25),
-                    "time_ms_min": float(times_ms.min()), "n_reps": schedule.reps, "burst": schedule.burst,
-                    "timing_attempts": attempts,
-                    "host_us_per_call": round(host_us, 2), "first_call_ms": first_ms,
-                    "sm_clock_mhz": sm_clock()}
-            row |= _traced_kernels(tracer, trace_problem, forward)
-            if energy_s > 0 and status == "ok":
-                row |= (meter.measure(forward, float(median), energy_s).as_row() if meter is not None
-                        else {"energy_detail": energy_problem})
-            del workspace
+            try:
+                row["workspace_bytes"] = workspace_bytes
+                started = time.perf_counter()
+                error = _run_checked(forward, tensors, workspace)
+                first_ms = (time.perf_counter() - started) * 1e3
+                row["rel_error"] = error if math.isfinite(error) else None
+                tolerance = get_math_mode(math_mode).tolerance
+                status = "ok" if error <= tolerance else "wrong_result"
+                if status == "wrong_result":
+                    row["status_detail"] = (f"relative error {error:.3g} > tolerance {tolerance:g}"
+                                            if math.isfinite(error) else "output has NaN/inf (unwritten or overflow)")
+                estimate = timer.estimate_ms(forward)
+                (times_ms, schedule, host_us), attempts = steadiest(lambda: timer.measure(
+                    forward, estimate, budget_ms=budget_ms, min_burst_ms=min_burst_ms,
+                    min_reps=min_reps, max_reps=max_reps))
+                q25, median, q75 = np.percentile(times_ms, [25, 50, 75])
+                row |= {"status": status, "time_ms": float(median), "time_ms_iqr": float(q75 - q25),
+                        "time_ms_min": float(times_ms.min()), "n_reps": schedule.reps, "burst": schedule.burst,
+                        "timing_attempts": attempts,
+                        "host_us_per_call": round(host_us, 2), "first_call_ms": first_ms,
+                        "sm_clock_mhz": sm_clock()}
+                row |= _traced_kernels(tracer, trace_problem, forward)
+                if energy_s > 0 and status == "ok":
+                    row |= (meter.measure(forward, float(median), energy_s).as_row() if meter is not None
+                            else {"energy_detail": energy_problem})
+            finally:
+                _release(workspace)
         except ItemFailed as exc:
             row |= {"status": exc.status, "status_detail": exc.detail}
         except cuda_errors as exc:
@@ -384,14 +428,16 @@ def profile_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, seed: int,
         record = {EVENT: protocol.PROFILED, "shape_id": work.shape_id, "math": math_mode, "algo": algo}
         try:
             forward, workspace, _ = prepare_run(problem, tensors, algo, workspace_cap)
-            _run_unchecked(forward)  # warm-up: lazy module loading stays out of the profile
-            nvtx.RangePush(range_name(work.shape_id, math_mode, algo))
             try:
-                forward()
-                cp.cuda.Device().synchronize()
+                _run_unchecked(forward)  # warm-up: lazy module loading stays out of the profile
+                nvtx.RangePush(range_name(work.shape_id, math_mode, algo))
+                try:
+                    forward()
+                    cp.cuda.Device().synchronize()
+                finally:
+                    nvtx.RangePop()
             finally:
-                nvtx.RangePop()
-            del workspace
+                _release(workspace)
             record["status"] = "ok"
         except ItemFailed as exc:
             record |= {"status": "error", "status_detail": f"{exc.status}: {exc.detail}"}

@@ -38,8 +38,8 @@ from seer.algorithms import algorithm_names, get_algorithm
 from seer.collect.records import spread, steadiest
 from seer.collect.store import RunStore, default_tag
 from seer.errors import InputError
+from seer.gpu.pytorch_policy import pytorch_flags
 from seer.layers.shapes import LAYER_FIELDS
-from seer.schema import get_math_mode
 
 #: Policies that are not a forced algorithm.
 OWN_POLICIES = ("seer", "seer-graph", "heuristic", "benchmark")
@@ -145,20 +145,6 @@ class ProfileOptions:
     layer_times: bool = True  # time and trace each convolution too (not only whole passes)
     tag: str = field(default_factory=default_tag)
     argv: list[str] = field(default_factory=list)
-
-
-@contextmanager
-def _pytorch_flags(benchmark: bool, math: str):
-    import torch
-
-    backends = torch.backends.cudnn
-    saved = (backends.benchmark, backends.allow_tf32)
-    # Strict FP32 (fma) is PyTorch's allow_tf32=False; default math lets cuDNN use TF32.
-    backends.benchmark, backends.allow_tf32 = benchmark, get_math_mode(math).tensor_cores
-    try:
-        yield
-    finally:
-        backends.benchmark, backends.allow_tf32 = saved
 
 
 @contextmanager
@@ -360,7 +346,7 @@ class NetworkProfiler:
         """PyTorch's cuDNN flags under ``policy``: its own policy's, or, for the convolutions
         PyTorch runs beside seer's (fallbacks, guarded layers), no benchmark mode and the job's
         math mode."""
-        return _pytorch_flags(PYTORCH_POLICIES.get(policy, False), job.math)
+        return pytorch_flags(PYTORCH_POLICIES.get(policy, False), job.math)
 
     def _run_policy(self, model, x, job: Job, policy: str, layers: pd.DataFrame, predictions, wall: dict):
         torch = self.torch

@@ -22,7 +22,9 @@ from seer.algorithms import select_algorithms
 from seer.errors import InputError
 from seer.layers.shapes import ConvShape, ShapeError, check_layer_frame, layer_frame
 from seer.predict.predictors import AlgorithmPredictor, SeerFamilyPredictor
-from seer.schema import INTERVAL_COLUMNS, INTERVAL_LEVELS, OBJECTIVES, PREDICTION_COLUMNS
+from seer.predict.guard import GUARD_LEVEL, GUARD_POLICY, recommended
+from seer.predict.uncertainty import interval_bounds, interval_kind
+from seer.schema import INTERVAL_COLUMNS, INTERVAL_LEVELS, OBJECTIVES, PREDICTION_COLUMNS, PYTORCH_COLUMNS
 
 Layers = pd.DataFrame | np.ndarray | Sequence[ConvShape]
 
@@ -105,8 +107,9 @@ class Model:
         bounds, near_best = predictor.uncertainty(frame, reported, scores)
         if objective == "energy":
             near_best[:] = np.nan  # calibrated for picks by time
-        return ranked(frame, math, predictor.algorithms, times, scores, predictor.extrapolated(frame), energies,
-                      bounds, near_best)
+        out = ranked(frame, math, predictor.algorithms, times, scores, predictor.extrapolated(frame), energies,
+                     bounds, near_best)
+        return with_pytorch(out, pytorch_times(predictor, frame), guarded=objective == "time")
 
     def pick(self, layers: Layers, math: str = "default", algorithms: Sequence[str] | None = None,
              objective: str = "time") -> pd.DataFrame:
@@ -165,7 +168,38 @@ def ranked(frame: pd.DataFrame, math: str, algorithms: list[str], times: np.ndar
     out.loc[~has, "rank"] = pd.NA
     out["extrapolated"] = extrapolated[rows]
     out["pick_near_best"] = near_best[rows] if near_best is not None else np.nan
-    return out[["layer", *PREDICTION_COLUMNS]]
+    return out[["layer", *(c for c in PREDICTION_COLUMNS if c not in PYTORCH_COLUMNS)]]
+
+
+def pytorch_times(predictor, frame: pd.DataFrame) -> np.ndarray:
+    """Per layer: PyTorch's own choice's predicted time and its bounds (:data:`PYTORCH_COLUMNS`
+    but ``recommended``), NaN for a model without a model of it."""
+    out = np.full((len(frame), 1 + 2 * len(INTERVAL_LEVELS)), np.nan)
+    if GUARD_POLICY not in predictor.policies or not len(frame):
+        return out
+    ms = predictor.predict_policies(frame)[:, list(predictor.policies).index(GUARD_POLICY)]
+    bounds = interval_bounds(ms[:, None], interval_kind(frame), [GUARD_POLICY], predictor.intervals)[:, 0]
+    out[:, 0], out[:, 1:] = ms, bounds.reshape(len(frame), -1)
+    return out
+
+
+def with_pytorch(predictions: pd.DataFrame, pytorch: np.ndarray, guarded: bool = True) -> pd.DataFrame:
+    """``predictions`` (:func:`ranked`) with each layer's :data:`PYTORCH_COLUMNS`: PyTorch's
+    predicted time and bounds (``pytorch``, one row per layer), and the guarded recommendation
+    (:func:`seer.predict.guard.recommended`; the pick itself unless ``guarded``)."""
+    layer = predictions["layer"].to_numpy()
+    first = np.unique(layer, return_index=True)[1]  # the rank-1 row of each layer
+    for k, column in enumerate(PYTORCH_COLUMNS[:-1]):
+        predictions[column] = pytorch[layer, k]
+    best = predictions.iloc[first]
+    algo = best["algo"].astype(object).where(best["algo"].notna(), None).to_numpy()
+    high = best[f"predicted_ms_high{GUARD_LEVEL}"].to_numpy(dtype=float)
+    choice = recommended(algo, best["predicted_ms"].to_numpy(dtype=float), high, pytorch[layer[first], 0],
+                         pytorch[layer[first], 1 + 2 * INTERVAL_LEVELS.index(GUARD_LEVEL)]) if guarded else algo
+    per_layer = np.empty(len(pytorch), dtype=object)
+    per_layer[layer[first]] = choice
+    predictions["recommended"] = pd.array(per_layer[layer], dtype="string")
+    return predictions
 
 
 def best_per_layer(predictions: pd.DataFrame) -> pd.DataFrame:
@@ -188,4 +222,6 @@ def best_per_layer(predictions: pd.DataFrame) -> pd.DataFrame:
         out[f"best_{bound}"] = first[column]
         out[f"runner_up_{bound}"] = second[column]
     out["pick_near_best"] = first["pick_near_best"]
+    for column in PYTORCH_COLUMNS:
+        out[column] = first[column]
     return out

@@ -448,7 +448,10 @@ class AlgorithmPredictor(Part):
     ``power`` holds, per algorithm timed with energy readings, a regressor of its average
     power (W) from the shape features: energy per call is predicted time x predicted power.
     ``intervals`` and ``near_best`` say how sure the times and the pick are
-    (:mod:`seer.predict.uncertainty`).
+    (:mod:`seer.predict.uncertainty`). ``policies`` predicts the time of PyTorch's own choice
+    (not an algorithm seer picks): per policy, a regressor of its ratio to the predicted time
+    of ``policy_reference`` (the algorithm whose kernels PyTorch's engine runs on most layers),
+    from the shape features and that algorithm's own ratio to its baseline.
     """
 
     spec: GPUSpec
@@ -466,6 +469,8 @@ class AlgorithmPredictor(Part):
     power: dict = field(default_factory=dict)
     intervals: dict = field(default_factory=dict)
     near_best: dict = field(default_factory=dict)
+    policies: dict = field(default_factory=dict)
+    policy_reference: str = ""
 
     def __post_init__(self) -> None:
         self._roofline_column = self.features.index("log2_roofline_floor_s")
@@ -546,6 +551,22 @@ class AlgorithmPredictor(Part):
         low, high = self.training_ranges["log2_flops"]
         log_flops = log2_flops(X)
         return outside | (log_flops < low) | (log_flops > high)
+
+    def predict_policies(self, X) -> np.ndarray:
+        """Predicted time (ms) of each of PyTorch's policies (``policies``' order) per shape; an
+        empty second axis for a model without them."""
+        if not self.policies:
+            return np.empty((len(layer_frame(X)), 0))
+        F, answers, _ = self.prepare(X)
+        reference, inputs = self.policy_inputs(F, answers)
+        return np.column_stack([reference * regressor.predict(inputs) for regressor in self.policies.values()])
+
+    def policy_inputs(self, F: np.ndarray, answers: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """The reference algorithm's predicted time (ms) as if it ran, and the policy
+        regressors' inputs: the shape features and the log of that time over its baseline."""
+        j = self.algorithms.index(self.policy_reference)
+        ratio = self._ratios(j, self._regressor_inputs(j, F, answers), answers)[0]
+        return ratio * self.baseline_ms(F, self.policy_reference), np.column_stack([F, np.log(ratio)])
 
     def baseline_ms(self, F: np.ndarray, algo: str) -> np.ndarray:
         """What ``algo``'s regressor predicts a ratio to, per row of features, in ms."""
@@ -688,15 +709,21 @@ class AlgorithmPredictor(Part):
             raise StateError(f"{where}: the pick weight must lie in [0, 1] and fixed costs must not be negative")
         _check_inputs(len(features), algorithms, workspace, supports, regressors, classifier, kernel_paths,
                       power, where)
+        policies, reference = state.get("policies", {}), state.get("policy_reference", "")  # none before 0.8
+        if not isinstance(policies, dict) or not set(policies) <= set(algorithm_names("pytorch")) or not all(
+                isinstance(r, LogTarget) and r.n_inputs in (None, len(features) + 1) for r in policies.values()):
+            raise StateError(f"{where}: PyTorch's policies need log-target regressors of the features and one more input")
+        if policies and reference not in regressors:
+            raise StateError(f"{where}: PyTorch's policies need a reference algorithm it times")
         intervals, near_best = state.get("intervals", {}), state.get("near_best", {})  # none before 0.8
         try:
-            check_intervals(intervals, list(regressors), where)
+            check_intervals(intervals, [*regressors, *policies], where)
             check_near_best(near_best, where)
         except ValueError as exc:
             raise StateError(str(exc)) from None
         return cls(spec, features, algorithms, workspace, supports, regressors,
                    {a: float(v) for a, v in fixed_cost.items()}, baseline, classifier, weight, ranges, kernel_paths,
-                   power, intervals, near_best)
+                   power, intervals, near_best, policies, reference)
 
 
 def _check_inputs(n: int, algorithms: list[str], workspace: WorkspacePredictor | None, supports: dict,

@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 from sklearn.isotonic import IsotonicRegression
 
-from seer.dataset.views import recorded_runs, training_frames
-from seer.layers.shapes import layer_frame
+from seer.dataset.views import policy_times, recorded_runs, training_frames
+from seer.layers.shapes import LAYER_COLUMNS, layer_frame
 from seer.predict.model import Model
 from seer.predict.predictors import AlgorithmPredictor
 from seer.predict.uncertainty import NEAR_BEST, fit_intervals, interval_kind, pick_margin
@@ -78,10 +78,27 @@ def calibrate_predictor(predictor: AlgorithmPredictor, shapes: pd.DataFrame, mea
     return replace(predictor, intervals=intervals, near_best=curve)
 
 
+def calibrate_policies(predictor: AlgorithmPredictor, shapes: pd.DataFrame, measured: pd.DataFrame) -> dict:
+    """Intervals of PyTorch's policies' predicted times, fitted as the algorithms' are, on
+    ``shapes`` and the policies' ``measured`` times (one column per policy)."""
+    if not predictor.policies or shapes.empty:
+        return {}
+    frame = layer_frame(shapes)
+    predicted = predictor.predict_policies(frame)
+    kinds = interval_kind(frame)
+    intervals = {}
+    for j, policy in enumerate(predictor.policies):
+        m = measured[policy].to_numpy(dtype=float)
+        ran = np.isfinite(m) & (m > 0) & np.isfinite(predicted[:, j])
+        if ran.any():
+            intervals[policy] = fit_intervals(np.log(m[ran] / predicted[ran, j]), kinds[ran])
+    return intervals
+
+
 def calibrate(model: Model, table: pd.DataFrame) -> Model:
     """``model`` with each math mode's predictor calibrated on the calibration half of
     Test-set-I of ``table`` (the measurements table); a math mode with no such layers is left as it is."""
-    predictors, shapes_used = dict(model.predictors), {}
+    predictors, shapes_used, policy_shapes = dict(model.predictors), {}, {}
     for math, predictor in model.predictors.items():
         shapes, measured = training_frames(table, math, CALIBRATION_SPLIT, partial=True)
         half = calibration_half(shapes.index)
@@ -90,6 +107,13 @@ def calibrate(model: Model, table: pd.DataFrame) -> Model:
         complete = recorded_runs(table, math, CALIBRATION_SPLIT, measured).to_numpy(dtype=bool).all(axis=1)
         predictors[math] = calibrate_predictor(predictor, shapes[half], measured[half], complete[half])
         shapes_used[math] = int(half.sum())
+        policies = policy_times(table, math, CALIBRATION_SPLIT)
+        policies = policies[calibration_half(policies.index)]
+        layers = table.drop_duplicates("shape_id").set_index("shape_id").loc[policies.index, list(LAYER_COLUMNS)]
+        policy_intervals = calibrate_policies(predictors[math], layers, policies)
+        if policy_intervals:
+            predictors[math] = replace(predictors[math], intervals=predictors[math].intervals | policy_intervals)
+            policy_shapes[math] = len(policies)
     card = dict(model.card) | {"calibration": {"split": CALIBRATION_SPLIT, "half": CALIBRATION_HASH,
-                                               "shapes": shapes_used}}
+                                               "shapes": shapes_used, "policy_shapes": policy_shapes}}
     return replace(model, card=card, predictors=predictors)

@@ -12,6 +12,7 @@ cross-validation made, the calibration and the library versions.
 from __future__ import annotations
 
 import platform
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, NamedTuple, Sequence
@@ -33,6 +34,7 @@ from seer.predict.persist import FORMAT_VERSION, sha256
 from seer.schema import MATH_MODE_NAMES, DatasetDir
 from seer.training.calibrate import calibrate
 from seer.training.estimators import CANDIDATE_SETS, AlgorithmSelector
+from seer.training.policies import fit_policies
 from seer.training.seer_baseline import PROFILE_COLUMNS, SeerFamily
 
 #: Measurement columns training reads.
@@ -155,7 +157,18 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
         "versions": {"seer": seer.__version__, "scikit-learn": sklearn.__version__, "numpy": np.__version__,
                      "pandas": pd.__version__, "python": platform.python_version()},
     }
-    return calibrate(Model(spec.name, card, predictors, baselines), table)
+    return calibrate(train_policies(Model(spec.name, card, predictors, baselines), table), table)
+
+
+def train_policies(model: Model, table: pd.DataFrame) -> Model:
+    """``model`` with each math mode's model of PyTorch's own choice fitted anew on the train
+    split of ``table`` (:func:`seer.training.policies.fit_policies`); the algorithms' models
+    stay as they are. The card says, per math mode, on how many layers and how well."""
+    predictors, maths = dict(model.predictors), {m: dict(info) for m, info in model.card.get("maths", {}).items()}
+    for math, predictor in model.predictors.items():
+        predictors[math], info = fit_policies(predictor, table, math)
+        maths.setdefault(math, {})["policies"] = info
+    return replace(model, predictors=predictors, card=dict(model.card) | {"maths": maths})
 
 
 def _sha256(path: Path) -> str:

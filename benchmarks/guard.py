@@ -1,0 +1,132 @@
+"""The guarded pick on the held-out networks: total convolution time per math mode and layer kind.
+
+    python benchmarks/guard.py --gpu h100 --out benchmarks/results/h100-guard
+
+On every layer of Test-set-II (the held-out real networks, square and of every kind) with
+a measured time of PyTorch's own choice, and per math mode, it totals the measured time of:
+seer's recommendation (:mod:`seer.predict.guard`: its pick where surely faster, else
+PyTorch's choice), seer's pick alone (unguarded), PyTorch's default (heuristic) mode,
+``cudnn.benchmark``, cuDNN's heuristic (the legacy v7 ranking's first algorithm), and the
+oracle (the fastest algorithm or PyTorch's choice, whichever measured shorter). Once with
+every algorithm seer ranks, once with cuDNN's only (what stock PyTorch can run). A pick that
+did not run on a layer counts PyTorch's time there (seer.torch falls back to it). The target
+of the issue on trust: seer's recommendation never totals more than 0.5% above PyTorch's
+default, per math mode and layer kind. Writes ``guard.json`` and ``guard.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from seer.dataset.views import POLICIES
+from seer.layers.shapes import LAYER_COLUMNS
+from seer.predict.guard import PYTORCH_CHOICE
+from seer.predict.persist import load_model
+from seer.predict.uncertainty import interval_kind
+from seer.schema import DatasetDir
+
+HELD_OUT = "test2"
+TARGET = 1.005
+POLICY_COLUMNS = ("seer", "seer_unguarded", "pytorch", "pytorch_benchmark", "cudnn_heuristic", "oracle")
+
+
+def measured_times(table: pd.DataFrame, math: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.Series]:
+    """Layers (index: shape_id), measured time per algorithm and policy, and the heuristic's
+    first choice's time, for the held-out layers of ``math`` where PyTorch's choice ran."""
+    rows = table[(table["split"] == HELD_OUT) & ((table["math"] == math) | table["algo"].str.startswith("SEER"))]
+    ok = rows[rows["status"] == "ok"]
+    wide = ok.pivot_table(index="shape_id", columns="algo", values="time_ms")
+    wide = wide[wide[POLICIES[0]].notna()]
+    heuristic = ok[(ok["heuristic_rank"] == 1) & (ok["math"] == math)].drop_duplicates("shape_id")
+    layers = rows.drop_duplicates("shape_id").set_index("shape_id").loc[wide.index, list(LAYER_COLUMNS)]
+    return layers, wide, heuristic.set_index("shape_id")["time_ms"].reindex(wide.index)
+
+
+def per_layer(model, math: str, algorithms: str | None, layers: pd.DataFrame, wide: pd.DataFrame,
+              heuristic: pd.Series) -> pd.DataFrame:
+    """Measured time per layer under each of :data:`POLICY_COLUMNS`."""
+    picks = model.pick(layers.reset_index(drop=True), math=math, algorithms=algorithms)
+    pytorch = wide[POLICIES[0]].to_numpy()
+
+    def measured(names) -> np.ndarray:
+        got = np.array([wide.iloc[i].get(a, np.nan) if isinstance(a, str) else np.nan for i, a in enumerate(names)])
+        return np.where(np.isfinite(got), got, pytorch)  # a pick that did not run falls back to PyTorch
+
+    choice = picks["recommended"].astype(object).where(picks["recommended"].notna(), None).to_numpy()
+    ranked = [a for a in wide.columns if a not in POLICIES and (algorithms is None or not a.startswith("SEER"))]
+    out = pd.DataFrame({
+        "seer": np.where(choice == PYTORCH_CHOICE, pytorch, measured(choice)),
+        "seer_unguarded": measured(picks["best_algo"].astype(object).where(picks["best_algo"].notna(), None)),
+        "pytorch": pytorch, "pytorch_benchmark": wide[POLICIES[1]].to_numpy(),
+        "cudnn_heuristic": heuristic.fillna(wide[POLICIES[0]]).to_numpy(),
+        "oracle": np.fmin(wide[ranked].min(axis=1).to_numpy(), pytorch),
+        "kind": interval_kind(layers.reset_index(drop=True)), "left_pytorch": choice != PYTORCH_CHOICE},
+        index=layers.index)
+    return out
+
+
+def summary(frames: dict[tuple[str, str], pd.DataFrame]) -> pd.DataFrame:
+    """Totals (ms) per (math, algorithms, kind), ratios to PyTorch's default, and the target."""
+    rows = []
+    for (math, algorithms), frame in frames.items():
+        for kind, members in [("all", frame), *frame.groupby("kind")]:
+            totals = {c: float(members[c].sum()) for c in POLICY_COLUMNS}
+            rows.append({"math": math, "algorithms": algorithms, "kind": kind, "layers": len(members),
+                         "left_pytorch": int(members["left_pytorch"].sum()),
+                         **{f"{c}_ms": round(v, 4) for c, v in totals.items()},
+                         **{f"{c}_vs_pytorch": round(v / totals["pytorch"], 4) for c, v in totals.items()
+                            if c != "pytorch"},
+                         "meets_target": totals["seer"] <= TARGET * totals["pytorch"]})
+    return pd.DataFrame(rows)
+
+
+def markdown(table: pd.DataFrame, header: str) -> str:
+    lines = [header, "", "| math | algorithms | kind | layers | left PyTorch | seer | seer unguarded | PyTorch ms | "
+             "cudnn.benchmark | cuDNN heuristic | oracle | within 0.5% |", "|" + "---|" * 12]
+    for r in table.itertuples():
+        lines.append(f"| {r.math} | {r.algorithms} | {r.kind} | {r.layers} | {r.left_pytorch} | "
+                     f"{r.seer_vs_pytorch:.4f} | {r.seer_unguarded_vs_pytorch:.4f} | {r.pytorch_ms:.3f} | "
+                     f"{r.pytorch_benchmark_vs_pytorch:.4f} | {r.cudnn_heuristic_vs_pytorch:.4f} | "
+                     f"{r.oracle_vs_pytorch:.4f} | {'yes' if r.meets_target else 'NO'} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpu", default="h100")
+    parser.add_argument("--data-dir", type=Path, default=Path("data"))
+    parser.add_argument("--out", type=Path, required=True, help="folder for guard.json and guard.md")
+    args = parser.parse_args(argv)
+    model = load_model(args.gpu)
+    table = pd.read_parquet(DatasetDir(args.data_dir / args.gpu).measurements,
+                            columns=[*LAYER_COLUMNS, "shape_id", "split", "math", "algo", "status", "time_ms",
+                                     "heuristic_rank"])
+    frames = {}
+    for math in model.maths:
+        layers, wide, heuristic = measured_times(table, math)
+        for name, algorithms in (("all", None), ("cudnn", "cudnn")):
+            frames[(math, name)] = per_layer(model, math, algorithms, layers, wide, heuristic)
+    result = summary(frames)
+    args.out.mkdir(parents=True, exist_ok=True)
+    header = (f"Measured total convolution time on the held-out networks (Test-set-II, {args.gpu}), as a ratio to "
+              f"PyTorch's default; `python benchmarks/guard.py --gpu {args.gpu} --out {args.out}`. 'left PyTorch': "
+              f"layers where seer recommends its pick over PyTorch's choice.")
+    (args.out / "guard.md").write_text(markdown(result, header))
+    (args.out / "guard.json").write_text(json.dumps({"gpu": args.gpu, "target": TARGET,
+                                                     "card_trained_at": model.card.get("trained_at"),
+                                                     "rows": result.to_dict(orient="records")}, indent=1) + "\n")
+    failed = result[~result["meets_target"]]
+    print(markdown(result, header))
+    print(f"{len(result) - len(failed)} of {len(result)} (math, algorithms, kind) totals within 0.5% of PyTorch's",
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

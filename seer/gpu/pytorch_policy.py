@@ -1,0 +1,81 @@
+"""PyTorch's own choice, run on the collector's tensors: the policy seer's picks must beat.
+
+PyTorch does not run a legacy cuDNN algorithm: ``torch.nn.functional.conv*d`` asks cuDNN's
+graph API for an engine (its heuristics, or trial runs under ``cudnn.benchmark``) and may
+skip cuDNN altogether (its own depthwise kernels). So the policy is timed as a whole, on
+the same tensors, stream and protocol as the algorithms, with PyTorch's flags set for the
+run's math mode (strict FP32 is ``allow_tf32=False``) and its policy. The output comes from
+PyTorch's caching allocator, as in a model; the check copies it into the poisoned output.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+import numpy as np
+
+from seer.algorithms import get_algorithm
+from seer.schema import get_math_mode
+
+
+@contextmanager
+def pytorch_flags(benchmark: bool, math: str):
+    """PyTorch's cuDNN flags for one policy and math mode, restored afterwards."""
+    import torch
+
+    backends = torch.backends.cudnn
+    saved = (backends.benchmark, backends.allow_tf32)
+    backends.benchmark, backends.allow_tf32 = benchmark, get_math_mode(math).tensor_cores
+    try:
+        yield
+    finally:
+        backends.benchmark, backends.allow_tf32 = saved
+
+
+class PytorchRun:
+    """PyTorch's convolution of ``tensors`` (a :class:`seer.gpu.reference.ShapeTensors`) under
+    policy ``algo`` (an algorithm of source ``pytorch``) and math mode ``math``.
+
+    ``forward()`` is one call, enqueued on CuPy's current stream; ``checked_forward()`` also
+    copies the output into ``tensors.y`` for the float64 check. Made for the collector's
+    worker, which runs one item at a time: PyTorch's flags are set for the policy and math
+    mode when the run is made, and ``release()`` restores them and returns PyTorch's cached
+    blocks (benchmark mode's trial workspaces among them).
+    """
+
+    def __init__(self, tensors, algo: str, math: str) -> None:
+        import cupy as cp
+        import torch
+        import torch.nn.functional as F
+
+        policy = get_algorithm(algo)
+        if policy.source != "pytorch":
+            raise ValueError(f"{algo} is not one of PyTorch's policies")
+        self._torch = torch
+        shape = tensors.shape
+        self._conv = {2: F.conv2d, 3: F.conv3d}[shape.dims]
+        inverse = tuple(int(i) for i in np.argsort(shape.layout_order(tensors.layout)))
+        self._x = torch.from_dlpack(tensors.x).permute(inverse)
+        self._w = torch.from_dlpack(tensors.w).permute(inverse)
+        self._y = torch.from_dlpack(tensors.y).permute(inverse)
+        self._args = (None, shape.spatial_stride, shape.spatial_padding, shape.spatial_dilation, shape.groups)
+        pointer = cp.cuda.get_current_stream().ptr
+        # CuPy's default stream is the legacy default stream, which is also PyTorch's.
+        stream = torch.cuda.ExternalStream(pointer) if pointer else torch.cuda.default_stream()
+        self._flags = pytorch_flags(policy.name == "PYTORCH_BENCHMARK", math)
+        self._stream = torch.cuda.stream(stream)
+        self._flags.__enter__()
+        self._stream.__enter__()
+        self._out = None
+
+    def forward(self) -> None:
+        self._out = self._conv(self._x, self._w, *self._args)
+
+    def checked_forward(self) -> None:
+        self.forward()
+        self._y.copy_(self._out)
+
+    def release(self) -> None:
+        self._out = None
+        self._stream.__exit__(None, None, None)
+        self._flags.__exit__(None, None, None)
+        self._torch.cuda.empty_cache()
