@@ -565,9 +565,9 @@ def _print_table(console, gpu: str, math: str, rows, objective: str = "time") ->
             "; near best: the chance that the pick measures within 1% of the fastest" if sure else "") + ".")
     if guarded:
         kept = int((rows["recommended"] == PYTORCH_CHOICE).sum())
-        console.print(f"use: seer's pick where its time's {GUARD_LEVEL}% interval lies below PyTorch's own choice's, "
-                      f"else PyTorch's choice ({kept} of {len(rows)} layers here: the gain is within the models' "
-                      "error); PyTorch ms: its default (heuristic) mode's predicted time.")
+        console.print(f"PyTorch ms: PyTorch's own choice (default mode), predicted. use: the pick where its "
+                      f"{GUARD_LEVEL}% interval lies below PyTorch's, else PyTorch's own choice (on {kept} of "
+                      f"{len(rows)} layers here, the gain is within the models' error).")
     _note_extrapolated(console, int(rows["extrapolated"].sum()) if len(rows) else 0)
     if len(rows) and not energy and (rows["best_ms"] > rows["runner_up_ms"]).any():
         console.print(f"{ABOVE_RUNNER_UP} the pick's time is above the runner-up's: the pick also weighs how likely "

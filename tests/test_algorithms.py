@@ -119,6 +119,7 @@ def test_the_launch_table_is_the_median_of_the_traced_launches(table):
     from seer.layers.shapes import ConvShape
 
     traced = read_parts(DATASET / "traced_kernels", columns=["shape_id", "math", "algo", "launches"])
+    traced = traced[traced["algo"].map(lambda a: get_algorithm(a).source != "pytorch")]  # seer never runs them
     launches = traced.groupby(["shape_id", "math", "algo"], as_index=False)["launches"].sum()
     fields = ["shape_id", "math", "algo", "groups", "in_ch"]
     layers = table[fields].drop_duplicates(fields[:3])

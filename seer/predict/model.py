@@ -177,7 +177,7 @@ def pytorch_times(predictor, frame: pd.DataFrame) -> np.ndarray:
     out = np.full((len(frame), 1 + 2 * len(INTERVAL_LEVELS)), np.nan)
     if GUARD_POLICY not in predictor.policies or not len(frame):
         return out
-    ms = predictor.predict_policies(frame)[:, list(predictor.policies).index(GUARD_POLICY)]
+    ms = predictor.predict_policies(frame, [GUARD_POLICY])[:, 0]
     bounds = interval_bounds(ms[:, None], interval_kind(frame), [GUARD_POLICY], predictor.intervals)[:, 0]
     out[:, 0], out[:, 1:] = ms, bounds.reshape(len(frame), -1)
     return out

@@ -552,14 +552,15 @@ class AlgorithmPredictor(Part):
         log_flops = log2_flops(X)
         return outside | (log_flops < low) | (log_flops > high)
 
-    def predict_policies(self, X) -> np.ndarray:
-        """Predicted time (ms) of each of PyTorch's policies (``policies``' order) per shape; an
-        empty second axis for a model without them."""
-        if not self.policies:
+    def predict_policies(self, X, names: list[str] | None = None) -> np.ndarray:
+        """Predicted time (ms) of PyTorch's policies ``names`` (default: all it models, in
+        ``policies``' order) per shape; an empty second axis for a model without them."""
+        names = list(self.policies) if names is None else names
+        if not self.policies or not names:
             return np.empty((len(layer_frame(X)), 0))
         F, answers, _ = self.prepare(X)
         reference, inputs = self.policy_inputs(F, answers)
-        return np.column_stack([reference * regressor.predict(inputs) for regressor in self.policies.values()])
+        return np.column_stack([reference * self.policies[name].predict(inputs) for name in names])
 
     def policy_inputs(self, F: np.ndarray, answers: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """The reference algorithm's predicted time (ms) as if it ran, and the policy

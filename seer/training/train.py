@@ -25,7 +25,8 @@ from sklearn.base import clone
 import seer
 from seer.dataset.build import parsed_measurements, read_census
 from seer.dataset.tables import digest
-from seer.dataset.views import algorithm_frames, recorded_like, split_rows, training_frames, values_by_algorithm
+from seer.dataset.views import (POLICIES, algorithm_frames, recorded_like, split_rows, training_frames,
+                                values_by_algorithm)
 from seer.errors import InputError
 from seer.hardware.gpus import GPUSpec
 from seer.layers.shapes import LAYER_COLUMNS, is_seer_layer
@@ -68,7 +69,8 @@ class TrainingInputs(NamedTuple):
 def training_inputs(table: pd.DataFrame, census: pd.DataFrame, math: str, split: str = "train") -> TrainingInputs:
     """:class:`TrainingInputs` of one split and math mode."""
     rows = split_rows(table, math, split)
-    shapes, times = algorithm_frames(rows, pd.unique(table["algo"]), "time_ms", partial=True)
+    rows = rows[~rows["algo"].isin(POLICIES)]  # PyTorch's choice: modelled apart (fit_policies), never picked
+    shapes, times = algorithm_frames(rows, pd.unique(rows["algo"]), "time_ms", partial=True)
 
     def like_times(value: str) -> pd.DataFrame:
         return values_by_algorithm(rows, value).reindex(index=times.index, columns=times.columns)
@@ -105,7 +107,7 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
     template = selector if selector is not None else AlgorithmSelector(candidates=CANDIDATE_SETS[trees](),
                                                                        max_kernel_paths=kernel_paths)
     predictors, baselines, per_math = {}, {}, {}
-    n_algos = table["algo"].nunique()
+    n_algos = table.loc[~table["algo"].isin(POLICIES), "algo"].nunique()
     per_math_steps = 2 * n_algos + 2  # first stage and time per algorithm, the pick, SEER's model
     total = per_math_steps * len(maths)
     for index, math in enumerate(maths):
