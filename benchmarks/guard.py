@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from seer.dataset.views import POLICIES
+from seer.dataset.views import POLICIES, layers_of
 from seer.layers.shapes import LAYER_COLUMNS
 from seer.predict.guard import PYTORCH_CHOICE
 from seer.predict.persist import load_model
@@ -44,8 +44,7 @@ def measured_times(table: pd.DataFrame, math: str) -> tuple[pd.DataFrame, pd.Dat
     wide = ok.pivot_table(index="shape_id", columns="algo", values="time_ms")
     wide = wide[wide[POLICIES[0]].notna()]
     heuristic = ok[(ok["heuristic_rank"] == 1) & (ok["math"] == math)].drop_duplicates("shape_id")
-    layers = rows.drop_duplicates("shape_id").set_index("shape_id").loc[wide.index, list(LAYER_COLUMNS)]
-    return layers, wide, heuristic.set_index("shape_id")["time_ms"].reindex(wide.index)
+    return layers_of(rows, wide.index), wide, heuristic.set_index("shape_id")["time_ms"].reindex(wide.index)
 
 
 def per_layer(model, math: str, algorithms: str | None, layers: pd.DataFrame, wide: pd.DataFrame,

@@ -332,15 +332,24 @@ def _cmd_train(args) -> int:
     return 0
 
 
-def _train_policies(spec, data_dir: Path, root: Path) -> int:
+def _saved_model_and_table(gpu: str, data_dir: Path, root: Path):
+    """The trained model of ``gpu`` in the models directory ``root``, and its dataset's
+    measurements as training reads them: what refitting a part of a model starts from."""
     from seer.dataset.build import parsed_measurements
     from seer.predict import persist
     from seer.schema import DatasetDir
-    from seer.training.calibrate import calibrate
-    from seer.training.train import TRAINING_COLUMNS, train_policies
+    from seer.training.train import TRAINING_COLUMNS
 
-    model = persist.load(root / spec.name)
-    table = parsed_measurements(DatasetDir(data_dir / spec.name), spec.name, TRAINING_COLUMNS)
+    model = persist.load(root / gpu)
+    return model, parsed_measurements(DatasetDir(data_dir / model.gpu), model.gpu, TRAINING_COLUMNS)
+
+
+def _train_policies(spec, data_dir: Path, root: Path) -> int:
+    from seer.predict import persist
+    from seer.training.calibrate import calibrate
+    from seer.training.train import train_policies
+
+    model, table = _saved_model_and_table(spec.name, data_dir, root)
     model = calibrate(train_policies(model, table), table)
     paths = persist.save(model, root / spec.name)
     for math, info in model.card["maths"].items():
@@ -364,15 +373,11 @@ def _add_calibrate(sub) -> None:
 
 
 def _cmd_calibrate(args) -> int:
-    from seer.dataset.build import parsed_measurements
     from seer.predict import persist
-    from seer.schema import DatasetDir
     from seer.training.calibrate import calibrate
-    from seer.training.train import TRAINING_COLUMNS
 
     root = persist.models_root(args.models_dir)
-    model = persist.load(root / args.gpu)
-    model = calibrate(model, parsed_measurements(DatasetDir(args.data_dir / model.gpu), model.gpu, TRAINING_COLUMNS))
+    model = calibrate(*_saved_model_and_table(args.gpu, args.data_dir, root))
     paths = persist.save(model, root / model.gpu)
     shapes = model.card["calibration"]["shapes"]
     err_console.log(f"calibrated on {', '.join(f'{n} {m}-math shapes' for m, n in shapes.items())}; "

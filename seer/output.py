@@ -40,7 +40,7 @@ import pandas as pd
 from seer.errors import InputError, os_reason
 from seer.layers.files import STDIN, STDIN_NAME, iter_layer_chunks, label_columns
 from seer.layers.shapes import LAYER_COLUMNS, frame_tensor_bytes
-from seer.schema import PREDICTION_COLUMNS, PYTORCH_COLUMNS
+from seer.schema import PREDICTION_COLUMNS, PYTORCH_CHOICE, PYTORCH_COLUMNS
 
 FORMATS = ("csv", "json")
 #: What one CSV row or JSON object of the output holds: a (layer, algorithm predicted to run),
@@ -603,7 +603,7 @@ class PickSummary:
         self.layers += len(first)
         if "pytorch_ms" in first:
             self.guarded += int(first["pytorch_ms"].notna().sum())
-            self.kept += int((first["pytorch_ms"].notna() & (first["recommended"] == "PYTORCH")).sum())
+            self.kept += int((first["pytorch_ms"].notna() & (first["recommended"] == PYTORCH_CHOICE)).sum())
         self.extrapolated += int(first["extrapolated"].sum())
         picked = first["algo"].dropna()
         self.none += len(first) - len(picked)

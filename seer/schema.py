@@ -155,6 +155,8 @@ INTERVAL_COLUMNS: tuple[str, ...] = tuple(f"predicted_ms_{bound}{level}" for lev
 #: Columns of the time PyTorch's own choice is predicted to take per layer (its default,
 #: heuristic mode) with its bounds, and what seer recommends: its pick where that is surely
 #: faster, else ``PYTORCH`` (:mod:`seer.predict.guard`). Empty for a model without them.
+#: What ``recommended`` says where PyTorch's own choice is kept.
+PYTORCH_CHOICE = "PYTORCH"
 PYTORCH_COLUMNS: tuple[str, ...] = ("pytorch_ms", *(f"pytorch_{bound}{level}" for level in INTERVAL_LEVELS
                                                    for bound in ("low", "high")), "recommended")
 #: Columns of a prediction, one row per (layer, algorithm predicted to run); a layer with

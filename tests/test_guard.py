@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from seer.algorithms import algorithm_names, get_algorithm
-from seer.dataset.views import POLICIES, policy_times, training_frames
+from seer.dataset.views import POLICIES, policy_frames, training_frames
 from seer.predict.guard import GUARD_LEVEL, PYTORCH_CHOICE, recommended
 from seer.predict.persist import load_model
 from seer.predict.predictors import AlgorithmPredictor, StateError
@@ -45,7 +45,8 @@ def test_policies_are_registered_apart_and_never_in_the_algorithms_frames(table)
     assert all(get_algorithm(p).family == "policy" for p in POLICIES)
     shapes, measured = training_frames(table, "fma", "test2", partial=True)
     assert not set(POLICIES) & set(measured.columns) and len(shapes)
-    times = policy_times(table, "fma", "test2")
+    layers, times = policy_frames(table, "fma", "test2")
+    assert list(layers.index) == list(times.index)
     assert list(times.columns) == POLICIES and len(times) >= 1000 and (times.dropna() > 0).all().all()
 
 

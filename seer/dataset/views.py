@@ -33,18 +33,30 @@ def training_frames(table: pd.DataFrame, math: str, split: str | None = "train",
     layers. An algorithm run on fewer is left out, or with ``partial`` kept with NaN where
     it was not run too: :func:`recorded_runs` tells the two NaNs apart.
     """
-    rows = split_rows(table, math, split)
-    rows = rows[~rows["algo"].isin(POLICIES)]  # PyTorch's choice is measured beside them, never picked
+    rows = algorithm_rows(table, math, split)
     return algorithm_frames(rows, pd.unique(rows["algo"]), value, partial)
 
 
-def policy_times(table: pd.DataFrame, math: str, split: str | None = None) -> pd.DataFrame:
-    """PyTorch's policies' measured times (one column per policy, NaN where the run did not
-    succeed) per layer (index: shape_id) of ``split`` (None: every split) and ``math``, for
-    the layers where they ran."""
+def policy_frames(table: pd.DataFrame, math: str, split: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Layers (the layer columns, indexed by shape_id) and PyTorch's policies' measured times
+    (one column per policy, NaN where the run did not succeed) of ``split`` (None: every
+    split) and ``math``, for the layers where they ran."""
     rows = split_rows(table, math, split)
     rows = rows[rows["algo"].isin(POLICIES)]
-    return values_by_algorithm(rows, "time_ms").reindex(columns=POLICIES)
+    times = values_by_algorithm(rows, "time_ms").reindex(columns=POLICIES)
+    return layers_of(rows, times.index), times
+
+
+def algorithm_rows(table: pd.DataFrame, math: str, split: str | None) -> pd.DataFrame:
+    """:func:`split_rows` of the algorithms only: PyTorch's choice is measured beside them,
+    modelled apart and never picked."""
+    rows = split_rows(table, math, split)
+    return rows[~rows["algo"].isin(POLICIES)]
+
+
+def layers_of(rows: pd.DataFrame, shape_ids) -> pd.DataFrame:
+    """The layer columns of ``shape_ids`` (index: shape_id), from ``rows`` that hold them."""
+    return rows.drop_duplicates("shape_id").set_index("shape_id").loc[shape_ids, list(LAYER_COLUMNS)]
 
 
 def recorded_runs(table: pd.DataFrame, math: str, split: str | None, like: pd.DataFrame) -> pd.DataFrame:
@@ -77,8 +89,7 @@ def algorithm_frames(rows: pd.DataFrame, order, value: str, partial: bool) -> tu
     full = [a for a in present if recorded[a].mean() >= MIN_COVERAGE]
     kept = [a for a in present if a in full or partial]
     values = values.loc[recorded[full].all(axis=1), kept]
-    shapes = rows.drop_duplicates("shape_id").set_index("shape_id").loc[values.index, list(LAYER_COLUMNS)]
-    return shapes, values
+    return layers_of(rows, values.index), values
 
 
 def _recorded(rows: pd.DataFrame) -> pd.DataFrame:

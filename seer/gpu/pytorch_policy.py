@@ -11,6 +11,7 @@ PyTorch's caching allocator, as in a model; the check copies it into the poisone
 from __future__ import annotations
 
 from contextlib import contextmanager
+
 import numpy as np
 
 from seer.algorithms import get_algorithm

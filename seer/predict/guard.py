@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from seer.schema import PYTORCH_CHOICE
+
 #: The interval level whose bounds must not overlap for seer's pick to replace PyTorch's.
 GUARD_LEVEL = 80
-#: What ``recommended`` says where PyTorch's own choice is kept.
-PYTORCH_CHOICE = "PYTORCH"
 #: The policy whose predicted time the guard compares with: PyTorch's default (heuristic) mode.
 GUARD_POLICY = "PYTORCH"
 

@@ -93,7 +93,8 @@ class Model:
             check_layer_frame(frame)
         except (ShapeError, ValueError) as exc:  # a caller's frame, not a file: no line to name
             raise InputError(str(exc), field=getattr(exc, "field", None)) from None
-        times, scores, energies = predictor.predict_with_energy(frame)
+        guard = [GUARD_POLICY] if GUARD_POLICY in predictor.policies else []
+        times, scores, energies, pytorch = predictor.predict_with_energy(frame, guard)
         _check_answers(times, energies, predictor.algorithms, f"the {self.gpu} {math}-math model")
         reported = times
         if objective == "energy":
@@ -109,7 +110,8 @@ class Model:
             near_best[:] = np.nan  # calibrated for picks by time
         out = ranked(frame, math, predictor.algorithms, times, scores, predictor.extrapolated(frame), energies,
                      bounds, near_best)
-        return with_pytorch(out, pytorch_times(predictor, frame), guarded=objective == "time")
+        return with_pytorch(out, pytorch_times(predictor, frame, pytorch[:, 0] if guard else None),
+                            guarded=objective == "time")
 
     def pick(self, layers: Layers, math: str = "default", algorithms: Sequence[str] | None = None,
              objective: str = "time") -> pd.DataFrame:
@@ -171,13 +173,13 @@ def ranked(frame: pd.DataFrame, math: str, algorithms: list[str], times: np.ndar
     return out[["layer", *(c for c in PREDICTION_COLUMNS if c not in PYTORCH_COLUMNS)]]
 
 
-def pytorch_times(predictor, frame: pd.DataFrame) -> np.ndarray:
-    """Per layer: PyTorch's own choice's predicted time and its bounds (:data:`PYTORCH_COLUMNS`
-    but ``recommended``), NaN for a model without a model of it."""
+def pytorch_times(predictor, frame: pd.DataFrame, ms: np.ndarray | None) -> np.ndarray:
+    """Per layer of ``frame``: PyTorch's own choice's predicted time ``ms`` and its bounds
+    (:data:`PYTORCH_COLUMNS` but ``recommended``), NaN where ``ms`` is None (a model without a
+    model of it)."""
     out = np.full((len(frame), 1 + 2 * len(INTERVAL_LEVELS)), np.nan)
-    if GUARD_POLICY not in predictor.policies or not len(frame):
+    if ms is None or not len(frame):
         return out
-    ms = predictor.predict_policies(frame, [GUARD_POLICY])[:, 0]
     bounds = interval_bounds(ms[:, None], interval_kind(frame), [GUARD_POLICY], predictor.intervals)[:, 0]
     out[:, 0], out[:, 1:] = ms, bounds.reshape(len(frame), -1)
     return out
@@ -194,8 +196,9 @@ def with_pytorch(predictions: pd.DataFrame, pytorch: np.ndarray, guarded: bool =
     best = predictions.iloc[first]
     algo = best["algo"].astype(object).where(best["algo"].notna(), None).to_numpy()
     high = best[f"predicted_ms_high{GUARD_LEVEL}"].to_numpy(dtype=float)
+    low = PYTORCH_COLUMNS.index(f"pytorch_low{GUARD_LEVEL}")
     choice = recommended(algo, best["predicted_ms"].to_numpy(dtype=float), high, pytorch[layer[first], 0],
-                         pytorch[layer[first], 1 + 2 * INTERVAL_LEVELS.index(GUARD_LEVEL)]) if guarded else algo
+                         pytorch[layer[first], low]) if guarded else algo
     per_layer = np.empty(len(pytorch), dtype=object)
     per_layer[layer[first]] = choice
     predictions["recommended"] = pd.array(per_layer[layer], dtype="string")

@@ -23,7 +23,7 @@ checks them before it builds anything.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 import pandas as pd
@@ -344,11 +344,23 @@ class WorkspacePredictor(Part):
         for j, algo in enumerate(self.algorithms):
             p_runs = probability(self.runs[algo], F)
             out[:, 3 * j] = p_runs
-            rows = p_runs >= RUNS_THRESHOLD if only_where_runs else slice(None)
-            F_run = F[rows]
-            out[rows, 3 * j + 1] = probability(self.nonzero[algo], F_run)
-            out[rows, 3 * j + 2] = self.log2_bytes[algo].predict(F_run)
+            self._workspace_answers(out, F, j, p_runs >= RUNS_THRESHOLD if only_where_runs else slice(None))
         return out
+
+    def completed(self, answers: np.ndarray, F: np.ndarray, j: int) -> np.ndarray:
+        """``answers`` (of :meth:`answers` with ``only_where_runs``) with algorithm ``j``'s
+        workspace answers on every row, as ``only_where_runs=False`` gives them."""
+        missing = np.isnan(answers[:, 3 * j + 1])
+        if not missing.any():
+            return answers
+        answers = answers.copy()
+        self._workspace_answers(answers, F, j, missing)
+        return answers
+
+    def _workspace_answers(self, out: np.ndarray, F: np.ndarray, j: int, rows) -> None:
+        algo, F_rows = self.algorithms[j], F[rows]
+        out[rows, 3 * j + 1] = probability(self.nonzero[algo], F_rows)
+        out[rows, 3 * j + 2] = self.log2_bytes[algo].predict(F_rows)
 
     def answer_names(self) -> list[str]:
         return [f"{algo}_{name}" for algo in self.algorithms for name in ANSWER_NAMES]
@@ -525,12 +537,14 @@ class AlgorithmPredictor(Part):
         reported, weighed = self._times(F, answers, planned)
         return reported, self._scores(F, answers, weighed)
 
-    def predict_with_energy(self, X) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """:meth:`predict_with_scores` and the energy per call (mJ: predicted time x predicted
-        power; NaN without an energy model), from one pass over the features."""
+    def predict_with_energy(self, X, policies: Sequence[str] = ()) -> tuple[np.ndarray, ...]:
+        """:meth:`predict_with_scores`, the energy per call (mJ: predicted time x predicted
+        power; NaN without an energy model) and :meth:`predict_policies` of ``policies``,
+        from one pass over the features."""
         F, answers, planned = self.prepare(X, complete=False)
         reported, weighed = self._times(F, answers, planned)
-        return reported, self._scores(F, answers, weighed), reported * self._power(F)
+        return (reported, self._scores(F, answers, weighed), reported * self._power(F),
+                self._policy_times(F, answers, policies))
 
     def pick_scores(self, X) -> np.ndarray:
         """What the pick minimises per shape and algorithm (NaN where predicted not to run)."""
@@ -555,17 +569,23 @@ class AlgorithmPredictor(Part):
     def predict_policies(self, X, names: list[str] | None = None) -> np.ndarray:
         """Predicted time (ms) of PyTorch's policies ``names`` (default: all it models, in
         ``policies``' order) per shape; an empty second axis for a model without them."""
-        names = list(self.policies) if names is None else names
-        if not self.policies or not names:
-            return np.empty((len(layer_frame(X)), 0))
-        F, answers, _ = self.prepare(X)
+        F, answers, _ = self.prepare(X, complete=False)
+        return self._policy_times(F, answers, list(self.policies) if names is None else names)
+
+    def _policy_times(self, F: np.ndarray, answers: np.ndarray | None, names: Sequence[str]) -> np.ndarray:
+        if not names:
+            return np.empty((len(F), 0))
         reference, inputs = self.policy_inputs(F, answers)
         return np.column_stack([reference * self.policies[name].predict(inputs) for name in names])
 
     def policy_inputs(self, F: np.ndarray, answers: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """The reference algorithm's predicted time (ms) as if it ran, and the policy
-        regressors' inputs: the shape features and the log of that time over its baseline."""
+        regressors' inputs: the shape features and the log of that time over its baseline.
+        ``answers`` may leave out the workspace answers where an algorithm is predicted not to
+        run: the reference's are completed."""
         j = self.algorithms.index(self.policy_reference)
+        if answers is not None:
+            answers = self.workspace.completed(answers, F, j)
         ratio = self._ratios(j, self._regressor_inputs(j, F, answers), answers)[0]
         return ratio * self.baseline_ms(F, self.policy_reference), np.column_stack([F, np.log(ratio)])
 

@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 from sklearn.isotonic import IsotonicRegression
 
-from seer.dataset.views import policy_times, recorded_runs, training_frames
-from seer.layers.shapes import LAYER_COLUMNS, layer_frame
+from seer.dataset.views import policy_frames, recorded_runs, training_frames
+from seer.layers.shapes import layer_frame
 from seer.predict.model import Model
 from seer.predict.predictors import AlgorithmPredictor
 from seer.predict.uncertainty import NEAR_BEST, fit_intervals, interval_kind, pick_margin
@@ -107,13 +107,12 @@ def calibrate(model: Model, table: pd.DataFrame) -> Model:
         complete = recorded_runs(table, math, CALIBRATION_SPLIT, measured).to_numpy(dtype=bool).all(axis=1)
         predictors[math] = calibrate_predictor(predictor, shapes[half], measured[half], complete[half])
         shapes_used[math] = int(half.sum())
-        policies = policy_times(table, math, CALIBRATION_SPLIT)
-        policies = policies[calibration_half(policies.index)]
-        layers = table.drop_duplicates("shape_id").set_index("shape_id").loc[policies.index, list(LAYER_COLUMNS)]
-        policy_intervals = calibrate_policies(predictors[math], layers, policies)
+        layers, policies = policy_frames(table, math, CALIBRATION_SPLIT)
+        half = calibration_half(policies.index)
+        policy_intervals = calibrate_policies(predictors[math], layers[half], policies[half])
         if policy_intervals:
             predictors[math] = replace(predictors[math], intervals=predictors[math].intervals | policy_intervals)
-            policy_shapes[math] = len(policies)
+            policy_shapes[math] = int(half.sum())
     card = dict(model.card) | {"calibration": {"split": CALIBRATION_SPLIT, "half": CALIBRATION_HASH,
                                                "shapes": shapes_used, "policy_shapes": policy_shapes}}
     return replace(model, card=card, predictors=predictors)

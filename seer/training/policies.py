@@ -17,8 +17,8 @@ import pandas as pd
 from sklearn.ensemble import HistGradientBoostingRegressor
 from sklearn.model_selection import KFold, cross_val_predict
 
-from seer.dataset.views import POLICIES, policy_times
-from seer.layers.shapes import LAYER_COLUMNS, layer_frame
+from seer.dataset.views import POLICIES, policy_frames
+from seer.layers.shapes import layer_frame
 from seer.predict.predictors import AlgorithmPredictor
 from seer.predict.features import shape_features
 
@@ -42,8 +42,7 @@ def fit_policies(predictor: AlgorithmPredictor, table: pd.DataFrame, math: str) 
 
     if POLICY_REFERENCE not in predictor.regressors:
         return predictor, {}
-    times = policy_times(table, math, "train")
-    layers = table.drop_duplicates("shape_id").set_index("shape_id").loc[times.index, list(LAYER_COLUMNS)]
+    layers, times = policy_frames(table, math, "train")
     F = shape_features(layer_frame(layers.reset_index(drop=True)), predictor.spec).to_numpy()
     answers = predictor.workspace.answers(F) if predictor.workspace is not None else None
     predictor = replace(predictor, policy_reference=POLICY_REFERENCE)

@@ -25,7 +25,7 @@ from sklearn.base import clone
 import seer
 from seer.dataset.build import parsed_measurements, read_census
 from seer.dataset.tables import digest
-from seer.dataset.views import (POLICIES, algorithm_frames, recorded_like, split_rows, training_frames,
+from seer.dataset.views import (POLICIES, algorithm_frames, algorithm_rows, recorded_like, training_frames,
                                 values_by_algorithm)
 from seer.errors import InputError
 from seer.hardware.gpus import GPUSpec
@@ -68,8 +68,7 @@ class TrainingInputs(NamedTuple):
 
 def training_inputs(table: pd.DataFrame, census: pd.DataFrame, math: str, split: str = "train") -> TrainingInputs:
     """:class:`TrainingInputs` of one split and math mode."""
-    rows = split_rows(table, math, split)
-    rows = rows[~rows["algo"].isin(POLICIES)]  # PyTorch's choice: modelled apart (fit_policies), never picked
+    rows = algorithm_rows(table, math, split)
     shapes, times = algorithm_frames(rows, pd.unique(rows["algo"]), "time_ms", partial=True)
 
     def like_times(value: str) -> pd.DataFrame:
