@@ -47,14 +47,22 @@ STAGES = ("python start", "imports", "tree loop load", "model load", "reading", 
           "model other", "ranking", "labels", "writing", "summary", "other")
 
 
-def sample_layers(count: int, seed: int = 0) -> list:
-    """``count`` layers drawn with replacement from SEER's ranges, the random grid and networks."""
+def sample_layers(count: int, seed: int = 0, distinct: bool = False) -> list:
+    """``count`` layers drawn with replacement from SEER's ranges, the random grid and networks
+    (about 9,600 distinct layers: draws repeat, as a network's layers do); with ``distinct``,
+    every one different: the pool's layers in a seeded order at batch 1, then 2, and so on."""
+    from dataclasses import replace
+
     import numpy as np
 
     from seer.layers.grids import networks_grid, random_grid, seer_grid
 
-    pool = [*seer_grid(), *random_grid(), *networks_grid()]
-    picks = np.random.default_rng(seed).integers(0, len(pool), size=count)
+    pool = list(dict.fromkeys([*seer_grid(), *random_grid(), *networks_grid()]))
+    rng = np.random.default_rng(seed)
+    if distinct:
+        order = rng.permutation(len(pool))
+        return [replace(pool[order[i % len(pool)]], batch=1 + i // len(pool)) for i in range(count)]
+    picks = rng.integers(0, len(pool), size=count)
     return [pool[i] for i in picks]
 
 
@@ -197,6 +205,8 @@ def run(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", default="algorithm", help="--rows modes of seer predict, comma-separated")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--breakdown", action="store_true", help="time each stage of one run per repeat (see above)")
+    p.add_argument("--distinct", action="store_true", help="every layer different (seer predicts each distinct "
+                                                              "layer once: this is the worst case)")
     p.add_argument("--report", type=Path)
     args = p.parse_args(argv)
     from seer.layers.files import write_layers
@@ -204,14 +214,15 @@ def run(argv: list[str] | None = None) -> int:
     seer_command = [str(Path(sys.executable).with_name("seer"))]
     figures = {"command": "seer predict FILE --math MATH --rows ROWS --out pred.csv",
                "cpu": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-               "python": platform.python_version(), "runs": []}
+               "python": platform.python_version(), "distinct_layers_only": args.distinct, "runs": []}
     if args.breakdown:
         figures["stages"] = list(STAGES)
     with tempfile.TemporaryDirectory() as scratch:
         for count in args.layers:
             started = time.perf_counter()
             source = Path(scratch) / f"layers-{count}.txt"
-            write_layers(source, sample_layers(count))
+            layers = sample_layers(count, distinct=args.distinct)
+            write_layers(source, layers)
             print(f"{count} layers written in {time.perf_counter() - started:.1f} s", file=sys.stderr)
             for math in args.math.split(","):
                 for rows in args.rows.split(","):
@@ -220,7 +231,7 @@ def run(argv: list[str] | None = None) -> int:
                     if rows != "algorithm":
                         command += ["--rows", rows]
                     _measure(command)  # warm-up: numba's cache, Python's bytecode cache, the OS's file cache
-                    run = {"layers": count, "math": math, "rows": rows}
+                    run = {"layers": count, "distinct_layers": len(set(layers)), "math": math, "rows": rows}
                     if args.breakdown:
                         breakdowns = [_breakdown(source, out, math, rows) for _ in range(args.repeat)]
                         best = min(breakdowns, key=lambda b: b["seconds_total"])

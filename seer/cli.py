@@ -440,6 +440,9 @@ def _add_predict(sub) -> None:
     p.add_argument("--table", choices=("auto", "all", "summary"), default="auto",
                    help=f"what the terminal shows: a table of every layer (all), counts (summary), or the "
                         f"table up to {TABLE_LAYERS} layers without --out (auto, the default)")
+    p.add_argument("--cudnn-answers", action="store_true",
+                   help="ask this machine's GPU (cuDNN, from descriptors: nothing runs) whether each of cuDNN's "
+                        "algorithms takes each layer, instead of predicting it (needs a GPU and cuDNN)")
     p.add_argument("--models-dir", type=Path, default=None, help=MODELS_DIR_HELP)
     p.set_defaults(func=_cmd_predict)
 
@@ -467,6 +470,8 @@ def _cmd_predict(args) -> int:
 
     algorithms = _algorithms(args.algo)
     model = load_model(args.gpu, math=args.math, models_dir=args.models_dir)
+    if args.cudnn_answers:
+        from seer.gpu.answers import cudnn_workspaces
     to_stdout = args.out == STDOUT
     # A stream cannot take back what it was given: check the whole input before writing to one.
     source = checked_layers(args.file) if is_stream(args.out) else nullcontext(args.file)
@@ -483,7 +488,9 @@ def _cmd_predict(args) -> int:
         writer = PredictionWriter(handle, format_for(args.out, args.format), args.rows) if handle is not None else None
         offset = 0
         for chunk in iter_layer_chunks(layers, PREDICT_CHUNK, name=_source_name(args.file)):
-            predictions = with_labels(model.predict(chunk, args.math, algorithms, args.objective), chunk, offset)
+            answers = cudnn_workspaces(chunk, args.math) if args.cudnn_answers else None
+            predictions = with_labels(model.predict(chunk, args.math, algorithms, args.objective, answers), chunk,
+                                      offset)
             if writer is not None:
                 writer.write(predictions)
             summary.add(predictions)
@@ -779,7 +786,8 @@ def _print_network(console, args, shape, gpu: str, found, result) -> None:
     from rich import box
     from rich.table import Table
 
-    from seer.networks.network_time import SEER_PICKS
+    from seer.networks.network_time import SEER_GUARDED, SEER_PICKS
+    from seer.schema import PYTORCH_CHOICE
 
     layers = found.layers
     console.print(f"{args.model}, input {'x'.join(map(str, shape))}: {found.total_calls} convolution calls, "
@@ -788,7 +796,8 @@ def _print_network(console, args, shape, gpu: str, found, result) -> None:
     totals = Table("policy", "predicted ms", "layers it runs on", "vs seer's picks", box=box.SIMPLE_HEAD,
                    pad_edge=False, title="network convolution time, predicted")
     for row in result.totals.itertuples():
-        name = "seer's picks" if row.policy == SEER_PICKS else f"{row.policy} everywhere"
+        name = {SEER_PICKS: "seer's picks", SEER_GUARDED: "seer's picks, guarded (recommended)",
+                PYTORCH_CHOICE: "PyTorch's own choice"}.get(row.policy, f"{row.policy} everywhere")
         runs = f"{row.layers_run} of {len(layers)}"
         versus = "" if row.policy == SEER_PICKS else f"{row.slower_than_seer_pct:+.1f}%" + (
             " (where it runs)" if row.layers_not_run else "")

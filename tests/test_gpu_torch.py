@@ -80,7 +80,7 @@ def _inputs(model, x) -> dict:
     return seen
 
 
-@pytest.mark.parametrize("algo", algorithm_names())
+@pytest.mark.parametrize("algo", [a for a in algorithm_names() if a not in algorithm_names("pytorch")])
 def test_forced_algorithm_runs_and_its_kernels_say_so(cuda, evidence, tracer, algo):
     model = _every_kind(cuda)
     x = torch.randn(2, 3, 32, 32, device=cuda)
@@ -188,15 +188,15 @@ def test_the_guard_leaves_to_pytorch_what_the_pick_does_not_win(cuda, batch, siz
     calls = conv_calls(model, tuple(x.shape)).layers
     choice = Predicted(load_model("h100", math="fma"), "fma")
     choice.prepare(ConvShape.from_mapping(r) for r in calls.to_dict("records"))
-    for row in calls.to_dict("records"):  # each layer: the pick where it wins by the margin, else PyTorch
+    for row in calls.to_dict("records"):  # each layer: the pick where surely faster, else PyTorch
         layer = ConvShape.from_mapping(row)
         pick = choice.picks[layer]
         if pick is None:
             continue
         heuristic = cudnn_heuristic_choice(layer, "fma")
-        wins = keeps_pick(choice.times[layer], pick, heuristic, extra_ms=extra_host_ms(pick, layer, "fma"))
+        wins = keeps_pick(choice.guesses[layer], heuristic, extra_ms=extra_host_ms(pick, layer, "fma"))
         assert choice.algorithm(layer) == (pick if wins else None), row["name"]
-        assert wins or layer in choice.guarded or cudnn_heuristic_choice(layer, "fma") == pick
+        assert wins or layer in choice.guarded
     with torch.no_grad():
         expected = model(x)
         kept = left_to_pytorch(choice, calls)

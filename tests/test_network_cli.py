@@ -13,9 +13,9 @@ pytest.importorskip("torch")  # the torch extra; CI installs it
 
 from seer.cli import main  # noqa: E402
 from seer.layers.files import read_layers  # noqa: E402
-from seer.networks.network_time import SEER_PICKS, TOTAL_COLUMNS, predict_network  # noqa: E402
+from seer.networks.network_time import SEER_GUARDED, SEER_PICKS, TOTAL_COLUMNS, predict_network  # noqa: E402
 from seer.predict import persist  # noqa: E402
-from seer.schema import PREDICTION_COLUMNS  # noqa: E402
+from seer.schema import PREDICTION_COLUMNS, PYTORCH_CHOICE  # noqa: E402
 from seer.torch import build_model, conv_calls  # noqa: E402
 
 NET, INPUT = "torch_nets:every_kind", "2x3x64x48"
@@ -61,6 +61,25 @@ def test_totals_are_the_sums_of_calls_times_predicted_times(small_models):
     for algo, runs in predictions.assign(weighted=calls * predictions["predicted_ms"]).groupby("algo"):
         assert np.isclose(totals.loc[algo, "predicted_ms"], runs["weighted"].sum())
         assert totals.loc[algo, "layers_run"] + totals.loc[algo, "layers_not_run"] == len(found.layers)
+
+
+@pytest.mark.parametrize("math", ["fma", "default"])
+def test_totals_under_pytorchs_choice_and_the_guarded_picks(math):
+    model = persist.load_model("h100", math=math)  # the shipped models predict PyTorch's choice
+    found = conv_calls(build_model(NET), (32, 3, 64, 48))
+    result = predict_network(model, found.layers, math)
+    totals = result.totals.set_index("policy")
+    assert list(result.totals["policy"][:3]) == [SEER_PICKS, SEER_GUARDED, PYTORCH_CHOICE]
+    picks, calls = model.pick(found.layers, math), found.layers["calls"].to_numpy()
+    assert np.isclose(totals.loc[PYTORCH_CHOICE, "predicted_ms"], (calls * picks["pytorch_ms"]).sum())
+    guarded = np.where(picks["recommended"] == PYTORCH_CHOICE, picks["pytorch_ms"], picks["best_ms"])
+    assert np.isclose(totals.loc[SEER_GUARDED, "predicted_ms"], (calls * guarded).sum())
+    assert (picks["recommended"] == PYTORCH_CHOICE).any() and totals.loc[PYTORCH_CHOICE, "layers_run"] == len(picks)
+    seer = totals.loc[SEER_PICKS, "predicted_ms"]
+    assert np.isclose(totals.loc[PYTORCH_CHOICE, "slower_than_seer_pct"], (totals.loc[PYTORCH_CHOICE, "predicted_ms"]
+                                                                          / seer - 1) * 100)
+    by_energy = predict_network(model, found.layers, math, objective="energy").totals["policy"]
+    assert SEER_GUARDED not in set(by_energy) and PYTORCH_CHOICE in set(by_energy)  # the guard weighs time only
 
 
 def test_json_has_the_layers_totals_and_skipped_calls(small_models, tmp_path, capsys):

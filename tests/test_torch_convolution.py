@@ -87,8 +87,8 @@ def test_subclasses_are_left_alone_and_a_bare_convolution_is_refused():
         force(torch.nn.Conv2d(3, 4, 3), "GEMM")
 
 
-@pytest.mark.parametrize("name", ["NO_SUCH_ALGO", ""])
-def test_unknown_algorithms_are_input_errors(name):
+@pytest.mark.parametrize("name", ["NO_SUCH_ALGO", "", "pytorch", "PYTORCH_BENCHMARK"])
+def test_unknown_algorithms_and_pytorchs_policies_are_input_errors(name):
     with pytest.raises(InputError):
         Fixed(name)
 
@@ -144,37 +144,42 @@ def test_the_layout_is_read_from_input_and_weight_alike():
     assert _layout(torch.zeros(2, 16, 9).transpose(1, 2).contiguous().transpose(1, 2), torch.zeros(4, 16, 3), 1) is None
 
 
-def test_the_guard_keeps_pytorch_unless_the_pick_wins_by_the_margin():
+def test_the_guard_keeps_pytorch_unless_the_pick_is_surely_faster():
     from seer.predict.persist import load_model
-    from seer.torch.convolution import (GUARD_HOST_MS, GUARD_LAUNCH_MS, GUARD_LEGACY_HOST_MS, GUARD_MIN_GAIN,
-                                        GUARD_PYTORCH_HOST_MS, extra_host_ms, keeps_pick)
+    from seer.torch.convolution import (GUARD_HOST_MS, GUARD_LAUNCH_MS, GUARD_LEGACY_HOST_MS, GUARD_PYTORCH_HOST_MS,
+                                        LayerGuess, extra_host_ms, keeps_pick)
 
-    choice = Predicted(load_model("h100", math="fma"), "fma")
+    model = load_model("h100", math="fma")
+    choice = Predicted(model, "fma")
     layer = ConvShape.square(32, 256, 56, 64, 1)
     choice.prepare([layer])
-    times, pick = choice.times[layer], choice.picks[layer]
-    assert pick in times
-    assert not keeps_pick(times, pick, pick)  # PyTorch's heuristic runs the same algorithm
-    assert keeps_pick(times, pick, None)  # no heuristic choice to compare with
+    guess, pick = choice.guesses[layer], choice.picks[layer]
+    # The guess is seer predict's: the pick, its 80% bound, PyTorch's time and bound.
+    row = model.pick([layer], math="fma", algorithms="cudnn").iloc[0]
+    assert (guess.pick, guess.pick_ms, guess.pick_high, guess.pytorch_ms, guess.pytorch_low) == (
+        row["best_algo"], row["best_ms"], row["best_high80"], row["pytorch_ms"], row["pytorch_low80"])
+    assert keeps_pick(guess, None, captured=True) == (row["recommended"] == pick)
+    assert not keeps_pick(guess, pick)  # PyTorch's heuristic runs the same algorithm
     host = GUARD_PYTORCH_HOST_MS + GUARD_HOST_MS
-    # A long layer: the GPU time decides, by the margin.
-    long = {"A": 1.0, "B": 1.0 * (1 + GUARD_MIN_GAIN) * 1.01, "C": 1.0 * (1 + GUARD_MIN_GAIN / 2)}
-    assert keeps_pick(long, "A", "B") and not keeps_pick(long, "A", "C")
+    # A long layer: the GPU time decides, by the intervals (not the point times).
+    assert keeps_pick(LayerGuess("A", 1.0, 1.1, 1.5, 1.2), "B")
+    assert not keeps_pick(LayerGuess("A", 1.0, 1.3, 1.5, 1.2), "B")  # overlapping intervals
+    assert not keeps_pick(LayerGuess("A", 1.0, float("nan"), 0.9, float("nan")), "B")  # no intervals: the points
+    assert keeps_pick(LayerGuess("A", 1.0), "B")  # no model of PyTorch's choice: the pick stands
     # A short layer in an eager pass: the host's time per call hides the GPU's gain...
-    short = {"A": host / 4, "B": host * 0.99}
-    assert not keeps_pick(short, "A", "B")
+    short = LayerGuess("A", host / 4, host / 3, host * 1.2, host * 0.99)
+    assert not keeps_pick(short, "B")
     # ...which a model captured in CUDA graphs keeps.
-    assert keeps_pick(short, "A", "B", captured=True)
-    assert not keeps_pick({"A": 1.0, "B": 1.0}, "A", "B", captured=True)
+    assert keeps_pick(short, "B", captured=True)
     # A pick's host cost: its path, and a launch per group where the algorithm loops over them.
     grouped = ConvShape.square(32, 120, 28, 120, 3, padding=1, groups=30)
     assert extra_host_ms("IMPLICIT_PRECOMP_GEMM", layer, "fma") == GUARD_HOST_MS
     assert extra_host_ms("GEMM", layer, "fma") == GUARD_LEGACY_HOST_MS
     assert extra_host_ms("WINOGRAD_NONFUSED", grouped, "fma") == GUARD_HOST_MS + GUARD_LAUNCH_MS * (4 * 30 - 1)
-    gpu = {"A": 0.05, "B": 0.5}
-    assert keeps_pick(gpu, "A", "B", extra_ms=extra_host_ms("IMPLICIT_GEMM", layer, "fma"))
-    assert not keeps_pick(gpu, "A", "B", extra_ms=extra_host_ms("WINOGRAD_NONFUSED", grouped, "fma"))
-    assert keeps_pick(gpu, "A", "B", extra_ms=extra_host_ms("WINOGRAD_NONFUSED", grouped, "fma"), captured=True)
+    gpu = LayerGuess("A", 0.05, 0.06, 0.5, 0.45)
+    assert keeps_pick(gpu, "B", extra_ms=extra_host_ms("IMPLICIT_GEMM", layer, "fma"))
+    assert not keeps_pick(gpu, "B", extra_ms=extra_host_ms("WINOGRAD_NONFUSED", grouped, "fma"))
+    assert keeps_pick(gpu, "B", extra_ms=extra_host_ms("WINOGRAD_NONFUSED", grouped, "fma"), captured=True)
 
 
 def test_a_pass_takes_picks_while_it_is_gpu_bound():

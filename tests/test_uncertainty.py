@@ -12,7 +12,7 @@ from seer.layers.shapes import LAYER_KINDS, layer_frame
 from seer.predict.uncertainty import (ALL_KINDS, INTERVAL_KINDS, MIN_CALIBRATION_RUNS, check_intervals,
                                       check_near_best, conformal_quantiles, fit_intervals, interval_bounds,
                                       interval_kind, near_best_probability, pick_margin)
-from seer.schema import INTERVAL_COLUMNS, INTERVAL_LEVELS, PREDICTION_COLUMNS
+from seer.schema import INTERVAL_COLUMNS, INTERVAL_LEVELS, PREDICTION_COLUMNS, PYTORCH_COLUMNS
 from seer.training.calibrate import calibration_half, near_best_curve
 
 
@@ -147,9 +147,12 @@ def test_seer_calibrate_changes_no_time_or_pick_and_a_model_without_calibration_
     bare.card = {k: v for k, v in bare.card.items() if k != "calibration"}
     persist.save(bare, models / "h100")
     uncalibrated = persist.load(models / "h100").predict(layers, "fma")
-    assert uncalibrated[list(INTERVAL_COLUMNS) + ["pick_near_best"]].isna().all().all()
-    pd.testing.assert_frame_equal(uncalibrated.drop(columns=[*INTERVAL_COLUMNS, "pick_near_best"]),
-                                  calibrated.drop(columns=[*INTERVAL_COLUMNS, "pick_near_best"]))
+    # What calibration gives: the intervals (PyTorch's too), the near-best chance, and the guard
+    # that compares the intervals.
+    calibrated_only = [*INTERVAL_COLUMNS, "pick_near_best", *(c for c in PYTORCH_COLUMNS if c != "pytorch_ms")]
+    assert uncalibrated[calibrated_only[:-1]].isna().all().all()
+    pd.testing.assert_frame_equal(uncalibrated.drop(columns=calibrated_only),
+                                  calibrated.drop(columns=calibrated_only))
     assert main(["calibrate", "--gpu", "h100", "--data-dir", str(small_dataset.parent),
                  "--models-dir", str(models)]) == 0
     again = persist.load(models / "h100").predict(layers, "fma")

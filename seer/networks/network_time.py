@@ -1,9 +1,11 @@
-"""A network's convolution time, layer by layer, under seer's picks and under each fixed algorithm.
+"""A network's convolution time, layer by layer, under seer's picks, PyTorch's own choice and each fixed algorithm.
 
 The input is a layer frame with how many times each layer runs (``calls``) and, where
 known, the module that runs it (``name``): what :func:`seer.torch.conv_calls` returns, or
 a layer CSV with such columns. A network's time under a policy is the sum over its layers
-of calls x the predicted time of the algorithm the policy runs there. A fixed algorithm
+of calls x the predicted time of the algorithm the policy runs there: seer's picks; the
+guarded picks (what ``recommended`` says: the pick where surely faster than PyTorch's own
+choice, else PyTorch's); PyTorch's own choice (where the model predicts it). A fixed algorithm
 that is predicted not to run on some layers is totalled over the layers where it runs,
 and the rest are counted, never filled in.
 """
@@ -18,9 +20,12 @@ import pandas as pd
 
 from seer.layers.shapes import LAYER_COLUMNS
 from seer.predict.model import Model, best_per_layer
+from seer.schema import PYTORCH_CHOICE
 
-#: Policy name of seer's own picks in :attr:`NetworkPrediction.totals`.
+#: Policy names in :attr:`NetworkPrediction.totals`: seer's own picks, and the guarded ones
+#: (PyTorch's own choice, :data:`seer.schema.PYTORCH_CHOICE`, is the third).
 SEER_PICKS = "seer"
+SEER_GUARDED = "seer-guarded"
 #: Columns of :attr:`NetworkPrediction.totals`.
 TOTAL_COLUMNS = ("policy", "predicted_ms", "layers_run", "layers_not_run", "slower_than_seer_pct")
 
@@ -39,8 +44,9 @@ class NetworkPrediction:
         the runner-up (:func:`seer.predict.model.best_per_layer`), and ``total_ms`` = calls x the
         pick's time.
     totals : pandas.DataFrame
-        One row per policy (:data:`TOTAL_COLUMNS`): seer's picks first, then each
-        algorithm fixed on every layer, by predicted time.
+        One row per policy (:data:`TOTAL_COLUMNS`): seer's picks first, then the guarded
+        picks and PyTorch's own choice (where the model predicts it; the guarded picks only
+        when ranking by time), then each algorithm fixed on every layer, by predicted time.
     math : str
     """
 
@@ -62,20 +68,34 @@ def predict_network(model: Model, layers: pd.DataFrame, math: str = "default",
     best = best_per_layer(predictions)
     picks = predictions.drop_duplicates("layer").set_index("layer")[["name", "calls", *LAYER_COLUMNS]].join(best)
     picks["total_ms"] = picks["calls"] * picks["best_ms"]
-    return NetworkPrediction(predictions, picks.reset_index(drop=True), _totals(predictions, picks, len(layers)), math)
+    totals = _totals(predictions, picks, len(layers), guarded=objective == "time")
+    return NetworkPrediction(predictions, picks.reset_index(drop=True), totals, math)
 
 
-def _totals(predictions: pd.DataFrame, picks: pd.DataFrame, n_layers: int) -> pd.DataFrame:
+def _totals(predictions: pd.DataFrame, picks: pd.DataFrame, n_layers: int, guarded: bool) -> pd.DataFrame:
     rows = []
     picked = picks["best_ms"].notna()
     seer_ms = float(picks.loc[picked, "total_ms"].sum())
     rows.append((SEER_PICKS, seer_ms, int(picked.sum()), n_layers - int(picked.sum()), 0.0))
+    pytorch = picks["pytorch_ms"].to_numpy(dtype=float)
+    if np.isfinite(pytorch).any():
+        to_pytorch = (picks["recommended"] == PYTORCH_CHOICE).fillna(False).to_numpy(dtype=bool)
+        policies = [(PYTORCH_CHOICE, pytorch)]
+        if guarded:
+            policies.insert(0, (SEER_GUARDED, np.where(to_pytorch, pytorch, picks["best_ms"].to_numpy(dtype=float))))
+        for policy, ms in policies:
+            runs = np.isfinite(ms)
+            total = float((picks["calls"].to_numpy()[runs] * ms[runs]).sum())
+            seer_there = float(picks.loc[runs & picked.to_numpy(), "total_ms"].sum())
+            rows.append((policy, total, int(runs.sum()), n_layers - int(runs.sum()),
+                         (total / seer_there - 1) * 100 if seer_there else np.nan))
     ran = predictions.dropna(subset=["algo"])
     for algo, runs in ran.groupby("algo", sort=False):
         total = float((runs["calls"] * runs["predicted_ms"]).sum())
         # Against seer's picks on the same layers, so that a partial total compares fairly.
         seer_there = float(picks.loc[runs["layer"].to_numpy(), "total_ms"].sum())
         rows.append((str(algo), total, len(runs), n_layers - len(runs), (total / seer_there - 1) * 100))
-    fixed = pd.DataFrame(rows[1:], columns=list(TOTAL_COLUMNS))
+    first = len(rows) - predictions["algo"].dropna().nunique()  # the rows before the fixed algorithms
+    fixed = pd.DataFrame(rows[first:], columns=list(TOTAL_COLUMNS))
     fixed = fixed.sort_values(["layers_not_run", "predicted_ms"], kind="stable")
-    return pd.concat([pd.DataFrame(rows[:1], columns=list(TOTAL_COLUMNS)), fixed], ignore_index=True)
+    return pd.concat([pd.DataFrame(rows[:first], columns=list(TOTAL_COLUMNS)), fixed], ignore_index=True)

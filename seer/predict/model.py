@@ -20,7 +20,7 @@ import pandas as pd
 
 from seer.algorithms import select_algorithms
 from seer.errors import InputError
-from seer.layers.shapes import ConvShape, ShapeError, check_layer_frame, layer_frame
+from seer.layers.shapes import LAYER_COLUMNS, ConvShape, ShapeError, check_layer_frame, layer_frame
 from seer.predict.predictors import AlgorithmPredictor, SeerFamilyPredictor
 from seer.predict.guard import GUARD_LEVEL, GUARD_POLICY, recommended
 from seer.predict.uncertainty import interval_bounds, interval_kind
@@ -70,7 +70,7 @@ class Model:
                              field="math") from None
 
     def predict(self, layers: Layers, math: str = "default", algorithms: Sequence[str] | None = None,
-                objective: str = "time") -> pd.DataFrame:
+                objective: str = "time", workspaces: pd.DataFrame | None = None) -> pd.DataFrame:
         """Every algorithm's predicted time for each layer, ranked by the pick.
 
         ``layers``: a frame with the layer columns (``seer.read_layers``; optional ones may be
@@ -82,7 +82,9 @@ class Model:
         missing. ``algorithms`` (names, or groups such as ``"cudnn"``: see
         :func:`seer.algorithms.select_algorithms`) limits the ranking to those; None ranks all.
         ``objective="energy"`` ranks by predicted energy per call, among the algorithms that
-        have an energy model, instead of by time.
+        have an energy model, instead of by time. ``workspaces``: cuDNN's own answers for
+        ``layers``, asked on a GPU (:func:`seer.gpu.answers.cudnn_workspaces`), which replace
+        the first stage's guesses of whether each algorithm runs and of its workspace.
         """
         if objective not in OBJECTIVES:
             raise InputError(f"unknown objective {objective!r}; choose one of: {', '.join(OBJECTIVES)}",
@@ -94,7 +96,15 @@ class Model:
         except (ShapeError, ValueError) as exc:  # a caller's frame, not a file: no line to name
             raise InputError(str(exc), field=getattr(exc, "field", None)) from None
         guard = [GUARD_POLICY] if GUARD_POLICY in predictor.policies else []
-        times, scores, energies, pytorch = predictor.predict_with_energy(frame, guard)
+        # Each distinct layer is predicted once (networks and sweeps repeat shapes), then
+        # every row takes its layer's answers.
+        distinct, inverse = distinct_layers(frame)
+        if workspaces is not None:
+            workspaces = pd.DataFrame(workspaces).reset_index(drop=True)
+            if len(workspaces) != len(frame):
+                raise ValueError(f"cuDNN answered for {len(workspaces)} layers, the model predicts {len(frame)}")
+            workspaces = workspaces.iloc[np.unique(inverse, return_index=True)[1]].reset_index(drop=True)
+        times, scores, energies, pytorch = predictor.predict_with_energy(distinct, guard, workspaces)
         _check_answers(times, energies, predictor.algorithms, f"the {self.gpu} {math}-math model")
         reported = times
         if objective == "energy":
@@ -105,18 +115,18 @@ class Model:
         if algorithms is not None:
             left_out = ~np.isin(predictor.algorithms, _algorithm_names(algorithms))
             times[:, left_out] = scores[:, left_out] = np.nan
-        bounds, near_best = predictor.uncertainty(frame, reported, scores)
+        bounds, near_best = predictor.uncertainty(distinct, reported, scores)
         if objective == "energy":
             near_best[:] = np.nan  # calibrated for picks by time
-        out = ranked(frame, math, predictor.algorithms, times, scores, predictor.extrapolated(frame), energies,
-                     bounds, near_best)
-        return with_pytorch(out, pytorch_times(predictor, frame, pytorch[:, 0] if guard else None),
-                            guarded=objective == "time")
+        pytorch = pytorch_times(predictor, distinct, pytorch[:, 0] if guard else None)
+        out = ranked(frame, math, predictor.algorithms, times[inverse], scores[inverse],
+                     predictor.extrapolated(distinct)[inverse], energies[inverse], bounds[inverse], near_best[inverse])
+        return with_pytorch(out, pytorch[inverse], guarded=objective == "time")
 
     def pick(self, layers: Layers, math: str = "default", algorithms: Sequence[str] | None = None,
-             objective: str = "time") -> pd.DataFrame:
+             objective: str = "time", workspaces: pd.DataFrame | None = None) -> pd.DataFrame:
         """Per layer: the pick and its predicted time, the runner-up, and the extrapolation mark."""
-        return best_per_layer(self.predict(layers, math, algorithms, objective))
+        return best_per_layer(self.predict(layers, math, algorithms, objective, workspaces))
 
 
 def _check_answers(times: np.ndarray, energies: np.ndarray, algorithms: list[str], model: str) -> None:
@@ -136,6 +146,18 @@ def _algorithm_names(algorithms: Sequence[str]) -> list[str]:
         return select_algorithms(algorithms if isinstance(algorithms, str) else ",".join(algorithms))
     except KeyError as exc:
         raise InputError(exc.args[0], field="algo") from None
+
+
+def distinct_layers(frame: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+    """The distinct layers of a layer frame (by the layer columns, first seen first) and, per
+    row, its layer's position among them."""
+    values = frame[list(LAYER_COLUMNS)]
+    codes, _ = pd.factorize(pd.util.hash_pandas_object(values, index=False), sort=False)
+    first = np.unique(codes, return_index=True)[1]
+    distinct = values.iloc[first].reset_index(drop=True)
+    if len(distinct) == len(frame) or not np.array_equal(distinct.to_numpy()[codes], values.to_numpy()):
+        return values.reset_index(drop=True), np.arange(len(frame))  # nothing repeats (or two hashes collide)
+    return distinct, codes
 
 
 def ranked(frame: pd.DataFrame, math: str, algorithms: list[str], times: np.ndarray, scores: np.ndarray,

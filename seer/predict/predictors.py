@@ -388,6 +388,33 @@ def _names(values: list, where: str) -> list[str]:
     return values
 
 
+def with_cudnn_answers(answers: np.ndarray, algorithms: list[str], workspaces: pd.DataFrame,
+                       workspace: bool = False) -> np.ndarray:
+    """The first stage's ``answers`` (complete: :meth:`WorkspacePredictor.answers`) replaced by
+    cuDNN's own where a GPU gave them: ``workspaces`` has a row per layer and a column per
+    cuDNN algorithm (by name), the workspace bytes cuDNN asks for, NaN where it refuses the
+    algorithm or asks for more than the cap. Whether each algorithm runs becomes certain.
+    With ``workspace``, so do whether its workspace is non-zero (its kernel path) and its
+    size where non-zero; the time models learnt from the first stage's answers, and on the
+    held-out networks these answers make some algorithms' times better and others' worse
+    (``benchmarks/cudnn_answers.py``), so by default they stay the first stage's."""
+    answers = answers.copy()
+    if len(workspaces) != len(answers):
+        raise ValueError(f"cuDNN answered for {len(workspaces)} layers, the model predicts {len(answers)}")
+    for j, algo in enumerate(algorithms):
+        if algo not in workspaces.columns:
+            continue
+        size = workspaces[algo].to_numpy(dtype=float)
+        runs, nonzero = np.isfinite(size), np.isfinite(size) & (size > 0)
+        answers[:, 3 * j] = runs
+        if not workspace:
+            continue
+        answers[runs, 3 * j + 1] = nonzero[runs]
+        with np.errstate(divide="ignore"):
+            answers[nonzero, 3 * j + 2] = np.log2(size[nonzero])
+    return answers
+
+
 def regressor_inputs(F: np.ndarray, answers: np.ndarray | None, j: int) -> np.ndarray:
     """A time regressor's inputs: the shape features and the first stage's workspace answers
     for algorithm ``j`` (whether it runs is not news to a model of the runs that happened)."""
@@ -496,14 +523,20 @@ class AlgorithmPredictor(Part):
 
     # Public methods take shapes; each computes the features and the first stage's answers
     # once and hands them to the private methods, which they share.
-    def prepare(self, X, complete: bool = True) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    def prepare(self, X, complete: bool = True, workspaces: pd.DataFrame | None = None
+                ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
         """Features, the first stage's answers, and whether each algorithm's kernel plan
         takes each shape (True for an algorithm without one); ``complete=False`` leaves out
         the workspace answers of algorithms predicted not to run (enough for masked
-        predictions)."""
+        predictions). ``workspaces``: cuDNN's own answers, where a GPU gave them
+        (:func:`with_cudnn_answers`)."""
         X = layer_frame(X)
         F = shape_features(X, self.spec).to_numpy()
-        answers = self.workspace.answers(F, only_where_runs=not complete) if self.workspace is not None else None
+        answers = None
+        if self.workspace is not None:
+            answers = self.workspace.answers(F, only_where_runs=not complete and workspaces is None)
+            if workspaces is not None:
+                answers = with_cudnn_answers(answers, self.algorithms, workspaces)
         return F, answers, kernel_plan_support(X, self.algorithms, self.supports)
 
     def predict_power(self, X) -> np.ndarray:
@@ -537,11 +570,13 @@ class AlgorithmPredictor(Part):
         reported, weighed = self._times(F, answers, planned)
         return reported, self._scores(F, answers, weighed)
 
-    def predict_with_energy(self, X, policies: Sequence[str] = ()) -> tuple[np.ndarray, ...]:
+    def predict_with_energy(self, X, policies: Sequence[str] = (), workspaces: pd.DataFrame | None = None
+                            ) -> tuple[np.ndarray, ...]:
         """:meth:`predict_with_scores`, the energy per call (mJ: predicted time x predicted
         power; NaN without an energy model) and :meth:`predict_policies` of ``policies``,
-        from one pass over the features."""
-        F, answers, planned = self.prepare(X, complete=False)
+        from one pass over the features; with cuDNN's own answers where ``workspaces`` gives
+        them (:meth:`prepare`)."""
+        F, answers, planned = self.prepare(X, complete=False, workspaces=workspaces)
         reported, weighed = self._times(F, answers, planned)
         return (reported, self._scores(F, answers, weighed), reported * self._power(F),
                 self._policy_times(F, answers, policies))

@@ -97,15 +97,37 @@ class Fixed(Choice):
 #: PyTorch's own call is taken to launch one kernel: which engine PyTorch runs, and so how
 #: many kernels, cannot be told before it runs, and the guard errs toward PyTorch. All measured
 #: on the H100 machine by benchmarks/host_cost.py (benchmarks/results/h100-host-cost.json).
-#: A pick must also beat cuDNN's heuristic choice (what PyTorch's default mode runs, closely) by
-#: :data:`GUARD_MIN_GAIN` on the GPU: the models' per-algorithm error on unseen networks is
-#: about 10%. A model run captured in CUDA graphs has no host time per call
-#: (``seer.torch.apply(..., cuda_graphs=True)``); ``guard=False`` turns the guard off.
-GUARD_MIN_GAIN = 0.05
+#: On the GPU the rule is ``seer predict``'s (:mod:`seer.predict.guard`): a pick replaces
+#: PyTorch's convolution only where the upper bound of its 80% interval lies below the lower
+#: bound of PyTorch's own choice's. A model run captured in CUDA graphs has no host time per
+#: call (``seer.torch.apply(..., cuda_graphs=True)``); ``guard=False`` turns the guard off.
 GUARD_PYTORCH_HOST_MS = 0.03
 GUARD_HOST_MS = 0.01
 GUARD_LEGACY_HOST_MS = 0.03
 GUARD_LAUNCH_MS = 0.0055
+
+
+@dataclass(frozen=True)
+class LayerGuess:
+    """What the guard weighs on one layer: the pick's predicted ms and the upper bound of its
+    guard interval, PyTorch's own choice's predicted ms and lower bound (NaN where the model
+    has no interval, or no model of PyTorch's choice)."""
+
+    pick: str
+    pick_ms: float
+    pick_high: float = float("nan")
+    pytorch_ms: float = float("nan")
+    pytorch_low: float = float("nan")
+
+    @property
+    def pick_slowest(self) -> float:
+        """The pick's time as the guard takes it: its interval's upper bound, else its point."""
+        return self.pick_high if self.pick_high == self.pick_high else self.pick_ms
+
+    @property
+    def pytorch_fastest(self) -> float:
+        """PyTorch's time as the guard takes it: its interval's lower bound, else its point."""
+        return self.pytorch_low if self.pytorch_low == self.pytorch_low else self.pytorch_ms
 
 
 @dataclass
@@ -114,9 +136,9 @@ class Predicted(Choice):
     ``seer predict --algo``; cuDNN's by default), predicted once per distinct layer.
 
     With ``guard`` (the default), a layer keeps PyTorch's own convolution unless the pick is
-    predicted faster than cuDNN's heuristic choice (asked of cuDNN on the GPU, once per
-    layer), host time included (:func:`keeps_pick`); ``guarded`` lists the layers kept that
-    way, with both predicted times.
+    surely faster than PyTorch's own choice, as ``seer predict``'s ``recommended`` column
+    says, host time included (:func:`keeps_pick`); ``guarded`` lists the layers kept that
+    way, with the pick's and PyTorch's predicted times.
     """
 
     model: object  # seer.predict.model.Model
@@ -134,25 +156,33 @@ class Predicted(Choice):
             raise InputError(exc.args[0], field="algorithms") from None
         self._lock = threading.Lock()
         self.times: dict[ConvShape, dict[str, float]] = {}  # predicted ms of every algorithm that runs
+        self.guesses: dict[ConvShape, LayerGuess] = {}
         self.guarded: dict[ConvShape, tuple[str, float, str, float]] = {}
         self._decided: dict[ConvShape, str | None] = {}
 
     def prepare(self, layers: Iterable[ConvShape]) -> None:
         """Predict every layer not yet seen, in one call to the model."""
+        from seer.gpu.answers import cudnn_workspaces
+        from seer.predict.guard import GUARD_LEVEL
+
         with self._lock:
             new = sorted({layer for layer in layers if layer not in self.picks})
             if not new:
                 return
-            # The model's pick (rank 1), and every ranked algorithm's time: the guard compares
-            # the pick with cuDNN's heuristic choice.
-            frame = self.model.predict(new, self.math, algorithms=self._ranked)
+            # On a GPU cuDNN says which of its algorithms run each layer, instead of the model's guess.
+            answers = cudnn_workspaces(new, self.math) if torch.cuda.is_available() else None
+            frame = self.model.predict(new, self.math, algorithms=self._ranked, workspaces=answers)
             for layer in new:
                 self.picks[layer] = None  # where no algorithm is predicted to run
             frame = frame[frame["algo"].notna()]
-            for position, algo, ms, rank in zip(frame["layer"], frame["algo"], frame["predicted_ms"], frame["rank"]):
+            for position, algo, ms in zip(frame["layer"], frame["algo"], frame["predicted_ms"]):
                 self.times.setdefault(new[position], {})[algo] = float(ms)
-                if rank == 1:
-                    self.picks[new[position]] = algo
+            first = frame[frame["rank"] == 1]
+            for row in zip(first["layer"], first["algo"], first["predicted_ms"], first[f"predicted_ms_high{GUARD_LEVEL}"],
+                           first["pytorch_ms"], first[f"pytorch_low{GUARD_LEVEL}"]):
+                layer = new[row[0]]
+                self.picks[layer] = row[1]
+                self.guesses[layer] = LayerGuess(row[1], *(float(v) for v in row[2:]))
 
     def algorithm(self, layer: ConvShape) -> str | None:
         if layer not in self.picks:
@@ -164,45 +194,40 @@ class Predicted(Choice):
             self._decided[layer] = self._guarded(layer, pick)
         return self._decided[layer]
 
+    def _keep(self, layer: ConvShape, wins: bool) -> str | None:
+        """The decision on ``layer``: its pick where it ``wins``, else PyTorch's (recorded)."""
+        guess = self.guesses[layer]
+        if not wins:
+            self.guarded[layer] = (guess.pick, guess.pick_ms, PYTORCH, guess.pytorch_ms)
+        return guess.pick if wins else None
+
     def _guarded(self, layer: ConvShape, pick: str) -> str | None:
-        """``pick``, or None where it is not predicted to beat cuDNN's heuristic choice by the margin."""
-        heuristic = cudnn_heuristic_choice(layer, self.math)
-        times = self.times.get(layer, {})
-        if keeps_pick(times, pick, heuristic, captured=self.captured,
-                      extra_ms=extra_host_ms(pick, layer, self.math)):
-            return pick
-        self.guarded[layer] = (pick, times.get(pick), heuristic, times.get(heuristic))
-        return None
+        """``pick``, or None where it is not surely faster than PyTorch's own choice."""
+        return self._keep(layer, keeps_pick(self.guesses[layer], cudnn_heuristic_choice(layer, self.math),
+                                            captured=self.captured, extra_ms=extra_host_ms(pick, layer, self.math)))
 
     def decide_pass(self, layers: Iterable[ConvShape], host_ms: float, wall_ms: float) -> None:
         """Decide every layer of one eager forward pass at once (``layers``: one per call),
         given the pass under PyTorch's own convolutions: ``host_ms`` to enqueue it and
         ``wall_ms`` per pass back to back (:func:`eager_pass_times`). The pass takes about the
-        longer of its host and GPU times, so a pick's GPU gain counts only while the pass is
-        GPU-bound, and its host cost only once it is host-bound (:func:`pass_picks`). Each
-        pick must also win on the GPU by the guard's margin."""
+        longer of its host and GPU times, so a pick's GPU gain (the least the intervals allow)
+        counts only while the pass is GPU-bound, and its host cost only once it is host-bound
+        (:func:`pass_picks`). Each pick must also be surely faster on the GPU."""
         calls = Counter(layers)
         self.prepare(calls)
-        candidates, picks = [], {}
+        candidates, wins_on_gpu = [], {}
         for layer, count in calls.items():
-            pick = self.picks[layer]
-            if pick is None:
+            if self.picks[layer] is None:
                 continue
-            heuristic = cudnn_heuristic_choice(layer, self.math)
-            times = self.times.get(layer, {})
-            wins_on_gpu = keeps_pick(times, pick, heuristic, captured=True)
-            picks[layer] = (pick, heuristic, wins_on_gpu)
-            if wins_on_gpu and heuristic in times:  # else lost on the GPU alone, or nothing to weigh it against (kept)
-                gpu_gain = count * (times[heuristic] - times[pick])
-                candidates.append((layer, gpu_gain, count * extra_host_ms(pick, layer, self.math)))
+            guess = self.guesses[layer]
+            wins_on_gpu[layer] = keeps_pick(guess, cudnn_heuristic_choice(layer, self.math), captured=True)
+            gain = guess.pytorch_fastest - guess.pick_slowest
+            if wins_on_gpu[layer] and gain == gain:  # else lost on the GPU alone, or nothing to weigh it against (kept)
+                candidates.append((layer, count * gain, count * extra_host_ms(guess.pick, layer, self.math)))
         weighed = {layer for layer, _, _ in candidates}
         chosen = pass_picks(candidates, host_ms, wall_ms)
-        for layer, (pick, heuristic, wins_on_gpu) in picks.items():
-            wins = wins_on_gpu and (layer not in weighed or layer in chosen)
-            self._decided[layer] = pick if wins else None
-            if not wins:
-                times = self.times.get(layer, {})
-                self.guarded[layer] = (pick, times.get(pick), heuristic, times.get(heuristic))
+        for layer, wins in wins_on_gpu.items():
+            self._decided[layer] = self._keep(layer, wins and (layer not in weighed or layer in chosen))
 
     def describe(self) -> str:
         return "seer"
@@ -249,22 +274,26 @@ def eager_pass_times(model: nn.Module, example: torch.Tensor, passes: int = 10) 
     return median(hosts) * 1e3, median(walls) * 1e3
 
 
-def keeps_pick(times: dict[str, float], pick: str, heuristic: str | None, captured: bool = False,
+def keeps_pick(guess: LayerGuess, heuristic: str | None, captured: bool = False,
                extra_ms: float = GUARD_HOST_MS) -> bool:
-    """Whether ``pick`` should replace PyTorch's convolution, given every algorithm's predicted
-    ms and the algorithm cuDNN's heuristic names (None: it names none that runs): not where
-    the heuristic names the pick itself; else where the heuristic's choice has no prediction,
-    or where the pick's time in an eager pass (the longer of host and GPU time, its host time
-    ``extra_ms`` more than PyTorch's: :func:`extra_host_ms`; GPU time only when ``captured``
-    in CUDA graphs) is predicted shorter by the guard's margin."""
-    if heuristic == pick:
+    """Whether ``guess.pick`` should replace PyTorch's convolution, given the algorithm cuDNN's
+    heuristic names (None: unknown, or none that runs): not where the heuristic names the pick
+    itself (PyTorch runs it already); else where ``seer predict`` recommends it (the pick's
+    interval lies below PyTorch's: :func:`seer.predict.guard.recommended`) and, in an eager
+    pass, the pick's time (the longer of its host and GPU time, its host time ``extra_ms`` more
+    than PyTorch's: :func:`extra_host_ms`; GPU time only when ``captured`` in CUDA graphs) is
+    still shorter than PyTorch's, each at its interval's bound. Without a prediction of
+    PyTorch's time the pick stands, as in ``seer predict``."""
+    from seer.predict.guard import recommended
+
+    if heuristic == guess.pick:
         return False
-    if heuristic is None or heuristic not in times:
-        return True
-    if captured:
-        return times[pick] * (1 + GUARD_MIN_GAIN) < times[heuristic]
+    surely = recommended([guess.pick], [guess.pick_ms], [guess.pick_high], [guess.pytorch_ms],
+                         [guess.pytorch_low])[0] == guess.pick
+    if not surely or captured or guess.pytorch_ms != guess.pytorch_ms:
+        return surely
     host = GUARD_PYTORCH_HOST_MS
-    return max(host + extra_ms, times[pick]) * (1 + GUARD_MIN_GAIN) < max(host, times[heuristic])
+    return max(host + extra_ms, guess.pick_slowest) < max(host, guess.pytorch_fastest)
 
 
 def extra_host_ms(algorithm: str, layer: ConvShape, math: str) -> float:
@@ -296,6 +325,9 @@ def _algorithm(name: str, source: str | None = None) -> Algorithm:
         raise InputError(exc.args[0], field="algo") from None
     if source is not None and algo.source != source:
         raise InputError(f"{algo.name} is not a cuDNN algorithm", field="algo")
+    if algo.family == "policy":  # measured beside the algorithms, but nothing seer can run
+        raise InputError(f"{algo.name} is PyTorch's own choice, not an algorithm to force: a plain nn.Conv*d runs it",
+                         field="algo")
     return algo
 
 

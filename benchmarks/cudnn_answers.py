@@ -1,0 +1,160 @@
+"""How much sharper the predictions get where a GPU answers what the CPU models guess.
+
+    python benchmarks/cudnn_answers.py --gpu h100 --out benchmarks/results/h100-cudnn-answers
+
+Before anything runs, cuDNN tells (in microseconds, from descriptors alone) whether each of
+its algorithms takes a layer and how much workspace it asks for, which settles the kernel
+path inside the algorithm. On a CPU seer's first stage predicts these answers; on a GPU host
+(``seer predict --cudnn-answers``) cuDNN gives them
+(:func:`seer.predict.predictors.with_cudnn_answers`). This script scores three ways on the
+held-out layers of Test-set-II (real networks, square and of every kind), per math mode:
+the shape alone (``guessed``), cuDNN's answer to whether each algorithm runs (``runs``, what
+seer uses), and that with its workspace answers too (``workspace``: the kernel path and
+size): each algorithm's MAPE on its measured runs, over the runs every way predicts, and
+the pick's top-1 rate and mean regret among every algorithm and among cuDNN's. cuDNN's answers here
+are the ones the collector recorded for those runs (the workspace it asked for where the
+run went ahead; refused or over the cap where it did not), the same calls the device path
+makes. Writes ``cudnn-answers.json`` and ``cudnn-answers.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from functools import partial
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import pandas as pd
+
+from seer.algorithms import algorithm_names
+from seer.dataset.views import algorithm_rows, layers_of, values_by_algorithm
+from seer.layers.shapes import LAYER_COLUMNS
+from seer.predict import predictors
+from seer.predict.persist import load_model
+from seer.predict.uncertainty import interval_kind
+from seer.schema import DatasetDir
+
+HELD_OUT = "test2"
+TARGET_MAPE = 6.0
+WAYS = ("guessed", "runs", "workspace")
+
+
+def held_out(table: pd.DataFrame, math: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Layers, measured times per algorithm and cuDNN's recorded answers (workspace bytes;
+    NaN where it refused the algorithm or the workspace exceeded the cap) of the held-out split."""
+    rows = algorithm_rows(table, math, HELD_OUT)
+    times = values_by_algorithm(rows, "time_ms")
+    cudnn = rows[rows["algo"].isin(algorithm_names("cudnn"))]
+    workspaces = values_by_algorithm(cudnn, "workspace_bytes").reindex(times.index)
+    return layers_of(rows, times.index), times, workspaces
+
+
+def scores(model, math: str, layers: pd.DataFrame, times: pd.DataFrame,
+           workspaces: pd.DataFrame | None) -> dict[str, np.ndarray]:
+    """Predicted times (layers x algorithms of ``times``) and the picks among all and among cuDNN's."""
+    frame = layers.reset_index(drop=True)
+    out = {}
+    answers = None if workspaces is None else workspaces.reset_index(drop=True)
+    predicted = model.predict(frame, math, workspaces=answers)
+    wide = predicted.pivot_table(index="layer", columns="algo", values="predicted_ms")
+    out["times"] = wide.reindex(index=range(len(frame)), columns=times.columns).to_numpy()
+    for name, algorithms in (("all", None), ("cudnn", "cudnn")):
+        picks = model.pick(frame, math, algorithms=algorithms, workspaces=answers)
+        out[f"pick_{name}"] = picks["best_algo"].astype(object).where(picks["best_algo"].notna(), None).to_numpy()
+    return out
+
+
+def pick_quality(picks: np.ndarray, times: pd.DataFrame, columns: list[str]) -> tuple[float, float]:
+    """Top-1 rate and mean regret (%) of ``picks`` against the fastest measured of ``columns``."""
+    measured = times[columns].to_numpy()
+    fastest = np.nanmin(measured, axis=1)
+    index = {a: k for k, a in enumerate(columns)}
+    got = np.array([measured[i, index[a]] if a in index else np.nan for i, a in enumerate(picks)])
+    got = np.where(np.isfinite(got), got, np.nanmax(measured, axis=1))  # a pick that did not run: the slowest
+    return float(np.mean(got <= fastest)), float(np.mean(got / fastest - 1) * 100)
+
+
+def evaluate(model, table: pd.DataFrame, math: str) -> list[dict]:
+    layers, times, workspaces = held_out(table, math)
+    kinds = interval_kind(layers.reset_index(drop=True))
+    got = {"guessed": scores(model, math, layers, times, None), "runs": scores(model, math, layers, times, workspaces)}
+    with mock.patch.object(predictors, "with_cudnn_answers", partial(predictors.with_cudnn_answers, workspace=True)):
+        got["workspace"] = scores(model, math, layers, times, workspaces)
+    rows = []
+    measured = times.to_numpy()
+    for kind in ["all", *sorted(set(kinds))]:
+        members = np.ones(len(layers), bool) if kind == "all" else kinds == kind
+        for j, algo in enumerate(times.columns):
+            every = members & np.isfinite(measured[:, j])
+            for way in WAYS:
+                every &= np.isfinite(got[way]["times"][:, j])
+            if every.sum() < 10:
+                continue
+            row = {"math": math, "kind": kind, "algo": algo, "runs": int(every.sum())}
+            for way in WAYS:
+                error = np.abs(got[way]["times"][every, j] / measured[every, j] - 1) * 100
+                row[f"mape_{way}"] = round(float(error.mean()), 2)
+                row[f"median_ape_{way}"] = round(float(np.median(error)), 2)
+                row[f"support_right_{way}"] = round(float(np.mean(
+                    np.isfinite(got[way]["times"][members, j]) == np.isfinite(measured[members, j]))), 4)
+            rows.append(row)
+        cudnn = [a for a in times.columns if a in algorithm_names("cudnn")]
+        for name, columns in (("all", list(times.columns)), ("cudnn", cudnn)):
+            row = {"math": math, "kind": kind, "algo": f"pick among {name}", "runs": int(members.sum())}
+            for way in WAYS:
+                top1, regret = pick_quality(got[way][f"pick_{name}"][members], times[members], columns)
+                row[f"top1_{way}"], row[f"regret_pct_{way}"] = round(top1, 4), round(regret, 3)
+            rows.append(row)
+    return rows
+
+
+def markdown(frame: pd.DataFrame, header: str) -> str:
+    algos = frame[~frame["algo"].str.startswith("pick")]
+    lines = [header, "", "Per algorithm, MAPE % on its measured runs (median APE in brackets), and how often "
+             "whether it runs is right:", "",
+             "| math | kind | algorithm | runs | shape alone | + cuDNN's runs answer | + its workspace answers | "
+             "runs right (shape alone) |", "|---|---|---|---|---|---|---|---|"]
+    for r in algos.to_dict("records"):
+        cells = " | ".join(f"{r[f'mape_{w}']:.2f} ({r[f'median_ape_{w}']:.2f})" for w in WAYS)
+        lines.append(f"| {r['math']} | {r['kind']} | {r['algo']} | {r['runs']} | {cells} | "
+                     f"{r['support_right_guessed']:.3f} |")
+    lines += ["", "The pick: top-1 rate / mean regret %:", "",
+              "| math | kind | pick | layers | shape alone | + cuDNN's runs answer | + its workspace answers |",
+              "|---|---|---|---|---|---|---|"]
+    for r in frame[frame["algo"].str.startswith("pick")].to_dict("records"):
+        cells = " | ".join(f"{r[f'top1_{w}']:.3f} / {r[f'regret_pct_{w}']:.2f}" for w in WAYS)
+        lines.append(f"| {r['math']} | {r['kind']} | {r['algo']} | {r['runs']} | {cells} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpu", default="h100")
+    parser.add_argument("--data-dir", type=Path, default=Path("data"))
+    parser.add_argument("--out", type=Path, required=True, help="folder for cudnn-answers.json and .md")
+    args = parser.parse_args(argv)
+    model = load_model(args.gpu)
+    table = pd.read_parquet(DatasetDir(args.data_dir / args.gpu).measurements,
+                            columns=[*LAYER_COLUMNS, "shape_id", "split", "math", "algo", "status", "time_ms",
+                                     "workspace_bytes"])
+    rows = [row for math in model.maths for row in evaluate(model, table, math)]
+    frame = pd.DataFrame(rows)
+    args.out.mkdir(parents=True, exist_ok=True)
+    header = (f"Held-out networks (Test-set-II, {args.gpu}): predictions from the shape alone, with cuDNN's own "
+              f"answer to whether each algorithm runs (what `seer predict --cudnn-answers` uses), and with its "
+              f"workspace answers too (the kernel path and size); "
+              f"`python benchmarks/cudnn_answers.py --gpu {args.gpu} --out {args.out}`.")
+    text = markdown(frame, header)
+    (args.out / "cudnn-answers.md").write_text(text)
+    (args.out / "cudnn-answers.json").write_text(json.dumps(
+        {"gpu": args.gpu, "target_mape": TARGET_MAPE, "card_trained_at": model.card.get("trained_at"),
+         "rows": frame.astype(object).where(frame.notna(), None).to_dict(orient="records")}, indent=1) + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

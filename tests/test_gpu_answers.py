@@ -1,0 +1,52 @@
+"""cuDNN's own answers on a real GPU (skipped without one): asked from descriptors, used by
+``seer predict --cudnn-answers`` and ``seer.torch.apply``."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from seer.algorithms import algorithm_names, get_algorithm
+from seer.cli import main
+from seer.layers.shapes import ConvShape
+
+pytestmark = pytest.mark.gpu
+
+LAYERS = [ConvShape.square(32, 256, 56, 64, 1), ConvShape.square(8, 64, 56, 64, 3, 2, 1),
+          ConvShape.square(1, 96, 28, 96, 3, 1, 1, groups=96), ConvShape.square(32, 256, 56, 64, 1)]
+
+
+def test_answers_are_the_census_calls_and_the_predictions_follow_them():
+    from seer.gpu import cudnn
+    from seer.gpu.answers import cudnn_workspaces
+    from seer.predict.persist import load_model
+
+    answers = cudnn_workspaces(LAYERS, "fma")
+    assert list(answers.columns) == algorithm_names("cudnn") and len(answers) == len(LAYERS)
+    assert answers.iloc[0].equals(answers.iloc[3])  # one question per distinct layer, one row per layer
+    with cudnn.Handle() as handle:
+        for i, layer in enumerate(LAYERS[:3]):
+            with cudnn.ConvolutionProblem(handle, layer, "fma") as problem:
+                for name in answers.columns:
+                    try:
+                        expected = float(problem.workspace_size(get_algorithm(name).enum))
+                    except cudnn.CudnnError:
+                        expected = np.nan
+                    assert np.isclose(answers.at[i, name], expected, equal_nan=True), (layer, name)
+    assert np.isnan(answers.at[1, "FFT"])  # cuDNN's FFT takes no stride 2
+    assert answers.at[0, "IMPLICIT_GEMM"] == 0
+    model = load_model("h100", math="fma")
+    predicted = model.predict(LAYERS, "fma", algorithms="cudnn", workspaces=answers)
+    ran = predicted.dropna(subset=["algo"]).groupby("layer")["algo"].agg(set)
+    for i in range(len(LAYERS)):
+        assert set(ran[i]) <= {a for a in answers.columns if np.isfinite(answers.at[i, a])}
+
+
+def test_seer_predict_asks_cudnn(tmp_path, capsys):
+    layers = tmp_path / "layers.csv"
+    fields = ["batch", "in_ch", "out_ch", "groups", "in_h", "in_w", "kernel_h", "kernel_w", "stride_h", "stride_w",
+              "pad_h", "pad_w"]  # a 2D layer file
+    pd.DataFrame([layer.as_dict() for layer in LAYERS])[fields].to_csv(layers, index=False)
+    out = tmp_path / "out.csv"
+    assert main(["predict", str(layers), "--math", "fma", "--cudnn-answers", "-o", str(out)]) == 0
+    frame = pd.read_csv(out)
+    assert not ((frame["layer"] == 1) & (frame["algo"] == "FFT")).any()
