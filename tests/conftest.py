@@ -205,9 +205,12 @@ def small_models(tmp_path_factory, small_dataset) -> Path:
     def join(folder: Path) -> None:
         parts = [pickle.loads((_made_once(tmp_path_factory, f"models-{math}", fit(math)) / "model.pickle")
                               .read_bytes()) for math in MATH_MODE_NAMES]
+        # The card's per-math entries (the maths, the calibration's counts per math) of every part.
+        calibration = parts[0].card["calibration"] | {
+            key: {m: n for part in parts for m, n in part.card["calibration"][key].items()}
+            for key, value in parts[0].card["calibration"].items() if isinstance(value, dict)}
         card = parts[0].card | {"maths": {m: c for part in parts for m, c in part.card["maths"].items()},
-                                "calibration": parts[0].card["calibration"] | {"shapes": {
-                                    m: n for part in parts for m, n in part.card["calibration"]["shapes"].items()}}}
+                                "calibration": calibration}
         model = Model(parts[0].gpu, card, {m: p for part in parts for m, p in part.predictors.items()},
                       {m: b for part in parts for m, b in part.baselines.items()})
         persist.save(model, folder / "h100")
