@@ -150,6 +150,57 @@ ALGORITHMS: tuple[Algorithm, ...] = (
 
 _BY_NAME = {a.name: a for a in ALGORITHMS}
 
+#: The convolution passes of a training step: the forward (``fwd``, :data:`ALGORITHMS`), the
+#: gradient of the input (``bwd_data``, dgrad) and of the filter (``bwd_filter``, wgrad).
+PASSES: tuple[str, ...] = ("fwd", "bwd_data", "bwd_filter")
+
+
+@dataclass(frozen=True)
+class BackwardAlgorithm:
+    """One of cuDNN's backward-convolution algorithms: ``enum`` is its
+    ``cudnnConvolutionBwdDataAlgo_t`` or ``cudnnConvolutionBwdFilterAlgo_t`` value, ``name``
+    the enum name without ``CUDNN_CONVOLUTION_BWD_{DATA,FILTER}_ALGO_``. ``deterministic`` is
+    False where cuDNN documents (and reports, in its heuristic's answer) that repeated calls
+    may sum in another order: those accumulate with atomic adds."""
+
+    pass_: str
+    name: str
+    enum: int
+    deterministic: bool
+    family: str
+    description: str
+
+    @property
+    def key(self) -> str:
+        """A name unique over every pass (``BWD_DATA_ALGO_0``, ...)."""
+        return f"{self.pass_.upper()}_{self.name}"
+
+
+BACKWARD_ALGORITHMS: tuple[BackwardAlgorithm, ...] = (
+    BackwardAlgorithm("bwd_data", "ALGO_0", 0, False, "gemm", "sums the filter's contributions with atomic adds"),
+    BackwardAlgorithm("bwd_data", "ALGO_1", 1, True, "implicit_gemm", "implicit GEMM over the output gradient"),
+    BackwardAlgorithm("bwd_data", "FFT", 2, True, "fft", "FFT of whole images"),
+    BackwardAlgorithm("bwd_data", "FFT_TILING", 3, True, "fft", "FFT on 32x32 tiles"),
+    BackwardAlgorithm("bwd_data", "WINOGRAD", 4, True, "winograd", "fused Winograd transform"),
+    BackwardAlgorithm("bwd_data", "WINOGRAD_NONFUSED", 5, True, "winograd",
+                      "Winograd with separate transform and batched-GEMM kernels"),
+    BackwardAlgorithm("bwd_filter", "ALGO_0", 0, False, "gemm", "sums over the batch with atomic adds"),
+    BackwardAlgorithm("bwd_filter", "ALGO_1", 1, True, "implicit_gemm", "implicit GEMM over the batch"),
+    BackwardAlgorithm("bwd_filter", "FFT", 2, True, "fft", "FFT of whole images"),
+    BackwardAlgorithm("bwd_filter", "ALGO_3", 3, False, "gemm", "ALGO_0 with a small workspace, atomic adds"),
+    BackwardAlgorithm("bwd_filter", "WINOGRAD", 4, True, "winograd", "fused Winograd transform"),
+    BackwardAlgorithm("bwd_filter", "WINOGRAD_NONFUSED", 5, True, "winograd",
+                      "Winograd with separate transform and batched-GEMM kernels"),
+    BackwardAlgorithm("bwd_filter", "FFT_TILING", 6, True, "fft", "FFT on 32x32 tiles"),
+)
+
+
+def backward_algorithms(pass_: str) -> list[BackwardAlgorithm]:
+    """cuDNN's algorithms of one backward pass, in enum order; ``KeyError`` for another pass."""
+    if pass_ not in PASSES[1:]:
+        raise KeyError(f"unknown backward pass {pass_!r}; known: {', '.join(PASSES[1:])}")
+    return [a for a in BACKWARD_ALGORITHMS if a.pass_ == pass_]
+
 
 def get_algorithm(name: str) -> Algorithm:
     """Look an algorithm up by name (case-insensitive); ``KeyError`` lists the known ones."""

@@ -147,3 +147,16 @@ def test_every_algorithm_names_its_family_and_the_families_are_the_registrys():
     assert algorithm_names("cupy", family="implicit_gemm") == ["SEER_IMPLICIT_GEMM", "SEER_IMPLICIT_GEMM_SPLITK"]
     with pytest.raises(ValueError, match="family"):
         ALGORITHMS[0].__class__("X", "cudnn", None, "X", None, "", family="tiles")
+
+
+def test_the_backward_registry_lists_each_enum_once_per_pass():
+    from seer.algorithms import BACKWARD_ALGORITHMS, PASSES, backward_algorithms
+
+    for pass_ in PASSES[1:]:
+        enums = [a.enum for a in backward_algorithms(pass_)]
+        assert enums == list(range(len(enums)))  # cudnnConvolutionBwd{Data,Filter}Algo_t, in order
+    assert len({a.key for a in BACKWARD_ALGORITHMS}) == len(BACKWARD_ALGORITHMS)
+    assert [a.name for a in BACKWARD_ALGORITHMS if not a.deterministic] == ["ALGO_0", "ALGO_0", "ALGO_3"]
+    with pytest.raises(KeyError, match="unknown backward pass"):
+        backward_algorithms("fwd")
+

@@ -373,11 +373,26 @@ def test_layer_csv_square_aliases_3d_names_and_output_checks():
     ("batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w,in_d,kernel_d\n1,8,8,5,5,3,3,4,\n", 2, "kernel_d",
      "both in_d and kernel_d"),
     ("batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w,stride_d\n1,8,8,5,5,3,3,2\n", 2, "stride_d", "2D layer"),
+    ("batch,in_ch,out_ch,dims,in_h,in_w,kernel_h,kernel_w\n1,8,8,4,5,5,3,3\n", 2, "dims", "2 or 3"),
+    ("batch,in_ch,out_ch,dims,in_d,in_h,in_w,kernel_d,kernel_h,kernel_w\n1,8,8,2,4,5,5,1,3,3\n", 2, "in_d",
+     "a 2D layer (dims 2) has in_d 1"),
 ])
 def test_every_csv_mistake_names_file_line_and_field(text, line, field, words):
     with pytest.raises(InputError) as info:
         read_layers(io.StringIO(text), name="bad.csv")
     _assert_one_line_error(info.value, "bad.csv", line, field, words)
+
+
+def test_layers_written_with_every_field_and_dims_read_back_the_same(tmp_path):
+    # What ConvShape.as_dict gives (dims, and a 2D layer's depth fields at 1 and 0) is a layer CSV.
+    layers = [ConvShape.square(8, 64, 56, 64, 3, 1, 1),
+              ConvShape(1, 8, 8, in_d=8, in_h=8, in_w=8, kernel_d=3, kernel_h=3, kernel_w=3, pad_d=1, pad_h=1, pad_w=1),
+              ConvShape(1, 8, 8, dims=3, in_d=1, in_h=8, in_w=8, kernel_d=1, kernel_h=3, kernel_w=3)]  # 3D, depth 1
+    path = tmp_path / "every.csv"
+    pd.DataFrame([layer.as_dict() for layer in layers]).to_csv(path, index=False)
+    frame = read_layers(path)
+    assert frame["dims"].tolist() == [2, 3, 3]
+    assert [ConvShape.from_mapping(row) for row in frame.to_dict("records")] == layers
 
 
 def test_general_layers_write_as_csv_and_read_back(tmp_path):
@@ -621,8 +636,7 @@ def test_columns_seer_does_not_use_label_the_layers_in_file_order():
 
 @pytest.mark.parametrize("column, words", [
     ("stride", "give stride_h and stride_w"), ("Pad_H", "the column is pad_h"), ("kernal_w", "did you mean kernel_w?"),
-    ("algo", "seer's output uses it"), ("layer", "seer's output numbers"), ("dims", "follows from in_d"),
-    ("", "a column has no name")])
+    ("algo", "seer's output uses it"), ("layer", "seer's output numbers"), ("", "a column has no name")])
 def test_a_label_column_that_reads_like_a_layer_field_or_an_output_column_is_refused(column, words):
     text = f"batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w,{column}\n1,3,8,8,8,1,1,2\n"
     with pytest.raises(InputError) as info:

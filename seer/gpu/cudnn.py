@@ -74,6 +74,34 @@ _SIGNATURES: dict[str, tuple[object, list[object]]] = {
     "cudnnGetConvolutionForwardWorkspaceSize": (
         ctypes.c_int, [_c_handle, _c_desc, _c_desc, _c_desc, _c_desc, ctypes.c_int,
                        ctypes.POINTER(ctypes.c_size_t)]),
+    # The backward passes (dgrad: the input's gradient; wgrad: the filter's), whose perf
+    # structs share the forward's layout.
+    "cudnnGetConvolutionBackwardDataAlgorithm_v7": (
+        ctypes.c_int,
+        [_c_handle, _c_desc, _c_desc, _c_desc, _c_desc, ctypes.c_int, _int_p,
+         ctypes.POINTER(cudnnConvolutionFwdAlgoPerf_t)],
+    ),
+    "cudnnGetConvolutionBackwardDataWorkspaceSize": (
+        ctypes.c_int, [_c_handle, _c_desc, _c_desc, _c_desc, _c_desc, ctypes.c_int,
+                       ctypes.POINTER(ctypes.c_size_t)]),
+    "cudnnConvolutionBackwardData": (
+        ctypes.c_int,
+        [_c_handle, ctypes.c_void_p, _c_desc, ctypes.c_void_p, _c_desc, ctypes.c_void_p, _c_desc,
+         ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, _c_desc, ctypes.c_void_p],
+    ),
+    "cudnnGetConvolutionBackwardFilterAlgorithm_v7": (
+        ctypes.c_int,
+        [_c_handle, _c_desc, _c_desc, _c_desc, _c_desc, ctypes.c_int, _int_p,
+         ctypes.POINTER(cudnnConvolutionFwdAlgoPerf_t)],
+    ),
+    "cudnnGetConvolutionBackwardFilterWorkspaceSize": (
+        ctypes.c_int, [_c_handle, _c_desc, _c_desc, _c_desc, _c_desc, ctypes.c_int,
+                       ctypes.POINTER(ctypes.c_size_t)]),
+    "cudnnConvolutionBackwardFilter": (
+        ctypes.c_int,
+        [_c_handle, ctypes.c_void_p, _c_desc, ctypes.c_void_p, _c_desc, ctypes.c_void_p, _c_desc,
+         ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, _c_desc, ctypes.c_void_p],
+    ),
     "cudnnConvolutionForward": (
         ctypes.c_int,
         [_c_handle, ctypes.c_void_p, _c_desc, ctypes.c_void_p, _c_desc, ctypes.c_void_p, _c_desc,
@@ -301,6 +329,7 @@ class HeuristicChoice:
     status: int
     math_type: int
     memory_bytes: int
+    deterministic: bool = True
 
 
 class ConvolutionProblem:
@@ -365,6 +394,47 @@ class ConvolutionProblem:
         _call("cudnnGetConvolutionForwardWorkspaceSize", self.handle.ptr, self.x_desc.ptr,
               self.w_desc.ptr, self.conv_desc.ptr, self.y_desc.ptr, algo, ctypes.byref(size))
         return int(size.value)
+
+    # -- the backward passes: "bwd_data" (dx from dy and w) and "bwd_filter" (dw from x and dy)
+    def backward_heuristic(self, pass_: str, max_algos: int = 16) -> list[HeuristicChoice]:
+        """cuDNN's own ranking of ``pass_``'s algorithms (``..._v7``), best first, with whether
+        each is deterministic."""
+        results = (cudnnConvolutionFwdAlgoPerf_t * max_algos)()
+        returned = ctypes.c_int()
+        name, descriptors = self._backward(pass_, "cudnnGetConvolutionBackward{}Algorithm_v7")
+        _call(name, self.handle.ptr, *descriptors, max_algos, ctypes.byref(returned), results)
+        return [HeuristicChoice(r.algo, r.status, r.mathType, int(r.memory), r.determinism == 1)
+                for r in results[: returned.value]]
+
+    def backward_workspace_size(self, pass_: str, algo: int) -> int:
+        size = ctypes.c_size_t()
+        name, descriptors = self._backward(pass_, "cudnnGetConvolutionBackward{}WorkspaceSize")
+        _call(name, self.handle.ptr, *descriptors, algo, ctypes.byref(size))
+        return int(size.value)
+
+    def backward(self, pass_: str, algo: int, a_ptr: int, dy_ptr: int, out_ptr: int,
+                 workspace_ptr: int, workspace_bytes: int) -> None:
+        """dx = dgrad(w, dy) (``bwd_data``: ``a_ptr`` is w) or dw = wgrad(x, dy) (``bwd_filter``:
+        ``a_ptr`` is x), with the given algorithm (alpha 1, beta 0)."""
+        alpha, beta = ctypes.c_float(1.0), ctypes.c_float(0.0)
+        if pass_ == "bwd_data":
+            a_desc, out_desc, name = self.w_desc, self.x_desc, "cudnnConvolutionBackwardData"
+        elif pass_ == "bwd_filter":
+            a_desc, out_desc, name = self.x_desc, self.w_desc, "cudnnConvolutionBackwardFilter"
+        else:
+            raise ValueError(f"unknown backward pass {pass_!r}")
+        _call(name, self.handle.ptr, ctypes.byref(alpha), a_desc.ptr, ctypes.c_void_p(a_ptr), self.y_desc.ptr,
+              ctypes.c_void_p(dy_ptr), self.conv_desc.ptr, algo, ctypes.c_void_p(workspace_ptr or None),
+              workspace_bytes, ctypes.byref(beta), out_desc.ptr, ctypes.c_void_p(out_ptr))
+
+    def _backward(self, pass_: str, template: str) -> tuple[str, tuple]:
+        """The C function for ``pass_`` and its descriptors in cuDNN's order (the known input,
+        dy, the convolution, the gradient computed)."""
+        if pass_ == "bwd_data":
+            return template.format("Data"), (self.w_desc.ptr, self.y_desc.ptr, self.conv_desc.ptr, self.x_desc.ptr)
+        if pass_ == "bwd_filter":
+            return template.format("Filter"), (self.x_desc.ptr, self.y_desc.ptr, self.conv_desc.ptr, self.w_desc.ptr)
+        raise ValueError(f"unknown backward pass {pass_!r}")
 
     def forward(self, algo: int, x_ptr: int, w_ptr: int, y_ptr: int,
                 workspace_ptr: int, workspace_bytes: int) -> None:

@@ -419,7 +419,10 @@ def _check_line(content: str, number: int, path: str) -> None:
 #: Square aliases a CSV may use instead of the per-axis 2D columns.
 _SQUARE_ALIASES = {"in_width": ("in_h", "in_w"), "kernel_width": ("kernel_h", "kernel_w"),
                    "out_width": ("out_h", "out_w")}
-_CSV_COLUMNS = ("name", *[f for f in LAYER_FIELDS if f != "dims"], *OUTPUT_FIELDS, *_SQUARE_ALIASES)
+_CSV_COLUMNS = ("name", *LAYER_FIELDS, *OUTPUT_FIELDS, *_SQUARE_ALIASES)
+#: What a 2D layer's depth fields may hold where a CSV gives them and says ``dims`` 2 (as
+#: ``ConvShape.as_dict`` and the prediction files write a 2D layer).
+_FLAT_DEPTH = {"in_d": 1, "kernel_d": 1, "stride_d": 1, "pad_d": 0, "dilation_d": 1, "out_d": 1}
 _REQUIRED = ("batch", "in_ch", "out_ch")
 #: Names a label column may not take: the columns that predictions add, and layer fields
 #: that a CSV spells otherwise (SEER's format's names, the computed ``dims``).
@@ -428,7 +431,6 @@ _RESERVED = {"layer": "seer's output numbers the layers in it", "math": "seer's 
              "predicted_mj": "seer's output uses it", "rank": "seer's output uses it",
              "extrapolated": "seer's output uses it", "pick": "seer's output uses it",
              "algorithms": "seer's output uses it", "calls": "seer's output uses it",
-             "dims": "it follows from in_d and kernel_d",
              "stride": "give stride_h and stride_w", "padding": "give pad_h and pad_w",
              "pad": "give pad_h and pad_w", "dilation": "give dilation_h and dilation_w",
              "group": "the column is groups"}
@@ -686,6 +688,22 @@ def _csv_frame(contents: list[str], numbers: list[int], columns: list[str], path
     for name in ("in_d", "kernel_d"):
         if name in given:
             deep |= given[name]
+    if "dims" in given:  # where a row says, it decides; elsewhere the depth fields do
+        dims = values.pop("dims")
+        stated = given["dims"]
+        wrong = stated & (dims != 2) & (dims != 3)
+        if wrong.any():
+            i = int(np.flatnonzero(wrong)[0])
+            raise InputError(f"dims must be 2 or 3, got {dims[i]}", path=path, line=numbers[i], field="dims")
+        flat = stated & (dims == 2)
+        for name, value in _FLAT_DEPTH.items():
+            if name in given:
+                deep_field = flat & given[name] & (values[name] != value)
+                if deep_field.any():
+                    i = int(np.flatnonzero(deep_field)[0])
+                    raise InputError(f"a 2D layer (dims 2) has {name} {value}, got {values[name][i]}", path=path,
+                                     line=numbers[i], field=name)
+        deep = np.where(stated, dims == 3, deep)
     for name in ("in_d", "kernel_d"):
         if name in given:
             missing = deep & ~given[name]
