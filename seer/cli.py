@@ -808,12 +808,16 @@ def _print_network(console, args, shape, gpu: str, found, result) -> None:
         NETWORK_TABLE_LAYERS)
     title = "every layer" if args.table == "all" else (
         f"the {len(shown)} slowest of {len(picks)} layers (--table all shows every layer)")
-    table = Table("module", "layer", "calls", "pick", "ms", "runner-up", "ms", box=box.SIMPLE_HEAD, pad_edge=False,
+    guarded = args.objective == "time" and picks["pytorch_ms"].notna().any()
+    table = Table("module", "layer", "calls", "pick", "ms", "runner-up", "ms",
+                  *(("PyTorch ms", "use") if guarded else ()), box=box.SIMPLE_HEAD, pad_edge=False,
                   title=title, caption="layer = batch x in_ch x input size -> out_ch, kernel, stride s, padding p, "
-                                       "dilation d, groups g; ms per call")
+                                       "dilation d, groups g; ms per call"
+                                       + ("; use: the pick where surely faster than PyTorch's own choice" if guarded
+                                          else ""))
     for _, row in shown.iterrows():
         layer, *pick = _pick_cells(row)
-        table.add_row(row["name"], layer, str(row["calls"]), *pick)
+        table.add_row(row["name"], layer, str(row["calls"]), *pick, *(_guard_cells(row) if guarded else ()))
     console.print(table, crop=False)
     _note_extrapolated(console, int(picks["extrapolated"].sum()))
     if len(found.skipped):

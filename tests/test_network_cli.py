@@ -64,7 +64,7 @@ def test_totals_are_the_sums_of_calls_times_predicted_times(small_models):
 
 
 @pytest.mark.parametrize("math", ["fma", "default"])
-def test_totals_under_pytorchs_choice_and_the_guarded_picks(math):
+def test_totals_under_pytorchs_choice_and_the_guarded_picks(math, capsys):
     model = persist.load_model("h100", math=math)  # the shipped models predict PyTorch's choice
     found = conv_calls(build_model(NET), (32, 3, 64, 48))
     result = predict_network(model, found.layers, math)
@@ -80,6 +80,9 @@ def test_totals_under_pytorchs_choice_and_the_guarded_picks(math):
                                                                           / seer - 1) * 100)
     by_energy = predict_network(model, found.layers, math, objective="energy").totals["policy"]
     assert SEER_GUARDED not in set(by_energy) and PYTORCH_CHOICE in set(by_energy)  # the guard weighs time only
+    code, shown, _ = run(capsys, "network", NET, "--input", "32x3x64x48", "--math", math)
+    assert code == 0 and "PyTorch's own choice" in shown and "guarded (recommended)" in shown
+    assert "PyTorch ms" in shown and "surely faster than PyTorch's own choice" in shown
 
 
 def test_json_has_the_layers_totals_and_skipped_calls(small_models, tmp_path, capsys):
