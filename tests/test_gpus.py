@@ -11,7 +11,8 @@ from seer.errors import EnvironmentProblem
 from seer.hardware.gpus import (WARP_SIZE, GPUSpec, get_gpu_spec, gpu_names, load_gpu_specs, match_device,
                                 parse_gpu_specs)
 
-REQUIRED = {"v100", "titan-xp", "titan-v", "a100", "l40", "h100", "h100-pcie", "h200"}
+REQUIRED = {"v100", "titan-xp", "titan-v", "a100", "l40", "h100", "h100-pcie", "h200", "t4", "p100", "p4", "a10",
+            "l4", "l40s", "b200"}
 
 #: Device names as CUDA/NVML report them, and the spec each must map to.
 DEVICE_NAMES = {
@@ -23,10 +24,18 @@ DEVICE_NAMES = {
     "NVIDIA L40": "l40",
     "NVIDIA TITAN Xp": "titan-xp",
     "NVIDIA TITAN V": "titan-v",
+    "Tesla T4": "t4",
+    "Tesla P100-PCIE-16GB": "p100",
+    "Tesla P4": "p4",
+    "NVIDIA A10": "a10",
+    "NVIDIA L4": "l4",
+    "NVIDIA L40S": "l40s",
+    "NVIDIA B200": "b200",
 }
 
 #: Sibling boards that must match no spec (or not the look-alike one).
-NOT_OURS = ["NVIDIA H100 NVL", "NVIDIA H200 NVL", "NVIDIA GH200 480GB", "NVIDIA L40S",
+NOT_OURS = ["NVIDIA H100 NVL", "NVIDIA H200 NVL", "NVIDIA GH200 480GB", "NVIDIA A10G", "Tesla P100-PCIE-12GB",
+            "Tesla P40", "NVIDIA GB200",
             "Tesla V100-SXM2-16GB", "Tesla V100-PCIE-32GB", "NVIDIA A100-SXM4-40GB",
             "NVIDIA A100 80GB PCIe", "NVIDIA TITAN X (Pascal)", "NVIDIA TITAN RTX",
             "NVIDIA GeForce RTX 4090"]
@@ -89,7 +98,9 @@ def test_per_sm_limits_hang_together(name):
     # The runtime reserves 1 KiB per block from compute capability 8.0 on.
     assert spec.reserved_shared_mem_per_block_bytes == (1024 if major >= 8 else 0)
     assert spec.shared_mem_allocation_unit_bytes == (128 if major >= 8 else 256)
-    assert spec.register_allocation_unit == 256 and spec.warp_allocation_granularity == 4
+    # GP100 (cc 6.0) has two processing blocks per SM, every other listed SM four (cuda_occupancy.h).
+    assert spec.register_allocation_unit == 256 and spec.warp_allocation_granularity == (2 if (major, minor) == (6, 0)
+                                                                                         else 4)
     if major >= 8:
         assert spec.max_shared_mem_per_block_bytes + 1024 == spec.shared_mem_per_sm_bytes
     # Tensor-core rates exist exactly where the architecture has them.
