@@ -72,6 +72,9 @@ def _add_collect(sub) -> None:
                    help="comma-separated algorithm names or groups: cudnn (cuDNN's), seer (seer's own kernels), "
                         "all (default)")
     p.add_argument("--shard", default="1/1", help="i/n: collect only shard i of n of the grid (default 1/1)")
+    p.add_argument("--gpus", metavar="all|0,1,...",
+                   help="collect on several GPUs of this host at once: one process per GPU, each taking the next "
+                        "of 4 shards per GPU as it frees; all, or device numbers (default: the current GPU only)")
     p.add_argument("--profile-shapes", type=_profile_shapes, default=None, metavar="N|all",
                    help="profile under ncu every successful run of N shapes chosen evenly over the "
                         "grid; 0 for timing only (default: all)")
@@ -144,6 +147,31 @@ def _algorithms(text: str) -> list[str]:
         raise InputError(exc.args[0], field="algo") from None
 
 
+def _collect_on_gpus(args, gpu_name: str) -> int:
+    """``seer collect --gpus``: the shards over this host's GPUs (:mod:`seer.collect.gpus`), then the tables."""
+    from seer.collect.gpus import SHARDS_PER_GPU, collect_on_gpus, parse_gpus, shard_command
+    from seer.collect.scratch import scratch_folder
+
+    gpus = parse_gpus(args.gpus)
+    err_console.log(f"collecting on {len(gpus)} GPUs ({', '.join(gpus)}), one process each")
+    try:
+        with scratch_folder() as folder:
+            outcomes = collect_on_gpus(shard_command(args.argv), gpus, folder, err_console,
+                                       stop_after_s=None if args.stop_after is None else args.stop_after * 60)
+    except KeyboardInterrupt:
+        err_console.print(f"Interrupted. Everything finished is saved in {args.data_dir / gpu_name / 'raw'}; "
+                          "run the same command to resume.")
+        return EXIT_INTERRUPTED
+    failed = [o for o in outcomes if o.returncode != 0]
+    for outcome in failed:
+        err_console.print(f"shard {outcome.shard} failed on GPU {outcome.gpu} (exit {outcome.returncode}, "
+                          f"{outcome.attempts} attempts):\n{outcome.log_tail}", soft_wrap=True)
+    err_console.log(f"{len(outcomes) - len(failed)} of {len(outcomes)} shards done"
+                    + ("" if len(outcomes) == len(gpus) * SHARDS_PER_GPU else "; the rest were not started (time limit)"))
+    code = 0 if args.no_parse else _parse(args.data_dir, gpu_name)
+    return 1 if failed else code
+
+
 def _cmd_collect(args) -> int:
     from seer.collect.orchestrate import CollectOptions, Collector
     from seer.collect.plan import parse_shard
@@ -157,6 +185,8 @@ def _cmd_collect(args) -> int:
     if not algos:
         raise InputError("no algorithm named", field="algo")
     shard_index, shard_count = parse_shard(args.shard)
+    if args.gpus and args.slurm:
+        raise InputError("--gpus collects here on this host's GPUs, --slurm writes a job array: give one", field="gpus")
     shapes = resolve_grids(args.grid)
     if args.kinds:
         shapes = of_kinds(shapes, args.kinds)
@@ -171,6 +201,10 @@ def _cmd_collect(args) -> int:
         err_console.log(f"when every task is done: `seer parse --gpu {spec.name} --data-dir {args.data_dir}` "
                         "(`seer merge` instead, for shards written to separate folders)")
         return 0
+    if args.gpus:
+        if (shard_index, shard_count) != (1, 1):
+            raise InputError("--gpus cuts the grid into shards itself: leave out --shard", field="shard")
+        return _collect_on_gpus(args, spec.name)
     retry = tuple(s.strip() for s in args.retry.split(",") if s.strip())
     options = CollectOptions(
         gpu=spec, shapes=shapes, maths=maths, algos=algos,

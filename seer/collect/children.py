@@ -129,8 +129,9 @@ def process_running(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
 
 
-def start(command: Sequence[str], output: IO) -> subprocess.Popen:
-    """Start a child in its own process group, armed to die with this process.
+def start(command: Sequence[str], output: IO, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start a child in its own process group, armed to die with this process; ``env`` adds
+    to (or overrides) :func:`child_env`.
 
     Its own group keeps a terminal's Ctrl-C away from it (the orchestrator decides what
     happens to it) and lets :func:`stop` reach everything it started.
@@ -142,7 +143,7 @@ def start(command: Sequence[str], output: IO) -> subprocess.Popen:
         if set_parent_death_signal() and os.getppid() != orchestrator:
             os._exit(EXIT_ORPHANED)
 
-    return subprocess.Popen(list(command), stdout=output, stderr=subprocess.STDOUT, env=child_env(),
+    return subprocess.Popen(list(command), stdout=output, stderr=subprocess.STDOUT, env=child_env() | (env or {}),
                             process_group=0, preexec_fn=arm)
 
 

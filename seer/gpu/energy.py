@@ -37,15 +37,25 @@ class EnergyReading:
                 "energy_counter_steps": self.counter_steps}
 
 
+def current_device_handle(pynvml):
+    """NVML's handle of the GPU CuPy runs on, found by its PCI bus id: NVML numbers every GPU of
+    the host whatever ``CUDA_VISIBLE_DEVICES`` hides, so under ``seer collect --gpus`` (or any
+    process pinned to another GPU than the first) NVML's index 0 is another GPU."""
+    import cupy as cp
+
+    return pynvml.nvmlDeviceGetHandleByPciBusId(cp.cuda.Device().pci_bus_id)
+
+
 class EnergyMeter:
     """Reads one GPU's energy counter around back-to-back calls (see the module's doc)."""
 
-    def __init__(self, device_index: int = 0) -> None:
+    def __init__(self, device_index: int | None = None) -> None:
         import pynvml
 
         pynvml.nvmlInit()
         self._nvml = pynvml
-        self._handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
+        self._handle = (current_device_handle(pynvml) if device_index is None
+                        else pynvml.nvmlDeviceGetHandleByIndex(device_index))
 
     def counter_mj(self) -> int:
         return int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle))

@@ -58,9 +58,11 @@ def probe() -> dict:
     try:
         import pynvml
 
+        from seer.gpu.energy import current_device_handle
+
         pynvml.nvmlInit()
         info["driver_version"] = _text(pynvml.nvmlSystemGetDriverVersion())
-        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        h = current_device_handle(pynvml)  # this process's GPU, whatever CUDA_VISIBLE_DEVICES says
         info["nvml_device_name"] = _text(pynvml.nvmlDeviceGetName(h))
         info["max_sm_clock_mhz"] = int(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM))
         info["max_memory_clock_mhz"] = int(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_MEM))

@@ -1,0 +1,168 @@
+"""Collection over every GPU of one host: one ``seer collect`` process per GPU at a time.
+
+The grid is cut into ``shards_per_gpu`` times as many shards as there are GPUs
+(``--shard i/n``, as a SLURM job array cuts it); each GPU takes the next shard from one
+queue as soon as it is free, so a slower GPU or a longer shard holds no other back. Each
+process is pinned to its GPU (``CUDA_VISIBLE_DEVICES``, numbered in PCI order as NVML
+numbers them), writes its shard's own resumable files and runs its own worker, which
+loses only the item in flight when it dies. A shard whose process fails goes back to the
+queue once, for whichever GPU frees first; Ctrl-C stops every process. The tables are
+built once, at the end, from everything recorded.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+
+from seer.collect import children
+from seer.errors import EXIT_INTERRUPTED, EnvironmentProblem, InputError
+from seer.progress import CollectionProgress
+
+#: Shards per GPU: enough that the GPUs finish close together, few enough that each
+#: process's start (imports, the plan, the device probe: seconds) stays small beside its work.
+SHARDS_PER_GPU = 4
+#: Times a shard is started before its failure is reported instead of retried.
+ATTEMPTS = 2
+
+
+def parse_gpus(text: str) -> list[str]:
+    """``--gpus``: ``all`` (every visible GPU) or comma-separated device numbers, each once."""
+    if text.strip().lower() == "all":
+        return visible_gpus()
+    gpus = [g.strip() for g in text.split(",") if g.strip()]
+    if not gpus or not all(g.isdigit() for g in gpus) or len(set(gpus)) != len(gpus):
+        raise InputError(f"--gpus takes all or distinct device numbers such as 0,1,3; got {text!r}", field="gpus")
+    return gpus
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use: those ``CUDA_VISIBLE_DEVICES`` lists, else every GPU NVML sees."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        gpus = [g.strip() for g in listed.split(",") if g.strip()]
+        if not gpus:
+            raise EnvironmentProblem("CUDA_VISIBLE_DEVICES lists no GPU")
+        return gpus
+    try:
+        import pynvml
+    except ImportError:
+        raise EnvironmentProblem("--gpus all counts the GPUs with NVML: install the gpu extra "
+                                 "(nvidia-ml-py), or name them: --gpus 0,1") from None
+    try:
+        pynvml.nvmlInit()
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+        finally:
+            pynvml.nvmlShutdown()
+    except pynvml.NVMLError as exc:
+        raise EnvironmentProblem(f"NVML cannot count the GPUs: {exc}") from None
+    if not count:
+        raise EnvironmentProblem("NVML sees no GPU")
+    return [str(i) for i in range(count)]
+
+
+@dataclass
+class ShardOutcome:
+    """What became of one shard: the GPU of its last attempt, its exit status, its attempts."""
+
+    shard: int
+    gpu: str
+    returncode: int
+    attempts: int
+    log_tail: str = ""
+
+
+@dataclass
+class _Running:
+    shard: int
+    process: object
+    log: Path
+    started: float = field(default_factory=time.monotonic)
+
+
+def collect_on_gpus(command: Callable[[int, int, float | None], Sequence[str]], gpus: Sequence[str],
+                    folder: Path, console: Console, shards_per_gpu: int = SHARDS_PER_GPU,
+                    stop_after_s: float | None = None, poll_s: float = 0.2) -> list[ShardOutcome]:
+    """Run ``command(shard, shards, minutes_left)`` once per shard of ``len(gpus) *
+    shards_per_gpu``, each on the next free GPU of ``gpus``, with its output in ``folder``;
+    every shard's outcome, in shard order. ``stop_after_s``: no shard starts after that
+    many seconds, and each is told the minutes left. Ctrl-C stops every process and
+    raises KeyboardInterrupt once they are gone."""
+    total = len(gpus) * shards_per_gpu
+    queue, attempts = deque(range(1, total + 1)), {}
+    free, running, outcomes = list(gpus), {}, {}
+    deadline = None if stop_after_s is None else time.monotonic() + stop_after_s
+    try:
+        with CollectionProgress("shards", total, console, unit="shards") as progress:
+            while queue or running:
+                left = None if deadline is None else deadline - time.monotonic()
+                while queue and free and (left is None or left > 0):
+                    shard, gpu = queue.popleft(), free.pop(0)
+                    attempts[shard] = attempts.get(shard, 0) + 1
+                    log = folder / f"shard-{shard}of{total}-try{attempts[shard]}.log"
+                    minutes = None if left is None else left / 60
+                    with open(log, "w") as handle:
+                        process = children.start(command(shard, total, minutes), handle,
+                                                 env={"CUDA_VISIBLE_DEVICES": gpu, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
+                    running[gpu] = _Running(shard, process, log)
+                    progress.note(f"GPU {gpu}: shard {shard}")
+                if left is not None and left <= 0 and not running:
+                    break  # out of time: the shards not started stay to do
+                for gpu, run in list(running.items()):
+                    code = run.process.poll()
+                    if code is None:
+                        continue
+                    del running[gpu]
+                    free.append(gpu)
+                    if code == EXIT_INTERRUPTED:
+                        raise KeyboardInterrupt
+                    if code != 0 and attempts[run.shard] < ATTEMPTS:
+                        console.log(f"shard {run.shard}/{total} failed on GPU {gpu} (exit {code}); "
+                                    f"queued again:\n{children.tail(run.log, 5)}")
+                        queue.append(run.shard)
+                        continue
+                    outcomes[run.shard] = ShardOutcome(run.shard, gpu, code, attempts[run.shard],
+                                                       "" if code == 0 else children.tail(run.log))
+                    progress.advance()
+                time.sleep(poll_s)
+    except KeyboardInterrupt:
+        for run in running.values():
+            children.stop(run.process)
+        raise
+    return [outcomes[s] for s in sorted(outcomes)]
+
+
+def shard_command(argv: Sequence[str]) -> Callable[[int, int, float | None], list[str]]:
+    """The ``seer collect`` command of one shard: ``argv`` (the user's, without ``--gpus``,
+    ``--shard``, ``--stop-after`` and ``--no-parse``) with the shard, the minutes left and
+    ``--no-parse`` (the tables are built once, at the end)."""
+    kept = _without_options(list(argv), {"--gpus": True, "--shard": True, "--stop-after": True,
+                                         "--no-parse": False})
+
+    def command(shard: int, shards: int, minutes: float | None) -> list[str]:
+        return [sys.executable, "-m", "seer", *kept, "--shard", f"{shard}/{shards}", "--no-parse",
+                *(() if minutes is None else ("--stop-after", f"{minutes:.3f}"))]
+    return command
+
+
+def _without_options(argv: list[str], options: dict[str, bool]) -> list[str]:
+    """``argv`` without ``options`` (name -> whether it takes a value, as ``--x v`` or ``--x=v``)."""
+    out, skip = [], False
+    for token in argv:
+        if skip:
+            skip = False
+            continue
+        name = token.split("=", 1)[0]
+        if name in options:
+            skip = options[name] and "=" not in token
+            continue
+        out.append(token)
+    return out

@@ -1,0 +1,88 @@
+"""``seer collect --gpus``: the shards over a host's GPUs, each process pinned to one, a failed
+shard taken up again, Ctrl-C stopping all. The processes here stand in for ``seer collect``
+(which needs a GPU): each records its shard and the GPU it was given."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from rich.console import Console
+
+from seer.cli import main
+from seer.collect.gpus import ATTEMPTS, collect_on_gpus, parse_gpus, shard_command
+from seer.errors import EXIT_INTERRUPTED, InputError
+
+
+def test_gpus_are_all_the_visible_ones_or_distinct_numbers(monkeypatch):
+    assert parse_gpus("0,1, 3") == ["0", "1", "3"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert parse_gpus("all") == ["2", "3"]
+    for bad in ("", "0,0", "gpu0", "1,-1"):
+        with pytest.raises(InputError, match="--gpus takes all or distinct device numbers"):
+            parse_gpus(bad)
+
+
+def test_each_shard_runs_the_users_command_with_its_shard():
+    command = shard_command(["collect", "--gpu", "h100", "--gpus", "0,1", "--shard", "1/1", "--stop-after=5",
+                             "--no-parse", "--grid", "seer"])
+    assert command(2, 8, None)[1:] == ["-m", "seer", "collect", "--gpu", "h100", "--grid", "seer", "--shard", "2/8",
+                                       "--no-parse"]
+    assert command(3, 8, 1.5)[-2:] == ["--stop-after", "1.500"]
+
+
+def _stand_in(record, fail_once=None, exit_code=3):
+    """A command that appends 'shard gpu' to ``record`` and exits 0 (or ``exit_code`` the first
+    time shard ``fail_once`` runs)."""
+    script = ("import os, sys; shard = int(sys.argv[1]); gpu = os.environ['CUDA_VISIBLE_DEVICES']\n"
+              f"marker = {str(record)!r} + f'.failed{{shard}}'\n"
+              f"if shard == {fail_once!r} and not os.path.exists(marker):\n"
+              "    open(marker, 'w').close(); sys.exit(" + str(exit_code) + ")\n"
+              f"open({str(record)!r}, 'a').write(f'{{shard}} {{gpu}}\\n')\n")
+    return lambda shard, shards, minutes: [sys.executable, "-c", script, str(shard), str(shards)]
+
+
+def test_every_shard_runs_once_on_one_of_the_gpus_and_a_failed_one_is_taken_up_again(tmp_path):
+    record = tmp_path / "ran.txt"
+    outcomes = collect_on_gpus(_stand_in(record, fail_once=3), ["0", "1"], tmp_path, Console(stderr=True),
+                               shards_per_gpu=3, poll_s=0.01)
+    ran = [line.split() for line in record.read_text().splitlines()]
+    assert sorted(int(shard) for shard, _ in ran) == list(range(1, 7))  # each shard once, done
+    assert {gpu for _, gpu in ran} <= {"0", "1"}
+    assert [o.returncode for o in outcomes] == [0] * 6 and outcomes[2].attempts == 2
+    assert ATTEMPTS == 2
+
+
+def test_a_shard_that_keeps_failing_is_reported_with_its_log(tmp_path):
+    command = lambda shard, shards, minutes: [sys.executable, "-c", "import sys; print('no GPU here'); sys.exit(1)"]  # noqa: E731
+    outcomes = collect_on_gpus(command, ["0"], tmp_path, Console(stderr=True), shards_per_gpu=2, poll_s=0.01)
+    assert [(o.returncode, o.attempts) for o in outcomes] == [(1, ATTEMPTS)] * 2
+    assert "no GPU here" in outcomes[0].log_tail
+
+
+def test_an_interrupted_shard_stops_the_others(tmp_path):
+    slow = tmp_path / "slow.txt"
+    def command(shard, shards, minutes):
+        if shard == 1:
+            return [sys.executable, "-c", f"import sys; sys.exit({EXIT_INTERRUPTED})"]
+        return [sys.executable, "-c", f"import time; time.sleep(30); open({str(slow)!r}, 'w')"]
+    with pytest.raises(KeyboardInterrupt):
+        collect_on_gpus(command, ["0", "1"], tmp_path, Console(stderr=True), shards_per_gpu=1, poll_s=0.01)
+    assert not slow.exists()  # the other shard was stopped, not left to finish
+
+
+def test_no_shard_starts_after_the_time_limit(tmp_path):
+    record = tmp_path / "ran.txt"
+    assert collect_on_gpus(_stand_in(record), ["0"], tmp_path, Console(stderr=True), stop_after_s=0) == []
+    assert not record.exists()
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--gpus", "0,1", "--shard", "2/3"], "leave out --shard"),
+    (["--gpus", "0,0"], "distinct device numbers"),
+    (["--gpus", "0,1", "--slurm", "job.sh"], "give one"),
+])
+def test_gpus_mistakes_are_one_line(capsys, argv, words):
+    assert main(["collect", "--gpu", "h100", "--grid", "seer", *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
