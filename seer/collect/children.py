@@ -160,7 +160,7 @@ def stop(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _has_exited(proc: subprocess.Popen) -> bool:
+def has_exited(proc: subprocess.Popen) -> bool:
     """Whether the child has exited, without reaping it (see :func:`stop`)."""
     try:
         return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
@@ -246,7 +246,7 @@ def run_child(command: Sequence[str], results: Path, log: Path, on_event: Callab
     seen_any = False
     try:
         while True:
-            exited = _has_exited(proc)
+            exited = has_exited(proc)
             for event in reader.new_events():
                 last_event, seen_any = time.monotonic(), True
                 kind = event.get(protocol.EVENT)

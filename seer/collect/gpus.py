@@ -6,13 +6,15 @@ queue as soon as it is free, so a slower GPU or a longer shard holds no other ba
 process is pinned to its GPU (``CUDA_VISIBLE_DEVICES``, numbered in PCI order as NVML
 numbers them), writes its shard's own resumable files and runs its own worker, which
 loses only the item in flight when it dies. A shard whose process fails goes back to the
-queue once, for whichever GPU frees first; Ctrl-C stops every process. The tables are
+queue once, for whichever GPU frees first; Ctrl-C interrupts every process (each ends its
+item and logs its session; after 10 s it is killed). The tables are
 built once, at the end, from everything recorded.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from collections import deque
@@ -134,10 +136,24 @@ def collect_on_gpus(command: Callable[[int, int, float | None], Sequence[str]], 
                     progress.advance()
                 time.sleep(poll_s)
     except KeyboardInterrupt:
-        for run in running.values():
-            children.stop(run.process)
+        _interrupt([run.process for run in running.values()])
         raise
     return [outcomes[s] for s in sorted(outcomes)]
+
+
+def _interrupt(processes: list, grace_s: float = 10.0) -> None:
+    """Ctrl-C to each process's group (it finishes its item and logs its session, as a
+    ``seer collect`` interrupted at a terminal does), then, after ``grace_s``, a kill."""
+    for process in processes:
+        try:
+            os.killpg(process.pid, signal.SIGINT)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and not all(children.has_exited(p) for p in processes):
+        time.sleep(0.1)
+    for process in processes:
+        children.stop(process)
 
 
 def shard_command(argv: Sequence[str]) -> Callable[[int, int, float | None], list[str]]:
