@@ -11,6 +11,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # numpy is imported where records are read, not with the registry
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -249,7 +253,7 @@ def stamp_revision(record: dict) -> dict:
     return {REVISION_FIELD: algo.revision} | record if algo is not None and algo.source == "cupy" else record
 
 
-def current_revision(records) -> "np.ndarray":
+def current_revision(records) -> np.ndarray:
     """Which records (a frame with ``algo``, and ``kernel_revision`` where recorded) measured
     today's revision of their algorithm; every run of cuDNN's algorithms does."""
     import numpy as np

@@ -4,7 +4,7 @@ read back exactly as written, and each broken part one InputError naming it."""
 import pandas as pd
 import pytest
 
-from seer.dataset.build import read_census, read_measurements
+from seer.dataset.build import read_measurements
 from seer.dataset.tables import part_grid, part_name, parts, read_parts, write_parts
 from seer.errors import InputError
 from seer.schema import MEASUREMENT_COLUMNS
