@@ -11,7 +11,7 @@ from seer.errors import EnvironmentProblem
 from seer.hardware.gpus import (WARP_SIZE, GPUSpec, get_gpu_spec, gpu_names, load_gpu_specs, match_device,
                                 parse_gpu_specs)
 
-REQUIRED = {"v100", "titan-xp", "titan-v", "a100", "l40", "h100", "h100-pcie", "h200", "t4", "p100", "p4", "a10",
+REQUIRED = {"v100", "v100-pcie", "titan-xp", "titan-v", "a100", "l40", "h100", "h100-pcie", "h200", "t4", "p100", "p4", "a10",
             "l4", "l40s", "b200"}
 
 #: Device names as CUDA/NVML report them, and the spec each must map to.
@@ -20,6 +20,7 @@ DEVICE_NAMES = {
     "NVIDIA H100 PCIe": "h100-pcie",
     "NVIDIA H200": "h200",
     "Tesla V100-SXM2-32GB": "v100",
+    "Tesla V100-PCIE-32GB": "v100-pcie",
     "NVIDIA A100-SXM4-80GB": "a100",
     "NVIDIA L40": "l40",
     "NVIDIA TITAN Xp": "titan-xp",
@@ -36,7 +37,7 @@ DEVICE_NAMES = {
 #: Sibling boards that must match no spec (or not the look-alike one).
 NOT_OURS = ["NVIDIA H100 NVL", "NVIDIA H200 NVL", "NVIDIA GH200 480GB", "NVIDIA A10G", "Tesla P100-PCIE-12GB",
             "Tesla P40", "NVIDIA GB200",
-            "Tesla V100-SXM2-16GB", "Tesla V100-PCIE-32GB", "NVIDIA A100-SXM4-40GB",
+            "Tesla V100-SXM2-16GB", "Tesla V100-PCIE-16GB", "NVIDIA A100-SXM4-40GB",
             "NVIDIA A100 80GB PCIe", "NVIDIA TITAN X (Pascal)", "NVIDIA TITAN RTX",
             "NVIDIA GeForce RTX 4090"]
 

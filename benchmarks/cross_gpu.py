@@ -1,0 +1,167 @@
+"""How well a layer's time on one GPU is predicted from other GPUs: a first measure for the
+issue on every GPU.
+
+    python benchmarks/cross_gpu.py --out benchmarks/results/cross-gpu
+
+The times are of the same policy on every GPU: the algorithm ``cudnn.benchmark`` chose,
+under strict FP32 (no TF32), fp32 NCHW, for 3x3 convolutions of stride 1 and padding 1 (the
+only layers the public data has):
+
+- four public GPUs from NeuSight's training data (``../shared/external/neusight-conv/``,
+  MIT licence, its SOURCE.md): Tesla V100 PCIe 32GB, T4, P100 PCIe 16GB, P4; PyTorch 2.1,
+  cuDNN 8.9.2; one call between CUDA events, mean of the 5 fastest of 25, which overstates
+  kernels shorter than a few tens of microseconds (``timing`` = ``single-call``);
+- seer's H100 (``data/h100``): ``PYTORCH_BENCHMARK`` under ``fma`` on the layers of that
+  form; PyTorch 2.11, cuDNN 9.19; the collector's bursts (``timing`` = ``burst``).
+
+Leaving each GPU out in turn, two predictions of its times:
+
+- **peak scaling**: a layer's time on another GPU times the ratio of their FP32 peaks, for
+  the layers both measured (public GPUs only: seer's H100 layers are others);
+- **roofline scaling**: the same, times the ratio of the layer's roofline floors on the two
+  GPUs (FP32 peak or DRAM bandwidth, whichever binds);
+- **spec model**: boosted trees over seer's shape features computed with each GPU's spec
+  (roofline floors, waves, tiles) and the spec itself (SMs, clock, FP32 peak, DRAM
+  bandwidth, L2, shared memory per SM), learning log2(time / roofline floor) from the
+  other GPUs' layers.
+
+MAPE per left-out GPU. Nothing here is a product model: it says what such a model may reach.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from sklearn.ensemble import HistGradientBoostingRegressor
+
+from seer.hardware.gpus import get_gpu_spec
+from seer.layers.shapes import layer_frame
+from seer.predict.features import shape_features
+from seer.schema import DatasetDir
+
+#: NeuSight's files and seer's spec of each board.
+PUBLIC = {"v100.csv.xz": "v100-pcie", "t4.csv.xz": "t4", "p100.csv.xz": "p100", "p4.csv.xz": "p4"}
+SPEC_FIELDS = ("sm_count", "boost_clock_mhz", "peak_fp32_tflops", "memory_bandwidth_gbs", "l2_cache_bytes",
+               "shared_mem_per_sm_bytes")
+
+
+def public_times(folder: Path) -> pd.DataFrame:
+    """NeuSight's rows as layers (batch, in_ch, out_ch, in_h = in_w, 3x3, stride 1, padding 1) and ms."""
+    frames = []
+    for name, gpu in PUBLIC.items():
+        raw = pd.read_csv(folder / name)
+        raw = raw[(raw["Kernel_Szie"] == 3) & (raw["Stride"] == 1) & (raw["Padding"] == 1)]
+        frames.append(pd.DataFrame({
+            "gpu": gpu, "batch": raw["B"], "in_ch": raw["Input_Channel"], "out_ch": raw["Output_Channel"],
+            "in_h": raw["Input_Size"], "in_w": raw["Input_Size"], "time_ms": raw["Latency"],
+            "source": "neusight", "timing": "single-call"}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def seer_times(data_dir: Path, gpu: str = "h100") -> pd.DataFrame:
+    """seer's ``PYTORCH_BENCHMARK`` runs under fma on 2D square 3x3 layers of stride 1 and padding 1."""
+    table = pd.read_parquet(DatasetDir(data_dir / gpu).measurements, columns=[
+        "algo", "math", "status", "dims", "batch", "in_ch", "out_ch", "groups", "in_h", "in_w", "kernel_h",
+        "kernel_w", "stride_h", "stride_w", "pad_h", "pad_w", "dilation_h", "dilation_w", "time_ms"])
+    rows = table[(table["algo"] == "PYTORCH_BENCHMARK") & (table["math"] == "fma") & (table["status"] == "ok")
+                 & (table["dims"] == 2) & (table["groups"] == 1) & (table["in_h"] == table["in_w"])
+                 & (table["kernel_h"] == 3) & (table["kernel_w"] == 3) & (table["stride_h"] == 1)
+                 & (table["stride_w"] == 1) & (table["pad_h"] == 1) & (table["pad_w"] == 1)
+                 & (table["dilation_h"] == 1) & (table["dilation_w"] == 1)]
+    return pd.DataFrame({"gpu": gpu, "batch": rows["batch"], "in_ch": rows["in_ch"], "out_ch": rows["out_ch"],
+                         "in_h": rows["in_h"], "in_w": rows["in_w"], "time_ms": rows["time_ms"],
+                         "source": "seer", "timing": "burst"}).reset_index(drop=True)
+
+
+def features(times: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: seer's shape features under its GPU's spec and the spec's fields; and log2 of the
+    roofline floor in seconds (what the target is relative to)."""
+    blocks, floors = [], []
+    for gpu, rows in times.groupby("gpu", sort=False):
+        spec = get_gpu_spec(gpu)
+        layers = layer_frame(rows.assign(kernel_h=3, kernel_w=3, pad_h=1, pad_w=1)[[
+            "batch", "in_ch", "out_ch", "in_h", "in_w", "kernel_h", "kernel_w", "pad_h", "pad_w"]])
+        F = shape_features(layers, spec)
+        spec_values = np.array([np.log2(float(getattr(spec, f))) for f in SPEC_FIELDS])
+        blocks.append(pd.DataFrame(np.hstack([F.to_numpy(), np.tile(spec_values, (len(F), 1))]), index=rows.index))
+        floors.append(pd.Series(F["log2_roofline_floor_s"].to_numpy(), index=rows.index))
+    return pd.concat(blocks).loc[times.index].to_numpy(), pd.concat(floors).loc[times.index].to_numpy()
+
+
+def mape(predicted: np.ndarray, measured: np.ndarray) -> float:
+    return round(float(np.mean(np.abs(predicted / measured - 1)) * 100), 2)
+
+
+def evaluate(times: pd.DataFrame) -> list[dict]:
+    X, floor = features(times)
+    y = np.log2(times["time_ms"].to_numpy() / 1e3) - floor
+    rows = []
+    key = ["batch", "in_ch", "out_ch", "in_h"]
+    for held in pd.unique(times["gpu"]):
+        test = (times["gpu"] == held).to_numpy()
+        model = HistGradientBoostingRegressor(max_iter=400, learning_rate=0.05, max_leaf_nodes=31,
+                                              random_state=0).fit(X[~test], y[~test])
+        predicted = 2.0 ** (model.predict(X[test]) + floor[test]) * 1e3
+        measured = times.loc[test, "time_ms"].to_numpy()
+        row = {"left_out": held, "layers": int(test.sum()), "timing": times.loc[test, "timing"].iloc[0],
+               "spec_model_mape": mape(predicted, measured),
+               "spec_model_median_ape": round(float(np.median(np.abs(predicted / measured - 1)) * 100), 2)}
+        target = get_gpu_spec(held)
+        scaling, roofline = {}, {}
+        with_floor = times.assign(floor=floor)
+        for other in pd.unique(times["gpu"]):
+            if other == held:
+                continue
+            both = with_floor[with_floor["gpu"] == held].merge(with_floor[with_floor["gpu"] == other], on=key,
+                                                               suffixes=("", "_other"))
+            if len(both) < 100:
+                continue
+            ratio = get_gpu_spec(other).peak_fp32_tflops / target.peak_fp32_tflops
+            scaling[other] = mape(both["time_ms_other"].to_numpy() * ratio, both["time_ms"].to_numpy())
+            # The layer's roofline floor on each GPU (FP32 peak or DRAM bandwidth, whichever binds).
+            floors = 2.0 ** (both["floor"].to_numpy() - both["floor_other"].to_numpy())
+            roofline[other] = mape(both["time_ms_other"].to_numpy() * floors, both["time_ms"].to_numpy())
+        row["peak_scaling_mape_by_source_gpu"] = scaling
+        row["roofline_scaling_mape_by_source_gpu"] = roofline
+        rows.append(row)
+    return rows
+
+
+def markdown(rows: list[dict], header: str) -> str:
+    lines = [header, "", "| left-out GPU | layers | timing | spec model MAPE % (median) | FP32-peak scaling MAPE % "
+             "from each other GPU | roofline scaling MAPE % from each other GPU |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        cells = [", ".join(f"{g} {v:.1f}" for g, v in r[k].items()) or "(no common layers)"
+                 for k in ("peak_scaling_mape_by_source_gpu", "roofline_scaling_mape_by_source_gpu")]
+        lines.append(f"| {r['left_out']} | {r['layers']} | {r['timing']} | {r['spec_model_mape']:.1f} "
+                     f"({r['spec_model_median_ape']:.1f}) | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--public", type=Path, default=Path("../shared/external/neusight-conv"))
+    parser.add_argument("--data-dir", type=Path, default=Path("data"))
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    times = pd.concat([public_times(args.public), seer_times(args.data_dir)], ignore_index=True)
+    rows = evaluate(times)
+    header = (f"Cross-GPU prediction, leaving each GPU out (3x3 convolutions, stride 1, padding 1, fp32, strict FP32, "
+              f"the time of cudnn.benchmark's choice); `python benchmarks/cross_gpu.py --out {args.out}`. Public "
+              f"GPUs: NeuSight's data (single-call timing); h100: seer's (burst timing).")
+    args.out.mkdir(parents=True, exist_ok=True)
+    text = markdown(rows, header)
+    (args.out / "cross-gpu.md").write_text(text)
+    counts = times.groupby(["gpu", "source", "timing"]).size().reset_index(name="layers").to_dict(orient="records")
+    (args.out / "cross-gpu.json").write_text(json.dumps({"data": counts, "rows": rows}, indent=1) + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
