@@ -20,6 +20,9 @@ Leaving each GPU out in turn, two predictions of its times:
   the layers both measured (public GPUs only: seer's H100 layers are others);
 - **roofline scaling**: the same, times the ratio of the layer's roofline floors on the two
   GPUs (FP32 peak or DRAM bandwidth, whichever binds);
+- **pair model**: boosted trees learning how a layer's time moves from one GPU to another
+  (log2 of the ratio beyond the roofline floors' ratio, from both GPUs' features), fitted on
+  the pairs of the other public GPUs, then applied to each other GPU's measured times;
 - **spec model**: boosted trees over seer's shape features computed with each GPU's spec
   (roofline floors, waves, tiles) and the spec itself (SMs, clock, FP32 peak, DRAM
   bandwidth, L2, shared memory per SM), learning log2(time / roofline floor) from the
@@ -128,18 +131,61 @@ def evaluate(times: pd.DataFrame) -> list[dict]:
             roofline[other] = mape(both["time_ms_other"].to_numpy() * floors, both["time_ms"].to_numpy())
         row["peak_scaling_mape_by_source_gpu"] = scaling
         row["roofline_scaling_mape_by_source_gpu"] = roofline
+        row["pair_model_mape_by_source_gpu"] = pair_model(times, X, floor, held) if scaling else {}
         rows.append(row)
     return rows
 
 
+def _pairs(times: pd.DataFrame, X: np.ndarray, floor: np.ndarray, sources, targets) -> pd.DataFrame:
+    """Every layer measured on a source GPU and on a target GPU: both rows' positions."""
+    key = ["batch", "in_ch", "out_ch", "in_h"]
+    indexed = times[key + ["gpu"]].assign(position=np.arange(len(times)))
+    out = []
+    for source in sources:
+        for target in targets:
+            if source == target:
+                continue
+            both = indexed[indexed["gpu"] == target].merge(indexed[indexed["gpu"] == source], on=key,
+                                                           suffixes=("", "_source"))
+            out.append(both[["position", "position_source"]])
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=["position", "position_source"])
+
+
+def pair_model(times: pd.DataFrame, X: np.ndarray, floor: np.ndarray, held: str) -> dict[str, float]:
+    """A model of how a layer's time moves from one GPU to another: boosted trees over the
+    target GPU's features and the source's, learning log2(target / source time) beyond the
+    ratio of their roofline floors, from the pairs of GPUs without ``held``; then ``held``'s
+    times predicted from each other GPU's measured ones. MAPE per source GPU."""
+    gpus = [g for g in pd.unique(times["gpu"]) if (times["gpu"] == g).sum() > 1000]  # the public GPUs
+    others = [g for g in gpus if g != held]
+    train = _pairs(times, X, floor, others, others)
+    t, s = train["position"].to_numpy(), train["position_source"].to_numpy()
+    seconds = times["time_ms"].to_numpy() / 1e3
+
+    def inputs(t, s):
+        return np.hstack([X[t], X[s] - X[t]])
+
+    target = np.log2(seconds[t] / seconds[s]) - (floor[t] - floor[s])
+    model = HistGradientBoostingRegressor(max_iter=400, learning_rate=0.05, max_leaf_nodes=31,
+                                          random_state=0).fit(inputs(t, s), target)
+    out = {}
+    for source in others:
+        test = _pairs(times, X, floor, [source], [held])
+        t, s = test["position"].to_numpy(), test["position_source"].to_numpy()
+        predicted = seconds[s] * 2.0 ** (model.predict(inputs(t, s)) + floor[t] - floor[s])
+        out[source] = mape(predicted, seconds[t])
+    return out
+
+
 def markdown(rows: list[dict], header: str) -> str:
     lines = [header, "", "| left-out GPU | layers | timing | spec model MAPE % (median) | FP32-peak scaling MAPE % "
-             "from each other GPU | roofline scaling MAPE % from each other GPU |", "|---|---|---|---|---|---|"]
+             "from each other GPU | roofline scaling, same | pair model, same |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         cells = [", ".join(f"{g} {v:.1f}" for g, v in r[k].items()) or "(no common layers)"
-                 for k in ("peak_scaling_mape_by_source_gpu", "roofline_scaling_mape_by_source_gpu")]
+                 for k in ("peak_scaling_mape_by_source_gpu", "roofline_scaling_mape_by_source_gpu",
+                           "pair_model_mape_by_source_gpu")]
         lines.append(f"| {r['left_out']} | {r['layers']} | {r['timing']} | {r['spec_model_mape']:.1f} "
-                     f"({r['spec_model_median_ape']:.1f}) | {cells[0]} | {cells[1]} |")
+                     f"({r['spec_model_median_ape']:.1f}) | {cells[0]} | {cells[1]} | {cells[2]} |")
     return "\n".join(lines) + "\n"
 
 
