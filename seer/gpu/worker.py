@@ -62,7 +62,11 @@ def probe() -> dict:
 
         pynvml.nvmlInit()
         info["driver_version"] = _text(pynvml.nvmlSystemGetDriverVersion())
-        h = current_device_handle(pynvml)  # this process's GPU, whatever CUDA_VISIBLE_DEVICES says
+        try:
+            h = current_device_handle(pynvml)  # this process's GPU, whatever CUDA_VISIBLE_DEVICES says
+        except Exception as exc:  # NVML's first GPU then, as before, and the record says so
+            h = pynvml.nvmlDeviceGetHandleByIndex(0)
+            info["nvml_device_by_index"] = f"{type(exc).__name__}: {exc}"
         info["nvml_device_name"] = _text(pynvml.nvmlDeviceGetName(h))
         info["max_sm_clock_mhz"] = int(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM))
         info["max_memory_clock_mhz"] = int(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_MEM))
