@@ -19,7 +19,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -87,7 +87,6 @@ class _Running:
     shard: int
     process: object
     log: Path
-    started: float = field(default_factory=time.monotonic)
 
 
 def collect_on_gpus(command: Callable[[int, int, float | None], Sequence[str]], gpus: Sequence[str],
