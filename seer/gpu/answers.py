@@ -19,6 +19,23 @@ from seer.layers.shapes import ConvShape, layer_frame
 WORKSPACE_CAP_BYTES = CollectOptions.workspace_cap_bytes
 
 
+def workspace_answers(problem) -> tuple[dict[str, int], list[str], dict[str, str]]:
+    """cuDNN's answers for one layer (a :class:`seer.gpu.cudnn.ConvolutionProblem`) per cuDNN
+    algorithm: the workspace bytes of those it takes, those it does not support, and the
+    error of any other refusal."""
+    from seer.gpu.cudnn import CudnnError, CudnnNotSupported
+
+    workspace, unsupported, errors = {}, [], {}
+    for name in algorithm_names("cudnn"):
+        try:
+            workspace[name] = problem.workspace_size(get_algorithm(name).enum)
+        except CudnnNotSupported:
+            unsupported.append(name)
+        except CudnnError as exc:
+            errors[name] = str(exc)
+    return workspace, unsupported, errors
+
+
 def cudnn_workspaces(layers, math: str, workspace_cap_bytes: int = WORKSPACE_CAP_BYTES) -> pd.DataFrame:
     """Per layer (rows in order) and cuDNN algorithm (columns): the workspace bytes cuDNN asks
     for on the current GPU under ``math``, NaN where it refuses the algorithm or asks for
@@ -37,13 +54,8 @@ def cudnn_workspaces(layers, math: str, workspace_cap_bytes: int = WORKSPACE_CAP
     asked: dict[ConvShape, list[float]] = {}
     with handle:
         for shape in dict.fromkeys(shapes):
-            sizes = []
             with ConvolutionProblem(handle, shape, math) as problem:
-                for name in names:
-                    try:
-                        size = problem.workspace_size(get_algorithm(name).enum)
-                    except CudnnError:  # refused (not supported) or any other error: it does not run
-                        size = np.nan
-                    sizes.append(float(size) if size == size and size <= workspace_cap_bytes else np.nan)
-            asked[shape] = sizes
+                workspace = workspace_answers(problem)[0]  # a refusal of any kind: it does not run
+            asked[shape] = [float(workspace[name]) if workspace.get(name, np.inf) <= workspace_cap_bytes else np.nan
+                            for name in names]
     return pd.DataFrame([asked[s] for s in shapes], columns=names, dtype=float)

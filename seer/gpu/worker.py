@@ -468,17 +468,9 @@ def census_record(problem, work: ShapeWork, math_mode: str, workspace_cap: int) 
     im2col buffer, or for nothing when it falls back to a direct kernel); and the
     heuristic's ranking, with the math type it would use.
     """
-    from seer.algorithms import algorithm_names
-    from seer.gpu.cudnn import CudnnError, CudnnNotSupported
+    from seer.gpu.answers import workspace_answers
 
-    workspace, unsupported, errors = {}, [], {}
-    for algo in algorithm_names("cudnn"):
-        try:
-            workspace[algo] = problem.workspace_size(get_algorithm(algo).enum)
-        except CudnnNotSupported:
-            unsupported.append(algo)
-        except CudnnError as exc:
-            errors[algo] = str(exc)
+    workspace, unsupported, errors = workspace_answers(problem)
     record = work.head(math_mode) | {
         "status": "ok", "workspace_bytes": workspace, "not_supported": unsupported,
         "workspace_cap_bytes": workspace_cap}

@@ -89,13 +89,13 @@ def _totals(predictions: pd.DataFrame, picks: pd.DataFrame, n_layers: int, guard
             seer_there = float(picks.loc[runs & picked.to_numpy(), "total_ms"].sum())
             rows.append((policy, total, int(runs.sum()), n_layers - int(runs.sum()),
                          (total / seer_there - 1) * 100 if seer_there else np.nan))
+    leading = len(rows)  # seer's picks and PyTorch's choice come first; the fixed algorithms follow, sorted
     ran = predictions.dropna(subset=["algo"])
     for algo, runs in ran.groupby("algo", sort=False):
         total = float((runs["calls"] * runs["predicted_ms"]).sum())
         # Against seer's picks on the same layers, so that a partial total compares fairly.
         seer_there = float(picks.loc[runs["layer"].to_numpy(), "total_ms"].sum())
         rows.append((str(algo), total, len(runs), n_layers - len(runs), (total / seer_there - 1) * 100))
-    first = len(rows) - predictions["algo"].dropna().nunique()  # the rows before the fixed algorithms
-    fixed = pd.DataFrame(rows[first:], columns=list(TOTAL_COLUMNS))
+    fixed = pd.DataFrame(rows[leading:], columns=list(TOTAL_COLUMNS))
     fixed = fixed.sort_values(["layers_not_run", "predicted_ms"], kind="stable")
-    return pd.concat([pd.DataFrame(rows[:first], columns=list(TOTAL_COLUMNS)), fixed], ignore_index=True)
+    return pd.concat([pd.DataFrame(rows[:leading], columns=list(TOTAL_COLUMNS)), fixed], ignore_index=True)

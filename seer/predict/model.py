@@ -98,12 +98,13 @@ class Model:
         guard = [GUARD_POLICY] if GUARD_POLICY in predictor.policies else []
         # Each distinct layer is predicted once (networks and sweeps repeat shapes), then
         # every row takes its layer's answers.
-        distinct, inverse = distinct_layers(frame)
+        first, inverse = distinct_layers(frame)
+        distinct = frame[list(LAYER_COLUMNS)].iloc[first].reset_index(drop=True)
         if workspaces is not None:
             workspaces = pd.DataFrame(workspaces).reset_index(drop=True)
             if len(workspaces) != len(frame):
                 raise ValueError(f"cuDNN answered for {len(workspaces)} layers, the model predicts {len(frame)}")
-            workspaces = workspaces.iloc[np.unique(inverse, return_index=True)[1]].reset_index(drop=True)
+            workspaces = workspaces.iloc[first].reset_index(drop=True)
         times, scores, energies, pytorch = predictor.predict_with_energy(distinct, guard, workspaces)
         _check_answers(times, energies, predictor.algorithms, f"the {self.gpu} {math}-math model")
         reported = times
@@ -148,16 +149,15 @@ def _algorithm_names(algorithms: Sequence[str]) -> list[str]:
         raise InputError(exc.args[0], field="algo") from None
 
 
-def distinct_layers(frame: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
-    """The distinct layers of a layer frame (by the layer columns, first seen first) and, per
-    row, its layer's position among them."""
-    values = frame[list(LAYER_COLUMNS)]
-    codes, _ = pd.factorize(pd.util.hash_pandas_object(values, index=False), sort=False)
+def distinct_layers(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of a layer frame where each distinct layer (by the layer columns) first
+    appears, in order, and per row its layer's position among them."""
+    values = frame[list(LAYER_COLUMNS)].to_numpy()
+    codes, _ = pd.factorize(pd.util.hash_pandas_object(frame[list(LAYER_COLUMNS)], index=False), sort=False)
     first = np.unique(codes, return_index=True)[1]
-    distinct = values.iloc[first].reset_index(drop=True)
-    if len(distinct) == len(frame) or not np.array_equal(distinct.to_numpy()[codes], values.to_numpy()):
-        return values.reset_index(drop=True), np.arange(len(frame))  # nothing repeats (or two hashes collide)
-    return distinct, codes
+    if len(first) == len(frame) or not np.array_equal(values[first][codes], values):
+        return np.arange(len(frame)), np.arange(len(frame))  # nothing repeats (or two hashes collide)
+    return first, codes
 
 
 def ranked(frame: pd.DataFrame, math: str, algorithms: list[str], times: np.ndarray, scores: np.ndarray,

@@ -155,7 +155,6 @@ class Predicted(Choice):
         except KeyError as exc:
             raise InputError(exc.args[0], field="algorithms") from None
         self._lock = threading.Lock()
-        self.times: dict[ConvShape, dict[str, float]] = {}  # predicted ms of every algorithm that runs
         self.guesses: dict[ConvShape, LayerGuess] = {}
         self.guarded: dict[ConvShape, tuple[str, float, str, float]] = {}
         self._decided: dict[ConvShape, str | None] = {}
@@ -171,18 +170,12 @@ class Predicted(Choice):
                 return
             # On a GPU cuDNN says which of its algorithms run each layer, instead of the model's guess.
             answers = cudnn_workspaces(new, self.math) if torch.cuda.is_available() else None
-            frame = self.model.predict(new, self.math, algorithms=self._ranked, workspaces=answers)
-            for layer in new:
-                self.picks[layer] = None  # where no algorithm is predicted to run
-            frame = frame[frame["algo"].notna()]
-            for position, algo, ms in zip(frame["layer"], frame["algo"], frame["predicted_ms"]):
-                self.times.setdefault(new[position], {})[algo] = float(ms)
-            first = frame[frame["rank"] == 1]
-            for row in zip(first["layer"], first["algo"], first["predicted_ms"], first[f"predicted_ms_high{GUARD_LEVEL}"],
-                           first["pytorch_ms"], first[f"pytorch_low{GUARD_LEVEL}"]):
-                layer = new[row[0]]
-                self.picks[layer] = row[1]
-                self.guesses[layer] = LayerGuess(row[1], *(float(v) for v in row[2:]))
+            best = self.model.pick(new, self.math, algorithms=self._ranked, workspaces=answers)
+            columns = ["best_algo", "best_ms", f"best_high{GUARD_LEVEL}", "pytorch_ms", f"pytorch_low{GUARD_LEVEL}"]
+            for layer, (algo, *times) in zip(new, best[columns].itertuples(index=False)):
+                self.picks[layer] = None if pd.isna(algo) else str(algo)  # None: no algorithm predicted to run
+                if self.picks[layer] is not None:
+                    self.guesses[layer] = LayerGuess(self.picks[layer], *(float(v) for v in times))
 
     def algorithm(self, layer: ConvShape) -> str | None:
         if layer not in self.picks:
