@@ -1,7 +1,8 @@
 """The algorithm registry and the kernel-name rules: the only place that names algorithms.
 
-An :class:`Algorithm` is one way of computing a forward convolution: a cuDNN
-``cudnnConvolutionFwdAlgo_t`` today, seer's own CuPy kernels later (``source="cupy"``).
+An :class:`Algorithm` is one way of computing a convolution pass (:data:`PASSES`): a cuDNN
+algorithm of the forward or of a backward pass, seer's own CuPy kernels (``source="cupy"``), or
+PyTorch's own choice, measured as a policy (``source="pytorch"``).
 :data:`KERNEL_RULES` is the one table that maps a GPU kernel's (demangled) name to its
 role inside an algorithm and to the variant (tile size, data type) that the name encodes.
 """
@@ -40,12 +41,12 @@ class Launches:
 
 @dataclass(frozen=True)
 class Algorithm:
-    """One forward-convolution algorithm.
+    """One convolution algorithm (or policy) of one pass.
 
     Parameters
     ----------
     name : str
-        Registry key; for cuDNN the enum name without ``CUDNN_CONVOLUTION_FWD_ALGO_``.
+        Registry key; for cuDNN's forward the enum name without ``CUDNN_CONVOLUTION_FWD_ALGO_``.
     source : {"cudnn", "cupy", "pytorch"}
         Who implements it; ``pytorch`` is PyTorch's own choice, a policy measured beside the
         algorithms (seer never picks it as an algorithm).
@@ -72,6 +73,12 @@ class Algorithm:
     family : str
         How it computes the convolution (:data:`FAMILIES`): SEER's model, for one, treats the
         FFT and Winograd families apart.
+    pass_ : str
+        The convolution it computes (:data:`PASSES`): the forward, or the gradient of the
+        input or of the filter. ``enum`` is then a ``cudnnConvolutionBwd{Data,Filter}Algo_t``.
+    deterministic : bool
+        False where cuDNN documents (and reports, in its heuristic's answer) that repeated
+        calls may sum in another order: those accumulate with atomic adds.
     """
 
     name: str
@@ -85,10 +92,14 @@ class Algorithm:
     engines: "GraphEngines | None" = None
     launches: Launches = Launches(1, 1)
     family: str = "implicit_gemm"
+    pass_: str = "fwd"
+    deterministic: bool = True
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
             raise ValueError(f"{self.name}: family {self.family!r} is not one of {FAMILIES}")
+        if self.pass_ not in PASSES:
+            raise ValueError(f"{self.name}: pass {self.pass_!r} is not one of {PASSES}")
 
 
 @dataclass(frozen=True)
@@ -108,6 +119,10 @@ class GraphEngines:
     def for_math(self, math: str) -> tuple[int, ...]:
         return self.fma if math == "fma" else self.default
 
+
+#: The convolution passes of a training step: the forward (``fwd``), the gradient of the
+#: input (``bwd_data``, dgrad) and of the filter (``bwd_filter``, wgrad).
+PASSES: tuple[str, ...] = ("fwd", "bwd_data", "bwd_filter")
 
 #: How an algorithm computes the convolution.
 FAMILIES: tuple[str, ...] = ("implicit_gemm", "gemm", "direct", "fft", "winograd", "policy")
@@ -152,58 +167,63 @@ ALGORITHMS: tuple[Algorithm, ...] = (
               family="policy"),
 )
 
-_BY_NAME = {a.name: a for a in ALGORITHMS}
-
-#: The convolution passes of a training step: the forward (``fwd``, :data:`ALGORITHMS`), the
-#: gradient of the input (``bwd_data``, dgrad) and of the filter (``bwd_filter``, wgrad).
-PASSES: tuple[str, ...] = ("fwd", "bwd_data", "bwd_filter")
 
 
-@dataclass(frozen=True)
-class BackwardAlgorithm:
-    """One of cuDNN's backward-convolution algorithms: ``enum`` is its
-    ``cudnnConvolutionBwdDataAlgo_t`` or ``cudnnConvolutionBwdFilterAlgo_t`` value, ``name``
-    the enum name without ``CUDNN_CONVOLUTION_BWD_{DATA,FILTER}_ALGO_``. ``deterministic`` is
-    False where cuDNN documents (and reports, in its heuristic's answer) that repeated calls
-    may sum in another order: those accumulate with atomic adds."""
 
-    pass_: str
-    name: str
-    enum: int
-    deterministic: bool
-    family: str
-    description: str
-
-    @property
-    def key(self) -> str:
-        """A name unique over every pass (``BWD_DATA_ALGO_0``, ...)."""
-        return f"{self.pass_.upper()}_{self.name}"
+_SHORT = {"ALGO_0": "0", "ALGO_1": "1", "ALGO_3": "3", "FFT_TILING": "FFTT", "WINOGRAD": "WINO",
+          "WINOGRAD_NONFUSED": "WINON"}
 
 
-BACKWARD_ALGORITHMS: tuple[BackwardAlgorithm, ...] = (
-    BackwardAlgorithm("bwd_data", "ALGO_0", 0, False, "gemm", "sums the filter's contributions with atomic adds"),
-    BackwardAlgorithm("bwd_data", "ALGO_1", 1, True, "implicit_gemm", "implicit GEMM over the output gradient"),
-    BackwardAlgorithm("bwd_data", "FFT", 2, True, "fft", "FFT of whole images"),
-    BackwardAlgorithm("bwd_data", "FFT_TILING", 3, True, "fft", "FFT on 32x32 tiles"),
-    BackwardAlgorithm("bwd_data", "WINOGRAD", 4, True, "winograd", "fused Winograd transform"),
-    BackwardAlgorithm("bwd_data", "WINOGRAD_NONFUSED", 5, True, "winograd",
-                      "Winograd with separate transform and batched-GEMM kernels"),
-    BackwardAlgorithm("bwd_filter", "ALGO_0", 0, False, "gemm", "sums over the batch with atomic adds"),
-    BackwardAlgorithm("bwd_filter", "ALGO_1", 1, True, "implicit_gemm", "implicit GEMM over the batch"),
-    BackwardAlgorithm("bwd_filter", "FFT", 2, True, "fft", "FFT of whole images"),
-    BackwardAlgorithm("bwd_filter", "ALGO_3", 3, False, "gemm", "ALGO_0 with a small workspace, atomic adds"),
-    BackwardAlgorithm("bwd_filter", "WINOGRAD", 4, True, "winograd", "fused Winograd transform"),
-    BackwardAlgorithm("bwd_filter", "WINOGRAD_NONFUSED", 5, True, "winograd",
-                      "Winograd with separate transform and batched-GEMM kernels"),
-    BackwardAlgorithm("bwd_filter", "FFT_TILING", 6, True, "fft", "FFT on 32x32 tiles"),
+def _backward(pass_: str, name: str, enum: int, deterministic: bool, family: str, description: str) -> Algorithm:
+    """One of cuDNN's backward algorithms, named ``BWD_DATA_ALGO_0``, ... (the pass and the
+    enum name without ``CUDNN_CONVOLUTION_BWD_{DATA,FILTER}_ALGO_``)."""
+    short = ("BD" if pass_ == "bwd_data" else "BF") + _SHORT.get(name, name)
+    return Algorithm(f"{pass_.upper()}_{name}", "cudnn", enum, short, None, description, family=family,
+                     pass_=pass_, deterministic=deterministic)
+
+
+BACKWARD_ALGORITHMS: tuple[Algorithm, ...] = (
+    _backward("bwd_data", "ALGO_0", 0, False, "gemm", "sums the filter's contributions with atomic adds"),
+    _backward("bwd_data", "ALGO_1", 1, True, "implicit_gemm", "implicit GEMM over the output gradient"),
+    _backward("bwd_data", "FFT", 2, True, "fft", "FFT of whole images"),
+    _backward("bwd_data", "FFT_TILING", 3, True, "fft", "FFT on 32x32 tiles"),
+    _backward("bwd_data", "WINOGRAD", 4, True, "winograd", "fused Winograd transform"),
+    _backward("bwd_data", "WINOGRAD_NONFUSED", 5, True, "winograd",
+              "Winograd with separate transform and batched-GEMM kernels"),
+    _backward("bwd_filter", "ALGO_0", 0, False, "gemm", "sums over the batch with atomic adds"),
+    _backward("bwd_filter", "ALGO_1", 1, True, "implicit_gemm", "implicit GEMM over the batch"),
+    _backward("bwd_filter", "FFT", 2, True, "fft", "FFT of whole images"),
+    _backward("bwd_filter", "ALGO_3", 3, False, "gemm", "ALGO_0 with a small workspace, atomic adds"),
+    _backward("bwd_filter", "WINOGRAD", 4, True, "winograd", "fused Winograd transform"),
+    _backward("bwd_filter", "WINOGRAD_NONFUSED", 5, True, "winograd",
+              "Winograd with separate transform and batched-GEMM kernels"),
+    _backward("bwd_filter", "FFT_TILING", 6, True, "fft", "FFT on 32x32 tiles"),
+    # PyTorch's own dgrad and wgrad (aten's convolution_backward, as autograd calls it).
+    Algorithm("PYTORCH_BWD_DATA", "pytorch", None, "PTBD", None,
+              "PyTorch's own backward-data choice: aten.convolution_backward, cuDNN's heuristics pick the engine",
+              family="policy", pass_="bwd_data"),
+    Algorithm("PYTORCH_BENCHMARK_BWD_DATA", "pytorch", None, "PTBBD", None,
+              "PyTorch's own backward-data choice under torch.backends.cudnn.benchmark",
+              family="policy", pass_="bwd_data"),
+    Algorithm("PYTORCH_BWD_FILTER", "pytorch", None, "PTBF", None,
+              "PyTorch's own backward-filter choice: aten.convolution_backward, cuDNN's heuristics pick the engine",
+              family="policy", pass_="bwd_filter"),
+    Algorithm("PYTORCH_BENCHMARK_BWD_FILTER", "pytorch", None, "PTBBF", None,
+              "PyTorch's own backward-filter choice under torch.backends.cudnn.benchmark",
+              family="policy", pass_="bwd_filter"),
 )
 
+#: Every algorithm and policy of every pass: the forward's first, in the order above.
+ALL_ALGORITHMS: tuple[Algorithm, ...] = ALGORITHMS + BACKWARD_ALGORITHMS
 
-def backward_algorithms(pass_: str) -> list[BackwardAlgorithm]:
+_BY_NAME = {a.name: a for a in ALL_ALGORITHMS}
+
+
+def backward_algorithms(pass_: str) -> list[Algorithm]:
     """cuDNN's algorithms of one backward pass, in enum order; ``KeyError`` for another pass."""
     if pass_ not in PASSES[1:]:
         raise KeyError(f"unknown backward pass {pass_!r}; known: {', '.join(PASSES[1:])}")
-    return [a for a in BACKWARD_ALGORITHMS if a.pass_ == pass_]
+    return [a for a in BACKWARD_ALGORITHMS if a.pass_ == pass_ and a.source == "cudnn"]
 
 
 def get_algorithm(name: str) -> Algorithm:
@@ -214,15 +234,24 @@ def get_algorithm(name: str) -> Algorithm:
         raise KeyError(f"unknown algorithm {name!r}; known: {', '.join(_BY_NAME)}") from None
 
 
-def algorithm_names(source: str | None = None, family: str | None = None) -> list[str]:
-    """Names of the registered algorithms, in registry order, optionally of one source and
-    one family."""
-    return [a.name for a in ALGORITHMS
-            if (source is None or a.source == source) and (family is None or a.family == family)]
+def algorithm_names(source: str | None = None, family: str | None = None, pass_: str | None = "fwd") -> list[str]:
+    """Names of the registered algorithms of one pass (None: every pass), in registry order,
+    optionally of one source and one family."""
+    return [a.name for a in ALL_ALGORITHMS
+            if (source is None or a.source == source) and (family is None or a.family == family)
+            and (pass_ is None or a.pass_ == pass_)]
 
 
-#: Names that ``--algo`` accepts for a group of algorithms: every one, or one source's.
-ALGORITHM_GROUPS = {"all": None, "cudnn": "cudnn", "seer": "cupy", "pytorch": "pytorch"}
+#: Names that ``--algo`` accepts for a group of algorithms, as (source, pass): the forward's
+#: every one or one source's, a backward pass's every one, or both backward passes'.
+ALGORITHM_GROUPS = {"all": (None, "fwd"), "cudnn": ("cudnn", "fwd"), "seer": ("cupy", "fwd"),
+                    "pytorch": ("pytorch", "fwd"), "bwd_data": (None, "bwd_data"),
+                    "bwd_filter": (None, "bwd_filter"), "backward": (None, ("bwd_data", "bwd_filter"))}
+
+
+def _group(name: str) -> list[str]:
+    source, passes = ALGORITHM_GROUPS[name]
+    return [n for p in ((passes,) if isinstance(passes, str) else passes) for n in algorithm_names(source, pass_=p)]
 
 
 def select_algorithms(text: str) -> list[str]:
@@ -231,7 +260,7 @@ def select_algorithms(text: str) -> list[str]:
     names: list[str] = []
     for item in (t.strip() for t in text.split(",") if t.strip()):
         if item.lower() in ALGORITHM_GROUPS:
-            names += algorithm_names(ALGORITHM_GROUPS[item.lower()])
+            names += _group(item.lower())
         else:
             try:
                 names.append(get_algorithm(item).name)
@@ -272,11 +301,11 @@ def heuristic_ranks(choices) -> dict[str, int]:
     return ranks
 
 
-def cudnn_algorithm_by_enum(enum: int) -> Algorithm:
-    for a in ALGORITHMS:
-        if a.source == "cudnn" and a.enum == enum:
+def cudnn_algorithm_by_enum(enum: int, pass_: str = "fwd") -> Algorithm:
+    for a in ALL_ALGORITHMS:
+        if a.source == "cudnn" and a.enum == enum and a.pass_ == pass_:
             return a
-    raise KeyError(f"no cuDNN forward algorithm with enum {enum}")
+    raise KeyError(f"no cuDNN {pass_} algorithm with enum {enum}")
 
 
 # -- kernel names -> role and variant ---------------------------------------------------
@@ -335,6 +364,17 @@ KERNEL_RULES: tuple[KernelRule, ...] = (
                r"(?P<arch>sm\d+)_xmma_fprop_implicit_gemm_(?P<idx>indexed_wo_smem_|indexed_)?"
                r"[a-z0-9]+_(?P<math>[a-z0-9]+)_\w*?tilesize(?P<tile>\d+x\d+x\d+)",
                "compute", "{arch}_fprop_{idx}{math}_{tile}"),
+    # The backward passes' kernels (cuDNN 9.19 on the H200 and H100): XMMA dgrad and wgrad,
+    # the legacy dgrad and wgrad engines, and the grouped direct kernels.
+    KernelRule("xmma_bwd",
+               r"(?P<arch>sm\d+)_xmma_(?P<op>dgrad|wgrad)_implicit_gemm_(?P<idx>indexed_wo_smem_|indexed_)?"
+               r"[a-z0-9]+_(?P<math>[a-z0-9]+)_\w*?tilesize(?P<tile>\d+x\d+x\d+)",
+               "compute", "{arch}_{op}_{idx}{math}_{tile}"),
+    KernelRule("bwd_engine",
+               r"(?P<op>dgrad|wgrad_alg\d)_engine<\w+,\s*(?:[A-Za-z_]\w*,\s*)?(?P<a>\d+),\s*(?P<b>\d+),\s*(?P<c>\d+)",
+               "compute", "{op}_{a}x{b}x{c}"),
+    KernelRule("bwd_grouped_direct", r"(?P<op>dgrad|wgrad)2d_grouped_direct_kernel", "compute", "{op}_grouped_direct"),
+    KernelRule("split_k_reduce", r"reduce_wgrad", "transform", "reduce_wgrad"),
     KernelRule("xmma_gemm",
                r"(?P<arch>sm\d+)_xmma_gemm_(?P<io>[a-z0-9]+)_(?P<math>[a-z0-9]+)_\w*?tilesize(?P<tile>\d+x\d+x\d+)",
                "compute", "{arch}_gemm_{io}_{math}_{tile}"),

@@ -58,7 +58,8 @@ def _add_collect(sub) -> None:
     from seer.collect.slurm import add_slurm_options
 
     p = sub.add_parser("collect", help="time (and profile) every algorithm over a grid of shapes on this GPU",
-                       description="Measure every cuDNN forward algorithm over a grid of shapes. "
+                       description="Measure every cuDNN algorithm (forward, or with --algo backward the "
+                                   "backward-data and backward-filter passes) over a grid of shapes. "
                                    "Resumable: a rerun skips what is recorded under DATA_DIR/GPU/raw.")
     p.add_argument("--gpu", required=True, help="GPU spec name (see `seer gpus`); names data/<gpu>/")
     p.add_argument("--grid", default="seer,networks",
@@ -69,8 +70,9 @@ def _add_collect(sub) -> None:
                         "them (square, grouped, depthwise, ...), or general for every kind but square")
     _add_math(p, several=True)
     p.add_argument("--algo", default="all",
-                   help="comma-separated algorithm names or groups: cudnn (cuDNN's), seer (seer's own kernels), "
-                        "all (default)")
+                   help="comma-separated algorithm names or groups: cudnn (cuDNN's forward), seer (seer's own "
+                        "kernels), pytorch (PyTorch's own choice), all (every forward one, default); bwd_data, "
+                        "bwd_filter, backward (both): the backward passes' cuDNN algorithms and PyTorch's choice")
     p.add_argument("--shard", default="1/1", help="i/n: collect only shard i of n of the grid (default 1/1)")
     p.add_argument("--gpus", metavar="all|0,1,...",
                    help="collect on several GPUs of this host at once: one process per GPU, each taking the next "
@@ -375,7 +377,7 @@ def _saved_model_and_table(gpu: str, data_dir: Path, root: Path):
     from seer.training.train import TRAINING_COLUMNS
 
     model = persist.load(root / gpu)
-    return model, parsed_measurements(DatasetDir(data_dir / model.gpu), model.gpu, TRAINING_COLUMNS)
+    return model, parsed_measurements(DatasetDir(data_dir / model.gpu), model.gpu, TRAINING_COLUMNS, passes=("fwd",))
 
 
 def _train_policies(spec, data_dir: Path, root: Path) -> int:
@@ -1043,7 +1045,7 @@ def _cmd_evaluate(args) -> int:
     from seer.schema import DatasetDir
 
     model = load_model(args.gpu, models_dir=args.models_dir, baselines=True)
-    table = parsed_measurements(DatasetDir(args.data_dir / model.gpu), model.gpu, EVALUATION_COLUMNS)
+    table = parsed_measurements(DatasetDir(args.data_dir / model.gpu), model.gpu, EVALUATION_COLUMNS, passes=("fwd",))
     with StepProgress("evaluating", err_console) as progress:
         results = evaluate(model, table, progress=progress.update)
     out = args.out or Path("reports") / f"{model.gpu}-evaluation.md"

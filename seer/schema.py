@@ -128,6 +128,10 @@ MEASUREMENT_COLUMNS: tuple[str, ...] = (
     "power_w", "energy_mj", "energy_window_s", "energy_counter_steps",
     "split", "collected_at",
 )
+#: The pass each run computed (:data:`seer.algorithms.PASSES`): a column of the tidy table as
+#: :func:`seer.dataset.build.read_measurements` returns it, read from the algorithm registry
+#: (the one table that says which pass an algorithm computes), not stored in the files.
+PASS_COLUMN = "pass"
 #: Columns of the measurements table that hold text; every other column is numeric.
 MEASUREMENT_TEXT_COLUMNS: frozenset[str] = frozenset({
     "gpu", "cudnn_version", "math", "shape_id", "grid", "algo", "status", "status_detail", "profile_status",

@@ -70,6 +70,45 @@ def test_every_backward_algorithm_matches_float64(kind, math):
                     continue
                 torch.cuda.synchronize()
                 error = _relative_l2(out, expected[pass_])
-                assert error <= tolerance, (kind, math, algo.key, error)
+                assert error <= tolerance, (kind, math, algo.name, error)
                 ran += 1
     assert ran >= 2  # at least one algorithm of each pass ran
+
+
+def test_backward_collection_on_every_layer_kind_is_checked_timed_and_traced(tmp_path):
+    """``seer collect --algo backward``: every backward algorithm and PyTorch's dgrad and wgrad
+    on a layer of every kind, both math modes, checked against the float64 sample of dx or
+    dw, burst-timed, ranked by cuDNN's heuristic of its pass, traced; the tidy table says
+    each run's pass, and forward-only readers see none of them."""
+    from seer.algorithms import algorithm_names
+    from seer.cli import main
+    from seer.dataset.build import read_measurements
+    from seer.gpu import tracing
+    from seer.layers.shapes import layer_kind_flags
+    from test_gpu_collect import _local_gpu
+
+    code = main(["collect", "--gpu", _local_gpu(), "--grid", "quick-general", "--algo", "backward",
+                 "--data-dir", str(tmp_path), "--profile-shapes", "0", "--budget-ms", "3"])
+    assert code == 0
+    gpu_dir = next(tmp_path.iterdir())
+    table = read_measurements(gpu_dir / "measurements")
+    names = algorithm_names(pass_="bwd_data") + algorithm_names(pass_="bwd_filter")
+    assert len(table) == 12 * 2 * len(names)
+    assert set(table["pass"]) == {"bwd_data", "bwd_filter"}
+    assert (table["pass"] == table["algo"].map(lambda a: "bwd_data" if a in algorithm_names(pass_="bwd_data")
+                                                  else "bwd_filter")).all()
+    assert set(table["status"]) <= {"ok", "not_supported", "workspace_too_large"}, \
+        table.loc[~table["status"].isin(["ok", "not_supported"]), ["algo", "status", "status_detail"]].to_string()
+    ok = table[table["status"] == "ok"]
+    assert (ok["time_ms"] > 0).all() and (ok["rel_error"] < 1e-2).all()
+    policies = table[table["algo"].str.startswith("PYTORCH")]
+    assert (policies["status"] == "ok").all(), policies["status_detail"].tolist()
+    kinds = layer_kind_flags(ok.drop_duplicates("shape_id"))
+    assert kinds.drop(columns="square").any(axis=0).all()
+    ranked = ok[~ok["algo"].str.startswith("PYTORCH")]
+    assert ranked["heuristic_rank"].notna().mean() > 0.5  # cuDNN's v7 ranking of the run's own pass
+    for pass_ in ("bwd_data", "bwd_filter"):
+        assert (ranked.loc[ranked["pass"] == pass_, "heuristic_rank"] == 1).any()
+    if tracing.available() is None:
+        assert (ok["trace_status"] == "ok").all() and (ok["trace_n_kernels"] >= 1).all()
+    assert read_measurements(gpu_dir / "measurements", ["algo"], passes=("fwd",)).empty

@@ -44,8 +44,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from seer.algorithms import (ALGORITHMS, algorithm_names, canonical_kernel_name, classify_kernel, current_revision,
-                             get_algorithm, heuristic_ranks)
+from seer.algorithms import (ALGORITHMS, ALL_ALGORITHMS, algorithm_names, canonical_kernel_name, classify_kernel,
+                             current_revision, get_algorithm, heuristic_ranks)
 from seer.collect.records import stored_trace
 from seer.collect.store import (DAMAGED_COMPRESSED, RunStore, first_grids, grouped_records, latest_records,
                                 profile_records, recorded_columns)
@@ -60,8 +60,8 @@ from seer.layers.shapes import LAYER_COLUMNS, LAYER_FIELDS, SEER_FIELDS, frame_f
 from seer.metrics import (GROUP_COLUMNS, METRIC_SETS, METRICS, RUN_COLUMNS, columns_with_rollup, required_columns,
                           thread_flops)
 from seer.schema import (CENSUS_COLUMNS, CENSUS_KEY, KERNEL_COLUMNS, KERNEL_INFO_COLUMNS, KERNEL_KEY, MATH_MODE_NAMES,
-                         MATH_MODES, MEASUREMENT_COLUMNS, MEASUREMENT_TEXT_COLUMNS, RUN_KEY, STATUSES, TRACE_FIELDS,
-                         TRACED_KERNEL_COLUMNS, DatasetDir)
+                         MATH_MODES, MEASUREMENT_COLUMNS, MEASUREMENT_TEXT_COLUMNS, PASS_COLUMN, RUN_KEY, STATUSES,
+                         TRACE_FIELDS, TRACED_KERNEL_COLUMNS, DatasetDir)
 
 TEST_FRACTION = 0.3
 TEST_SET_II_GRID = "test-set-ii"
@@ -284,7 +284,7 @@ def measurements_table(store: RunStore, spec: GPUSpec, seed: int = 0, kernels: p
     table["split"] = np.asarray(splits, dtype=object)[pair]
     # Rows from before protocols were recorded were timed one call at a time (protocol 1).
     table["timing_protocol"] = table.get("timing_protocol", pd.Series(1, index=table.index)).fillna(1).astype(int)
-    algo_order = {a.name: i for i, a in enumerate(ALGORITHMS)}
+    algo_order = {a.name: i for i, a in enumerate(ALL_ALGORITHMS)}
     table = table.reindex(columns=list(MEASUREMENT_COLUMNS))  # a column no record has is empty
     # Byte counts are exact integers: written as floats, "%.6g" would round them.
     table["workspace_bytes"] = table["workspace_bytes"].astype("Int64")
@@ -480,6 +480,8 @@ def test_set_ii_times(table: pd.DataFrame) -> pd.DataFrame:
     wide = ok.pivot_table(index=[*LAYER_COLUMNS, "math"], columns="algo", values="time_ms")
     order = [a.name for a in ALGORITHMS if a.name in wide.columns]
     algorithms = [a for a in order if get_algorithm(a).source != "pytorch"]
+    if not algorithms:  # a dataset of PyTorch's policies (or the backward passes) only
+        return pd.DataFrame()
     wide = wide[order]
     wide["fastest_algo"] = wide[algorithms].idxmin(axis=1)
     wide["fastest_ms"] = wide[algorithms].min(axis=1)
@@ -537,8 +539,10 @@ def build_dataset(dataset_dir: str | Path, spec: GPUSpec, seed: int = 0, pack: b
     if not traced.empty:
         out.traced_kernels = files.traced_kernels
         write_parts(traced, out.traced_kernels, grids=traced["shape_id"].map(grid_of))
+    # SEER's sheets and the Test-set-II times are the forward's.
+    forward = table[(pass_of(table["algo"]) == "fwd").to_numpy()]
     for split, path in (("train", out.train_xlsx), ("test1", out.test_xlsx)):
-        write_excel(path, seer_sheets(table[table["split"] == split], spec))
+        write_excel(path, seer_sheets(forward[forward["split"] == split], spec))
     if (table["split"] == "test2").any():
         # SEER's held-out layers in SEER's format; the held-out networks of every kind in the layer CSV.
         for grid, path, fmt in ((TEST_SET_II_GRID, files.test_set_ii, "seer"),
@@ -547,7 +551,9 @@ def build_dataset(dataset_dir: str | Path, spec: GPUSpec, seed: int = 0, pack: b
             if len(held_out):
                 write_layers(path, layer_frame(held_out), fmt)
         out.test_set_ii = files.test_set_ii
-        test_set_ii_times(table).to_csv(files.test_set_ii_times, index=False, float_format="%.6g")
+        times = test_set_ii_times(forward)
+        if not times.empty:
+            times.to_csv(files.test_set_ii_times, index=False, float_format="%.6g")
     census = census_table(store)
     # The first stage learns cuDNN's answers from shapes that never ran; a census shape that a
     # grid drawn later also timed (grids are redrawn when their bounds change) is left out.
@@ -565,15 +571,25 @@ def build_dataset(dataset_dir: str | Path, spec: GPUSpec, seed: int = 0, pack: b
 
 
 # -- reading the tables back --------------------------------------------------------------
-def parsed_measurements(files: DatasetDir, gpu: str, columns: Iterable[str] | None = None) -> pd.DataFrame:
+def parsed_measurements(files: DatasetDir, gpu: str, columns: Iterable[str] | None = None,
+                        passes: Iterable[str] | None = None) -> pd.DataFrame:
     """:func:`read_measurements` of a dataset folder, or an InputError saying to run ``seer parse`` first."""
     if not files.measurements.exists():
         raise InputError(f"no dataset; run `seer parse --gpu {gpu}` first", path=files.measurements)
-    return read_measurements(files.measurements, columns)
+    return read_measurements(files.measurements, columns, passes)
 
 
-def read_measurements(path: str | Path, columns: Iterable[str] | None = None) -> pd.DataFrame:
-    """The measurements table, checked: every column of the schema, or those in ``columns``.
+def pass_of(algos: pd.Series) -> pd.Series:
+    """The pass (:data:`seer.algorithms.PASSES`) of each run's algorithm, from the registry;
+    empty for an algorithm it does not know."""
+    return algos.map({a.name: a.pass_ for a in ALL_ALGORITHMS})
+
+
+def read_measurements(path: str | Path, columns: Iterable[str] | None = None,
+                      passes: Iterable[str] | None = None) -> pd.DataFrame:
+    """The measurements table, checked: every column of the schema and the run's pass
+    (:data:`seer.schema.PASS_COLUMN`, after ``algo``), or those in ``columns``; the runs of
+    ``passes`` only (default: every pass).
 
     Columns named in :data:`seer.schema.MEASUREMENT_TEXT_COLUMNS` are read as text, every
     other column must hold numbers; ``status`` and ``math`` must hold known values.
@@ -599,11 +615,25 @@ def read_measurements(path: str | Path, columns: Iterable[str] | None = None) ->
         unreadable or empty file, a header without a needed column, a non-numeric value in
         a numeric column, an unknown status or math mode.
     """
-    wanted = list(dict.fromkeys(MEASUREMENT_COLUMNS if columns is None else columns))
-    unknown = [c for c in wanted if c not in MEASUREMENT_COLUMNS]
+    if columns is None:
+        at = MEASUREMENT_COLUMNS.index("algo") + 1
+        columns = (*MEASUREMENT_COLUMNS[:at], PASS_COLUMN, *MEASUREMENT_COLUMNS[at:])
+    wanted = list(dict.fromkeys(columns))
+    unknown = [c for c in wanted if c not in MEASUREMENT_COLUMNS and c != PASS_COLUMN]
     if unknown:
         raise ValueError(f"not measurement columns: {', '.join(unknown)}")
-    return _read_table(path, wanted, text=MEASUREMENT_TEXT_COLUMNS, check=_check_vocabulary)
+    stored = [c for c in wanted if c != PASS_COLUMN]
+    derive = PASS_COLUMN in wanted or passes is not None
+    if derive and "algo" not in stored:
+        stored.append("algo")
+    frame = _read_table(path, stored, text=MEASUREMENT_TEXT_COLUMNS, check=_check_vocabulary)
+    if not derive:
+        return frame
+    runs_pass = pass_of(frame["algo"])
+    if passes is not None:
+        keep = runs_pass.isin(list(passes)).to_numpy()
+        frame, runs_pass = frame[keep].reset_index(drop=True), runs_pass[keep].reset_index(drop=True)
+    return frame.assign(**{PASS_COLUMN: runs_pass.astype(frame["algo"].dtype)})[wanted]
 
 
 def read_census(path: str | Path) -> pd.DataFrame:

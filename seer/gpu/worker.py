@@ -99,14 +99,15 @@ def _shape_seed(shape_id: str, seed: int) -> int:
     return (int(shape_id, 16) ^ seed) & 0x7FFFFFFF
 
 
-def _heuristic_choices(problem) -> tuple[list[tuple[str, int]], str | None]:
-    """cuDNN's heuristic list, best first: (algorithm, math type) of its successful entries.
+def _heuristic_choices(problem, pass_: str = "fwd") -> tuple[list[tuple[str, int]], str | None]:
+    """cuDNN's heuristic list of one pass (``cudnnGet...Algorithm_v7``), best first:
+    (algorithm, math type) of its successful entries.
 
     An algorithm may appear more than once (with different math types)."""
     from seer.gpu.cudnn import CudnnError
 
     try:
-        choices = problem.heuristic()
+        choices = problem.heuristic() if pass_ == "fwd" else problem.backward_heuristic(pass_)
     except CudnnError as exc:
         return [], str(exc)
     out = []
@@ -114,15 +115,16 @@ def _heuristic_choices(problem) -> tuple[list[tuple[str, int]], str | None]:
         if choice.status != 0:
             continue
         try:
-            out.append((cudnn_algorithm_by_enum(choice.algo).name, choice.math_type))
+            out.append((cudnn_algorithm_by_enum(choice.algo, pass_).name, choice.math_type))
         except KeyError:
             continue
     return out, None
 
 
-def _heuristic_ranks(problem) -> tuple[dict[str, int], str | None]:
-    """1-based rank of each algorithm in cuDNN's heuristic list (successful entries only)."""
-    choices, error = _heuristic_choices(problem)
+def _heuristic_ranks(problem, pass_: str = "fwd") -> tuple[dict[str, int], str | None]:
+    """1-based rank of each algorithm in cuDNN's heuristic list of ``pass_`` (successful
+    entries only)."""
+    choices, error = _heuristic_choices(problem, pass_)
     return heuristic_ranks(choices), error
 
 
@@ -138,20 +140,35 @@ class ItemFailed(Exception):
         super().__init__(detail)
 
 
+def check_of(tensors, algo: str):
+    """What ``algo``'s run writes and is checked on (:meth:`ShapeTensors.check_of`), or
+    ItemFailed where its pass's tensors do not fit."""
+    import cupy as cp
+
+    try:
+        return tensors.check_of(get_algorithm(algo).pass_)
+    except cp.cuda.memory.OutOfMemoryError as exc:
+        raise ItemFailed("oom", f"the gradient's tensors: {exc}") from None
+
+
 def prepare_run(problem, tensors, algo: str, workspace_cap: int):
-    """One algorithm's forward call on the shape's tensors (cuDNN's or seer's own), its
-    workspace and the workspace's size; or ItemFailed with the status to record."""
+    """One algorithm's call on the shape's tensors (cuDNN's forward or backward, seer's own,
+    or PyTorch's policy), its workspace and the workspace's size; or ItemFailed with the
+    status to record."""
     import cupy as cp
 
     from seer.gpu.cudnn import CudnnError, CudnnNotSupported
 
-    if get_algorithm(algo).source == "cupy":
+    algorithm = get_algorithm(algo)
+    if algorithm.source == "cupy":
         return _prepare_own(tensors, algo)
-    if get_algorithm(algo).source == "pytorch":
-        return _prepare_pytorch(tensors, algo, problem.math)
-    enum = get_algorithm(algo).enum
+    target = check_of(tensors, algo)
+    if algorithm.source == "pytorch":
+        return _prepare_pytorch(tensors, target, algo, problem.math)
+    enum, pass_ = algorithm.enum, algorithm.pass_
     try:
-        workspace_bytes = problem.workspace_size(enum)
+        workspace_bytes = (problem.workspace_size(enum) if pass_ == "fwd"
+                           else problem.backward_workspace_size(pass_, enum))
     except CudnnNotSupported as exc:
         raise ItemFailed("not_supported", str(exc)) from None
     except CudnnError as exc:
@@ -164,6 +181,13 @@ def prepare_run(problem, tensors, algo: str, workspace_cap: int):
     except cp.cuda.memory.OutOfMemoryError as exc:
         raise ItemFailed("oom", f"workspace of {workspace_bytes} bytes: {exc}") from None
     ptr = workspace.data.ptr if workspace is not None else 0
+    if pass_ != "fwd":
+        known, dy, out = target.known.data.ptr, target.dy.data.ptr, target.out.data.ptr
+
+        def backward() -> None:
+            problem.backward(pass_, enum, known, dy, out, ptr, workspace_bytes)
+
+        return backward, workspace, workspace_bytes
 
     def forward() -> None:
         problem.forward(enum, tensors.x.data.ptr, tensors.w.data.ptr, tensors.y.data.ptr,
@@ -189,14 +213,15 @@ def _prepare_own(tensors, algo: str):
     return forward, None, 0
 
 
-def _prepare_pytorch(tensors, algo: str, math_mode: str):
-    """PyTorch's own convolution under one of its policies; the run object is kept as the
-    item's "workspace" (PyTorch sizes its own) so that it lives as long as the item."""
+def _prepare_pytorch(tensors, target, algo: str, math_mode: str):
+    """PyTorch's own convolution (or its gradient) under one of its policies, writing
+    ``target``'s output when checked; the run object is kept as the item's "workspace"
+    (PyTorch sizes its own) so that it lives as long as the item."""
     try:
         from seer.gpu.pytorch_policy import PytorchRun
     except ImportError as exc:
         raise ItemFailed("error", f"PyTorch is not importable here: {exc}") from None
-    run = PytorchRun(tensors, algo, math_mode)
+    run = PytorchRun(tensors, algo, math_mode, target)
     return run.forward, run, 0
 
 
@@ -235,12 +260,13 @@ def _release(workspace) -> None:
         release()
 
 
-def _run_checked(forward, tensors, workspace=None) -> float:
-    """One forward call on a poisoned output; the relative error against float64. A PyTorch
-    policy's run (its ``workspace``) copies its output in for the check."""
-    tensors.poison_output()
+def _run_checked(forward, target, workspace=None) -> float:
+    """One call on a poisoned output (``target``'s: the forward's tensors or a pass's
+    gradient); the relative error against float64. A PyTorch policy's run (its
+    ``workspace``) copies its output in for the check."""
+    target.poison_output()
     _run_unchecked(getattr(workspace, "checked_forward", forward))
-    return tensors.relative_error()
+    return target.relative_error()
 
 
 def _for_each_item(plan: list[ShapeWork], emit, seed: int, per_item,
@@ -275,10 +301,14 @@ def _for_each_item(plan: list[ShapeWork], emit, seed: int, per_item,
             by_math.setdefault(math_mode, []).append(algo)
         for math_mode, algos in by_math.items():
             with cudnn.ConvolutionProblem(handle, work.shape, math_mode) as problem:
-                ranks, rank_error = _heuristic_ranks(problem)
+                ranks: dict[str, tuple[dict[str, int], str | None]] = {}  # per pass, asked once
                 for algo in algos:
+                    pass_ = get_algorithm(algo).pass_
+                    if pass_ not in ranks:
+                        ranks[pass_] = _heuristic_ranks(problem, pass_)
+                    pass_ranks, rank_error = ranks[pass_]
                     emit(start_event(work.shape_id, math_mode, algo))
-                    record = per_item(problem, tensors, work, math_mode, algo, ranks.get(algo))
+                    record = per_item(problem, tensors, work, math_mode, algo, pass_ranks.get(algo))
                     if rank_error and record.get("row"):
                         record["row"]["heuristic_error"] = rank_error
                     emit(record)
@@ -343,7 +373,7 @@ def time_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, seed: int,
             try:
                 row["workspace_bytes"] = workspace_bytes
                 started = time.perf_counter()
-                error = _run_checked(forward, tensors, workspace)
+                error = _run_checked(forward, check_of(tensors, algo), workspace)
                 first_ms = (time.perf_counter() - started) * 1e3
                 row["rel_error"] = error if math.isfinite(error) else None
                 tolerance = get_math_mode(math_mode).tolerance

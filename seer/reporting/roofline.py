@@ -105,7 +105,7 @@ def write_roofline(dataset_dir: Path, spec: GPUSpec, out_dir: Path, algos: Seque
     these algorithms and math modes (and layers, by shape_id); the files written."""
 
     ceilings = read_ceilings(dataset_dir)
-    runs = read_measurements(DatasetDir(dataset_dir).measurements, columns=RUN_COLUMNS)
+    runs = read_measurements(DatasetDir(dataset_dir).measurements, columns=RUN_COLUMNS, passes=("fwd",))
     runs = runs[runs["algo"].isin(algos) & runs["math"].isin(maths)]
     if shape_ids is not None:
         runs = runs[runs["shape_id"].isin(shape_ids)]

@@ -100,7 +100,7 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
         raise InputError(f"kernel paths must be 0 or more, got {kernel_paths}")
     files = DatasetDir(dataset_dir)
     measurements = files.measurements
-    table = parsed_measurements(files, spec.name, TRAINING_COLUMNS)
+    table = parsed_measurements(files, spec.name, TRAINING_COLUMNS, passes=("fwd",))
     census_path = files.census
     census = read_census(census_path) if use_census and census_path.exists() else pd.DataFrame()
     template = selector if selector is not None else AlgorithmSelector(candidates=CANDIDATE_SETS[trees](),
