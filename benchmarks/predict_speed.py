@@ -9,14 +9,15 @@ For each size, a seeded sample of layers (SEER's ranges, the random grid and the
 networks' layers, drawn with replacement) is written to a file, and, for each math mode and
 ``--rows`` mode, ``seer predict FILE --math MATH --rows ROWS --out pred.csv`` runs as a fresh
 process ``--repeat`` times: the wall time from process start to exit, and the process's peak
-resident memory. The first run of a fresh install also compiles the tree loop once (numba caches
-it); one untimed warm-up run comes first so that every timed run starts as a user's second one
-does (Python's bytecode cache written, the file in the OS's cache).
+resident memory. Where numba walks the trees (an older checkout, or ``SEER_TREE_LOOP=numba``),
+the first run of a fresh install also compiles the loop once (numba caches it); one untimed
+warm-up run comes first so that every timed run starts as a user's second one does (Python's
+bytecode cache written, the file in the OS's cache).
 
 ``--breakdown`` runs the same command inside a fresh process instead, its stages timed (wall
 and CPU seconds, the CPU time of all its threads; Python's start is wall time only): Python's
 own start (``python -c pass``), importing seer's command and the prediction stack (numpy,
-pandas, the model classes), loading numba and the compiled tree loop from its cache, loading the
+pandas, the model classes), building the tree loop (llvmlite; numba's loads from its cache), loading the
 model, reading the layers, the shape features, the trees, the rest of the model's work (first-stage
 glue, masks, seer's kernel plans), ranking into the tidy frame, the labels, writing, the summary,
 and what is left (``other``: argument parsing, the progress line). Each stage counts its own
@@ -136,7 +137,7 @@ def _stages(argv: list[str]) -> dict:
     import seer.predict.predictors
     import seer.predict.trees as trees
     imported, cpu_imported = time.perf_counter(), time.process_time()
-    # The compiled loop, loaded from numba's cache once: in a plain run the first prediction does it.
+    # The compiled loop, built once (or loaded from numba's cache): in a plain run the first prediction does it.
     one = trees.TreeEnsemble(np.zeros(1, np.int32), np.zeros(1), np.full(1, -1, np.int32), np.zeros(1, bool),
                              np.zeros(1), np.zeros(1, np.int32), np.zeros(1, np.int32), np.zeros(1), 1)
     one.raw(np.zeros((1, 1)))
@@ -230,7 +231,7 @@ def run(argv: list[str] | None = None) -> int:
                     command = [*seer_command, "predict", str(source), "--math", math, "--out", str(out)]
                     if rows != "algorithm":
                         command += ["--rows", rows]
-                    _measure(command)  # warm-up: numba's cache, Python's bytecode cache, the OS's file cache
+                    _measure(command)  # warm-up: Python's bytecode cache, the OS's file cache (numba's cache)
                     run = {"layers": count, "distinct_layers": len(set(layers)), "math": math, "rows": rows}
                     if args.breakdown:
                         breakdowns = [_breakdown(source, out, math, rows) for _ in range(args.repeat)]

@@ -179,3 +179,19 @@ def test_text_goes_out_a_mebibyte_at_a_time():
         handle = Recorder()
         output.PredictionWriter(handle, fmt).write(frame)
         assert sum(handle.sizes) > 2 * output._PIECE and max(handle.sizes) <= output._PIECE
+
+
+@pytest.mark.parametrize("zero", [0.0, -0.0])
+def test_repeated_floats_are_written_once_each_and_the_same(monkeypatch, zero):
+    """Columns whose values repeat (repeated layers) are written value by distinct value: the
+    same text, NaNs empty, and -0.0 (which a hash merges with 0.0) kept apart."""
+    frame = pd.concat([_frame(seed=3)] * 4, ignore_index=True)
+    frame.loc[7, "pick_near_best"] = zero
+    monkeypatch.setattr(output, "_DEDUPLICATE_FLOATS", 8)
+    columns = output._output_columns(frame)
+    expected = frame.to_csv(columns=columns, index=False)
+    assert _written(frame, "csv") == expected and frame["predicted_ms"].isna().any()
+    calls = []
+    original = pd.factorize
+    monkeypatch.setattr(pd, "factorize", lambda *a, **k: calls.append(1) or original(*a, **k))
+    assert _written(frame, "csv") == expected and calls  # the distinct-value path ran

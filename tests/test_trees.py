@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
@@ -151,3 +153,35 @@ def test_a_forked_process_walks_with_threads_of_its_own():
     got = queue.get(timeout=120)
     child.join(timeout=60)
     assert child.exitcode == 0 and got.tobytes() == expected.tobytes()
+
+
+def test_the_llvm_loop_gives_numbas_bits(monkeypatch):
+    """The loop llvmlite builds walks as numba's did, bit for bit, NaNs and blocks included."""
+    from seer.predict import trees as module
+
+    ensemble = _boosted_classifier()
+    X, _ = _data(n=2 * module.BLOCK_ROWS + 5, features=9, seed=7)
+    outputs = []
+    for loop in (module._llvm_loop(), module._numba_loop()):
+        monkeypatch.setattr(module, "_COMPILED", loop)
+        outputs.append(ensemble.raw(X))
+    assert np.isnan(X).any() and outputs[0].tobytes() == outputs[1].tobytes()
+
+
+def test_the_loop_reads_arrays_given_in_any_memory_order():
+    """The compiled loop walks raw memory: arrays that are views with strides walk as their copies."""
+    arrays = {**_boosted_classifier().arrays()}
+    strided = {name: np.repeat(values, 2)[::2] for name, values in arrays.items()}  # every other element
+    assert not strided["threshold"].flags.c_contiguous
+    X, _ = _data(n=50, features=9, seed=8)
+    expected = TreeEnsemble(**arrays, n_features=9).raw(X)
+    assert TreeEnsemble(**strided, n_features=9).raw(X).tobytes() == expected.tobytes()
+
+
+def test_threads_follow_numba_num_threads_without_importing_numba(monkeypatch):
+    from seer.predict import trees as module
+
+    monkeypatch.setenv("NUMBA_NUM_THREADS", "3")
+    assert module.thread_count() == 3
+    monkeypatch.delenv("NUMBA_NUM_THREADS")
+    assert module.thread_count() == len(os.sched_getaffinity(0))

@@ -1,4 +1,4 @@
-"""Fitted models as seer predicts with them: numpy, numba and plain data, no scikit-learn.
+"""Fitted models as seer predicts with them: numpy, a compiled tree loop and plain data, no scikit-learn.
 
 Training (:mod:`seer.training.estimators`, :mod:`seer.training.seer_baseline`) fits scikit-learn estimators
 and converts what it learned into the classes here; model files store these classes'
@@ -544,6 +544,16 @@ class AlgorithmPredictor(Part):
         NaN for an algorithm without an energy model."""
         return self._power(shape_features(layer_frame(X), self.spec).to_numpy())
 
+    def _energies(self, F: np.ndarray, times: np.ndarray) -> np.ndarray:
+        """``times`` x predicted power, the power models walked only where there is a time: NaN
+        elsewhere, as the product gives there (a power model is a tenth of a layer's trees)."""
+        out = np.full(times.shape, np.nan)
+        for j, algo in enumerate(self.algorithms):
+            rows = np.isfinite(times[:, j])
+            if algo in self.power and rows.any():
+                out[rows, j] = times[rows, j] * self.power[algo].predict(F[rows])
+        return out
+
     def _power(self, F: np.ndarray) -> np.ndarray:
         out = np.full((len(F), len(self.algorithms)), np.nan)
         for j, algo in enumerate(self.algorithms):
@@ -577,9 +587,10 @@ class AlgorithmPredictor(Part):
         from one pass over the features; with cuDNN's own answers where ``workspaces`` gives
         them (:meth:`prepare`)."""
         F, answers, planned = self.prepare(X, complete=False, workspaces=workspaces)
-        reported, weighed = self._times(F, answers, planned)
-        return (reported, self._scores(F, answers, weighed), reported * self._power(F),
-                self._policy_times(F, answers, policies))
+        known: dict = {}
+        reported, weighed = self._times(F, answers, planned, ratios=known)
+        return (reported, self._scores(F, answers, weighed), self._energies(F, reported),
+                self._policy_times(F, answers, policies, known))
 
     def pick_scores(self, X) -> np.ndarray:
         """What the pick minimises per shape and algorithm (NaN where predicted not to run)."""
@@ -607,21 +618,31 @@ class AlgorithmPredictor(Part):
         F, answers, _ = self.prepare(X, complete=False)
         return self._policy_times(F, answers, list(self.policies) if names is None else names)
 
-    def _policy_times(self, F: np.ndarray, answers: np.ndarray | None, names: Sequence[str]) -> np.ndarray:
+    def _policy_times(self, F: np.ndarray, answers: np.ndarray | None, names: Sequence[str],
+                      known: dict | None = None) -> np.ndarray:
         if not names:
             return np.empty((len(F), 0))
-        reference, inputs = self.policy_inputs(F, answers)
+        reference, inputs = self.policy_inputs(F, answers, known)
         return np.column_stack([reference * self.policies[name].predict(inputs) for name in names])
 
-    def policy_inputs(self, F: np.ndarray, answers: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    def policy_inputs(self, F: np.ndarray, answers: np.ndarray | None, known: dict | None = None
+                      ) -> tuple[np.ndarray, np.ndarray]:
         """The reference algorithm's predicted time (ms) as if it ran, and the policy
         regressors' inputs: the shape features and the log of that time over its baseline.
         ``answers`` may leave out the workspace answers where an algorithm is predicted not to
-        run: the reference's are completed."""
+        run: the reference's are completed. ``known``: the ratios :meth:`_times` reported, by
+        algorithm, reused where they came from the same inputs (each row's ratio is its own)."""
         j = self.algorithms.index(self.policy_reference)
-        if answers is not None:
-            answers = self.workspace.completed(answers, F, j)
-        ratio = self._ratios(j, self._regressor_inputs(j, F, answers), answers)[0]
+        ratio, rest = np.empty(len(F)), np.ones(len(F), dtype=bool)
+        if known and j in known:
+            rows, values = known[j]
+            if answers is not None:  # rows whose answers completed() would not change
+                values, rows = values[~np.isnan(answers[rows, 3 * j + 1])], rows & ~np.isnan(answers[:, 3 * j + 1])
+            ratio[rows], rest = values, ~rows
+        if rest.any():
+            F_rest = F[rest]
+            answers_rest = None if answers is None else self.workspace.completed(answers[rest], F_rest, j)
+            ratio[rest] = self._ratios(j, self._regressor_inputs(j, F_rest, answers_rest), answers_rest)[0]
         return ratio * self.baseline_ms(F, self.policy_reference), np.column_stack([F, np.log(ratio)])
 
     def baseline_ms(self, F: np.ndarray, algo: str) -> np.ndarray:
@@ -675,9 +696,10 @@ class AlgorithmPredictor(Part):
         return inputs if classifier is None else np.hstack([inputs, classifier.predict_proba(inputs)])
 
     def _times(self, F: np.ndarray, answers: np.ndarray | None, planned: np.ndarray,
-               masked: bool = True) -> tuple[np.ndarray, np.ndarray]:
+               masked: bool = True, ratios: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Times (ms) per row and algorithm, NaN where not run (``masked``) or never trained:
-        the ones to report and the ones the pick weighs (:meth:`_ratios`)."""
+        the ones to report and the ones the pick weighs (:meth:`_ratios`). ``ratios`` receives,
+        per algorithm index, the rows timed and their reported ratios (for :meth:`policy_inputs`)."""
         runs = (self._support(F, answers, planned) >= RUNS_THRESHOLD) & self._fits(F, answers) if masked \
             else np.ones((len(F), len(self.algorithms)), dtype=bool)
         reported = np.full((len(F), len(self.algorithms)), np.nan)
@@ -688,6 +710,8 @@ class AlgorithmPredictor(Part):
                 continue
             answers_run = answers[rows] if answers is not None else None
             to_report, to_weigh = self._ratios(j, self._regressor_inputs(j, F[rows], answers_run), answers_run)
+            if ratios is not None:
+                ratios[j] = (rows, to_report)
             base = self.baseline_ms(F[rows], algo)
             reported[rows, j], weighed[rows, j] = to_report * base, to_weigh * base
         return reported, weighed

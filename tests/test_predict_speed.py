@@ -1,0 +1,39 @@
+"""What makes `seer predict` fast changes no prediction: the shortcuts give the bits of the
+long way, and predicting loads neither numba nor scipy (their start-up costs 0.4 s)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import DATASET
+from seer.layers.files import read_layers
+from seer.predict.persist import load_model
+
+
+@pytest.mark.parametrize("math", ["fma", "default"])
+def test_energies_and_pytorchs_times_are_the_bits_of_the_long_way(math):
+    """Power models walk only where an algorithm has a time, and PyTorch's reference algorithm's
+    ratios are taken from the times already predicted: both as computed in full."""
+    predictor = load_model("h100").predictor(math)
+    layers = read_layers(DATASET / "Test-set-II-general.csv")
+    policies = list(predictor.policies)
+    assert policies and predictor.power  # the shipped models have both
+    reported, _, energies, pytorch = predictor.predict_with_energy(layers, policies)
+    F, _, _ = predictor.prepare(layers, complete=False)
+    assert np.isnan(reported).any()  # some algorithms do not run: the power models skip those rows
+    assert energies.tobytes() == (reported * predictor._power(F)).tobytes()
+    assert pytorch.tobytes() == predictor.predict_policies(layers, policies).tobytes()
+
+
+def test_predicting_loads_neither_numba_nor_scipy(tmp_path):
+    out = tmp_path / "pred.csv"
+    probe = ("import sys, seer.cli; code = seer.cli.main(['predict', sys.argv[1], '--gpu', 'h100', '-o', sys.argv[2]]); "
+             "print(code, sorted({'numba', 'scipy', 'sklearn'} & {name.split('.')[0] for name in sys.modules}))")
+    done = subprocess.run([sys.executable, "-c", probe, str(DATASET / "Test-set-II.txt"), str(out)],
+                          capture_output=True, text=True)
+    assert done.stdout.splitlines()[-1] == "0 []", done.stdout + done.stderr
+    assert len(out.read_text().splitlines()) > 300
