@@ -1,6 +1,7 @@
 """The guarded pick on the held-out networks: total convolution time per math mode and layer kind.
 
     python benchmarks/guard.py --gpu h100 --out benchmarks/results/h100-guard
+    python benchmarks/guard.py --gpu h200 --pass bwd_data --out benchmarks/results/h200-bwd_data-guard
 
 On every layer of Test-set-II (the held-out real networks, square and of every kind) with
 a measured time of PyTorch's own choice, and per math mode, it totals the measured time of:
@@ -11,7 +12,9 @@ oracle (the fastest algorithm or PyTorch's choice, whichever measured shorter). 
 every algorithm seer ranks, once with cuDNN's only (what stock PyTorch can run). A pick that
 did not run on a layer counts PyTorch's time there (seer.torch falls back to it). The target
 of the issue on trust: seer's recommendation never totals more than 0.5% above PyTorch's
-default, per math mode and layer kind. Writes ``guard.json`` and ``guard.md``.
+default, per math mode and layer kind. Writes ``guard.json`` and ``guard.md``. With
+``--pass``, the same for a backward pass: its algorithms, PyTorch's dgrad or wgrad, and cuDNN's
+heuristic of that pass.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from seer.algorithms import algorithm_names
+from seer.dataset.build import read_measurements
 from seer.dataset.views import POLICIES, layers_of
 from seer.layers.shapes import LAYER_COLUMNS
 from seer.predict.guard import PYTORCH_CHOICE
@@ -36,22 +41,23 @@ TARGET = 1.005
 POLICY_COLUMNS = ("seer", "seer_unguarded", "pytorch", "pytorch_benchmark", "cudnn_heuristic", "oracle")
 
 
-def measured_times(table: pd.DataFrame, math: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.Series]:
+def measured_times(table: pd.DataFrame, math: str, policies: list[str]) -> tuple[pd.DataFrame, pd.DataFrame, pd.Series]:
     """Layers (index: shape_id), measured time per algorithm and policy, and the heuristic's
-    first choice's time, for the held-out layers of ``math`` where PyTorch's choice ran."""
+    first choice's time, for the held-out layers of ``math`` where PyTorch's choice (the
+    first of ``policies``, those of the table's pass) ran."""
     rows = table[(table["split"] == HELD_OUT) & ((table["math"] == math) | table["algo"].str.startswith("SEER"))]
     ok = rows[rows["status"] == "ok"]
     wide = ok.pivot_table(index="shape_id", columns="algo", values="time_ms")
-    wide = wide[wide[POLICIES[0]].notna()]
+    wide = wide[wide[policies[0]].notna()]
     heuristic = ok[(ok["heuristic_rank"] == 1) & (ok["math"] == math)].drop_duplicates("shape_id")
     return layers_of(rows, wide.index), wide, heuristic.set_index("shape_id")["time_ms"].reindex(wide.index)
 
 
 def per_layer(model, math: str, algorithms: str | None, layers: pd.DataFrame, wide: pd.DataFrame,
-              heuristic: pd.Series) -> pd.DataFrame:
+              heuristic: pd.Series, policies: list[str]) -> pd.DataFrame:
     """Measured time per layer under each of :data:`POLICY_COLUMNS`."""
     picks = model.pick(layers.reset_index(drop=True), math=math, algorithms=algorithms)
-    pytorch = wide[POLICIES[0]].to_numpy()
+    pytorch = wide[policies[0]].to_numpy()
 
     def measured(names) -> np.ndarray:
         got = np.array([wide.iloc[i].get(a, np.nan) if isinstance(a, str) else np.nan for i, a in enumerate(names)])
@@ -62,8 +68,8 @@ def per_layer(model, math: str, algorithms: str | None, layers: pd.DataFrame, wi
     out = pd.DataFrame({
         "seer": np.where(choice == PYTORCH_CHOICE, pytorch, measured(choice)),
         "seer_unguarded": measured(picks["best_algo"].astype(object).where(picks["best_algo"].notna(), None)),
-        "pytorch": pytorch, "pytorch_benchmark": wide[POLICIES[1]].to_numpy(),
-        "cudnn_heuristic": heuristic.fillna(wide[POLICIES[0]]).to_numpy(),
+        "pytorch": pytorch, "pytorch_benchmark": wide[policies[1]].to_numpy(),
+        "cudnn_heuristic": heuristic.fillna(wide[policies[0]]).to_numpy(),
         "oracle": np.fmin(wide[ranked].min(axis=1).to_numpy(), pytorch),
         "kind": interval_kind(layers.reset_index(drop=True)), "left_pytorch": choice != PYTORCH_CHOICE},
         index=layers.index)
@@ -101,23 +107,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu", default="h100")
     parser.add_argument("--data-dir", type=Path, default=Path("data"))
     parser.add_argument("--out", type=Path, required=True, help="folder for guard.json and guard.md")
+    parser.add_argument("--pass", dest="pass_", default="fwd", choices=("fwd", "bwd_data", "bwd_filter"))
     args = parser.parse_args(argv)
-    model = load_model(args.gpu)
-    table = pd.read_parquet(DatasetDir(args.data_dir / args.gpu).measurements,
-                            columns=[*LAYER_COLUMNS, "shape_id", "split", "math", "algo", "status", "time_ms",
-                                     "heuristic_rank"])
+    model = load_model(args.gpu, pass_=args.pass_)
+    table = read_measurements(DatasetDir(args.data_dir / args.gpu).measurements,
+                              [*LAYER_COLUMNS, "shape_id", "split", "math", "algo", "status", "time_ms",
+                               "heuristic_rank"], passes=(args.pass_,))
+    policies = algorithm_names("pytorch", pass_=args.pass_)
+    own = algorithm_names("cupy", pass_=args.pass_)
     frames = {}
     for math in model.maths:
-        layers, wide, heuristic = measured_times(table, math)
-        for name, algorithms in (("all", None), ("cudnn", "cudnn")):
-            frames[(math, name)] = per_layer(model, math, algorithms, layers, wide, heuristic)
+        layers, wide, heuristic = measured_times(table, math, policies)
+        for name, algorithms in (("all", None), ("cudnn", "cudnn")) if own else (("cudnn", None),):
+            frames[(math, name)] = per_layer(model, math, algorithms, layers, wide, heuristic, policies)
     result = summary(frames)
     args.out.mkdir(parents=True, exist_ok=True)
-    header = (f"Measured total convolution time on the held-out networks (Test-set-II, {args.gpu}), as a ratio to "
-              f"PyTorch's default; `python benchmarks/guard.py --gpu {args.gpu} --out {args.out}`. 'left PyTorch': "
-              f"layers where seer recommends its pick over PyTorch's choice.")
+    of = "" if args.pass_ == "fwd" else f" --pass {args.pass_}"
+    header = (f"Measured total convolution time{' of the ' + args.pass_ + ' pass' if of else ''} on the held-out "
+              f"networks (Test-set-II, {args.gpu}), as a ratio to PyTorch's default; `python benchmarks/guard.py "
+              f"--gpu {args.gpu}{of} --out {args.out}`. 'left PyTorch': layers where seer recommends its pick over "
+              f"PyTorch's choice.")
     (args.out / "guard.md").write_text(markdown(result, header))
-    (args.out / "guard.json").write_text(json.dumps({"gpu": args.gpu, "target": TARGET,
+    (args.out / "guard.json").write_text(json.dumps({"gpu": args.gpu, "pass": args.pass_, "target": TARGET,
                                                      "card_trained_at": model.card.get("trained_at"),
                                                      "rows": result.to_dict(orient="records")}, indent=1) + "\n")
     failed = result[~result["meets_target"]]

@@ -344,7 +344,15 @@ def _add_train(sub) -> None:
     p.add_argument("--policies-only", action="store_true",
                    help="refit only the models of PyTorch's own choice (after new runs of it) on the trained "
                         "model in the models directory, and recalibrate; the algorithms' models stay as they are")
+    _add_pass(p, "the convolution pass whose algorithms to model: fwd (the forward, default), bwd_data or "
+                 "bwd_filter (the backward passes; saved under GPU/PASS/)")
     p.set_defaults(func=_cmd_train)
+
+
+def _add_pass(p, text: str) -> None:
+    from seer.algorithms import PASSES
+
+    p.add_argument("--pass", dest="pass_", choices=list(PASSES), default="fwd", help=text)
 
 
 def _cmd_train(args) -> int:
@@ -355,16 +363,20 @@ def _cmd_train(args) -> int:
     spec = get_gpu_spec(args.gpu)
     root = persist.models_root(args.models_dir)
     if args.policies_only:
+        if args.pass_ != "fwd":
+            raise InputError("--policies-only refits the forward model's policies; train a backward pass whole",
+                             field="pass")
         return _train_policies(spec, args.data_dir, root)
     with StepProgress("training", err_console) as progress:
         model = training.train(args.data_dir / spec.name, spec, progress=progress.update, trees=args.trees,
-                               kernel_paths=args.kernel_paths)
-    paths = persist.save(model, root / spec.name)
+                               kernel_paths=args.kernel_paths, pass_=args.pass_)
+    destination = persist.model_dir(root, spec.name, args.pass_)
+    paths = persist.save(model, destination)
     for math, info in model.card["maths"].items():
         chosen = ", ".join(f"{a}: {'/'.join(f'{p} {r}' if p != 'all' else r for p, r in paths_.items())}"
                            for a, paths_ in info["regressor"].items())
         err_console.log(f"{math}: {info['shapes']} training shapes; regressors chosen by CV: {chosen}")
-    err_console.log(f"wrote {', '.join(p.name for p in paths)} and {persist.CARD_FILE} in {root / spec.name}")
+    err_console.log(f"wrote {', '.join(p.name for p in paths)} and {persist.CARD_FILE} in {destination}")
     return 0
 
 
@@ -479,6 +491,11 @@ def _add_predict(sub) -> None:
     p.add_argument("--cudnn-answers", action="store_true",
                    help="ask this machine's GPU (cuDNN, from descriptors: nothing runs) whether each of cuDNN's "
                         "algorithms takes each layer, instead of predicting it (needs a GPU and cuDNN)")
+    _add_pass(p, "the convolution pass to predict: fwd (the forward, default), bwd_data (the input's "
+                 "gradient, dgrad) or bwd_filter (the filter's gradient, wgrad), each with its own algorithms")
+    p.add_argument("--deterministic", action="store_true",
+                   help="rank only algorithms whose repeated calls give the same bits (cuDNN's BWD_DATA_ALGO_0, "
+                        "BWD_FILTER_ALGO_0 and BWD_FILTER_ALGO_3 sum with atomic adds and are left out)")
     p.add_argument("--models-dir", type=Path, default=None, help=MODELS_DIR_HELP)
     p.set_defaults(func=_cmd_predict)
 
@@ -504,8 +521,16 @@ def _cmd_predict(args) -> int:
     from seer.predict.model import best_per_layer
     from seer.predict.persist import load_model
 
-    algorithms = _algorithms(args.algo)
-    model = load_model(args.gpu, math=args.math, models_dir=args.models_dir)
+    if args.cudnn_answers and args.pass_ != "fwd":
+        raise InputError("--cudnn-answers asks cuDNN about the forward's algorithms only", field="cudnn-answers")
+    # "all" ranks every algorithm of the model, whatever its pass.
+    algorithms = None if args.algo.strip().lower() == "all" else _algorithms(args.algo)
+    model = load_model(args.gpu, math=args.math, models_dir=args.models_dir, pass_=args.pass_)
+    if args.deterministic:
+        from seer.algorithms import get_algorithm
+
+        algorithms = [a for a in (algorithms or model.predictor(args.math).algorithms)
+                      if get_algorithm(a).deterministic]
     if args.cudnn_answers:
         from seer.gpu.answers import cudnn_workspaces
     to_stdout = args.out == STDOUT
@@ -539,10 +564,20 @@ def _cmd_predict(args) -> int:
             writer.close()
     console = err_console if to_stdout else out_console
     if args.table != "summary" and (show_all or (not args.out and summary.layers <= TABLE_LAYERS)):
-        _print_table(console, model.gpu, args.math, pd.concat(shown) if shown else pd.DataFrame(), args.objective)
+        _print_table(console, model.gpu, args.math, pd.concat(shown) if shown else pd.DataFrame(), args.objective,
+                     label=_model_label(model))
     else:
-        _print_summary(console, model.gpu, args.math, summary, args.out)
+        _print_summary(console, _model_label(model), args.math, summary, args.out)
     return 0
+
+
+#: How the terminal names each pass.
+PASS_LABELS = {"fwd": "", "bwd_data": " backward data (dgrad)", "bwd_filter": " backward filter (wgrad)"}
+
+
+def _model_label(model) -> str:
+    """The model's GPU, and its pass where that is not the forward: the terminal's heading."""
+    return model.gpu + PASS_LABELS[model.pass_]
 
 
 def _check_input(file: str) -> None:
@@ -567,7 +602,7 @@ def _source_name(file: str) -> str | None:
     return STDIN_NAME if file == STDIN else file
 
 
-def _print_table(console, gpu: str, math: str, rows, objective: str = "time") -> None:
+def _print_table(console, gpu: str, math: str, rows, objective: str = "time", label: str | None = None) -> None:
     from rich import box
     from rich.table import Table
 
@@ -579,7 +614,7 @@ def _print_table(console, gpu: str, math: str, rows, objective: str = "time") ->
     from seer.layers.shapes import frame_tensor_bytes
 
     energy = objective == "energy"
-    title = f"{gpu}, {math} math: predicted times" + (" and energies per call" if energy else "")
+    title = f"{label or gpu}, {math} math: predicted times" + (" and energies per call" if energy else "")
     named = "name" in rows.columns
     table = Table("layer", title=title, box=box.SIMPLE_HEAD, padding=(0, 1),
                   collapse_padding=True, pad_edge=False,
@@ -1032,7 +1067,10 @@ def _add_evaluate(sub) -> None:
     p.add_argument("--gpu", required=True)
     p.add_argument("--data-dir", type=Path, default=Path("data"))
     p.add_argument("--models-dir", type=Path, default=None, help=MODELS_DIR_HELP)
-    p.add_argument("--out", type=Path, default=None, help="report path (default: reports/GPU-evaluation.md)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="report path (default: reports/GPU-evaluation.md, reports/GPU-PASS-evaluation.md for a "
+                        "backward pass)")
+    _add_pass(p, "the convolution pass whose models to evaluate: fwd (default), bwd_data or bwd_filter")
     p.set_defaults(func=_cmd_evaluate)
 
 
@@ -1044,11 +1082,13 @@ def _cmd_evaluate(args) -> int:
     from seer.reporting.scoring import EVALUATION_COLUMNS, evaluate
     from seer.schema import DatasetDir
 
-    model = load_model(args.gpu, models_dir=args.models_dir, baselines=True)
-    table = parsed_measurements(DatasetDir(args.data_dir / model.gpu), model.gpu, EVALUATION_COLUMNS, passes=("fwd",))
+    model = load_model(args.gpu, models_dir=args.models_dir, baselines=True, pass_=args.pass_)
+    table = parsed_measurements(DatasetDir(args.data_dir / model.gpu), model.gpu, EVALUATION_COLUMNS,
+                                passes=(model.pass_,))
     with StepProgress("evaluating", err_console) as progress:
         results = evaluate(model, table, progress=progress.update)
-    out = args.out or Path("reports") / f"{model.gpu}-evaluation.md"
+    name = model.gpu if model.pass_ == "fwd" else f"{model.gpu}-{model.pass_}"
+    out = args.out or Path("reports") / f"{name}-evaluation.md"
     files = write_report(results, model, out)
     sel = results["selection"]
     for row in sel[sel["policy"].isin(["ours", "seer", "cudnn heuristic"])].itertuples():

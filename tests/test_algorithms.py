@@ -161,3 +161,50 @@ def test_the_backward_registry_lists_each_enum_once_per_pass():
     with pytest.raises(KeyError, match="unknown backward pass"):
         backward_algorithms("fwd")
 
+
+
+def test_backward_algorithms_are_named_grouped_and_found_by_pass():
+    from seer.algorithms import (ALGORITHM_GROUPS, algorithm_names, cudnn_algorithm_by_enum, get_algorithm,
+                                 select_algorithms)
+
+    assert algorithm_names("cudnn") == algorithm_names("cudnn", pass_="fwd")  # the forward, unless asked
+    assert not set(algorithm_names(pass_="fwd")) & set(algorithm_names(pass_="bwd_data"))
+    assert select_algorithms("all") == algorithm_names()
+    assert select_algorithms("backward") == algorithm_names(pass_="bwd_data") + algorithm_names(pass_="bwd_filter")
+    assert select_algorithms("bwd_filter,FFT") == [*algorithm_names(pass_="bwd_filter"), "FFT"]
+    assert algorithm_names("pytorch", pass_="bwd_data") == ["PYTORCH_BWD_DATA", "PYTORCH_BENCHMARK_BWD_DATA"]
+    assert {"bwd_data", "bwd_filter", "backward"} <= set(ALGORITHM_GROUPS)
+    assert get_algorithm("bwd_filter_algo_3").pass_ == "bwd_filter" and not get_algorithm("BWD_FILTER_ALGO_3").deterministic
+    assert cudnn_algorithm_by_enum(2).name == "GEMM"
+    assert cudnn_algorithm_by_enum(2, "bwd_data").name == "BWD_DATA_FFT"
+    assert cudnn_algorithm_by_enum(2, "bwd_filter").name == "BWD_FILTER_FFT"
+    with pytest.raises(KeyError, match="bwd_data"):
+        cudnn_algorithm_by_enum(6, "bwd_data")
+    with pytest.raises(ValueError, match="pass"):
+        ALGORITHMS[0].__class__("X", "cudnn", None, "X", None, "", pass_="backward")
+    shorts = [get_algorithm(n).short for n in algorithm_names(pass_=None)]
+    assert len(set(shorts)) == len(shorts)  # Excel sheet names tell the algorithms apart by them
+
+
+@pytest.mark.parametrize("name, family, role, variant", [
+    ("sm80_xmma_dgrad_implicit_gemm_f32f32_f32f32_f32_nchwkcrs_nchw_tilesize32x32x8_stage3_warpsize2x2x1_g1",
+     "xmma_bwd", "compute", "sm80_dgrad_f32f32_32x32x8"),
+    ("sm80_xmma_wgrad_implicit_gemm_indexed_f32f32_f32f32_f32_nhwckrsc_nhwc_tilesize32x32x8_stage3",
+     "xmma_bwd", "compute", "sm80_wgrad_idx_f32f32_32x32x8"),
+    ("void wgrad_alg0_engine<float, 128, 5, 5, 3, 3, 3, false, 512>(int, int, int, float const*)",
+     "bwd_engine", "compute", "wgrad_alg0_128x5x5"),
+    ("void cudnn::cnn::wgrad_alg1_engine<float, float, 128, 5, 5, 3, 3, 3, false, false>(int, int)",
+     "bwd_engine", "compute", "wgrad_alg1_128x5x5"),
+    ("void cudnn::detail::dgrad_engine<float, 512, 6, 5, 3, 3, 3, false>(int, int, int, float const*)",
+     "bwd_engine", "compute", "dgrad_512x6x5"),
+    ("void cudnn::cnn::dgrad2d_grouped_direct_kernel<float, int, float, float, false, true, 1, 0>(int)",
+     "bwd_grouped_direct", "compute", "dgrad_grouped_direct"),
+    ("void cudnn::cnn::reduce_wgrad_nchw_helper<float, float>(void*, void const*, float, int)",
+     "split_k_reduce", "transform", "reduce_wgrad"),
+])
+def test_backward_kernel_names_read_as_their_role(name, family, role, variant):
+    # Names as CUPTI traced them on the H200 (data/h200/traced_kernels), cut after the arguments' start.
+    from seer.algorithms import classify_kernel
+
+    info = classify_kernel(name)
+    assert (info.family, info.role, info.variant) == (family, role, variant)

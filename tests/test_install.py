@@ -38,6 +38,7 @@ def test_a_wheel_installed_elsewhere_predicts_with_the_shipped_models(tmp_path):
     located = subprocess.run([str(python), "-c", "import seer, seer.predict.persist as p; print(p.models_root())"],
                              check=True, capture_output=True, text=True, cwd=elsewhere, env=env).stdout.strip()
     assert Path(located).is_relative_to(site) and (Path(located) / "h100" / "model.json").exists()
+    assert (Path(located) / "h200" / "bwd_filter" / "model.json").exists()  # a backward pass's models
     result = subprocess.run([str(venv / "bin" / "seer"), "predict", str(DATASET / "Test-set-II.txt"), "-o",
                              "pred.csv"], capture_output=True, text=True, cwd=elsewhere, env=env)
     assert result.returncode == 0, result.stderr

@@ -6,11 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from seer.algorithms import ALGORITHMS, algorithm_names
+from seer.algorithms import ALGORITHMS, ALL_ALGORITHMS, algorithm_names
 from seer.layers.shapes import LAYER_COLUMNS
 
-#: PyTorch's own choice, measured as policies beside the algorithms (seer/gpu/pytorch_policy.py).
-POLICIES: list[str] = algorithm_names("pytorch")
+#: PyTorch's own choice, measured as policies beside the algorithms (seer/gpu/pytorch_policy.py),
+#: of every pass: the forward's first.
+POLICIES: list[str] = algorithm_names("pytorch", pass_=None)
 #: Share of a split's shapes an algorithm must have been run on to be modelled.
 MIN_COVERAGE = 0.95
 
@@ -43,8 +44,15 @@ def policy_frames(table: pd.DataFrame, math: str, split: str | None = None) -> t
     split) and ``math``, for the layers where they ran."""
     rows = split_rows(table, math, split)
     rows = rows[rows["algo"].isin(POLICIES)]
-    times = values_by_algorithm(rows, "time_ms").reindex(columns=POLICIES)
+    times = values_by_algorithm(rows, "time_ms").reindex(columns=policies_of(table))
     return layers_of(rows, times.index), times
+
+
+def policies_of(table: pd.DataFrame) -> list[str]:
+    """PyTorch's policies of the passes whose runs ``table`` holds, in registry order."""
+    passes = {a.name: a.pass_ for a in ALL_ALGORITHMS}
+    held = set(pd.unique(table["algo"].map(passes).dropna()))
+    return [p for p in POLICIES if passes[p] in held]
 
 
 def algorithm_rows(table: pd.DataFrame, math: str, split: str | None) -> pd.DataFrame:

@@ -14,12 +14,21 @@ from __future__ import annotations
 
 import numpy as np
 
+from seer.algorithms import algorithm_names
 from seer.schema import PYTORCH_CHOICE
 
 #: The interval level whose bounds must not overlap for seer's pick to replace PyTorch's.
 GUARD_LEVEL = 80
-#: The policy whose predicted time the guard compares with: PyTorch's default (heuristic) mode.
-GUARD_POLICY = "PYTORCH"
+
+
+def guard_policy(pass_: str = "fwd") -> str:
+    """The policy whose predicted time the guard compares with: PyTorch's default (heuristic)
+    mode of the pass, the first of its policies in the registry."""
+    return algorithm_names("pytorch", pass_=pass_)[0]
+
+
+#: The forward's guard policy.
+GUARD_POLICY = guard_policy()
 
 
 def recommended(best_algo, best_ms, best_high, pytorch_ms, pytorch_low) -> np.ndarray:

@@ -22,7 +22,7 @@ from seer.algorithms import select_algorithms
 from seer.errors import InputError
 from seer.layers.shapes import LAYER_COLUMNS, ConvShape, ShapeError, check_layer_frame, layer_frame
 from seer.predict.predictors import AlgorithmPredictor, SeerFamilyPredictor
-from seer.predict.guard import GUARD_LEVEL, GUARD_POLICY, recommended
+from seer.predict.guard import GUARD_LEVEL, GUARD_POLICY, guard_policy, recommended
 from seer.predict.uncertainty import interval_bounds, interval_kind
 from seer.schema import INTERVAL_COLUMNS, INTERVAL_LEVELS, OBJECTIVES, PREDICTION_COLUMNS, PYTORCH_COLUMNS
 
@@ -54,10 +54,16 @@ class Model:
     def maths(self) -> list[str]:
         return list(self.predictors)
 
+    @property
+    def pass_(self) -> str:
+        """The convolution pass the models predict (:data:`seer.algorithms.PASSES`)."""
+        return self.card.get("pass", "fwd")
+
     def __repr__(self) -> str:
         # A few lines, not the trees: what a user checks at a prompt.
         algorithms = {m: len(p.algorithms) for m, p in self.predictors.items()}
-        return (f"<seer Model for {self.gpu}: math modes {', '.join(self.maths)}; algorithms per mode "
+        of = "" if self.pass_ == "fwd" else f" ({self.pass_})"
+        return (f"<seer Model for {self.gpu}{of}: math modes {', '.join(self.maths)}; algorithms per mode "
                 f"{algorithms}; SEER's baseline {'loaded' if self.baselines else 'not loaded'}; "
                 f"trained {self.card.get('trained_at', '?')}>")
 
@@ -95,7 +101,8 @@ class Model:
             check_layer_frame(frame)
         except (ShapeError, ValueError) as exc:  # a caller's frame, not a file: no line to name
             raise InputError(str(exc), field=getattr(exc, "field", None)) from None
-        guard = [GUARD_POLICY] if GUARD_POLICY in predictor.policies else []
+        policy = guard_policy(self.pass_)
+        guard = [policy] if policy in predictor.policies else []
         # Each distinct layer is predicted once (networks and sweeps repeat shapes), then
         # every row takes its layer's answers.
         first, inverse = distinct_layers(frame)
@@ -119,7 +126,7 @@ class Model:
         bounds, near_best = predictor.uncertainty(distinct, reported, scores)
         if objective == "energy":
             near_best[:] = np.nan  # calibrated for picks by time
-        pytorch = pytorch_times(predictor, distinct, pytorch[:, 0] if guard else None)
+        pytorch = pytorch_times(predictor, distinct, pytorch[:, 0] if guard else None, policy)
         out = ranked(frame, math, predictor.algorithms, times[inverse], scores[inverse],
                      predictor.extrapolated(distinct)[inverse], energies[inverse], bounds[inverse], near_best[inverse])
         return with_pytorch(out, pytorch[inverse], guarded=objective == "time")
@@ -195,14 +202,14 @@ def ranked(frame: pd.DataFrame, math: str, algorithms: list[str], times: np.ndar
     return out[["layer", *(c for c in PREDICTION_COLUMNS if c not in PYTORCH_COLUMNS)]]
 
 
-def pytorch_times(predictor, frame: pd.DataFrame, ms: np.ndarray | None) -> np.ndarray:
-    """Per layer of ``frame``: PyTorch's own choice's predicted time ``ms`` and its bounds
-    (:data:`PYTORCH_COLUMNS` but ``recommended``), NaN where ``ms`` is None (a model without a
-    model of it)."""
+def pytorch_times(predictor, frame: pd.DataFrame, ms: np.ndarray | None, policy: str = GUARD_POLICY) -> np.ndarray:
+    """Per layer of ``frame``: PyTorch's own choice's (``policy``'s) predicted time ``ms`` and
+    its bounds (:data:`PYTORCH_COLUMNS` but ``recommended``), NaN where ``ms`` is None (a model
+    without a model of it)."""
     out = np.full((len(frame), 1 + 2 * len(INTERVAL_LEVELS)), np.nan)
     if ms is None or not len(frame):
         return out
-    bounds = interval_bounds(ms[:, None], interval_kind(frame), [GUARD_POLICY], predictor.intervals)[:, 0]
+    bounds = interval_bounds(ms[:, None], interval_kind(frame), [policy], predictor.intervals)[:, 0]
     out[:, 0], out[:, 1:] = ms, bounds.reshape(len(frame), -1)
     return out
 

@@ -419,35 +419,46 @@ def models_root(models_dir: str | Path | None = None) -> Path:
     return shipped_models()
 
 
-def available(root: Path) -> list[str]:
-    """GPU names that have a trained model under ``root``."""
-    return sorted(p.parent.name for p in root.glob(f"*/{CARD_FILE}"))
+def model_dir(root: Path, gpu: str, pass_: str = "fwd") -> Path:
+    """Where a GPU's models of one pass live: ``root/<gpu>/`` for the forward,
+    ``root/<gpu>/<pass>/`` for a backward pass."""
+    return root / gpu if pass_ == "fwd" else root / gpu / pass_
 
 
-def resolve_gpu(gpu: str | None, root: Path) -> str:
-    """The model's GPU: the one asked for, or the only one there is."""
-    names = available(root)
+def available(root: Path, pass_: str = "fwd") -> list[str]:
+    """GPU names that have a trained model of ``pass_`` under ``root``."""
+    pattern = f"*/{CARD_FILE}" if pass_ == "fwd" else f"*/{pass_}/{CARD_FILE}"
+    return sorted((p.parent if pass_ == "fwd" else p.parent.parent).name for p in root.glob(pattern))
+
+
+def resolve_gpu(gpu: str | None, root: Path, pass_: str = "fwd") -> str:
+    """The model's GPU: the one asked for, or the only one there is (of models of ``pass_``)."""
+    names = available(root, pass_)
+    kind = "" if pass_ == "fwd" else f"{pass_} "
+    what = f"trained {kind}models"
+    train = "seer train --gpu GPU" + ("" if pass_ == "fwd" else f" --pass {pass_}")
     if gpu is None:
         if len(names) == 1:
             return names[0]
         if not names:
-            raise InputError("no trained models; train one with `seer train --gpu GPU`", path=root)
-        raise InputError(f"several trained models ({', '.join(names)}): choose one with --gpu")
+            raise InputError(f"no {what}; train one with `{train}`", path=root)
+        raise InputError(f"several {what} ({', '.join(names)}): choose one with --gpu")
     gpu = gpu.strip().lower()
     if gpu not in names:
-        raise InputError(f"no trained model for GPU {gpu!r} in {root}; trained models exist for: "
-                         f"{', '.join(names) or 'none'} (train one with `seer train --gpu {gpu}`)")
+        raise InputError(f"no trained {kind}model for GPU {gpu!r} in {root}; {what} exist for: "
+                         f"{', '.join(names) or 'none'} (train one with `{train.replace('GPU', gpu)}`)")
     return gpu
 
 
 def load_model(gpu: str | None = None, *, math: str | Sequence[str] | None = None,
-               models_dir: str | Path | None = None, baselines: bool = False) -> Model:
-    """Load the trained models of a GPU (the only one there is when ``gpu`` is None).
+               models_dir: str | Path | None = None, baselines: bool = False, pass_: str = "fwd") -> Model:
+    """Load the trained models of a GPU (the only one there is when ``gpu`` is None) for one
+    convolution pass (:data:`seer.algorithms.PASSES`; the forward by default).
 
     ``math`` limits loading to one or more math modes; ``baselines`` also loads SEER's
     model (for evaluation). See :func:`models_root` for where models are looked up.
     """
     root = models_root(models_dir)
-    name = resolve_gpu(gpu, root)
+    name = resolve_gpu(gpu, root, pass_)
     maths = [math] if isinstance(math, str) else math
-    return load(root / name, maths=maths, families=tuple(FAMILIES) if baselines else ("ours",))
+    return load(model_dir(root, name, pass_), maths=maths, families=tuple(FAMILIES) if baselines else ("ours",))

@@ -70,15 +70,19 @@ def write_report(results: dict[str, pd.DataFrame], model: Model, path: Path) -> 
                              Path(f"{stem}-{split.lower().replace('-', '')}-{family}-scatter.png")))
     written.append(_regret_plot(results, model, stem, plt))
     sel = results["selection"]
-    lines = [f"# seer evaluation on {model.gpu}", "",
-             f"Models: {FAMILY_LABELS['ours']} and the {FAMILY_LABELS['seer']} (SEER's model, reproduced), trained "
+    passes = {"fwd": "", "bwd_data": ", backward data (dgrad)", "bwd_filter": ", backward filter (wgrad)"}
+    baseline = (f" and the {FAMILY_LABELS['seer']} (SEER's model, reproduced)" if model.baselines
+                else f" (no {FAMILY_LABELS['seer']}: SEER's model is of the forward's algorithms)")
+    lines = [f"# seer evaluation on {model.gpu}{passes[model.pass_]}", "",
+             f"Models: {FAMILY_LABELS['ours']}{baseline}, trained "
              f"{model.card.get('trained_at')} on "
              f"`{model.card['training_data']['file']}` (sha256 {model.card['training_data']['sha256'][:12]}...).",
              "Regret = time of the pick / fastest measured - 1. A pick that did not run counts as a miss "
              "and is left out of the regret figures. `near_best_pct`: share of layers whose pick is within "
              f"{NEAR_BEST:.0%} of the fastest; where algorithms run the same kernel, which measured fastest is "
-             f"timing noise. The {FAMILY_LABELS['seer']} is scored on the square, "
-             "ungrouped, undilated 2D layers only (`layers` says how many): its inputs describe no other kind.", ""]
+             "timing noise."
+             + (f" The {FAMILY_LABELS['seer']} is scored on the square, ungrouped, undilated 2D layers only "
+                "(`layers` says how many): its inputs describe no other kind." if model.baselines else ""), ""]
     for split in (SPLITS[s] for s in TEST_SPLITS):
         if sel.empty or split not in set(sel["split"]):
             continue

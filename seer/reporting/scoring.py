@@ -365,7 +365,7 @@ def network_totals(model: Model, table: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for math, predictor in model.predictors.items():
         # PyTorch runs cuDNN's algorithms: the policies choose among those.
-        cudnn = [a for a in predictor.algorithms if a in algorithm_names("cudnn")]
+        cudnn = [a for a in predictor.algorithms if a in algorithm_names("cudnn", pass_=None)]
         measured = training_frames(table, math, split=None)[1][cudnn]
         for network in TEST_SET_II_NETWORKS:
             for batch in NETWORK_BATCHES:

@@ -2,8 +2,9 @@
 
 PyTorch's engine is not a legacy algorithm, but on most layers it launches the kernels of
 IMPLICIT_PRECOMP_GEMM (or PyTorch's own, on depthwise layers): so each policy's time is
-learnt as a ratio to that algorithm's predicted time, from the shape features and that
-prediction's own ratio to its baseline, on the ``train`` split's runs of the policy. Boosted
+learnt as a ratio to that algorithm's predicted time (ALGO_1's for the backward passes), from
+the shape features and that prediction's own ratio to its baseline, on the ``train`` split's
+runs of the policy. Boosted
 trees on log ratios, as for the algorithms; few rounds, since the policies ran on fewer
 layers than the algorithms.
 """
@@ -17,13 +18,14 @@ import pandas as pd
 from sklearn.ensemble import HistGradientBoostingRegressor
 from sklearn.model_selection import KFold, cross_val_predict
 
-from seer.dataset.views import POLICIES, policy_frames
+from seer.dataset.views import policy_frames
 from seer.layers.shapes import layer_frame
 from seer.predict.predictors import AlgorithmPredictor
 from seer.predict.features import shape_features
 
-#: The algorithm whose predicted time each policy's regressor scales.
-POLICY_REFERENCE = "IMPLICIT_PRECOMP_GEMM"
+#: The algorithm whose predicted time each policy's regressor scales, per pass: the forward's
+#: implicit GEMM; the backward passes' ALGO_1 (implicit GEMM, deterministic, run on every layer).
+POLICY_REFERENCES = {"fwd": "IMPLICIT_PRECOMP_GEMM", "bwd_data": "BWD_DATA_ALGO_1", "bwd_filter": "BWD_FILTER_ALGO_1"}
 #: A policy needs runs on at least this many training layers to be modelled.
 MIN_POLICY_LAYERS = 200
 
@@ -40,15 +42,16 @@ def fit_policies(predictor: AlgorithmPredictor, table: pd.DataFrame, math: str) 
     (layers, cross-validated MAPE, and the reference's own MAPE as a prediction of the policy)."""
     from seer.training.estimators import log_time_regressor, to_part
 
-    if POLICY_REFERENCE not in predictor.regressors:
+    reference_algo = next((r for r in POLICY_REFERENCES.values() if r in predictor.regressors), None)
+    if reference_algo is None:
         return predictor, {}
     layers, times = policy_frames(table, math, "train")
     F = shape_features(layer_frame(layers.reset_index(drop=True)), predictor.spec).to_numpy()
     answers = predictor.workspace.answers(F) if predictor.workspace is not None else None
-    predictor = replace(predictor, policy_reference=POLICY_REFERENCE)
+    predictor = replace(predictor, policy_reference=reference_algo)
     reference, inputs = predictor.policy_inputs(F, answers)
     policies, card = {}, {}
-    for policy in POLICIES:
+    for policy in times.columns:
         measured = times[policy].to_numpy()
         ran = np.isfinite(measured)
         if ran.sum() < MIN_POLICY_LAYERS:
@@ -58,7 +61,7 @@ def fit_policies(predictor: AlgorithmPredictor, table: pd.DataFrame, math: str) 
         folds = KFold(5, shuffle=True, random_state=0)
         out_of_fold = cross_val_predict(estimator, inputs[ran], target, cv=folds)
         policies[policy] = to_part(estimator.fit(inputs[ran], target))
-        card[policy] = {"layers": int(ran.sum()), "reference": POLICY_REFERENCE,
+        card[policy] = {"layers": int(ran.sum()), "reference": reference_algo,
                         "cv_mape_percent": _mape(measured[ran], reference[ran] * out_of_fold),
                         "reference_alone_mape_percent": _mape(measured[ran], reference[ran])}
     if not policies:

@@ -32,6 +32,7 @@ from seer.hardware.gpus import GPUSpec
 from seer.layers.shapes import LAYER_COLUMNS, is_seer_layer
 from seer.predict.model import Model
 from seer.predict.persist import FORMAT_VERSION, sha256
+from seer.algorithms import PASSES
 from seer.schema import MATH_MODE_NAMES, DatasetDir
 from seer.training.calibrate import calibrate
 from seer.training.estimators import CANDIDATE_SETS, AlgorithmSelector
@@ -85,29 +86,34 @@ def training_inputs(table: pd.DataFrame, census: pd.DataFrame, math: str, split:
 
 def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAMES,
           selector: AlgorithmSelector | None = None, progress: Progress | None = None, use_census: bool = True,
-          trees: str = "compact", kernel_paths: int = 0) -> Model:
-    """Fit one selector and one SEER model per math mode on the dataset's train split.
+          trees: str = "compact", kernel_paths: int = 0, pass_: str = "fwd") -> Model:
+    """Fit one selector and one SEER model per math mode on the dataset's train split, for
+    the algorithms of one pass (:data:`seer.algorithms.PASSES`).
 
     seer's first stage learns from the dataset's census table where there is one (and
     ``use_census``), else from the training runs' own answers. ``trees`` names the time
     regressors' candidate set (:data:`seer.training.estimators.CANDIDATE_SETS`) and
     ``kernel_paths`` its ``max_kernel_paths``, both of the default selector; a given
-    ``selector`` keeps its own.
+    ``selector`` keeps its own. SEER's model and the census are the forward's: a backward
+    pass's model has no baseline, and its first stage learns from the training runs.
     """
+    if pass_ not in PASSES:
+        raise InputError(f"unknown pass {pass_!r}; choose one of: {', '.join(PASSES)}", field="pass")
     if trees not in CANDIDATE_SETS:
         raise InputError(f"unknown tree set {trees!r}; choose one of: {', '.join(CANDIDATE_SETS)}")
     if kernel_paths < 0:
         raise InputError(f"kernel paths must be 0 or more, got {kernel_paths}")
     files = DatasetDir(dataset_dir)
     measurements = files.measurements
-    table = parsed_measurements(files, spec.name, TRAINING_COLUMNS, passes=("fwd",))
+    table = parsed_measurements(files, spec.name, TRAINING_COLUMNS, passes=(pass_,))
     census_path = files.census
-    census = read_census(census_path) if use_census and census_path.exists() else pd.DataFrame()
+    census = (read_census(census_path) if use_census and pass_ == "fwd" and census_path.exists()
+              else pd.DataFrame())
     template = selector if selector is not None else AlgorithmSelector(candidates=CANDIDATE_SETS[trees](),
                                                                        max_kernel_paths=kernel_paths)
     predictors, baselines, per_math = {}, {}, {}
     n_algos = table.loc[~table["algo"].isin(POLICIES), "algo"].nunique()
-    per_math_steps = 2 * n_algos + 2  # first stage and time per algorithm, the pick, SEER's model
+    per_math_steps = 2 * n_algos + 2  # first stage and time per algorithm, the pick, SEER's model (or none)
     total = per_math_steps * len(maths)
     for index, math in enumerate(maths):
         inputs = training_inputs(table, census, math)
@@ -123,9 +129,11 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
         fitted = clone(template).set_params(gpu=spec).fit(**inputs.fit_arguments(), progress=step)
         predictors[math] = fitted.predictor_
         step(per_math_steps - 1, per_math_steps, "SEER's model")  # the selector took the steps before
-        rows = table[(table["split"] == "train") & (table["math"] == math)]
-        family = SeerFamily(gpu=spec).fit(rows[is_seer_layer(rows)])  # SEER's inputs exist for square 2D only
-        baselines[math] = family.predictor_
+        family = None
+        if pass_ == "fwd":  # SEER's model is of the forward's algorithms
+            rows = table[(table["split"] == "train") & (table["math"] == math)]
+            family = SeerFamily(gpu=spec).fit(rows[is_seer_layer(rows)])  # SEER's inputs exist for square 2D only
+            baselines[math] = family.predictor_
         per_math[math] = {"shapes": len(shapes), "algorithms": fitted.algorithms_,
                           "support": {a: s if isinstance(s, str) else "classifier" for a, s in fitted.supports_.items()},
                           "first_stage": ("census" if asked else "training runs (out of fold)"),
@@ -139,13 +147,14 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
                           "pick_shapes": int(recorded.all(axis=1).sum()),
                           "pick_weight": fitted.pick_weight_,
                           "pick_cv_regret_percent": {str(w): r for w, r in fitted.pick_cv_regret_.items()},
-                          "seer_baseline_algorithms": family.algorithms_}
+                          "seer_baseline_algorithms": family.algorithms_ if family is not None else []}
     if progress:
         progress(total, total, "done")
 
     first = next(iter(predictors.values()))
     card = {
-        "gpu": spec.name, "format_version": FORMAT_VERSION, "families": ["ours", "seer"],
+        "gpu": spec.name, "pass": pass_, "format_version": FORMAT_VERSION,
+        "families": ["ours", "seer"] if baselines else ["ours"],
         "trees": trees if selector is None else "given",
         "max_kernel_paths": template.max_kernel_paths,
         "trained_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
