@@ -794,6 +794,9 @@ def _add_network(sub) -> None:
                    help="where a PyTorch model's forward pass runs: meta (shapes only), cpu (zeros), or auto: "
                         "meta, and the CPU if that fails (default); an ONNX file has no forward pass, and "
                         "refuses meta and cpu")
+    _add_pass(p, "the convolution pass whose time to total: fwd (the forward, default), bwd_data (dgrad) or "
+                 "bwd_filter (wgrad) of every convolution found (a training step also runs no dgrad for a "
+                 "convolution whose input needs no gradient, such as the first)")
     p.add_argument("--models-dir", type=Path, default=None, help=MODELS_DIR_HELP)
     p.set_defaults(func=_cmd_network)
 
@@ -820,8 +823,9 @@ def _cmd_network(args) -> int:
         raise InputError(f"--device {args.device} is for PyTorch models: an ONNX file has no forward pass",
                          field="device")
     shape = None if args.input is None else parse_input_shape(args.input, any_rank=onnx_file)
-    algorithms = _algorithms(args.algo)
-    model = load_model(args.gpu, math=args.math, models_dir=args.models_dir)
+    # "all" ranks every algorithm of the model, whatever its pass.
+    algorithms = None if args.pass_ != "fwd" and args.algo.strip().lower() == "all" else _algorithms(args.algo)
+    model = load_model(args.gpu, math=args.math, models_dir=args.models_dir, pass_=args.pass_)
     with ExitStack() as files:
         # Opened first, so that an unusable path fails before any work; renamed into place at the end.
         handles = {key: sys.stdout if path == STDOUT else files.enter_context(AtomicOutput(path))
@@ -845,11 +849,11 @@ def _cmd_network(args) -> int:
         if "out" in handles:
             NetworkWriter(handles["out"], format_for(args.out, args.format)).write(
                 result, found.skipped, {"model": args.model, "input": list(found.input_shape), "gpu": model.gpu,
-                                        "device": found.device})
+                                        "pass": model.pass_, "device": found.device})
         if "layers" in handles:
             write_layers(handles["layers"], found.per_call(), fmt="csv")
     console = err_console if STDOUT in (args.out, args.layers_out) else out_console
-    _print_network(console, args, found.input_shape, model.gpu, found, result)
+    _print_network(console, args, found.input_shape, _model_label(model), found, result)
     return 0
 
 

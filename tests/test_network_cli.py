@@ -126,3 +126,20 @@ def test_an_unwritable_output_fails_before_the_model_is_built(small_models, tmp_
     code, _, err = run(capsys, "network", "torch_nets:nothing", "--input", INPUT, "--models-dir", small_models,
                        "-o", tmp_path / "no" / "such" / "net.csv")
     _refused(code, err, "no such folder")
+
+
+@pytest.mark.parametrize("pass_", ["bwd_data", "bwd_filter"])
+def test_a_backward_pass_of_a_network_totals_its_own_algorithms_and_pytorchs(pass_, tmp_path, capsys):
+    from seer.algorithms import algorithm_names
+
+    out = tmp_path / "net.json"
+    code, shown, _ = run(capsys, "network", NET, "--input", "32x3x64x48", "--gpu", "h200", "--pass", pass_,
+                         "--math", "fma", "-o", out)  # the shipped H200 models of the backward passes
+    assert code == 0 and f"h200 backward {'data (dgrad)' if pass_ == 'bwd_data' else 'filter (wgrad)'}" in shown
+    about = json.loads(out.read_text())
+    assert about["pass"] == pass_ and about["gpu"] == "h200"
+    policies = [row["policy"] for row in about["totals"]]
+    assert policies[:3] == [SEER_PICKS, SEER_GUARDED, PYTORCH_CHOICE]
+    assert set(policies[3:]) <= set(algorithm_names("cudnn", pass_=pass_))
+    code, _, err = run(capsys, "network", NET, "--input", INPUT, "--gpu", "h100", "--pass", pass_)
+    _refused(code, err, f"no trained {pass_} model for GPU 'h100'")
