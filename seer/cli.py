@@ -151,27 +151,38 @@ def _algorithms(text: str) -> list[str]:
 
 def _collect_on_gpus(args, gpu_name: str) -> int:
     """``seer collect --gpus``: the shards over this host's GPUs (:mod:`seer.collect.gpus`), then the tables."""
-    from seer.collect.gpus import SHARDS_PER_GPU, collect_on_gpus, parse_gpus, shard_command
+    from seer.collect.gpus import shard_command
+
+    failed = _shards_on_gpus(args.gpus, shard_command(args.argv), args.data_dir / gpu_name / "raw",
+                             None if args.stop_after is None else args.stop_after * 60)
+    if failed is None:
+        return EXIT_INTERRUPTED
+    code = 0 if args.no_parse else _parse(args.data_dir, gpu_name)
+    return 1 if failed else code
+
+
+def _shards_on_gpus(gpus_text: str, command, saved: Path, stop_after_s: float | None = None) -> int | None:
+    """Run ``command``'s shards over the GPUs ``--gpus`` names, one process per GPU at a time
+    (:func:`seer.collect.gpus.collect_on_gpus`); say what failed. Returns how many shards failed,
+    or None after Ctrl-C (having said where everything finished is saved)."""
+    from seer.collect.gpus import SHARDS_PER_GPU, collect_on_gpus, parse_gpus
     from seer.collect.scratch import scratch_folder
 
-    gpus = parse_gpus(args.gpus)
-    err_console.log(f"collecting on {len(gpus)} GPUs ({', '.join(gpus)}), one process each")
+    gpus = parse_gpus(gpus_text)
+    err_console.log(f"running on {len(gpus)} GPUs ({', '.join(gpus)}), one process each")
     try:
         with scratch_folder() as folder:
-            outcomes = collect_on_gpus(shard_command(args.argv), gpus, folder, err_console,
-                                       stop_after_s=None if args.stop_after is None else args.stop_after * 60)
+            outcomes = collect_on_gpus(command, gpus, folder, err_console, stop_after_s=stop_after_s)
     except KeyboardInterrupt:
-        err_console.print(f"Interrupted. Everything finished is saved in {args.data_dir / gpu_name / 'raw'}; "
-                          "run the same command to resume.")
-        return EXIT_INTERRUPTED
+        err_console.print(f"Interrupted. Everything finished is saved in {saved}; run the same command to resume.")
+        return None
     failed = [o for o in outcomes if o.returncode != 0]
     for outcome in failed:
         err_console.print(f"shard {outcome.shard} failed on GPU {outcome.gpu} (exit {outcome.returncode}, "
                           f"{outcome.attempts} attempts):\n{outcome.log_tail}", soft_wrap=True)
     err_console.log(f"{len(outcomes) - len(failed)} of {len(outcomes)} shards done"
                     + ("" if len(outcomes) == len(gpus) * SHARDS_PER_GPU else "; the rest were not started (time limit)"))
-    code = 0 if args.no_parse else _parse(args.data_dir, gpu_name)
-    return 1 if failed else code
+    return len(failed)
 
 
 def _cmd_collect(args) -> int:
@@ -934,6 +945,10 @@ def _add_profile_network(sub) -> None:
                         "launches (default: data)")
     p.add_argument("--models-dir", type=Path, default=None, help=MODELS_DIR_HELP)
     p.add_argument("--shard", default="1/1", help="i/n: only every n-th (model, input, math), from the i-th")
+    p.add_argument("--gpus", metavar="all|0,1,...",
+                   help="profile on several GPUs of this host at once: one process per GPU, each taking the next "
+                        "of 4 shards per GPU of the (model, input, math) list as it frees; all, or device numbers "
+                        "(default: the current GPU only); the tables are built once, at the end")
     p.add_argument("--budget-ms", type=float, default=5.0, help="GPU time of one layer's timed bursts (default 5)")
     p.add_argument("--retrace", action="store_true",
                    help="measure again the passes recorded without a kernel tracer (their layers 'untraced')")
@@ -968,6 +983,8 @@ def _cmd_profile_network(args) -> int:
         from seer.torch import parse_input_shape
 
         shapes = [parse_input_shape(args.input)]
+    if args.gpus and args.slurm:
+        raise InputError("--gpus profiles here on this host's GPUs, --slurm writes a job array: give one", field="gpus")
     if args.slurm:
         from seer.collect.slurm import write_slurm_script
 
@@ -977,7 +994,21 @@ def _cmd_profile_network(args) -> int:
         err_console.log(f"when every task is done: `seer merge --into {args.out} ...` for shards written to separate "
                         f"folders, or the same command with --tables-only")
         return 0
-    if not args.tables_only:
+    if args.gpus:
+        from seer.collect.gpus import shard_command
+
+        if args.shard != "1/1" or args.tables_only:
+            raise InputError("--gpus cuts the work into shards itself and then builds the tables: leave out "
+                             + ("--shard" if args.shard != "1/1" else "--tables-only"), field="gpus")
+        failed = _shards_on_gpus(args.gpus, shard_command(args.argv, finish=("--no-tables",), stop_option=None),
+                                 args.out / "raw")
+        if failed is None:
+            return EXIT_INTERRUPTED
+        if failed:
+            return 1
+        if args.no_tables:
+            return 0
+    elif not args.tables_only:
         jobs = plan_jobs(args.models, shapes, maths, policies, shard_index, shard_count)
         options = ProfileOptions(out_dir=args.out, gpu=spec.name, models_dir=args.models_dir,
                                  dataset_dir=args.data_dir / spec.name, budget_ms=args.budget_ms,

@@ -86,3 +86,23 @@ def test_gpus_mistakes_are_one_line(capsys, argv, words):
     assert main(["collect", "--gpu", "h100", "--grid", "seer", *argv]) == 2
     err = capsys.readouterr().err
     assert words in err and "Traceback" not in err
+
+
+def test_profile_network_shards_end_without_tables_and_take_no_time_limit():
+    command = shard_command(["profile-network", "resnet50", "--input", "1x3x224x224", "--out", "o", "--gpus", "all",
+                             "--no-tables"], finish=("--no-tables",), stop_option=None)
+    assert command(1, 8, 2.0)[1:] == ["-m", "seer", "profile-network", "resnet50", "--input", "1x3x224x224",
+                                      "--out", "o", "--shard", "1/8", "--no-tables"]
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--gpus", "0,1", "--shard", "2/3"], "leave out --shard"),
+    (["--gpus", "0,1", "--tables-only"], "leave out --tables-only"),
+    (["--gpus", "0,0"], "distinct device numbers"),
+    (["--gpus", "0,1", "--slurm", "job.sh"], "give one"),
+])
+def test_profile_network_gpus_mistakes_are_one_line(capsys, tmp_path, argv, words):
+    assert main(["profile-network", "resnet18", "--input", "1x3x32x32", "--out", str(tmp_path / "o"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()

@@ -1,4 +1,5 @@
-"""Collection over every GPU of one host: one ``seer collect`` process per GPU at a time.
+"""Collection over every GPU of one host: one ``seer collect`` (or ``seer profile-network``)
+process per GPU at a time.
 
 The grid is cut into ``shards_per_gpu`` times as many shards as there are GPUs
 (``--shard i/n``, as a SLURM job array cuts it); each GPU takes the next shard from one
@@ -155,16 +156,20 @@ def _interrupt(processes: list, grace_s: float = 10.0) -> None:
         children.stop(process)
 
 
-def shard_command(argv: Sequence[str]) -> Callable[[int, int, float | None], list[str]]:
-    """The ``seer collect`` command of one shard: ``argv`` (the user's, without ``--gpus``,
-    ``--shard``, ``--stop-after`` and ``--no-parse``) with the shard, the minutes left and
-    ``--no-parse`` (the tables are built once, at the end)."""
-    kept = _without_options(list(argv), {"--gpus": True, "--shard": True, "--stop-after": True,
-                                         "--no-parse": False})
+def shard_command(argv: Sequence[str], finish: Sequence[str] = ("--no-parse",),
+                  stop_option: str | None = "--stop-after") -> Callable[[int, int, float | None], list[str]]:
+    """The command of one shard: ``argv`` (the user's ``seer collect``, or another command that
+    takes ``--shard``, without ``--gpus``, ``--shard``, ``stop_option`` and the ``finish``
+    flags) with the shard, the minutes left where the command takes ``stop_option``, and the
+    ``finish`` flags (``--no-parse``: the tables are built once, at the end)."""
+    options = {"--gpus": True, "--shard": True, **{flag: False for flag in finish}}
+    if stop_option:
+        options[stop_option] = True
+    kept = _without_options(list(argv), options)
 
     def command(shard: int, shards: int, minutes: float | None) -> list[str]:
-        return [sys.executable, "-m", "seer", *kept, "--shard", f"{shard}/{shards}", "--no-parse",
-                *(() if minutes is None else ("--stop-after", f"{minutes:.3f}"))]
+        return [sys.executable, "-m", "seer", *kept, "--shard", f"{shard}/{shards}", *finish,
+                *(() if minutes is None or not stop_option else (stop_option, f"{minutes:.3f}"))]
     return command
 
 
