@@ -419,6 +419,37 @@ def _train_policies(spec, data_dir: Path, root: Path) -> int:
     return 0
 
 
+def _add_train_cross_gpu(sub) -> None:
+    p = sub.add_parser("train-cross-gpu", help="fit the model that predicts GPUs seer has not measured",
+                       description="Fit the cross-GPU model: the time of PyTorch's cudnn.benchmark choice under "
+                                   "strict FP32 on any GPU of `seer gpus`, learnt from every dataset under DATA_DIR "
+                                   "(PYTORCH_BENCHMARK runs under fma) and NeuSight's public timings; written to "
+                                   "the models directory as cross-gpu.json and cross-gpu.zip, with each GPU's error "
+                                   "when it is left out of the fit.")
+    p.add_argument("--data-dir", type=Path, default=Path("data"))
+    p.add_argument("--public", type=Path, default=Path("data/external/neusight-conv"),
+                   help="NeuSight's public timings (default: data/external/neusight-conv)")
+    p.add_argument("--models-dir", type=Path, default=None, help=MODELS_DIR_HELP)
+    p.set_defaults(func=_cmd_train_cross_gpu)
+
+
+def _cmd_train_cross_gpu(args) -> int:
+    import json
+
+    from seer.predict import persist
+    from seer.training.cross_gpu import train_cross_gpu
+
+    with StepProgress("training", err_console) as progress:
+        progress.update(0, 1, "the cross-GPU model, each GPU left out in turn, then all")
+        card_path = train_cross_gpu(args.data_dir, args.public, persist.models_root(args.models_dir))
+        progress.update(1, 1, "done")
+    for gpu, info in json.loads(card_path.read_text())["gpus"].items():
+        err_console.log(f"{gpu}: {info['rows']} rows ({info['source']}, {info['timing']} timing); left out of the "
+                        f"fit, MAPE {info['left_out_mape_percent']:.1f}%")
+    err_console.log(f"wrote {card_path} and {persist.CROSS_GPU_FILE}")
+    return 0
+
+
 def _add_calibrate(sub) -> None:
     p = sub.add_parser("calibrate", help="fit a trained model's intervals and near-best chance on held-out layers",
                        description="Measure the GPU's trained models' errors on the calibration half of Test-set-I "
@@ -534,6 +565,12 @@ def _cmd_predict(args) -> int:
 
     if args.cudnn_answers and args.pass_ != "fwd":
         raise InputError("--cudnn-answers asks cuDNN about the forward's algorithms only", field="cudnn-answers")
+    from seer.predict import persist
+
+    root = persist.models_root(args.models_dir)
+    if (args.gpu and args.pass_ == "fwd" and args.gpu.strip().lower() not in persist.available(root)
+            and persist.has_cross_gpu(root)):
+        return _predict_unmeasured_gpu(args)
     # "all" ranks every algorithm of the model, whatever its pass.
     algorithms = None if args.algo.strip().lower() == "all" else _algorithms(args.algo)
     model = load_model(args.gpu, math=args.math, models_dir=args.models_dir, pass_=args.pass_)
@@ -589,6 +626,83 @@ PASS_LABELS = {"fwd": "", "bwd_data": " backward data (dgrad)", "bwd_filter": " 
 def _model_label(model) -> str:
     """The model's GPU, and its pass where that is not the forward: the terminal's heading."""
     return model.gpu + PASS_LABELS[model.pass_]
+
+
+def _predict_unmeasured_gpu(args) -> int:
+    """``seer predict --gpu NAME`` for a GPU without per-algorithm models: the cross-GPU model's
+    time of PyTorch's cudnn.benchmark choice per layer, its interval, and whether the GPU was measured."""
+    from contextlib import nullcontext
+
+    import numpy as np
+    import pandas as pd
+    from rich import box
+    from rich.table import Table
+
+    from seer.hardware.gpus import get_gpu_spec
+    from seer.layers.files import iter_layer_chunks, label_columns
+    from seer.layers.shapes import LAYER_COLUMNS, describe
+    from seer.output import STDOUT, AtomicOutput, format_for
+    from seer.predict.persist import load_cross_gpu
+    from seer.schema import INTERVAL_LEVELS
+
+    spec = get_gpu_spec(args.gpu)  # a GPU seer has no spec of: the known ones, in one line
+    if args.math != "fma":
+        raise InputError(f"seer has no per-algorithm models of {spec.name}; its cross-GPU model predicts the time of "
+                         f"PyTorch's cudnn.benchmark choice under strict FP32 only: use --math fma", field="math")
+    for given, option in ((args.objective != "time", "objective"), (args.deterministic, "deterministic"),
+                          (args.cudnn_answers, "cudnn-answers"), (args.algo.strip().lower() != "all", "algo"),
+                          (args.rows != "algorithm", "rows")):
+        if given:
+            raise InputError(f"--{option} ranks algorithms; for {spec.name} seer predicts one time per layer "
+                             f"(the cross-GPU model)", field=option)
+    model, card = load_cross_gpu(args.models_dir)
+    measured = spec.name in model.gpus
+    frames, offset = [], 0
+    for chunk in iter_layer_chunks(args.file, name=_source_name(args.file)):
+        ms, bounds = model.predict(chunk[list(LAYER_COLUMNS)], spec)
+        frame = pd.DataFrame({"layer": np.arange(offset, offset + len(chunk))})
+        for column in label_columns(chunk):
+            frame[column] = chunk[column].to_numpy()
+        for column in LAYER_COLUMNS:
+            frame[column] = chunk[column].to_numpy()
+        frame["math"], frame["gpu"], frame["gpu_measured"] = "fma", spec.name, measured
+        frame["policy"], frame["predicted_ms"] = "PYTORCH_BENCHMARK", ms
+        for level in INTERVAL_LEVELS:
+            frame[f"predicted_ms_low{level}"], frame[f"predicted_ms_high{level}"] = bounds[level].T
+        frames.append(frame)
+        offset += len(chunk)
+    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if args.out:
+        destination = nullcontext(sys.stdout) if args.out == STDOUT else AtomicOutput(args.out)
+        with destination as handle:
+            if format_for(args.out, args.format) == "json":
+                handle.write(out.to_json(orient="records", indent=1) + "\n")
+            else:
+                out.to_csv(handle, index=False, float_format="%.6g")
+    console = err_console if args.out == STDOUT else out_console
+    seen = ", ".join(f"{g} ({i['source']})" for g, i in card["gpus"].items())
+    where = ("measured, PyTorch's choice only" if measured else "never measured")
+    if len(out) <= TABLE_LAYERS and args.out is None:
+        table = Table("layer", "shape", "ms", f"[low, high] {TABLE_LEVEL}%", box=box.SIMPLE_HEAD, pad_edge=False,
+                      title=f"{spec.name} ({where}), fma math: time of PyTorch's cudnn.benchmark choice, predicted")
+        for row in out.itertuples():
+            table.add_row(str(row.layer), describe(row._asdict()), f"{row.predicted_ms:.3g}",
+                          f"[{getattr(row, f'predicted_ms_low{TABLE_LEVEL}'):.3g}, "
+                          f"{getattr(row, f'predicted_ms_high{TABLE_LEVEL}'):.3g}]")
+        console.print(table, crop=False)
+    else:
+        console.print(f"{spec.name} ({where}), fma math: {len(out)} layers predicted by the cross-GPU model"
+                      + (f" (written to {'standard output' if args.out == STDOUT else args.out})" if args.out else ""),
+                      soft_wrap=True)
+    console.print(f"seer has no per-algorithm models of {spec.name}: the cross-GPU model predicts the time of the "
+                  f"algorithm PyTorch's cudnn.benchmark picks, from the GPU's spec; it learnt from {seen}. Left out "
+                  f"of its fit, a GPU's times were off by {_cross_gpu_errors(card)} on average (MAPE).", soft_wrap=True)
+    return 0
+
+
+def _cross_gpu_errors(card: dict) -> str:
+    errors = [info["left_out_mape_percent"] for info in card["gpus"].values()]
+    return f"{min(errors):.0f}-{max(errors):.0f}%"
 
 
 def _check_input(file: str) -> None:
@@ -1205,6 +1319,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_parse(sub)
     _add_merge(sub)
     _add_train(sub)
+    _add_train_cross_gpu(sub)
     _add_calibrate(sub)
     _add_predict(sub)
     _add_network(sub)

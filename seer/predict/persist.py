@@ -462,3 +462,36 @@ def load_model(gpu: str | None = None, *, math: str | Sequence[str] | None = Non
     name = resolve_gpu(gpu, root, pass_)
     maths = [math] if isinstance(math, str) else math
     return load(model_dir(root, name, pass_), maths=maths, families=tuple(FAMILIES) if baselines else ("ours",))
+
+
+# -- the cross-GPU model ------------------------------------------------------------------
+#: The cross-GPU model's card and file in a models directory (beside the GPUs' folders).
+CROSS_GPU_CARD, CROSS_GPU_FILE = "cross-gpu.json", "cross-gpu.zip"
+
+
+def has_cross_gpu(root: Path) -> bool:
+    return (root / CROSS_GPU_CARD).is_file()
+
+
+def load_cross_gpu(models_dir: str | Path | None = None):
+    """The cross-GPU model (:class:`seer.predict.predictors.CrossGpuPredictor`) and its card, from
+    the models directory (:func:`models_root`); a file whose SHA-256 differs from the card's is refused."""
+    from seer.predict.predictors import CrossGpuPredictor
+
+    root = models_root(models_dir)
+    card_path = root / CROSS_GPU_CARD
+    _regular_file(card_path, _MAX_CARD_BYTES, "model card")
+    if not card_path.is_file():
+        raise InputError("no cross-GPU model here; train one with `seer train-cross-gpu`", path=card_path)
+    try:
+        card = json.loads(card_path.read_text(), parse_constant=_no_constant)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"not a readable model card ({type(exc).__name__})", path=card_path) from None
+    if not isinstance(card, dict) or card.get("model_file") != CROSS_GPU_FILE or not isinstance(card.get("gpus"), dict):
+        raise InputError("not a cross-GPU model card; retrain with `seer train-cross-gpu`", path=card_path)
+    path = root / CROSS_GPU_FILE
+    _regular_file(path, _MAX_FILE_BYTES, "model file")
+    if path.is_file() and sha256(path) != card.get("sha256"):
+        raise InputError("model file does not match the SHA-256 in its card: refusing to load a file that changed "
+                         "after training", path=path)
+    return read_model_file(path, CrossGpuPredictor), card

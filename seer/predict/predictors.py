@@ -1054,3 +1054,65 @@ class SeerFamilyPredictor(Part):
         if not all(isinstance(m, SeerAlgorithmPredictor) and m.algo == a for a, m in models.items()):
             raise StateError(f"{cls.__name__}: one SEER model per algorithm")
         return cls(models)
+
+
+# -- every GPU with a spec ----------------------------------------------------------------
+#: The spec figures the cross-GPU model reads beside the shape features, each as log2.
+CROSS_GPU_SPEC_FIELDS: tuple[str, ...] = ("sm_count", "boost_clock_mhz", "peak_fp32_tflops", "memory_bandwidth_gbs",
+                                          "l2_cache_bytes", "shared_mem_per_sm_bytes")
+
+
+def cross_gpu_inputs(layers: pd.DataFrame, spec: GPUSpec) -> tuple[np.ndarray, np.ndarray]:
+    """The cross-GPU model's inputs for ``layers`` on ``spec``'s GPU (the shape features computed
+    with that spec, then log2 of its :data:`CROSS_GPU_SPEC_FIELDS`) and each layer's roofline floor
+    (log2 seconds), which its target is relative to."""
+    F = shape_features(layer_frame(layers), spec)
+    figures = np.log2([float(getattr(spec, name)) for name in CROSS_GPU_SPEC_FIELDS])
+    X = np.hstack([F.to_numpy(dtype=float), np.tile(figures, (len(F), 1))])
+    return X, F["log2_roofline_floor_s"].to_numpy(dtype=float)
+
+
+def _cross_gpu_input_count() -> int:
+    """Inputs of the cross-GPU model: the shape features (as many for any spec) and the spec's figures."""
+    from seer.hardware.gpus import load_gpu_specs
+
+    return len(feature_names(next(iter(load_gpu_specs().values())))) + len(CROSS_GPU_SPEC_FIELDS)
+
+
+@dataclass
+class CrossGpuPredictor(Part):
+    """The time of the algorithm PyTorch's ``cudnn.benchmark`` picks, under strict FP32, on any GPU
+    with a spec: boosted trees over the shape features computed with the GPU's spec and the spec's
+    own figures, learning log2(time / the layer's roofline floor) from every GPU with measurements.
+    ``gpus`` are those it learnt from; ``intervals`` the log2 errors' bounds per level (percent),
+    measured on GPUs left out of the fit."""
+
+    regressor: BoostedRegressor
+    gpus: list[str]
+    intervals: dict[str, list[float]]
+
+    def predict(self, layers: pd.DataFrame, spec: GPUSpec) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+        """Predicted ms per layer, and per interval level its (low, high) bounds in ms."""
+        X, floor = cross_gpu_inputs(layers, spec)
+        log2_s = self.regressor.predict(X) + floor
+        ms = 2.0 ** log2_s * 1e3
+        bounds = {int(level): np.stack([2.0 ** (log2_s + low) * 1e3, 2.0 ** (log2_s + high) * 1e3], axis=1)
+                  for level, (low, high) in self.intervals.items()}
+        return ms, bounds
+
+    @classmethod
+    def from_state(cls, state: dict) -> "CrossGpuPredictor":
+        where = cls.__name__
+        regressor = _require(state, "regressor", BoostedRegressor, where)
+        if regressor.n_inputs != (expected := _cross_gpu_input_count()):
+            raise StateError(f"{where}: its trees read {regressor.n_inputs} inputs, not the {expected} "
+                             f"of the shape features and the spec's figures")
+        gpus = _require(state, "gpus", list, where)
+        if not gpus or not all(isinstance(g, str) for g in gpus):
+            raise StateError(f"{where}: 'gpus' must name the GPUs it learnt from")
+        intervals = _require(state, "intervals", dict, where)
+        if not all(isinstance(k, str) and k.isdigit() and 0 < int(k) < 100 and isinstance(v, list) and len(v) == 2
+                   and all(isinstance(b, (int, float)) and abs(b) < 64 for b in v) and v[0] <= 0 <= v[1]
+                   for k, v in intervals.items()):
+            raise StateError(f"{where}: intervals must give [low, high] log2 bounds around 0 per level")
+        return cls(regressor, list(gpus), {k: [float(b) for b in v] for k, v in intervals.items()})

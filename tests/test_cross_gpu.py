@@ -1,0 +1,95 @@
+"""The cross-GPU model: the time of PyTorch's cudnn.benchmark choice on GPUs seer has no
+per-algorithm models of, learnt from seer's datasets and NeuSight's public timings, each row
+saying its source; its error on a GPU left out of the fit; ``seer predict --gpu NAME``."""
+
+import json
+import shutil
+
+import pandas as pd
+import pytest
+
+from seer.cli import main
+from seer.errors import InputError
+from seer.hardware.gpus import get_gpu_spec
+from seer.predict import persist
+from seer.schema import INTERVAL_LEVELS
+
+from conftest import REPO
+
+LAYERS = "batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w,pad_h,pad_w,name\n" \
+         "32,64,64,56,56,3,3,1,1,conv3\n1,256,256,14,14,3,3,1,1,late\n8,32,64,28,28,1,1,0,0,pointwise\n"
+
+
+@pytest.fixture()
+def layers(tmp_path):
+    path = tmp_path / "layers.csv"
+    path.write_text(LAYERS)
+    return path
+
+
+def test_training_rows_keep_their_source_and_timing():
+    from seer.training.cross_gpu import training_rows
+
+    rows = training_rows(REPO / "data", REPO / "data" / "external" / "neusight-conv")
+    by_gpu = rows.groupby("gpu")[["source", "timing"]].first()
+    assert set(by_gpu.index) >= {"h100", "h200", "v100-pcie", "t4", "p100", "p4"}
+    assert (by_gpu.loc[["h100", "h200"], "source"] == "seer").all() and (by_gpu.loc[["h100"], "timing"] == "burst").all()
+    assert (by_gpu.loc[["t4", "p4"], "source"] == "neusight").all()
+    public = rows[rows["source"] == "neusight"]
+    assert (public[["kernel_h", "stride_h", "pad_h"]] == [3, 1, 1]).all().all() and (public["time_ms"] > 0).all()
+
+
+@pytest.mark.slow
+def test_trained_again_it_gives_the_shipped_model_and_a_left_out_error_per_gpu(tmp_path):
+    assert main(["train-cross-gpu", "--models-dir", str(tmp_path)]) == 0
+    card = json.loads((tmp_path / persist.CROSS_GPU_CARD).read_text())
+    shipped = json.loads((REPO / "models" / persist.CROSS_GPU_CARD).read_text())
+    assert card["sha256"] == shipped["sha256"]  # the same data, the same model file
+    for gpu, info in card["gpus"].items():
+        assert 5 < info["left_out_mape_percent"] < 40, gpu  # a GPU never seen: tens of percent, not exact
+    low, high = card["interval_log2_bounds"]["80"]
+    assert low < 0 < high and card["interval_log2_bounds"]["95"][0] < low
+
+
+def test_an_unmeasured_gpu_gets_one_time_per_layer_with_its_interval(layers, tmp_path, capsys):
+    out = tmp_path / "a100.csv"
+    assert main(["predict", str(layers), "--gpu", "a100", "--math", "fma", "-o", str(out)]) == 0
+    frame = pd.read_csv(out)
+    assert list(frame["name"]) == ["conv3", "late", "pointwise"] and list(frame["layer"]) == [0, 1, 2]
+    assert (frame["gpu"] == "a100").all() and not frame["gpu_measured"].any()
+    assert (frame["policy"] == "PYTORCH_BENCHMARK").all() and (frame["math"] == "fma").all()
+    for level in INTERVAL_LEVELS:
+        assert (frame[f"predicted_ms_low{level}"] < frame["predicted_ms"]).all()
+        assert (frame["predicted_ms"] < frame[f"predicted_ms_high{level}"]).all()
+    assert "never measured" in capsys.readouterr().out
+    # Faster on a faster GPU: the same layers on the T4 (public timings: measured) take longer.
+    assert main(["predict", str(layers), "--gpu", "t4", "--math", "fma", "-o", str(tmp_path / "t4.json")]) == 0
+    t4 = pd.DataFrame(json.loads((tmp_path / "t4.json").read_text()))
+    assert t4["gpu_measured"].all() and (t4["predicted_ms"] > frame["predicted_ms"]).all()
+    # A GPU with per-algorithm models still ranks its algorithms.
+    assert main(["predict", str(layers), "--gpu", "h100", "--math", "fma", "-o", str(tmp_path / "h100.csv")]) == 0
+    assert "gpu_measured" not in pd.read_csv(tmp_path / "h100.csv").columns
+
+
+@pytest.mark.parametrize("extra, words", [
+    ([], "strict FP32 only: use --math fma"),
+    (["--math", "fma", "--rows", "layer", "-o", "x.csv"], "--rows ranks algorithms"),
+    (["--math", "fma", "--algo", "cudnn"], "--algo ranks algorithms"),
+])
+def test_what_the_cross_gpu_model_cannot_do_is_refused_in_one_line(layers, capsys, extra, words):
+    assert main(["predict", str(layers), "--gpu", "l4", *extra]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+
+
+def test_a_changed_model_file_is_refused(tmp_path, layers, capsys):
+    for name in (persist.CROSS_GPU_CARD, persist.CROSS_GPU_FILE):
+        shutil.copy(REPO / "models" / name, tmp_path / name)
+    model, card = persist.load_cross_gpu(tmp_path)
+    assert set(model.gpus) == set(card["gpus"]) and get_gpu_spec("b200").name not in model.gpus
+    with open(tmp_path / persist.CROSS_GPU_FILE, "ab") as handle:
+        handle.write(b"\0")
+    with pytest.raises(InputError, match="does not match the SHA-256"):
+        persist.load_cross_gpu(tmp_path)
+    assert main(["predict", str(layers), "--gpu", "a10", "--math", "fma", "--models-dir", str(tmp_path)]) == 2
+    assert "SHA-256" in capsys.readouterr().err
