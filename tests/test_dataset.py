@@ -238,3 +238,18 @@ def test_traces_sum_by_name_in_launch_order_with_the_longest_launch_configuratio
     first, second = (table[table["shape_id"] == s].drop(columns="shape_id").reset_index(drop=True) for s in "ab")
     pd.testing.assert_frame_equal(first, second)
     assert table["launches"].tolist() == [2, 1, 2, 1] and table["grid_blocks"].tolist() == [16, 64, 16, 64]
+
+
+@pytest.mark.slow
+def test_committed_h200_tables_are_what_its_raw_records_give(tmp_path):
+    """The H200 dataset (PyTorch's forward choice and the backward passes) rebuilt from its raw records."""
+    from seer.hardware.gpus import get_gpu_spec
+
+    h200 = H100.parent / "h200"
+    shutil.copytree(h200 / "raw", tmp_path / "raw")
+    build_dataset(tmp_path, get_gpu_spec("h200"))
+    for name in ("measurements", "traced_kernels"):
+        _same_parts(tmp_path / name, h200 / name)
+    assert (tmp_path / "provenance.json").read_text() == (h200 / "provenance.json").read_text()
+    runs = read_measurements(tmp_path / "measurements", ["algo", "pass"])
+    assert set(runs["pass"]) == {"fwd", "bwd_data", "bwd_filter"}
