@@ -1273,20 +1273,31 @@ def _cmd_grid(args) -> int:
 
 
 def _add_gpus(sub) -> None:
-    p = sub.add_parser("gpus", help="list the GPU specs seer knows")
+    p = sub.add_parser("gpus", help="list the GPU specs seer knows, and what it predicts for each")
+    p.add_argument("--models-dir", type=Path, default=None, help=MODELS_DIR_HELP)
     p.set_defaults(func=_cmd_gpus)
 
 
 def _cmd_gpus(args) -> int:
     from rich.table import Table
 
+    from seer.algorithms import PASSES
     from seer.hardware.gpus import load_gpu_specs
+    from seer.predict import persist
 
-    table = Table("name", "GPU", "cc", "SMs", "memory GiB", "GB/s", "fp32 TFLOP/s")
+    root = persist.models_root(args.models_dir)
+    trained = {pass_: set(persist.available(root, pass_)) for pass_ in PASSES}
+    cross_gpu = persist.has_cross_gpu(root)
+    table = Table("name", "GPU", "cc", "SMs", "memory GiB", "GB/s", "fp32 TFLOP/s", "seer predicts")
     for spec in load_gpu_specs().values():
+        parts = ["forward: every algorithm" if spec.name in trained["fwd"] else
+                 "forward: PyTorch's cudnn.benchmark choice (cross-GPU model)" if cross_gpu else ""]
+        backward = [name for p, name in (("bwd_data", "dgrad"), ("bwd_filter", "wgrad")) if spec.name in trained[p]]
+        parts.append(f"{', '.join(backward)}: every algorithm" if backward else "")
+        what = "; ".join(p for p in parts if p)
         table.add_row(spec.name, spec.display_name, spec.compute_capability, str(spec.sm_count),
                       f"{spec.memory_bytes / 2**30:.0f}", f"{spec.memory_bandwidth_gbs:.0f}",
-                      f"{spec.peak_fp32_tflops:.1f}")
+                      f"{spec.peak_fp32_tflops:.1f}", what or "nothing (no model)")
     out_console.print(table, crop=False)  # never cut a number off at the edge
     return 0
 

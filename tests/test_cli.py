@@ -59,9 +59,16 @@ def test_grid_command_prints_seer_format(capsys):
     assert code == 0 and int(lines[0]) == len(lines) - 1 == 20
 
 
-def test_gpus_command_lists_specs(capsys):
+def test_gpus_command_lists_specs_and_what_seer_predicts_for_each(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("COLUMNS", "250")
     code, out, _ = run(capsys, "gpus")
-    assert code == 0 and "h100" in out and "titan-xp" in out
+    assert code == 0 and "titan-xp" in out
+    rows = {line.split()[1]: line for line in out.splitlines() if line.startswith("│")}
+    assert "forward: every algorithm" in rows["h100"] and "cross-GPU" not in rows["h100"]
+    assert "dgrad, wgrad: every algorithm" in rows["h200"] and "cross-GPU model" in rows["h200"]
+    assert "cross-GPU model" in rows["a100"] and "every algorithm" not in rows["a100"]
+    code, out, _ = run(capsys, "gpus", "--models-dir", str(tmp_path))  # no models at all
+    assert code == 0 and all("nothing (no model)" in line for line in out.splitlines() if line.startswith("│"))
 
 
 def test_argparse_usage_errors_are_exit_2(capsys):
