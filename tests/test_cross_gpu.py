@@ -93,3 +93,9 @@ def test_a_changed_model_file_is_refused(tmp_path, layers, capsys):
         persist.load_cross_gpu(tmp_path)
     assert main(["predict", str(layers), "--gpu", "a10", "--math", "fma", "--models-dir", str(tmp_path)]) == 2
     assert "SHA-256" in capsys.readouterr().err
+
+
+def test_an_unknown_gpu_is_the_users_mistake(layers, capsys):
+    assert main(["predict", str(layers), "--gpu", "nosuch", "--math", "fma"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown GPU 'nosuch'" in err and "a100" in err and "Traceback" not in err
