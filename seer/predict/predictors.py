@@ -790,7 +790,8 @@ class AlgorithmPredictor(Part):
         _check_inputs(len(features), algorithms, workspace, supports, regressors, classifier, kernel_paths,
                       power, where)
         policies, reference = state.get("policies", {}), state.get("policy_reference", "")  # none before 0.8
-        if not isinstance(policies, dict) or not set(policies) <= set(algorithm_names("pytorch", pass_=None)) or not all(
+        known_policies = set(algorithm_names("pytorch", pass_=None))
+        if not isinstance(policies, dict) or not set(policies) <= known_policies or not all(
                 isinstance(r, LogTarget) and r.n_inputs in (None, len(features) + 1) for r in policies.values()):
             raise StateError(f"{where}: PyTorch's policies need log-target regressors of the features and one more input")
         if policies and reference not in regressors:
