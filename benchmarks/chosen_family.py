@@ -22,8 +22,7 @@ import pandas as pd
 from seer.dataset.build import read_measurements
 from seer.dataset.tables import read_parts
 from seer.schema import DatasetDir
-
-PUBLIC = {"v100.csv.xz": "v100-pcie", "t4.csv.xz": "t4", "p100.csv.xz": "p100", "p4.csv.xz": "p4"}
+from seer.training.cross_gpu import PUBLIC_FILES
 
 
 def family(kernel_names) -> str:
@@ -64,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         found = seer_families(args.data_dir / gpu)
         results[gpu] = {"cudnn": "9.19.0", "every kind": shares(found["family"]),
                         "3x3 stride 1 padding 1": shares(found.loc[found["public_kind"] == True, "family"])}  # noqa: E712
-    for name, gpu in PUBLIC.items():
+    for name, gpu in PUBLIC_FILES.items():
         raw = pd.read_csv(args.public / name)
         raw = raw[(raw["Kernel_Szie"] == 3) & (raw["Stride"] == 1) & (raw["Padding"] == 1)]
         results[gpu] = {"cudnn": "8.9.2", "3x3 stride 1 padding 1": shares(

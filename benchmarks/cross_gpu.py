@@ -43,14 +43,12 @@ import pandas as pd
 from sklearn.ensemble import HistGradientBoostingRegressor
 
 from seer.hardware.gpus import get_gpu_spec
-from seer.layers.shapes import layer_frame
-from seer.predict.features import shape_features
+from seer.predict.predictors import cross_gpu_inputs
 from seer.schema import DatasetDir
+from seer.training.cross_gpu import PUBLIC_FILES
 
 #: NeuSight's files and seer's spec of each board.
-PUBLIC = {"v100.csv.xz": "v100-pcie", "t4.csv.xz": "t4", "p100.csv.xz": "p100", "p4.csv.xz": "p4"}
-SPEC_FIELDS = ("sm_count", "boost_clock_mhz", "peak_fp32_tflops", "memory_bandwidth_gbs", "l2_cache_bytes",
-               "shared_mem_per_sm_bytes")
+PUBLIC = PUBLIC_FILES
 
 
 def public_times(folder: Path) -> pd.DataFrame:
@@ -86,13 +84,10 @@ def features(times: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     roofline floor in seconds (what the target is relative to)."""
     blocks, floors = [], []
     for gpu, rows in times.groupby("gpu", sort=False):
-        spec = get_gpu_spec(gpu)
-        layers = layer_frame(rows.assign(kernel_h=3, kernel_w=3, pad_h=1, pad_w=1)[[
-            "batch", "in_ch", "out_ch", "in_h", "in_w", "kernel_h", "kernel_w", "pad_h", "pad_w"]])
-        F = shape_features(layers, spec)
-        spec_values = np.array([np.log2(float(getattr(spec, f))) for f in SPEC_FIELDS])
-        blocks.append(pd.DataFrame(np.hstack([F.to_numpy(), np.tile(spec_values, (len(F), 1))]), index=rows.index))
-        floors.append(pd.Series(F["log2_roofline_floor_s"].to_numpy(), index=rows.index))
+        X, floor = cross_gpu_inputs(rows.assign(kernel_h=3, kernel_w=3, pad_h=1, pad_w=1)[[
+            "batch", "in_ch", "out_ch", "in_h", "in_w", "kernel_h", "kernel_w", "pad_h", "pad_w"]], get_gpu_spec(gpu))
+        blocks.append(pd.DataFrame(X, index=rows.index))
+        floors.append(pd.Series(floor, index=rows.index))
     return pd.concat(blocks).loc[times.index].to_numpy(), pd.concat(floors).loc[times.index].to_numpy()
 
 

@@ -168,8 +168,6 @@ ALGORITHMS: tuple[Algorithm, ...] = (
 )
 
 
-
-
 _SHORT = {"ALGO_0": "0", "ALGO_1": "1", "ALGO_3": "3", "FFT_TILING": "FFTT", "WINOGRAD": "WINO",
           "WINOGRAD_NONFUSED": "WINON"}
 
@@ -232,6 +230,12 @@ def get_algorithm(name: str) -> Algorithm:
         return _BY_NAME[name.upper()]
     except KeyError:
         raise KeyError(f"unknown algorithm {name!r}; known: {', '.join(_BY_NAME)}") from None
+
+
+def pass_of(algos):
+    """The pass (:data:`PASSES`) of each name of ``algos`` (a pandas Series), NaN for a name the
+    registry does not know."""
+    return algos.map({a.name: a.pass_ for a in ALL_ALGORITHMS})
 
 
 def algorithm_names(source: str | None = None, family: str | None = None, pass_: str | None = "fwd") -> list[str]:

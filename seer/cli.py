@@ -638,20 +638,18 @@ def _predict_unmeasured_gpu(args) -> int:
     from rich import box
     from rich.table import Table
 
-    from seer.hardware.gpus import get_gpu_spec
+    from seer.hardware.gpus import load_gpu_specs
     from seer.layers.files import iter_layer_chunks, label_columns
     from seer.layers.shapes import LAYER_COLUMNS, describe
     from seer.output import STDOUT, AtomicOutput, format_for
     from seer.predict.persist import load_cross_gpu
     from seer.schema import INTERVAL_LEVELS
 
-    from seer.hardware.gpus import load_gpu_specs
-
     specs = load_gpu_specs()
-    if args.gpu.strip().lower() not in specs:  # the user's mistake (exit 2), not the machine's
+    spec = specs.get(args.gpu.strip().lower())
+    if spec is None:  # the user's mistake (exit 2), not the machine's
         raise InputError(f"unknown GPU {args.gpu!r}; known GPUs: {', '.join(sorted(specs))} (`seer gpus`)",
                          field="gpu")
-    spec = get_gpu_spec(args.gpu)
     if args.math != "fma":
         raise InputError(f"seer has no per-algorithm models of {spec.name}; its cross-GPU model predicts the time of "
                          f"PyTorch's cudnn.benchmark choice under strict FP32 only: use --math fma", field="math")

@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 
 from seer.algorithms import (ALGORITHMS, ALL_ALGORITHMS, algorithm_names, canonical_kernel_name, classify_kernel,
-                             current_revision, get_algorithm, heuristic_ranks)
+                             current_revision, get_algorithm, heuristic_ranks, pass_of)
 from seer.collect.records import stored_trace
 from seer.collect.store import (DAMAGED_COMPRESSED, RunStore, first_grids, grouped_records, latest_records,
                                 profile_records, recorded_columns)
@@ -577,12 +577,6 @@ def parsed_measurements(files: DatasetDir, gpu: str, columns: Iterable[str] | No
     if not files.measurements.exists():
         raise InputError(f"no dataset; run `seer parse --gpu {gpu}` first", path=files.measurements)
     return read_measurements(files.measurements, columns, passes)
-
-
-def pass_of(algos: pd.Series) -> pd.Series:
-    """The pass (:data:`seer.algorithms.PASSES`) of each run's algorithm, from the registry;
-    empty for an algorithm it does not know."""
-    return algos.map({a.name: a.pass_ for a in ALL_ALGORITHMS})
 
 
 def read_measurements(path: str | Path, columns: Iterable[str] | None = None,

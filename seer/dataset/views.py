@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from seer.algorithms import ALGORITHMS, ALL_ALGORITHMS, algorithm_names
+from seer.algorithms import ALGORITHMS, algorithm_names, get_algorithm, pass_of
 from seer.layers.shapes import LAYER_COLUMNS
 
 #: PyTorch's own choice, measured as policies beside the algorithms (seer/gpu/pytorch_policy.py),
@@ -50,9 +50,8 @@ def policy_frames(table: pd.DataFrame, math: str, split: str | None = None) -> t
 
 def policies_of(table: pd.DataFrame) -> list[str]:
     """PyTorch's policies of the passes whose runs ``table`` holds, in registry order."""
-    passes = {a.name: a.pass_ for a in ALL_ALGORITHMS}
-    held = set(pd.unique(table["algo"].map(passes).dropna()))
-    return [p for p in POLICIES if passes[p] in held]
+    held = set(pd.unique(pass_of(table["algo"]).dropna()))
+    return [p for p in POLICIES if get_algorithm(p).pass_ in held]
 
 
 def algorithm_rows(table: pd.DataFrame, math: str, split: str | None) -> pd.DataFrame:

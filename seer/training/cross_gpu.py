@@ -80,15 +80,14 @@ def training_rows(data_root: Path, public: Path) -> pd.DataFrame:
 
 
 def _inputs(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's model inputs and roofline floor, computed with its own GPU's spec."""
-    floor, blocks = np.empty(len(rows)), []
+    """Each row's model inputs and roofline floor, computed with its own GPU's spec (``rows``
+    indexed 0..n-1)."""
+    X, floor = None, np.empty(len(rows))
     for gpu, members in rows.groupby("gpu", sort=False):
         x, f = cross_gpu_inputs(members[list(LAYER_COLUMNS)], get_gpu_spec(str(gpu)))
-        blocks.append((members.index.to_numpy(), x, f))
-    X = np.empty((len(rows), blocks[0][1].shape[1]))
-    for index, x, f in blocks:
-        positions = rows.index.get_indexer(index)
-        X[positions], floor[positions] = x, f
+        if X is None:
+            X = np.empty((len(rows), x.shape[1]))
+        X[members.index], floor[members.index] = x, f
     return X, floor
 
 
