@@ -357,13 +357,22 @@ def _add_train(sub) -> None:
                         "model in the models directory, and recalibrate; the algorithms' models stay as they are")
     _add_pass(p, "the convolution pass whose algorithms to model: fwd (the forward, default), bwd_data or "
                  "bwd_filter (the backward passes; saved under GPU/PASS/)")
+    p.add_argument("--transfer-from", metavar="SOURCE_GPU",
+                   help="carry SOURCE_GPU's trained forward model over to GPU instead of fitting trees: keep its "
+                        "trees, and fit on GPU's own runs a time scale per algorithm, PyTorch's own choice and the "
+                        "intervals (for a GPU with few measured layers; see docs/evaluation.md)")
     p.set_defaults(func=_cmd_train)
 
 
-def _add_pass(p, text: str) -> None:
+#: ``--pass``'s value for every pass at once: the training step.
+ALL_PASSES = "all"
+
+
+def _add_pass(p, text: str, with_all: bool = False) -> None:
     from seer.algorithms import PASSES
 
-    p.add_argument("--pass", dest="pass_", choices=list(PASSES), default="fwd", help=text)
+    p.add_argument("--pass", dest="pass_", choices=[*PASSES, *((ALL_PASSES,) if with_all else ())], default="fwd",
+                   help=text)
 
 
 def _cmd_train(args) -> int:
@@ -378,6 +387,8 @@ def _cmd_train(args) -> int:
             raise InputError("--policies-only refits the forward model's policies; train a backward pass whole",
                              field="pass")
         return _train_policies(spec, args.data_dir, root)
+    if args.transfer_from:
+        return _train_transfer(spec, args, root)
     with StepProgress("training", err_console) as progress:
         model = training.train(args.data_dir / spec.name, spec, progress=progress.update, trees=args.trees,
                                kernel_paths=args.kernel_paths, pass_=args.pass_)
@@ -388,6 +399,24 @@ def _cmd_train(args) -> int:
                            for a, paths_ in info["regressor"].items())
         err_console.log(f"{math}: {info['shapes']} training shapes; regressors chosen by CV: {chosen}")
     err_console.log(f"wrote {', '.join(p.name for p in paths)} and {persist.CARD_FILE} in {destination}")
+    return 0
+
+
+def _train_transfer(spec, args, root: Path) -> int:
+    from seer.predict import persist
+    from seer.training.transfer import transfer
+
+    if args.pass_ != "fwd":
+        raise InputError("--transfer-from carries a forward model over", field="pass")
+    source = persist.load_model(args.transfer_from, models_dir=root)
+    model = transfer(source, args.data_dir / spec.name, spec)
+    paths = persist.save(model, persist.model_dir(root, spec.name))
+    for math, info in model.card["maths"].items():
+        scales = ", ".join(f"{a} {v['scale']:.3f}" for a, v in info["time_scale"].items())
+        err_console.log(f"{math}: {source.gpu}'s trees, time scales on {info['scale_shapes']} {spec.name} training "
+                        f"shapes: {scales}")
+    err_console.log(f"wrote {', '.join(p.name for p in paths)} and {persist.CARD_FILE} in "
+                    f"{persist.model_dir(root, spec.name)}")
     return 0
 
 
@@ -534,7 +563,9 @@ def _add_predict(sub) -> None:
                    help="ask this machine's GPU (cuDNN, from descriptors: nothing runs) whether each of cuDNN's "
                         "algorithms takes each layer, instead of predicting it (needs a GPU and cuDNN)")
     _add_pass(p, "the convolution pass to predict: fwd (the forward, default), bwd_data (the input's "
-                 "gradient, dgrad) or bwd_filter (the filter's gradient, wgrad), each with its own algorithms")
+                 "gradient, dgrad) or bwd_filter (the filter's gradient, wgrad), each with its own algorithms; "
+                 "all: the training step, one row per layer with each pass's algorithm to use and its time, "
+                 "their sum and PyTorch's", with_all=True)
     p.add_argument("--deterministic", action="store_true",
                    help="rank only algorithms whose repeated calls give the same bits (cuDNN's BWD_DATA_ALGO_0, "
                         "BWD_FILTER_ALGO_0 and BWD_FILTER_ALGO_3 sum with atomic adds and are left out)")
@@ -563,6 +594,8 @@ def _cmd_predict(args) -> int:
     from seer.predict.model import best_per_layer
     from seer.predict.persist import load_model
 
+    if args.pass_ == ALL_PASSES:
+        return _predict_training_step(args)
     if args.cudnn_answers and args.pass_ != "fwd":
         raise InputError("--cudnn-answers asks cuDNN about the forward's algorithms only", field="cudnn-answers")
     from seer.predict import persist
@@ -626,6 +659,121 @@ PASS_LABELS = {"fwd": "", "bwd_data": " backward data (dgrad)", "bwd_filter": " 
 def _model_label(model) -> str:
     """The model's GPU, and its pass where that is not the forward: the terminal's heading."""
     return model.gpu + PASS_LABELS[model.pass_]
+
+
+def _step_algorithms(models: dict, args) -> dict:
+    """Per pass, the algorithms ``--algo`` and ``--deterministic`` leave it (None: all): ``--algo``
+    limits the passes whose algorithms it names, and the others rank all of theirs."""
+    from seer.algorithms import get_algorithm
+
+    algorithms = {}
+    for pass_, model in models.items():
+        named = [] if args.algo.strip().lower() == "all" else [
+            a for a in _algorithms(args.algo) if a in model.predictor(args.math).algorithms]
+        chosen = named or None
+        if getattr(args, "deterministic", False):
+            chosen = [a for a in (chosen or model.predictor(args.math).algorithms) if get_algorithm(a).deterministic]
+        algorithms[pass_] = chosen
+    return algorithms
+
+
+def _predict_training_step(args) -> int:
+    """``seer predict --pass all``: per layer, the algorithm to use in each pass of a training
+    step and its predicted time, the step's sum, and PyTorch's (:func:`seer.predict.step.training_step`)."""
+    from contextlib import nullcontext
+
+    import numpy as np
+    import pandas as pd
+
+    from seer.algorithms import PASSES
+    from seer.layers.files import iter_layer_chunks, label_columns
+    from seer.layers.shapes import LAYER_COLUMNS
+    from seer.output import STDOUT, AtomicOutput, checked_layers, format_for, is_stream
+    from seer.predict.persist import load_passes
+    from seer.predict.step import STEP_COLUMNS, training_step
+
+    for given, option in ((args.objective != "time", "objective"), (args.cudnn_answers, "cudnn-answers"),
+                          (args.rows != "algorithm", "rows")):
+        if given:
+            raise InputError(f"--{option} is for one pass; --pass all predicts the training step, one row per layer",
+                             field=option)
+    models = load_passes(args.gpu, math=args.math, models_dir=args.models_dir)
+    gpu = models["fwd"].gpu
+    algorithms = _step_algorithms(models, args)
+    to_stdout = args.out == STDOUT
+    source = checked_layers(args.file) if is_stream(args.out) else nullcontext(args.file)
+    destination = (nullcontext(sys.stdout) if to_stdout else AtomicOutput(args.out) if args.out
+                   else nullcontext(None))
+    fmt = format_for(args.out, args.format) if args.out else None
+    frames, shown, offset = [], [], 0
+    totals = {p: np.zeros(2) for p in PASSES}  # per pass: seer's and PyTorch's time summed over the layers
+    with destination as handle, source as layers, CountProgress("predicting", err_console, "layers") as progress:
+        for chunk in iter_layer_chunks(layers, PREDICT_CHUNK, name=_source_name(args.file)):
+            step = training_step(models, chunk, args.math, algorithms).reset_index(drop=True)
+            frame = pd.concat([chunk[label_columns(chunk) + list(LAYER_COLUMNS)].reset_index(drop=True), step],
+                              axis=1)
+            frame.insert(0, "layer", range(offset, offset + len(chunk)))
+            if handle is not None and fmt == "csv":
+                frame.to_csv(handle, index=False, header=offset == 0, float_format="%.6g")
+            elif handle is not None:
+                frames.append(frame)
+            if args.table == "all" or (args.table == "auto" and not args.out and offset + len(chunk) <= TABLE_LAYERS):
+                shown.append(frame)
+            for p in PASSES:
+                totals[p] += frame[[f"{p}_ms", f"{p}_pytorch_ms"]].sum().to_numpy()
+            offset += len(chunk)
+            progress.advance(len(chunk))
+        if handle is not None and fmt == "json":
+            out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["layer", *STEP_COLUMNS])
+            handle.write(out.to_json(orient="records", indent=1) + "\n")
+    console = err_console if to_stdout else out_console
+    rows = pd.concat(shown, ignore_index=True) if shown else pd.DataFrame(columns=["layer", *STEP_COLUMNS])
+    table = args.table == "all" or (args.table == "auto" and not args.out and offset <= TABLE_LAYERS)
+    _print_step(console, gpu, args.math, rows if table else None, offset, args.out, totals)
+    return 0
+
+
+def _print_step(console, gpu: str, math: str, rows, layers: int, out, totals: dict) -> None:
+    """The training step's table (or, for many layers, its totals) and what its columns mean."""
+    import pandas as pd
+    from rich import box
+    from rich.table import Table
+
+    from seer.layers.shapes import describe
+    from seer.output import STDOUT
+    from seer.schema import PYTORCH_CHOICE
+
+    def cell(value) -> str:
+        return "" if pd.isna(value) else f"{value:.3g}"
+
+    def algo(value) -> str:
+        return "" if pd.isna(value) else "PyTorch's" if value == PYTORCH_CHOICE else str(value)
+
+    if rows is not None:
+        table = Table("layer", "shape", "forward", "ms", "dgrad", "ms", "wgrad", "ms", "step ms",
+                      f"\\[low, high] {TABLE_LEVEL}%", "PyTorch step ms", box=box.SIMPLE_HEAD, pad_edge=False,
+                      title=f"{gpu}, {math} math: one training step per layer (forward + dgrad + wgrad), predicted")
+        for row in rows.to_dict("records"):
+            table.add_row(str(row["layer"]), describe(row) + (" *" if row["extrapolated"] else ""),
+                          algo(row["fwd_algo"]), cell(row["fwd_ms"]), algo(row["bwd_data_algo"]),
+                          cell(row["bwd_data_ms"]), algo(row["bwd_filter_algo"]), cell(row["bwd_filter_ms"]),
+                          cell(row["step_ms"]), f"\\[{cell(row[f'step_ms_low{TABLE_LEVEL}'])}, "
+                          f"{cell(row[f'step_ms_high{TABLE_LEVEL}'])}]", cell(row["pytorch_step_ms"]))
+        console.print(table, crop=False)
+    else:
+        where = "" if not out else (" (written to standard output)" if out == STDOUT else f" (written to {out})")
+        console.print(f"{gpu}, {math} math: the training step of {layers} layers predicted{where}", soft_wrap=True)
+    if layers:
+        seer_total, pytorch_total = sum(totals.values())
+        parts = ", ".join(f"{name} {cell(totals[p][0])} ms (PyTorch {cell(totals[p][1])})"
+                          for p, name in (("fwd", "forward"), ("bwd_data", "dgrad"), ("bwd_filter", "wgrad")))
+        console.print(f"Summed over the layers: {cell(seer_total)} ms per step with seer's choices, "
+                      f"{cell(pytorch_total)} ms with PyTorch's own ({parts}).", soft_wrap=True)
+    console.print("Each pass uses seer's pick where it is surely faster than PyTorch's own choice, else PyTorch's "
+                  f"(the rule of --pass fwd, bwd_data, bwd_filter; their tables show the picks). The step's "
+                  f"{TABLE_LEVEL}% interval sums the passes' bounds.", soft_wrap=True)
+    if rows is not None and rows["extrapolated"].any():
+        _note_extrapolated(console, int(rows["extrapolated"].sum()))
 
 
 def _predict_unmeasured_gpu(args) -> int:
@@ -923,9 +1071,11 @@ def _add_network(sub) -> None:
                    help="where a PyTorch model's forward pass runs: meta (shapes only), cpu (zeros), or auto: "
                         "meta, and the CPU if that fails (default); an ONNX file has no forward pass, and "
                         "refuses meta and cpu")
-    _add_pass(p, "the convolution pass whose time to total: fwd (the forward, default), bwd_data (dgrad) or "
-                 "bwd_filter (wgrad) of every convolution found (a training step also runs no dgrad for a "
-                 "convolution whose input needs no gradient, such as the first)")
+    _add_pass(p, with_all=True,
+              text="the convolution pass whose time to total: fwd (the forward, default), bwd_data (dgrad) or "
+                   "bwd_filter (wgrad) of every convolution found, or all: the training step, each layer's three "
+                   "passes (a training step runs no dgrad for a convolution whose input needs no gradient, such "
+                   "as the first, which the totals still count)")
     p.add_argument("--models-dir", type=Path, default=None, help=MODELS_DIR_HELP)
     p.set_defaults(func=_cmd_network)
 
@@ -952,9 +1102,19 @@ def _cmd_network(args) -> int:
         raise InputError(f"--device {args.device} is for PyTorch models: an ONNX file has no forward pass",
                          field="device")
     shape = None if args.input is None else parse_input_shape(args.input, any_rank=onnx_file)
-    # "all" ranks every algorithm of the model, whatever its pass.
-    algorithms = None if args.pass_ != "fwd" and args.algo.strip().lower() == "all" else _algorithms(args.algo)
-    model = load_model(args.gpu, math=args.math, models_dir=args.models_dir, pass_=args.pass_)
+    step = args.pass_ == ALL_PASSES
+    if step:
+        from seer.predict.persist import load_passes
+
+        if args.objective != "time":
+            raise InputError("--objective is for one pass; --pass all totals the training step's time",
+                             field="objective")
+        models = load_passes(args.gpu, math=args.math, models_dir=args.models_dir)
+        model, algorithms = models["fwd"], _step_algorithms(models, args)
+    else:
+        # "all" ranks every algorithm of the model, whatever its pass.
+        algorithms = None if args.pass_ != "fwd" and args.algo.strip().lower() == "all" else _algorithms(args.algo)
+        model = load_model(args.gpu, math=args.math, models_dir=args.models_dir, pass_=args.pass_)
     with ExitStack() as files:
         # Opened first, so that an unusable path fails before any work; renamed into place at the end.
         handles = {key: sys.stdout if path == STDOUT else files.enter_context(AtomicOutput(path))
@@ -974,6 +1134,19 @@ def _cmd_network(args) -> int:
                 progress.update(1, 2, f"one forward pass of {'x'.join(map(str, shape))}")
                 found = conv_calls(network, shape, device=args.device)
                 progress.update(2, 2, "done")
+        if step:
+            from seer.networks.network_time import predict_network_step
+
+            result = predict_network_step(models, found.layers, args.math, algorithms)
+            if "out" in handles:
+                _write_network_step(handles["out"], format_for(args.out, args.format), result, found, {
+                    "model": args.model, "input": list(found.input_shape), "gpu": model.gpu, "pass": ALL_PASSES,
+                    "device": found.device})
+            if "layers" in handles:
+                write_layers(handles["layers"], found.per_call(), fmt="csv")
+            console = err_console if STDOUT in (args.out, args.layers_out) else out_console
+            _print_network_step(console, args, found, model.gpu, result)
+            return 0
         result = predict_network(model, found.layers, args.math, algorithms, args.objective)
         if "out" in handles:
             NetworkWriter(handles["out"], format_for(args.out, args.format)).write(
@@ -984,6 +1157,60 @@ def _cmd_network(args) -> int:
     console = err_console if STDOUT in (args.out, args.layers_out) else out_console
     _print_network(console, args, found.input_shape, _model_label(model), found, result)
     return 0
+
+
+def _write_network_step(handle, fmt: str, result, found, about: dict) -> None:
+    """A network's training step: CSV, one row per distinct (module, layer); or one JSON object
+    with what was predicted, the totals, the layers and the skipped calls."""
+    import json
+
+    if fmt == "csv":
+        result.layers.to_csv(handle, index=False, float_format="%.6g")
+        return
+    def records(frame):
+        return json.loads(frame.to_json(orient="records"))
+    json.dump({**about, "math": result.math, "totals": records(result.totals), "layers": records(result.layers),
+               "skipped": found.skipped.to_dict(orient="records")}, handle, indent=1)
+    handle.write("\n")
+
+
+def _print_network_step(console, args, found, gpu: str, result) -> None:
+    import pandas as pd
+    from rich import box
+    from rich.table import Table
+
+    from seer.layers.shapes import describe
+    from seer.schema import PYTORCH_CHOICE
+
+    console.print(f"{args.model}, input {'x'.join(map(str, found.input_shape))}: {found.total_calls} convolution "
+                  f"calls, {len(result.layers)} distinct (module, layer), {int(found.skipped['calls'].sum())} calls "
+                  f"skipped; {gpu}, {result.math} math, one training step", soft_wrap=True)
+    names = {"fwd": "forward", "bwd_data": "dgrad", "bwd_filter": "wgrad", "step": "training step"}
+    totals = Table("pass", "seer, recommended ms", "PyTorch's own ms", "change", box=box.SIMPLE_HEAD, pad_edge=False,
+                   title="network convolution time per training step, predicted")
+    for row in result.totals.to_dict("records"):
+        totals.add_row(names[row["pass"]], f"{row['seer_ms']:.4g}", f"{row['pytorch_ms']:.4g}",
+                       "" if pd.isna(row["change_pct"]) else f"{row['change_pct']:+.1f}%")
+    console.print(totals, crop=False)
+    layers = result.layers.assign(total=result.layers["calls"] * result.layers["step_ms"])
+    shown = layers if args.table == "all" else layers.sort_values("total", ascending=False, kind="stable").head(
+        NETWORK_TABLE_LAYERS)
+
+    def algo(value) -> str:
+        return "" if pd.isna(value) else "PyTorch's" if value == PYTORCH_CHOICE else str(value)
+
+    table = Table("module", "layer", "calls", "forward", "dgrad", "wgrad", "step ms", "PyTorch ms",
+                  box=box.SIMPLE_HEAD, pad_edge=False,
+                  title="every layer" if args.table == "all" else
+                  f"the {len(shown)} slowest of {len(layers)} layers (--table all shows every layer)",
+                  caption="per pass, what to use: seer's pick where surely faster than PyTorch's own choice, else "
+                          "PyTorch's; ms per call")
+    for row in shown.to_dict("records"):
+        table.add_row(row["name"], describe(row) + (" *" if row["extrapolated"] else ""), str(row["calls"]),
+                      algo(row["fwd_algo"]), algo(row["bwd_data_algo"]), algo(row["bwd_filter_algo"]),
+                      f"{row['step_ms']:.3g}", f"{row['pytorch_step_ms']:.3g}")
+    console.print(table, crop=False)
+    _note_extrapolated(console, int(layers["extrapolated"].sum()))
 
 
 def _print_network(console, args, shape, gpu: str, found, result) -> None:
@@ -1293,8 +1520,12 @@ def _cmd_gpus(args) -> int:
     trained = {pass_: set(persist.available(root, pass_)) for pass_ in PASSES}
     cross_gpu = persist.has_cross_gpu(root)
     table = Table("name", "GPU", "cc", "SMs", "memory GiB", "GB/s", "fp32 TFLOP/s", "seer predicts")
+    def forward(name: str) -> str:
+        source = persist.read_card(persist.model_dir(root, name)).get("transferred_from")
+        return "forward: every algorithm" + (f" ({source['gpu']}'s model, carried over)" if source else "")
+
     for spec in load_gpu_specs().values():
-        parts = ["forward: every algorithm" if spec.name in trained["fwd"] else
+        parts = [forward(spec.name) if spec.name in trained["fwd"] else
                  "forward: PyTorch's cudnn.benchmark choice (cross-GPU model)" if cross_gpu else ""]
         backward = [name for p, name in (("bwd_data", "dgrad"), ("bwd_filter", "wgrad")) if spec.name in trained[p]]
         parts.append(f"{', '.join(backward)}: every algorithm" if backward else "")

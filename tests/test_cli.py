@@ -65,7 +65,8 @@ def test_gpus_command_lists_specs_and_what_seer_predicts_for_each(capsys, monkey
     assert code == 0 and "titan-xp" in out
     rows = {line.split()[1]: line for line in out.splitlines() if line.startswith("│")}
     assert "forward: every algorithm" in rows["h100"] and "cross-GPU" not in rows["h100"]
-    assert "dgrad, wgrad: every algorithm" in rows["h200"] and "cross-GPU model" in rows["h200"]
+    assert "dgrad, wgrad: every algorithm" in rows["h200"] and "cross-GPU model" not in rows["h200"]
+    assert "forward: every algorithm (h100's model, carried over)" in rows["h200"]
     assert "cross-GPU model" in rows["a100"] and "every algorithm" not in rows["a100"]
     code, out, _ = run(capsys, "gpus", "--models-dir", str(tmp_path))  # no models at all
     assert code == 0 and all("nothing (no model)" in line for line in out.splitlines() if line.startswith("│"))

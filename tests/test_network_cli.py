@@ -143,3 +143,29 @@ def test_a_backward_pass_of_a_network_totals_its_own_algorithms_and_pytorchs(pas
     assert set(policies[3:]) <= set(algorithm_names("cudnn", pass_=pass_))
     code, _, err = run(capsys, "network", NET, "--input", INPUT, "--gpu", "h100", "--pass", pass_)
     _refused(code, err, f"no trained {pass_} model for GPU 'h100'")
+
+
+def test_a_networks_training_step_totals_each_pass_and_the_step(tmp_path, capsys):
+    from seer.algorithms import PASSES
+    from seer.predict.step import STEP_COLUMNS
+
+    out = tmp_path / "step.json"
+    code, shown, _ = run(capsys, "network", NET, "--input", "32x3x64x48", "--gpu", "h200", "--pass", "all",
+                         "--math", "fma", "-o", out)  # the shipped H200 models of all three passes
+    assert code == 0 and "one training step" in shown and "training step" in shown
+    about = json.loads(out.read_text())
+    assert about["pass"] == "all" and about["gpu"] == "h200" and about["math"] == "fma"
+    totals = {row["pass"]: row for row in about["totals"]}
+    assert list(totals) == [*PASSES, "step"]
+    assert totals["step"]["seer_ms"] == pytest.approx(sum(totals[p]["seer_ms"] for p in PASSES))
+    assert totals["step"]["pytorch_ms"] == pytest.approx(sum(totals[p]["pytorch_ms"] for p in PASSES))
+    layers = pd.DataFrame(about["layers"])
+    assert set(STEP_COLUMNS) <= set(layers.columns) and {"name", "calls"} <= set(layers.columns)
+    assert totals["step"]["seer_ms"] == pytest.approx(float((layers["calls"] * layers["step_ms"]).sum()))
+    csv = tmp_path / "step.csv"
+    assert run(capsys, "network", NET, "--input", "32x3x64x48", "--gpu", "h200", "--pass", "all", "-o", csv)[0] == 0
+    assert len(pd.read_csv(csv)) == len(layers)
+    code, _, err = run(capsys, "network", NET, "--input", INPUT, "--gpu", "h100", "--pass", "all")
+    _refused(code, err, "no trained fwd, bwd_data, bwd_filter model for GPU 'h100'")
+    code, _, err = run(capsys, "network", NET, "--input", INPUT, "--pass", "all", "--objective", "energy")
+    _refused(code, err, "--objective is for one pass")

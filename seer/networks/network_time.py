@@ -99,3 +99,42 @@ def _totals(predictions: pd.DataFrame, picks: pd.DataFrame, n_layers: int, guard
     fixed = pd.DataFrame(rows[leading:], columns=list(TOTAL_COLUMNS))
     fixed = fixed.sort_values(["layers_not_run", "predicted_ms"], kind="stable")
     return pd.concat([pd.DataFrame(rows[:leading], columns=list(TOTAL_COLUMNS)), fixed], ignore_index=True)
+
+
+#: Columns of :attr:`NetworkStep.totals`.
+STEP_TOTAL_COLUMNS = ("pass", "seer_ms", "pytorch_ms", "change_pct")
+
+
+@dataclass
+class NetworkStep:
+    """A network's training step, predicted: per layer the step of
+    :func:`seer.predict.step.training_step` with ``name`` and ``calls`` in front (``layers``),
+    and per pass and for the whole step the total of calls x the recommended time and of
+    calls x PyTorch's (``totals``, :data:`STEP_TOTAL_COLUMNS`; the step's row is ``step``)."""
+
+    layers: pd.DataFrame
+    totals: pd.DataFrame
+    math: str
+
+
+def predict_network_step(models: dict[str, Model], layers: pd.DataFrame, math: str = "default",
+                         algorithms: dict | None = None) -> NetworkStep:
+    """The training step of every layer of ``layers`` (a layer frame with ``calls``, and ``name``
+    if known) under the models of every pass (:func:`seer.predict.persist.load_passes`)."""
+    from seer.algorithms import PASSES
+    from seer.predict.step import training_step
+
+    calls = layers["calls"].to_numpy(dtype=np.int64) if "calls" in layers else np.ones(len(layers), dtype=np.int64)
+    names = layers["name"].astype(str).to_numpy() if "name" in layers else np.arange(1, len(layers) + 1).astype(str)
+    step = training_step(models, layers.reset_index(drop=True), math, algorithms).reset_index(drop=True)
+    out = pd.concat([pd.DataFrame({"name": names, "calls": calls}),
+                     layers[list(LAYER_COLUMNS)].reset_index(drop=True), step], axis=1)
+    rows = []
+    for pass_ in (*PASSES, "step"):
+        seer_ms, pytorch_ms = (("step_ms", "pytorch_step_ms") if pass_ == "step"
+                               else (f"{pass_}_ms", f"{pass_}_pytorch_ms"))
+        seer_total = float((calls * out[seer_ms].to_numpy(dtype=float)).sum())
+        pytorch_total = float((calls * out[pytorch_ms].to_numpy(dtype=float)).sum())
+        rows.append((pass_, seer_total, pytorch_total,
+                     (seer_total / pytorch_total - 1) * 100 if pytorch_total else np.nan))
+    return NetworkStep(out, pd.DataFrame(rows, columns=list(STEP_TOTAL_COLUMNS)), math)

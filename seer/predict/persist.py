@@ -39,6 +39,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from seer.algorithms import PASSES
 from seer.errors import InputError
 from seer.layers.shapes import ConvShape
 from seer.predict.model import Model
@@ -431,17 +432,26 @@ def available(root: Path, pass_: str = "fwd") -> list[str]:
     return sorted((p.parent if pass_ == "fwd" else p.parent.parent).name for p in root.glob(pattern))
 
 
-def resolve_gpu(gpu: str | None, root: Path, pass_: str = "fwd") -> str:
-    """The model's GPU: the one asked for, or the only one there is (of models of ``pass_``)."""
-    names = available(root, pass_)
-    kind = "" if pass_ == "fwd" else f"{pass_} "
+#: The GPU whose models answer when several GPUs have models of a pass and none is named:
+#: the first seer measured, and the one with the most measurements.
+DEFAULT_GPU = "h100"
+
+
+def resolve_gpu(gpu: str | None, root: Path, pass_: str | Sequence[str] = "fwd") -> str:
+    """The model's GPU: the one asked for, or the only one there is (of models of ``pass_``,
+    or of every pass of a sequence), or :data:`DEFAULT_GPU` among several."""
+    passes = [pass_] if isinstance(pass_, str) else list(pass_)
+    names = sorted(set.intersection(*(set(available(root, p)) for p in passes)))
+    kind = "" if passes == ["fwd"] else (f"{passes[0]} " if len(passes) == 1 else f"{', '.join(passes)} ")
     what = f"trained {kind}models"
-    train = "seer train --gpu GPU" + ("" if pass_ == "fwd" else f" --pass {pass_}")
+    train = "`, `".join("seer train --gpu GPU" + ("" if p == "fwd" else f" --pass {p}") for p in passes)
     if gpu is None:
         if len(names) == 1:
             return names[0]
         if not names:
             raise InputError(f"no {what}; train one with `{train}`", path=root)
+        if DEFAULT_GPU in names:
+            return DEFAULT_GPU
         raise InputError(f"several {what} ({', '.join(names)}): choose one with --gpu")
     gpu = gpu.strip().lower()
     if gpu not in names:
@@ -452,8 +462,8 @@ def resolve_gpu(gpu: str | None, root: Path, pass_: str = "fwd") -> str:
 
 def load_model(gpu: str | None = None, *, math: str | Sequence[str] | None = None,
                models_dir: str | Path | None = None, baselines: bool = False, pass_: str = "fwd") -> Model:
-    """Load the trained models of a GPU (the only one there is when ``gpu`` is None) for one
-    convolution pass (:data:`seer.algorithms.PASSES`; the forward by default).
+    """Load the trained models of a GPU (the only one there is, or :data:`DEFAULT_GPU`, when
+    ``gpu`` is None) for one convolution pass (:data:`seer.algorithms.PASSES`; the forward by default).
 
     ``math`` limits loading to one or more math modes; ``baselines`` also loads SEER's
     model (for evaluation). See :func:`models_root` for where models are looked up.
@@ -462,6 +472,16 @@ def load_model(gpu: str | None = None, *, math: str | Sequence[str] | None = Non
     name = resolve_gpu(gpu, root, pass_)
     maths = [math] if isinstance(math, str) else math
     return load(model_dir(root, name, pass_), maths=maths, families=tuple(FAMILIES) if baselines else ("ours",))
+
+
+def load_passes(gpu: str | None = None, *, math: str | Sequence[str] | None = None,
+                models_dir: str | Path | None = None) -> dict[str, Model]:
+    """The models of every pass (:data:`seer.algorithms.PASSES`) of one GPU, by pass: what a
+    training step needs (:func:`seer.predict.step.training_step`). ``gpu`` None takes the only
+    GPU with all of them (or :data:`DEFAULT_GPU`)."""
+    root = models_root(models_dir)
+    name = resolve_gpu(gpu, root, PASSES)
+    return {p: load_model(name, math=math, models_dir=root, pass_=p) for p in PASSES}
 
 
 # -- the cross-GPU model ------------------------------------------------------------------

@@ -490,7 +490,11 @@ class AlgorithmPredictor(Part):
     (:mod:`seer.predict.uncertainty`). ``policies`` predicts the time of PyTorch's own choice
     (not an algorithm seer picks): per policy, a regressor of its ratio to the predicted time
     of ``policy_reference`` (the algorithm whose kernels PyTorch's engine runs on most layers),
-    from the shape features and that algorithm's own ratio to its baseline.
+    from the shape features and that algorithm's own ratio to its baseline. A model carried
+    over from another GPU (:mod:`seer.training.transfer`) keeps that GPU's spec as
+    ``source_spec``, whose figures its features use as in training, and multiplies each
+    algorithm's times by ``time_scale`` (measured on ``spec``'s GPU); ``spec`` is the GPU it
+    predicts for (its memory bounds the layers).
     """
 
     spec: GPUSpec
@@ -510,9 +514,25 @@ class AlgorithmPredictor(Part):
     near_best: dict = field(default_factory=dict)
     policies: dict = field(default_factory=dict)
     policy_reference: str = ""
+    source_spec: GPUSpec | None = None
+    time_scale: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._roofline_column = self.features.index("log2_roofline_floor_s")
+
+    @property
+    def feature_spec(self) -> GPUSpec:
+        """The GPU whose figures the shape features use: the one the trees learnt on."""
+        return self.source_spec or self.spec
+
+    def state(self) -> dict:
+        # A model of the GPU it learnt on stores neither field: its file stays as before them.
+        out = super().state()
+        if self.source_spec is None:
+            del out["source_spec"]
+        if not self.time_scale:
+            del out["time_scale"]
+        return out
 
     def uncertainty(self, X: pd.DataFrame, times: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Bounds of ``times`` (rows, algorithms, levels, 2; :func:`seer.predict.uncertainty.interval_bounds`)
@@ -531,7 +551,7 @@ class AlgorithmPredictor(Part):
         predictions). ``workspaces``: cuDNN's own answers, where a GPU gave them
         (:func:`with_cudnn_answers`)."""
         X = layer_frame(X)
-        F = shape_features(X, self.spec).to_numpy()
+        F = shape_features(X, self.feature_spec).to_numpy()
         answers = None
         if self.workspace is not None:
             answers = self.workspace.answers(F, only_where_runs=not complete and workspaces is None)
@@ -542,7 +562,7 @@ class AlgorithmPredictor(Part):
     def predict_power(self, X) -> np.ndarray:
         """Predicted average power (W) per shape and algorithm while it runs back to back;
         NaN for an algorithm without an energy model."""
-        return self._power(shape_features(layer_frame(X), self.spec).to_numpy())
+        return self._power(shape_features(layer_frame(X), self.feature_spec).to_numpy())
 
     def _energies(self, F: np.ndarray, times: np.ndarray) -> np.ndarray:
         """``times`` x predicted power, the power models walked only where there is a time: NaN
@@ -647,7 +667,8 @@ class AlgorithmPredictor(Part):
 
     def baseline_ms(self, F: np.ndarray, algo: str) -> np.ndarray:
         """What ``algo``'s regressor predicts a ratio to, per row of features, in ms."""
-        return baseline_ms(F[:, self._roofline_column], self.fixed_cost_ms.get(algo, 0.0), self.baseline)
+        return (baseline_ms(F[:, self._roofline_column], self.fixed_cost_ms.get(algo, 0.0), self.baseline)
+                * self.time_scale.get(algo, 1.0))
 
     def _support(self, F: np.ndarray, answers: np.ndarray | None, planned: np.ndarray) -> np.ndarray:
         out = np.empty((len(F), len(self.algorithms)))
@@ -732,8 +753,13 @@ class AlgorithmPredictor(Part):
             spec = spec_from_fields(_require(state, "spec", dict, where))
         except ValueError as exc:
             raise StateError(f"{where}: GPU spec: {exc}") from None
+        source = state.get("source_spec")  # a model carried over from another GPU
+        try:
+            source = None if source is None else spec_from_fields(_require(state, "source_spec", dict, where))
+        except ValueError as exc:
+            raise StateError(f"{where}: the source GPU's spec: {exc}") from None
         features = _require(state, "features", list, where)
-        if features != feature_names(spec):
+        if features != feature_names(source or spec):
             raise StateError(f"{where}: the model was trained on other features than this seer computes; retrain it")
         algorithms = _names(_require(state, "algorithms", list, where), where)
         workspace = state.get("workspace")
@@ -802,9 +828,14 @@ class AlgorithmPredictor(Part):
             check_near_best(near_best, where)
         except ValueError as exc:
             raise StateError(str(exc)) from None
+        scale = state.get("time_scale", {})
+        if not isinstance(scale, dict) or not set(scale) <= set(regressors) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and 0.1 <= v <= 10 for v in scale.values()):
+            raise StateError(f"{where}: time scales must be numbers in [0.1, 10] of algorithms it times")
         return cls(spec, features, algorithms, workspace, supports, regressors,
                    {a: float(v) for a, v in fixed_cost.items()}, baseline, classifier, weight, ranges, kernel_paths,
-                   power, intervals, near_best, policies, reference)
+                   power, intervals, near_best, policies, reference, source,
+                   {a: float(v) for a, v in scale.items()})
 
 
 def _check_inputs(n: int, algorithms: list[str], workspace: WorkspacePredictor | None, supports: dict,

@@ -46,7 +46,7 @@ def fit_policies(predictor: AlgorithmPredictor, table: pd.DataFrame, math: str) 
     if reference_algo is None:
         return predictor, {}
     layers, times = policy_frames(table, math, "train")
-    F = shape_features(layer_frame(layers.reset_index(drop=True)), predictor.spec).to_numpy()
+    F = shape_features(layer_frame(layers.reset_index(drop=True)), predictor.feature_spec).to_numpy()
     answers = predictor.workspace.answers(F) if predictor.workspace is not None else None
     predictor = replace(predictor, policy_reference=reference_algo)
     reference, inputs = predictor.policy_inputs(F, answers)

@@ -130,9 +130,12 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
         predictors[math] = fitted.predictor_
         step(per_math_steps - 1, per_math_steps, "SEER's model")  # the selector took the steps before
         family = None
-        if pass_ == "fwd":  # SEER's model is of the forward's algorithms
-            rows = table[(table["split"] == "train") & (table["math"] == math)]
-            family = SeerFamily(gpu=spec).fit(rows[is_seer_layer(rows)])  # SEER's inputs exist for square 2D only
+        rows = table[(table["split"] == "train") & (table["math"] == math)]
+        rows = rows[is_seer_layer(rows)]  # SEER's inputs exist for square 2D only
+        # SEER's model is of the forward's algorithms, and all but the FFTs learn from ncu profiles:
+        # without profiled runs it would be an FFT-only model, not SEER's.
+        if pass_ == "fwd" and (rows["profile_status"] == "ok").any():
+            family = SeerFamily(gpu=spec).fit(rows)
             baselines[math] = family.predictor_
         per_math[math] = {"shapes": len(shapes), "algorithms": fitted.algorithms_,
                           "support": {a: s if isinstance(s, str) else "classifier" for a, s in fitted.supports_.items()},
@@ -147,7 +150,9 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
                           "pick_shapes": int(recorded.all(axis=1).sum()),
                           "pick_weight": fitted.pick_weight_,
                           "pick_cv_regret_percent": {str(w): r for w, r in fitted.pick_cv_regret_.items()},
-                          "seer_baseline_algorithms": family.algorithms_ if family is not None else []}
+                          "seer_baseline_algorithms": family.algorithms_ if family is not None else [],
+                          **({} if family is not None or pass_ != "fwd" else
+                             {"seer_baseline": "not fitted: no training run was profiled under ncu"})}
     if progress:
         progress(total, total, "done")
 

@@ -1,0 +1,207 @@
+"""Two measured GPUs side by side: does a layer's fastest forward algorithm, or a GPU's model, carry over?
+
+    python benchmarks/gpu_pair.py --gpus h100,h200 --out benchmarks/results/h100-h200-pair
+
+On the layers both GPUs timed with every cuDNN forward algorithm (the collector's protocol, fp32
+NC[D]HW): how often the fastest algorithm is the same, what the second GPU loses by running the
+first one's fastest, and the ratio of their times by arithmetic intensity (FLOPs per byte of
+input, filter and output). Then the models: on the second GPU's held-out layers (Test-set-II),
+the first GPU's shipped model picking for the second against the second's own model, and each
+model's time error there. Writes ``gpu-pair.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from seer.algorithms import algorithm_names
+from seer.dataset.build import read_measurements
+from seer.dataset.views import math_rows
+from seer.layers.shapes import LAYER_COLUMNS
+from seer.predict.persist import load_model
+from seer.schema import DatasetDir
+
+MATHS = ("fma", "default")
+#: Arithmetic intensity buckets (FLOPs per byte of the three tensors).
+INTENSITY_EDGES = (0, 10, 50, 200, np.inf)
+
+
+def intensity(layers: pd.DataFrame) -> pd.Series:
+    """FLOPs per byte of input, filter and output (fp32) of each layer."""
+    f = layers[list(LAYER_COLUMNS)].astype(float).fillna(1.0)
+    out = f["out_d"] * f["out_h"] * f["out_w"]
+    kernel = f["kernel_d"] * f["kernel_h"] * f["kernel_w"]
+    per_group = f["in_ch"] / f["groups"]
+    flops = 2 * f["batch"] * f["out_ch"] * per_group * kernel * out
+    elements = (f["batch"] * f["in_ch"] * f["in_d"] * f["in_h"] * f["in_w"] + f["out_ch"] * per_group * kernel
+                + f["batch"] * f["out_ch"] * out)
+    return flops / (4 * elements)
+
+
+def wide_times(table: pd.DataFrame, math: str, algos: list[str]) -> pd.DataFrame:
+    """Per layer timed with every one of ``algos`` (each ``ok`` or refused): the times, NaN where refused."""
+    rows = math_rows(table, math)  # seer's kernels, one code path, ran under fma alone
+    rows = rows[rows["algo"].isin(algos)]
+    complete = rows.groupby("shape_id")["algo"].nunique() == len(algos)
+    rows = rows[rows["shape_id"].isin(complete[complete].index)]
+    ok = rows[rows["status"] == "ok"]
+    wide = ok.pivot_table(index="shape_id", columns="algo", values="time_ms").reindex(columns=algos)
+    return wide[wide.notna().any(axis=1)]
+
+
+def measured(first: pd.DataFrame, second: pd.DataFrame, layers: pd.DataFrame, names: tuple[str, str]) -> dict:
+    out = {}
+    for math in MATHS:
+        for group in ("cudnn", "all"):
+            if group == "all" and math != "fma":
+                continue  # seer's kernels run under strict FP32 only
+            algos = algorithm_names(group if group == "cudnn" else None)
+            algos = [a for a in algos if not a.startswith("PYTORCH")]
+            a, b = wide_times(first, math, algos), wide_times(second, math, algos)
+            shared = a.index.intersection(b.index)
+            a, b = a.loc[shared], b.loc[shared]
+            if not len(shared):
+                continue
+            best_a, best_b = a.idxmin(axis=1), b.idxmin(axis=1)
+            fastest_b = b.min(axis=1)
+            # the second GPU running the first's fastest (NaN where it refuses it there)
+            carried = pd.Series(b.to_numpy()[np.arange(len(b)), b.columns.get_indexer(best_a)], index=b.index)
+            runs = carried.notna()
+            regret = carried[runs] / fastest_b[runs] - 1
+            ratio = b.min(axis=1) / a.min(axis=1)
+            buckets = pd.cut(intensity(layers.loc[shared]), INTENSITY_EDGES, right=False)
+            by_bucket = {str(k): {"layers": int(len(v)), "median_ratio": float(v.median())}
+                         for k, v in ratio.groupby(buckets, observed=True)}
+            per_algo = {algo: {"layers": int((a[algo].notna() & b[algo].notna()).sum()),
+                               "median_ratio": float((b[algo] / a[algo]).median())}
+                        for algo in algos if (a[algo].notna() & b[algo].notna()).sum() >= 20}
+            out[f"{math}/{group}"] = {
+                "layers": int(len(shared)),
+                "same_fastest_percent": float(100 * (best_a == best_b).mean()),
+                "carried_pick_runs_percent": float(100 * runs.mean()),
+                "carried_pick_mean_regret_percent": float(100 * regret.mean()),
+                "carried_pick_p95_regret_percent": float(100 * regret.quantile(0.95)),
+                "carried_pick_total_ratio": float(carried[runs].sum() / fastest_b[runs].sum()),
+                "fastest_time_ratio_median": float(ratio.median()),
+                "fastest_time_ratio_by_intensity": by_bucket,
+                "time_ratio_per_algorithm": per_algo}
+    return out
+
+
+def models(second: pd.DataFrame, layers: pd.DataFrame, names: tuple[str, str], models_dir: Path | None,
+           candidates: dict[str, Path]) -> dict:
+    """The first GPU's model, the second's shipped one and other ``candidates`` of the second's
+    (label: models directory), picking (cuDNN's algorithms) for the second's Test-set-II."""
+    test = second[second["split"] == "test2"]
+    out = {}
+    for math in MATHS:
+        algos = algorithm_names("cudnn")
+        wide = wide_times(test, math, algos)
+        if wide.empty:
+            continue
+        shapes = layers.loc[wide.index, list(LAYER_COLUMNS)].reset_index(drop=True)
+        fastest = wide.min(axis=1).to_numpy()
+        out[math] = {"layers": int(len(wide))}
+        sets = {f"{gpu} model": (gpu, models_dir) for gpu in names} | {
+            label: (names[1], folder) for label, folder in candidates.items()}
+        for label, (gpu, folder) in sets.items():
+            model = load_model(gpu, math=math, models_dir=folder)
+            predictions = model.predict(shapes, math, algorithms="cudnn")
+            picks = predictions.drop_duplicates("layer").set_index("layer")["algo"].reindex(range(len(wide)))
+            index = wide.columns.get_indexer(picks.fillna("").to_numpy())
+            took = np.where(index >= 0, wide.to_numpy()[np.arange(len(wide)), np.clip(index, 0, None)], np.nan)
+            ran = np.isfinite(took)
+            regret = took[ran] / fastest[ran] - 1
+            ranked = predictions.dropna(subset=["algo"])
+            truth = wide.to_numpy()[ranked["layer"].to_numpy(), wide.columns.get_indexer(ranked["algo"].to_numpy())]
+            known = np.isfinite(truth)
+            ape = np.abs(ranked["predicted_ms"].to_numpy()[known] / truth[known] - 1)
+            out[math][label] = {
+                "top1_percent": float(100 * np.mean(took == fastest)),
+                "picks_not_run": int((~ran).sum()),
+                "mean_regret_percent": float(100 * regret.mean()),
+                "total_ratio": float(took[ran].sum() / fastest[ran].sum()),
+                "time_mape_percent": float(100 * ape.mean()), "time_median_ape_percent": float(100 * np.median(ape))}
+    return out
+
+
+def markdown(results: dict) -> str:
+    a, b = results["gpus"]
+    lines = [f"# {a} and {b}: what carries over from one GPU to the other", "",
+             f"Measured on both with the collector's protocol (burst timing behind a spinning kernel), fp32 NC[D]HW; "
+             f"`{results['command']}`. Data: `data/{a}/`, `data/{b}/` ({results['provenance']}).", "",
+             "## Measured: the layers both GPUs timed with every algorithm", "",
+             f"`same fastest`: the fastest algorithm is the same on both. `{b} running {a}'s fastest`: the time on "
+             f"{b} of the algorithm fastest on {a}, over {b}'s fastest (where {b} runs it). `{b}/{a}`: ratio of the "
+             "fastest times.", "",
+             f"| math | algorithms | layers | same fastest | {b} runs it | mean regret | p95 regret | total / fastest "
+             f"| {b}/{a} fastest, median |", "|---|---|---|---|---|---|---|---|---|"]
+    for key, r in results["measured"].items():
+        math, group = key.split("/")
+        lines.append(f"| {math} | {group} | {r['layers']} | {r['same_fastest_percent']:.1f}% | "
+                     f"{r['carried_pick_runs_percent']:.1f}% | {r['carried_pick_mean_regret_percent']:.2f}% | "
+                     f"{r['carried_pick_p95_regret_percent']:.1f}% | {r['carried_pick_total_ratio']:.4f} | "
+                     f"{r['fastest_time_ratio_median']:.3f} |")
+    lines += ["", f"{b}/{a} ratio of the fastest times by arithmetic intensity (FLOPs per byte of the three fp32 "
+                  "tensors), and per algorithm (median over the layers where both ran it):", ""]
+    for key, r in results["measured"].items():
+        buckets = ", ".join(f"{k}: {v['median_ratio']:.3f} ({v['layers']})"
+                            for k, v in r["fastest_time_ratio_by_intensity"].items())
+        algos = ", ".join(f"{k} {v['median_ratio']:.3f}" for k, v in r["time_ratio_per_algorithm"].items())
+        lines += [f"- {key}: by intensity {buckets}", f"  - per algorithm: {algos}"]
+    lines += ["", f"## Models: picking for {b}'s held-out layers (Test-set-II) among cuDNN's algorithms", "",
+              f"{a}'s shipped model, used as if it were {b}'s, against {b}'s shipped one (and others given with "
+              f"`--candidate`). Time error: every ranked "
+              f"algorithm's predicted time against its time measured on {b}.", "",
+              "| math | model | layers | top-1 | mean regret | total / fastest | picks not run | time MAPE | "
+              "median APE |", "|---|---|---|---|---|---|---|---|---|"]
+    for math, r in results["models"].items():
+        for name, v in r.items():
+            if name == "layers":
+                continue
+            lines.append(f"| {math} | {name} | {r['layers']} | {v['top1_percent']:.1f}% | "
+                         f"{v['mean_regret_percent']:.2f}% | {v['total_ratio']:.4f} | {v['picks_not_run']} | "
+                         f"{v['time_mape_percent']:.1f}% | {v['time_median_ape_percent']:.1f}% |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", default="h100,h200", help="two measured GPUs, comma-separated")
+    parser.add_argument("--data-dir", type=Path, default=Path("data"))
+    parser.add_argument("--models-dir", type=Path, default=None)
+    parser.add_argument("--candidate", action="append", default=[], metavar="LABEL=DIR",
+                        help="also score the second GPU's model in models directory DIR, labelled LABEL")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    names = tuple(g.strip() for g in args.gpus.split(","))
+    if len(names) != 2:
+        parser.error("--gpus takes two GPUs")
+    columns = ["shape_id", "split", "math", "algo", "status", "time_ms", *LAYER_COLUMNS]
+    tables = [read_measurements(DatasetDir(args.data_dir / g).measurements, columns, passes=("fwd",)) for g in names]
+    layers = pd.concat(tables).drop_duplicates("shape_id").set_index("shape_id")
+    provenance = []
+    for g in names:
+        p = json.loads((args.data_dir / g / "provenance.json").read_text())
+        device, cudnn = p["gpu"]["device_name"], p["software"]["cudnn_version"]
+        provenance.append(f"{', '.join(device)}, cuDNN {', '.join(cudnn)}")
+    results = {"gpus": list(names), "command": "python benchmarks/gpu_pair.py " + " ".join(argv or sys.argv[1:]),
+               "provenance": "; ".join(provenance),
+               "measured": measured(*tables, layers, names),
+               "models": models(tables[1], layers, names, args.models_dir,
+                                dict(c.split("=", 1) for c in args.candidate))}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "gpu-pair.json").write_text(json.dumps(results, indent=2) + "\n")
+    (args.out / "gpu-pair.md").write_text(markdown(results))
+    print(markdown(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
