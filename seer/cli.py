@@ -707,6 +707,7 @@ def _predict_training_step(args) -> int:
     fmt = format_for(args.out, args.format) if args.out else None
     frames, shown, offset = [], [], 0
     totals = {p: np.zeros(2) for p in PASSES}  # per pass: seer's and PyTorch's time summed over the layers
+    extrapolated = 0
     with destination as handle, source as layers, CountProgress("predicting", err_console, "layers") as progress:
         for chunk in iter_layer_chunks(layers, PREDICT_CHUNK, name=_source_name(args.file)):
             step = training_step(models, chunk, args.math, algorithms).reset_index(drop=True)
@@ -721,6 +722,7 @@ def _predict_training_step(args) -> int:
                 shown.append(frame)
             for p in PASSES:
                 totals[p] += frame[[f"{p}_ms", f"{p}_pytorch_ms"]].sum().to_numpy()
+            extrapolated += int(frame["extrapolated"].sum())
             offset += len(chunk)
             progress.advance(len(chunk))
         if handle is not None and fmt == "json":
@@ -729,11 +731,11 @@ def _predict_training_step(args) -> int:
     console = err_console if to_stdout else out_console
     rows = pd.concat(shown, ignore_index=True) if shown else pd.DataFrame(columns=["layer", *STEP_COLUMNS])
     table = args.table == "all" or (args.table == "auto" and not args.out and offset <= TABLE_LAYERS)
-    _print_step(console, gpu, args.math, rows if table else None, offset, args.out, totals)
+    _print_step(console, gpu, args.math, rows if table else None, offset, args.out, totals, extrapolated)
     return 0
 
 
-def _print_step(console, gpu: str, math: str, rows, layers: int, out, totals: dict) -> None:
+def _print_step(console, gpu: str, math: str, rows, layers: int, out, totals: dict, extrapolated: int) -> None:
     """The training step's table (or, for many layers, its totals) and what its columns mean."""
     import pandas as pd
     from rich import box
@@ -772,8 +774,11 @@ def _print_step(console, gpu: str, math: str, rows, layers: int, out, totals: di
     console.print("Each pass uses seer's pick where it is surely faster than PyTorch's own choice, else PyTorch's "
                   f"(the rule of --pass fwd, bwd_data, bwd_filter; their tables show the picks). The step's "
                   f"{TABLE_LEVEL}% interval sums the passes' bounds.", soft_wrap=True)
-    if rows is not None and rows["extrapolated"].any():
-        _note_extrapolated(console, int(rows["extrapolated"].sum()))
+    if rows is not None:
+        _note_extrapolated(console, extrapolated)
+    elif extrapolated:
+        console.print(f"{_layers(extrapolated)} outside the shapes a pass's model was trained on: treat their "
+                      "predictions with care.")
 
 
 def _predict_unmeasured_gpu(args) -> int:
