@@ -7,8 +7,9 @@ PyTorch's own choice in each pass, the collector's protocol), the measured time 
 ``seer predict --pass all`` recommends (per pass: seer's pick where it is surely faster than
 PyTorch's choice, else PyTorch's), summed over the layers, against PyTorch's own step (its
 default mode in each pass) and the fastest step (per pass, the fastest of every algorithm and
-PyTorch); also with the forward limited to cuDNN's algorithms. A recommended algorithm that did not run on a layer counts as PyTorch's time there
-(what ``seer.torch`` falls back to) and is counted. Writes ``training-step.json`` and ``.md``.
+PyTorch); also with the forward limited to cuDNN's algorithms. A recommended algorithm that
+did not run on a layer counts as PyTorch's time there (what ``seer.torch`` falls back to) and
+is counted. Writes ``training-step.json`` and ``.md``.
 """
 
 from __future__ import annotations

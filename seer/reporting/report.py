@@ -71,15 +71,18 @@ def write_report(results: dict[str, pd.DataFrame], model: Model, path: Path) -> 
     written.append(_regret_plot(results, model, stem, plt))
     sel = results["selection"]
     passes = {"fwd": "", "bwd_data": ", backward data (dgrad)", "bwd_filter": ", backward filter (wgrad)"}
-    baseline = (f" and the {FAMILY_LABELS['seer']} (SEER's model, reproduced)" if model.baselines
-                else f" (no {FAMILY_LABELS['seer']}: SEER's model is of the forward's algorithms)" if model.pass_ != "fwd"
-                else f" (no {FAMILY_LABELS['seer']}: SEER's model learns from ncu profiles, and no training run of "
-                     f"this GPU was profiled)")
-    source = model.card.get("transferred_from")
-    if source:  # a model carried over from another GPU (seer.training.transfer)
+    source = model.card.get("transferred_from")  # a model carried over from another GPU (seer.training.transfer)
+    if model.baselines:
+        baseline = f" and the {FAMILY_LABELS['seer']} (SEER's model, reproduced)"
+    elif source:
         baseline = (f" (no {FAMILY_LABELS['seer']}), carried over from {source['gpu']}'s (its trees, trained "
                     f"{source.get('trained_at')} on `{source['training_data']['file']}`); time scales, PyTorch's "
                     "own choice and intervals fitted")
+    elif model.pass_ != "fwd":
+        baseline = f" (no {FAMILY_LABELS['seer']}: SEER's model is of the forward's algorithms)"
+    else:
+        baseline = (f" (no {FAMILY_LABELS['seer']}: SEER's model learns from ncu profiles, and no training run of "
+                    "this GPU was profiled)")
     lines = [f"# seer evaluation on {model.gpu}{passes[model.pass_]}", "",
              f"Models: {FAMILY_LABELS['ours']}{baseline}, trained "
              f"{model.card.get('trained_at')} on "

@@ -163,8 +163,8 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
         "trees": trees if selector is None else "given",
         "max_kernel_paths": template.max_kernel_paths,
         "trained_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "training_data": {"file": _shown(measurements), "sha256": _sha256(measurements), "split": "train",
-                          **({"census": _shown(census_path), "census_sha256": _sha256(census_path)}
+        "training_data": {"file": card_path(measurements), "sha256": data_digest(measurements), "split": "train",
+                          **({"census": card_path(census_path), "census_sha256": data_digest(census_path)}
                              if not census.empty else {})},
         "features": first.features,
         "training_ranges": first.training_ranges,
@@ -186,12 +186,12 @@ def train_policies(model: Model, table: pd.DataFrame) -> Model:
     return replace(model, predictors=predictors, card=dict(model.card) | {"maths": maths})
 
 
-def _sha256(path: Path) -> str:
+def data_digest(path: Path) -> str:
     """A table folder's digest over its parts, or a file's SHA-256."""
     return digest(path) if path.is_dir() else sha256(path)
 
 
-def _shown(path: Path) -> str:
+def card_path(path: Path) -> str:
     """A path as the card records it: relative to the working directory where it lies below it."""
     try:
         return str(path.resolve().relative_to(Path.cwd().resolve()))

@@ -27,6 +27,8 @@ from seer.hardware.gpus import GPUSpec
 from seer.predict.model import Model
 from seer.predict.predictors import AlgorithmPredictor
 from seer.schema import DatasetDir
+from seer.training.calibrate import calibrate
+from seer.training.train import TRAINING_COLUMNS, card_path, data_digest, train_policies
 
 #: An algorithm's time scale needs this many training runs on the target GPU; below, it keeps 1.
 MIN_SCALE_RUNS = 30
@@ -59,9 +61,6 @@ def time_scales(predictor: AlgorithmPredictor, table: pd.DataFrame, math: str) -
 def transfer(source: Model, dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] | None = None) -> Model:
     """``source``'s forward model carried over to ``spec``'s GPU, fitted to the runs of
     ``dataset_dir`` (that GPU's dataset) as the module says; SEER's baseline is not carried."""
-    from seer.training.calibrate import calibrate
-    from seer.training.train import TRAINING_COLUMNS, _sha256, _shown, train_policies
-
     if source.pass_ != "fwd":
         raise InputError(f"only a forward model can be carried over; this one predicts {source.pass_}", field="pass")
     if source.gpu == spec.name:
@@ -85,12 +84,13 @@ def transfer(source: Model, dataset_dir: Path, spec: GPUSpec, maths: Sequence[st
         per_math[math].pop("policies", None)
     card = {
         "gpu": spec.name, "pass": "fwd", "format_version": source.card.get("format_version"),
-        "families": ["ours"], "trees": source.card.get("trees"), "max_kernel_paths": source.card.get("max_kernel_paths"),
+        "families": ["ours"], "trees": source.card.get("trees"),
+        "max_kernel_paths": source.card.get("max_kernel_paths"),
         "trained_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "transferred_from": {"gpu": source.gpu, "trained_at": source.card.get("trained_at"),
                              "training_data": source.card.get("training_data")},
-        "training_data": {"file": _shown(files.measurements), "sha256": _sha256(files.measurements), "split": "train",
-                          "fitted": "time scales, PyTorch's own choice, intervals"},
+        "training_data": {"file": card_path(files.measurements), "sha256": data_digest(files.measurements),
+                          "split": "train", "fitted": "time scales, PyTorch's own choice, intervals"},
         "features": source.card.get("features"), "training_ranges": source.card.get("training_ranges"),
         "maths": per_math, "versions": source.card.get("versions"),
     }
