@@ -29,9 +29,12 @@ from seer.layers.shapes import LAYER_COLUMNS
 from seer.predict.guard import guard_policy
 from seer.predict.persist import load_passes
 from seer.predict.step import training_step
+from seer.predict.uncertainty import interval_kind
 from seer.schema import DatasetDir, PYTORCH_CHOICE
 
 MATHS = ("fma", "default")
+#: The guard's target (benchmarks/guard.py): seer's total at most 0.5% above PyTorch's.
+TARGET = 1.005
 PASS_NAMES = {"fwd": "forward", "bwd_data": "dgrad", "bwd_filter": "wgrad"}
 
 
@@ -51,6 +54,7 @@ def measured_step(table: pd.DataFrame, models, math: str, algorithms: dict | Non
     pass_of = rows.drop_duplicates("algo").set_index("algo")["pass"]
     out = {"layers": int(len(keep)), "passes": {}}
     totals = {"seer": 0.0, "PyTorch": 0.0, "fastest": 0.0}
+    seer_step, pytorch_step = np.zeros(len(keep)), np.zeros(len(keep))
     for pass_, policy in zip(PASSES, policies):
         limit = (algorithms or {}).get(pass_)
         own = [a for a in times.columns if pass_of.get(a) == pass_ and (limit is None or a in limit or a == policy)]
@@ -70,6 +74,8 @@ def measured_step(table: pd.DataFrame, models, math: str, algorithms: dict | Non
             "layers_slower_than_pytorch_by_5pct": int((took > 1.05 * pytorch).sum())}
         totals["seer"] += took.sum()
         totals["PyTorch"] += pytorch.sum()
+        seer_step += took
+        pytorch_step += pytorch
         totals["fastest"] += fastest.sum()
     predicted_seer, predicted_pytorch = step["step_ms"].sum(), step["pytorch_step_ms"].sum()
     out["step"] = {"seer_ms": float(totals["seer"]), "pytorch_ms": float(totals["PyTorch"]),
@@ -77,6 +83,11 @@ def measured_step(table: pd.DataFrame, models, math: str, algorithms: dict | Non
                    "seer_over_pytorch": float(totals["seer"] / totals["PyTorch"]),
                    "fastest_over_pytorch": float(totals["fastest"] / totals["PyTorch"]),
                    "predicted_seer_over_pytorch": float(predicted_seer / predicted_pytorch)}
+    kinds = interval_kind(layers.reset_index(drop=True))
+    out["step_by_kind"] = {str(kind): {"layers": int((kinds == kind).sum()),
+                                       "seer_over_pytorch": float(seer_step[kinds == kind].sum()
+                                                                  / pytorch_step[kinds == kind].sum())}
+                           for kind in pd.unique(kinds)}
     return out
 
 
@@ -99,6 +110,12 @@ def markdown(results: dict) -> str:
         s = r["step"]
         lines.append(f"| {math} | {r['layers']} | **step** | **{s['seer_over_pytorch']:.3f}** | "
                      f"{s['fastest_over_pytorch']:.3f} | | | |")
+    lines += ["", f"Per layer kind, the step's seer / PyTorch (the guard's target: at most {TARGET}):", "",
+              "| math | kind | layers | seer / PyTorch | within |", "|---|---|---|---|---|"]
+    for math, r in results["maths"].items():
+        for kind, v in sorted(r["step_by_kind"].items()):
+            lines.append(f"| {math} | {kind} | {v['layers']} | {v['seer_over_pytorch']:.4f} | "
+                         f"{'yes' if v['seer_over_pytorch'] <= TARGET else 'no'} |")
     lines += ["", "Predicted (the models' own sums over the same layers), seer's step over PyTorch's: " +
               ", ".join(f"{m} {r['step']['predicted_seer_over_pytorch']:.3f}" for m, r in results["maths"].items())
               + "."]
