@@ -129,3 +129,11 @@ def test_algo_limits_the_passes_whose_algorithms_it_names(tmp_path):
     assert set(written["bwd_filter_algo"]) <= {"BWD_FILTER_ALGO_1", PYTORCH_CHOICE}
     # no dgrad algorithm named: dgrad ranks all of its own
     assert len(set(written["bwd_data_algo"]) - {PYTORCH_CHOICE}) >= 2
+
+
+def test_the_training_step_is_part_of_the_small_api(layers):
+    import seer
+
+    assert {"load_passes", "training_step"} <= set(seer.__all__)
+    step = seer.training_step(seer.load_passes("h200", math="fma", models_dir=REPO / "models"), layers, "fma")
+    assert list(step.columns) == list(STEP_COLUMNS) and len(step) == len(layers)
