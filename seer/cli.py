@@ -1095,7 +1095,7 @@ def _cmd_network(args) -> int:
     from seer.layers.calls import parse_input_shape
     from seer.layers.files import write_layers
     from seer.networks.network_time import predict_network
-    from seer.output import STDOUT, AtomicOutput, NetworkWriter, format_for
+    from seer.output import STDOUT, AtomicOutput, NetworkWriter, format_for, write_network_step
     from seer.predict.persist import load_model
 
     if args.out == STDOUT and args.layers_out == STDOUT:
@@ -1144,7 +1144,7 @@ def _cmd_network(args) -> int:
 
             result = predict_network_step(models, found.layers, args.math, algorithms)
             if "out" in handles:
-                _write_network_step(handles["out"], format_for(args.out, args.format), result, found, {
+                write_network_step(handles["out"], format_for(args.out, args.format), result, found.skipped, {
                     "model": args.model, "input": list(found.input_shape), "gpu": model.gpu, "pass": ALL_PASSES,
                     "device": found.device})
             if "layers" in handles:
@@ -1162,21 +1162,6 @@ def _cmd_network(args) -> int:
     console = err_console if STDOUT in (args.out, args.layers_out) else out_console
     _print_network(console, args, found.input_shape, _model_label(model), found, result)
     return 0
-
-
-def _write_network_step(handle, fmt: str, result, found, about: dict) -> None:
-    """A network's training step: CSV, one row per distinct (module, layer); or one JSON object
-    with what was predicted, the totals, the layers and the skipped calls."""
-    import json
-
-    if fmt == "csv":
-        result.layers.to_csv(handle, index=False, float_format="%.6g")
-        return
-    def records(frame):
-        return json.loads(frame.to_json(orient="records"))
-    json.dump({**about, "math": result.math, "totals": records(result.totals), "layers": records(result.layers),
-               "skipped": found.skipped.to_dict(orient="records")}, handle, indent=1)
-    handle.write("\n")
 
 
 def _print_network_step(console, args, found, gpu: str, result) -> None:

@@ -650,3 +650,20 @@ class NetworkWriter:
         json.dump({**about, "math": result.math, "totals": totals.to_dict(orient="records"), "layers": layers,
                    "skipped": skipped.to_dict(orient="records")}, self.handle, indent=1)
         self.handle.write("\n")
+
+
+def write_network_step(handle: TextIO, fmt: str, result, skipped: pd.DataFrame, about: dict) -> None:
+    """A network's training step (:class:`seer.networks.network_time.NetworkStep`): CSV, one row
+    per distinct (module, layer); or one JSON object with what was predicted (``about``), the
+    totals per pass, the layers and the skipped calls."""
+    _check_format(fmt)
+    if fmt == "csv":
+        result.layers.to_csv(handle, index=False, float_format="%.6g")
+        return
+
+    def records(frame: pd.DataFrame) -> list[dict]:
+        return json.loads(frame.to_json(orient="records"))
+
+    json.dump({**about, "math": result.math, "totals": records(result.totals), "layers": records(result.layers),
+               "skipped": skipped.to_dict(orient="records")}, handle, indent=1)
+    handle.write("\n")
