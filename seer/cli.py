@@ -725,6 +725,8 @@ def _predict_training_step(args) -> int:
             extrapolated += int(frame["extrapolated"].sum())
             offset += len(chunk)
             progress.advance(len(chunk))
+        if handle is not None and fmt == "csv" and offset == 0:  # no layers: the header alone, as for one pass
+            pd.DataFrame(columns=["layer", *LAYER_COLUMNS, *STEP_COLUMNS]).to_csv(handle, index=False)
         if handle is not None and fmt == "json":
             out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["layer", *STEP_COLUMNS])
             handle.write(out.to_json(orient="records", indent=1) + "\n")

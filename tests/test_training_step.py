@@ -137,3 +137,14 @@ def test_the_training_step_is_part_of_the_small_api(layers):
     assert {"load_passes", "training_step"} <= set(seer.__all__)
     step = seer.training_step(seer.load_passes("h200", math="fma", models_dir=REPO / "models"), layers, "fma")
     assert list(step.columns) == list(STEP_COLUMNS) and len(step) == len(layers)
+
+
+def test_a_file_without_layers_gives_the_header_alone(tmp_path):
+    empty = tmp_path / "empty.csv"
+    empty.write_text("batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w\n")
+    out = tmp_path / "step.csv"
+    assert main(["predict", str(empty), "--gpu", "h200", "--pass", "all", "-o", str(out)]) == 0
+    written = pd.read_csv(out)
+    assert written.empty and set(STEP_COLUMNS) <= set(written.columns)
+    assert main(["predict", str(empty), "--gpu", "h200", "--pass", "all", "-o", str(tmp_path / "step.json")]) == 0
+    assert json.loads((tmp_path / "step.json").read_text()) == []
