@@ -433,7 +433,10 @@ _RESERVED = {"layer": "seer's output numbers the layers in it", "math": "seer's 
              "algorithms": "seer's output uses it", "calls": "seer's output uses it",
              "stride": "give stride_h and stride_w", "padding": "give pad_h and pad_w",
              "pad": "give pad_h and pad_w", "dilation": "give dilation_h and dilation_w",
-             "group": "the column is groups"}
+             "group": "the column is groups",
+             # An input's share of zeros changes some algorithms' times; no model of seer's knows it
+             # yet, so a layer that gives it would get a dense input's times without a word.
+             "sparsity": "seer's models predict dense inputs only; an input's sparsity is not modelled yet"}
 
 
 def label_columns(frame: pd.DataFrame) -> list[str]:
