@@ -23,8 +23,9 @@ import pandas as pd
 from seer.algorithms import algorithm_names
 from seer.dataset.build import read_measurements
 from seer.dataset.views import math_rows
-from seer.layers.shapes import LAYER_COLUMNS
+from seer.layers.shapes import LAYER_COLUMNS, frame_flops, frame_tensor_bytes
 from seer.predict.persist import load_model
+from seer.reporting.scoring import chosen_times, selection_metrics
 from seer.schema import DatasetDir
 
 MATHS = ("fma", "default")
@@ -34,14 +35,7 @@ INTENSITY_EDGES = (0, 10, 50, 200, np.inf)
 
 def intensity(layers: pd.DataFrame) -> pd.Series:
     """FLOPs per byte of input, filter and output (fp32) of each layer."""
-    f = layers[list(LAYER_COLUMNS)].astype(float).fillna(1.0)
-    out = f["out_d"] * f["out_h"] * f["out_w"]
-    kernel = f["kernel_d"] * f["kernel_h"] * f["kernel_w"]
-    per_group = f["in_ch"] / f["groups"]
-    flops = 2 * f["batch"] * f["out_ch"] * per_group * kernel * out
-    elements = (f["batch"] * f["in_ch"] * f["in_d"] * f["in_h"] * f["in_w"] + f["out_ch"] * per_group * kernel
-                + f["batch"] * f["out_ch"] * out)
-    return flops / (4 * elements)
+    return pd.Series(frame_flops(layers) / frame_tensor_bytes(layers), index=layers.index)
 
 
 def wide_times(table: pd.DataFrame, math: str, algos: list[str]) -> pd.DataFrame:
@@ -71,9 +65,9 @@ def measured(first: pd.DataFrame, second: pd.DataFrame, layers: pd.DataFrame, na
             best_a, best_b = a.idxmin(axis=1), b.idxmin(axis=1)
             fastest_b = b.min(axis=1)
             # the second GPU running the first's fastest (NaN where it refuses it there)
-            carried = pd.Series(b.to_numpy()[np.arange(len(b)), b.columns.get_indexer(best_a)], index=b.index)
+            carried = pd.Series(chosen_times(b, best_a), index=b.index)
             runs = carried.notna()
-            regret = carried[runs] / fastest_b[runs] - 1
+            scores = selection_metrics(b, best_a)
             ratio = b.min(axis=1) / a.min(axis=1)
             buckets = pd.cut(intensity(layers.loc[shared]), INTENSITY_EDGES, right=False)
             by_bucket = {str(k): {"layers": int(len(v)), "median_ratio": float(v.median())}
@@ -85,8 +79,8 @@ def measured(first: pd.DataFrame, second: pd.DataFrame, layers: pd.DataFrame, na
                 "layers": int(len(shared)),
                 "same_fastest_percent": float(100 * (best_a == best_b).mean()),
                 "carried_pick_runs_percent": float(100 * runs.mean()),
-                "carried_pick_mean_regret_percent": float(100 * regret.mean()),
-                "carried_pick_p95_regret_percent": float(100 * regret.quantile(0.95)),
+                "carried_pick_mean_regret_percent": scores["mean_regret_pct"],
+                "carried_pick_p95_regret_percent": scores["p95_regret_pct"],
                 "carried_pick_total_ratio": float(carried[runs].sum() / fastest_b[runs].sum()),
                 "fastest_time_ratio_median": float(ratio.median()),
                 "fastest_time_ratio_by_intensity": by_bucket,
@@ -114,18 +108,18 @@ def models(second: pd.DataFrame, layers: pd.DataFrame, names: tuple[str, str], m
             model = load_model(gpu, math=math, models_dir=folder)
             predictions = model.predict(shapes, math, algorithms="cudnn")
             picks = predictions.drop_duplicates("layer").set_index("layer")["algo"].reindex(range(len(wide)))
-            index = wide.columns.get_indexer(picks.fillna("").to_numpy())
-            took = np.where(index >= 0, wide.to_numpy()[np.arange(len(wide)), np.clip(index, 0, None)], np.nan)
+            picks.index = wide.index
+            took = chosen_times(wide, picks)
             ran = np.isfinite(took)
-            regret = took[ran] / fastest[ran] - 1
+            scores = selection_metrics(wide, picks)
             ranked = predictions.dropna(subset=["algo"])
             truth = wide.to_numpy()[ranked["layer"].to_numpy(), wide.columns.get_indexer(ranked["algo"].to_numpy())]
             known = np.isfinite(truth)
             ape = np.abs(ranked["predicted_ms"].to_numpy()[known] / truth[known] - 1)
             out[math][label] = {
-                "top1_percent": float(100 * np.mean(took == fastest)),
-                "picks_not_run": int((~ran).sum()),
-                "mean_regret_percent": float(100 * regret.mean()),
+                "top1_percent": scores["top1_pct"],
+                "picks_not_run": scores["picks_not_run"],
+                "mean_regret_percent": scores["mean_regret_pct"],
                 "total_ratio": float(took[ran].sum() / fastest[ran].sum()),
                 "time_mape_percent": float(100 * ape.mean()), "time_median_ape_percent": float(100 * np.median(ape))}
     return out

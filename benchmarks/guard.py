@@ -34,6 +34,7 @@ from seer.layers.shapes import LAYER_COLUMNS
 from seer.predict.guard import PYTORCH_CHOICE
 from seer.predict.persist import load_model
 from seer.predict.uncertainty import interval_kind
+from seer.reporting.scoring import chosen_times
 from seer.schema import DatasetDir
 
 HELD_OUT = "test2"
@@ -60,7 +61,7 @@ def per_layer(model, math: str, algorithms: str | None, layers: pd.DataFrame, wi
     pytorch = wide[policies[0]].to_numpy()
 
     def measured(names) -> np.ndarray:
-        got = np.array([wide.iloc[i].get(a, np.nan) if isinstance(a, str) else np.nan for i, a in enumerate(names)])
+        got = chosen_times(wide, names)
         return np.where(np.isfinite(got), got, pytorch)  # a pick that did not run falls back to PyTorch
 
     choice = picks["recommended"].astype(object).where(picks["recommended"].notna(), None).to_numpy()

@@ -30,6 +30,7 @@ from seer.predict.guard import guard_policy
 from seer.predict.persist import load_passes
 from seer.predict.step import training_step
 from seer.predict.uncertainty import interval_kind
+from seer.reporting.scoring import chosen_times
 from seer.schema import DatasetDir, PYTORCH_CHOICE
 
 MATHS = ("fma", "default")
@@ -60,8 +61,7 @@ def measured_step(table: pd.DataFrame, models, math: str, algorithms: dict | Non
         own = [a for a in times.columns if pass_of.get(a) == pass_ and (limit is None or a in limit or a == policy)]
         chosen = step[f"{pass_}_algo"].to_numpy(dtype=object)
         pytorch = times[policy].to_numpy()
-        index = times.columns.get_indexer(np.where(chosen == PYTORCH_CHOICE, policy, chosen).astype(str))
-        took = np.where(index >= 0, times.to_numpy()[np.arange(len(times)), np.clip(index, 0, None)], np.nan)
+        took = chosen_times(times, np.where(chosen == PYTORCH_CHOICE, policy, chosen))
         not_run = ~np.isfinite(took)
         took = np.where(not_run, pytorch, took)
         fastest = times[own].min(axis=1).to_numpy()

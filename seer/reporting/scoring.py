@@ -55,16 +55,23 @@ def regression_metrics(measured, predicted) -> dict[str, float]:
             "within_10pct": float((ape <= 0.10).mean() * 100), "r2_log": float(r2)}
 
 
+def chosen_times(measured: pd.DataFrame, names) -> np.ndarray:
+    """Per layer (row of ``measured``: one column per algorithm or policy, NaN where it did not
+    run), the measured time of the one ``names`` gives for it, in row order; NaN where that did
+    not run, is no column, or no name is given (None, NaN)."""
+    names = [a if isinstance(a, str) else "" for a in names]
+    columns = measured.columns.get_indexer(names)
+    values = measured.to_numpy(dtype=float)
+    return np.where(columns >= 0, values[np.arange(len(values)), np.clip(columns, 0, None)], np.nan)
+
+
 def regrets(measured: pd.DataFrame, picks: pd.Series) -> np.ndarray:
     """Per layer, time of the pick / fastest measured - 1; NaN where the pick did not run.
 
     ``measured`` has one row per layer and one column per algorithm (NaN: did not run);
     ``picks`` names an algorithm per layer (None or NaN: no pick).
     """
-    picks = picks.reindex(measured.index)
-    chosen = np.array([measured.at[i, a] if isinstance(a, str) and a in measured.columns else np.nan
-                       for i, a in zip(measured.index, picks)], dtype=float)
-    return chosen / measured.min(axis=1).to_numpy() - 1
+    return chosen_times(measured, picks.reindex(measured.index)) / measured.min(axis=1).to_numpy() - 1
 
 
 def selection_metrics(measured: pd.DataFrame, picks: pd.Series) -> dict[str, float]:
