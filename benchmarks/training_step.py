@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from seer.algorithms import PASSES, algorithm_names
+from seer.algorithms import PASS_NAMES, PASSES, algorithm_names
 from seer.dataset.build import read_measurements
 from seer.dataset.views import math_rows
 from seer.layers.shapes import LAYER_COLUMNS
@@ -36,7 +36,6 @@ from seer.schema import DatasetDir, PYTORCH_CHOICE
 MATHS = ("fma", "default")
 #: The guard's target (benchmarks/guard.py): seer's total at most 0.5% above PyTorch's.
 TARGET = 1.005
-PASS_NAMES = {"fwd": "forward", "bwd_data": "dgrad", "bwd_filter": "wgrad"}
 
 
 def measured_step(table: pd.DataFrame, models, math: str, algorithms: dict | None = None) -> dict | None:

@@ -123,6 +123,8 @@ class GraphEngines:
 #: The convolution passes of a training step: the forward (``fwd``), the gradient of the
 #: input (``bwd_data``, dgrad) and of the filter (``bwd_filter``, wgrad).
 PASSES: tuple[str, ...] = ("fwd", "bwd_data", "bwd_filter")
+#: Each pass as tables and the terminal name it.
+PASS_NAMES: dict[str, str] = {"fwd": "forward", "bwd_data": "dgrad", "bwd_filter": "wgrad"}
 
 #: How an algorithm computes the convolution.
 FAMILIES: tuple[str, ...] = ("implicit_gemm", "gemm", "direct", "fft", "winograd", "policy")

@@ -589,7 +589,7 @@ def _cmd_predict(args) -> int:
     import pandas as pd
 
     from seer.layers.files import iter_layer_chunks
-    from seer.output import (STDOUT, AtomicOutput, PickSummary, PredictionWriter, checked_layers, format_for,
+    from seer.output import (STDOUT, PickSummary, PredictionWriter, checked_layers, format_for,
                              is_stream, with_labels)
     from seer.predict.model import best_per_layer
     from seer.predict.persist import load_model
@@ -620,13 +620,7 @@ def _cmd_predict(args) -> int:
     shown = []  # per-layer picks to show as a table
     show_all = args.table == "all"
     summary = PickSummary(model.predictor(args.math).spec.memory_bytes)
-    if to_stdout:
-        destination = nullcontext(sys.stdout)
-    elif args.out:
-        destination = AtomicOutput(args.out)  # opened first: an unusable path fails before any work
-    else:
-        destination = nullcontext(None)
-    with destination as handle, source as layers, CountProgress("predicting", err_console, "layers") as progress:
+    with _destination(args.out) as handle, source as layers, CountProgress("predicting", err_console, "layers") as progress:
         writer = PredictionWriter(handle, format_for(args.out, args.format), args.rows) if handle is not None else None
         offset = 0
         for chunk in iter_layer_chunks(layers, PREDICT_CHUNK, name=_source_name(args.file)):
@@ -688,7 +682,7 @@ def _predict_training_step(args) -> int:
     from seer.algorithms import PASSES
     from seer.layers.files import iter_layer_chunks, label_columns
     from seer.layers.shapes import LAYER_COLUMNS
-    from seer.output import STDOUT, AtomicOutput, checked_layers, format_for, is_stream
+    from seer.output import STDOUT, checked_layers, format_for, is_stream
     from seer.predict.persist import load_passes
     from seer.predict.step import STEP_COLUMNS, training_step
 
@@ -702,13 +696,12 @@ def _predict_training_step(args) -> int:
     algorithms = _step_algorithms(models, args)
     to_stdout = args.out == STDOUT
     source = checked_layers(args.file) if is_stream(args.out) else nullcontext(args.file)
-    destination = (nullcontext(sys.stdout) if to_stdout else AtomicOutput(args.out) if args.out
-                   else nullcontext(None))
     fmt = format_for(args.out, args.format) if args.out else None
     frames, shown, offset = [], [], 0
     totals = {p: np.zeros(2) for p in PASSES}  # per pass: seer's and PyTorch's time summed over the layers
     extrapolated = 0
-    with destination as handle, source as layers, CountProgress("predicting", err_console, "layers") as progress:
+    with _destination(args.out) as handle, source as layers, \
+            CountProgress("predicting", err_console, "layers") as progress:
         for chunk in iter_layer_chunks(layers, PREDICT_CHUNK, name=_source_name(args.file)):
             step = training_step(models, chunk, args.math, algorithms).reset_index(drop=True)
             frame = pd.concat([chunk[label_columns(chunk) + list(LAYER_COLUMNS)].reset_index(drop=True), step],
@@ -743,34 +736,28 @@ def _print_step(console, gpu: str, math: str, rows, layers: int, out, totals: di
     from rich import box
     from rich.table import Table
 
+    from seer.algorithms import PASS_NAMES, PASSES
     from seer.layers.shapes import describe
-    from seer.output import STDOUT
-    from seer.schema import PYTORCH_CHOICE
 
     def cell(value) -> str:
         return "" if pd.isna(value) else f"{value:.3g}"
 
-    def algo(value) -> str:
-        return "" if pd.isna(value) else "PyTorch's" if value == PYTORCH_CHOICE else str(value)
-
     if rows is not None:
-        table = Table("layer", "shape", "forward", "ms", "dgrad", "ms", "wgrad", "ms", "step ms",
+        table = Table("layer", "shape", *(h for p in PASSES for h in (PASS_NAMES[p], "ms")), "step ms",
                       f"\\[low, high] {TABLE_LEVEL}%", "PyTorch step ms", box=box.SIMPLE_HEAD, pad_edge=False,
                       title=f"{gpu}, {math} math: one training step per layer (forward + dgrad + wgrad), predicted")
         for row in rows.to_dict("records"):
             table.add_row(str(row["layer"]), describe(row) + (" *" if row["extrapolated"] else ""),
-                          algo(row["fwd_algo"]), cell(row["fwd_ms"]), algo(row["bwd_data_algo"]),
-                          cell(row["bwd_data_ms"]), algo(row["bwd_filter_algo"]), cell(row["bwd_filter_ms"]),
+                          *(c for p in PASSES for c in (_choice_cell(row[f"{p}_algo"]), cell(row[f"{p}_ms"]))),
                           cell(row["step_ms"]), f"\\[{cell(row[f'step_ms_low{TABLE_LEVEL}'])}, "
                           f"{cell(row[f'step_ms_high{TABLE_LEVEL}'])}]", cell(row["pytorch_step_ms"]))
         console.print(table, crop=False)
     else:
-        where = "" if not out else (" (written to standard output)" if out == STDOUT else f" (written to {out})")
-        console.print(f"{gpu}, {math} math: the training step of {layers} layers predicted{where}", soft_wrap=True)
+        console.print(f"{gpu}, {math} math: the training step of {layers} layers predicted{_written_to(out)}",
+                      soft_wrap=True)
     if layers:
         seer_total, pytorch_total = sum(totals.values())
-        parts = ", ".join(f"{name} {cell(totals[p][0])} ms (PyTorch {cell(totals[p][1])})"
-                          for p, name in (("fwd", "forward"), ("bwd_data", "dgrad"), ("bwd_filter", "wgrad")))
+        parts = ", ".join(f"{PASS_NAMES[p]} {cell(totals[p][0])} ms (PyTorch {cell(totals[p][1])})" for p in PASSES)
         console.print(f"Summed over the layers: {cell(seer_total)} ms per step with seer's choices, "
                       f"{cell(pytorch_total)} ms with PyTorch's own ({parts}).", soft_wrap=True)
     console.print("Each pass uses seer's pick where it is surely faster than PyTorch's own choice, else PyTorch's "
@@ -786,7 +773,6 @@ def _print_step(console, gpu: str, math: str, rows, layers: int, out, totals: di
 def _predict_unmeasured_gpu(args) -> int:
     """``seer predict --gpu NAME`` for a GPU without per-algorithm models: the cross-GPU model's
     time of PyTorch's cudnn.benchmark choice per layer, its interval, and whether the GPU was measured."""
-    from contextlib import nullcontext
 
     import numpy as np
     import pandas as pd
@@ -796,7 +782,7 @@ def _predict_unmeasured_gpu(args) -> int:
     from seer.hardware.gpus import load_gpu_specs
     from seer.layers.files import iter_layer_chunks, label_columns
     from seer.layers.shapes import LAYER_COLUMNS, describe
-    from seer.output import STDOUT, AtomicOutput, format_for
+    from seer.output import STDOUT, format_for
     from seer.predict.persist import load_cross_gpu
     from seer.schema import INTERVAL_LEVELS
 
@@ -832,8 +818,7 @@ def _predict_unmeasured_gpu(args) -> int:
         offset += len(chunk)
     out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if args.out:
-        destination = nullcontext(sys.stdout) if args.out == STDOUT else AtomicOutput(args.out)
-        with destination as handle:
+        with _destination(args.out) as handle:
             if format_for(args.out, args.format) == "json":
                 handle.write(out.to_json(orient="records", indent=1) + "\n")
             else:
@@ -851,8 +836,7 @@ def _predict_unmeasured_gpu(args) -> int:
         console.print(table, crop=False)
     else:
         console.print(f"{spec.name} ({where}), fma math: {len(out)} layers predicted by the cross-GPU model"
-                      + (f" (written to {'standard output' if args.out == STDOUT else args.out})" if args.out else ""),
-                      soft_wrap=True)
+                      f"{_written_to(args.out)}", soft_wrap=True)
     console.print(f"seer has no per-algorithm models of {spec.name}: the cross-GPU model predicts the time of the "
                   f"algorithm PyTorch's cudnn.benchmark picks, from the GPU's spec; it learnt from {seen}. Left out "
                   f"of its fit, a GPU's times were off by {_cross_gpu_errors(card)} on average (MAPE).", soft_wrap=True)
@@ -877,6 +861,32 @@ def _check_input(file: str) -> None:
         return
     if folder:
         raise InputError("is a directory, not a layer file", path=file)
+
+
+def _destination(out: str | None):
+    """Where predictions go: standard output (``-``), a file written whole or not at all (opened
+    first, so that an unusable path fails before any work), or nowhere (``None``)."""
+    from contextlib import nullcontext
+
+    from seer.output import STDOUT, AtomicOutput
+
+    return nullcontext(sys.stdout) if out == STDOUT else AtomicOutput(out) if out else nullcontext(None)
+
+
+def _written_to(out: str | None) -> str:
+    """What the terminal adds to a summary line about where the predictions went."""
+    from seer.output import STDOUT
+
+    return "" if not out else " (written to standard output)" if out == STDOUT else f" (written to {out})"
+
+
+def _choice_cell(value) -> str:
+    """An algorithm to use as a table cell: its name, "PyTorch's" for PyTorch's own choice."""
+    import pandas as pd
+
+    from seer.schema import PYTORCH_CHOICE
+
+    return "" if pd.isna(value) else "PyTorch's" if value == PYTORCH_CHOICE else str(value)
 
 
 def _source_name(file: str) -> str | None:
@@ -1023,10 +1033,7 @@ def _print_summary(console, gpu: str, math: str, summary, out) -> None:
     from rich import box
     from rich.table import Table
 
-    from seer.output import STDOUT
-
-    where = "" if not out else (" (written to standard output)" if out == STDOUT else f" (written to {out})")
-    console.print(f"{gpu}, {math} math: {summary.layers} layers predicted{where}", soft_wrap=True)
+    console.print(f"{gpu}, {math} math: {summary.layers} layers predicted{_written_to(out)}", soft_wrap=True)
     table = Table("pick", "layers", box=box.SIMPLE_HEAD, pad_edge=False)
     for algo, count in summary.picks.most_common():
         table.add_row(algo, str(count))
@@ -1171,13 +1178,13 @@ def _print_network_step(console, args, found, gpu: str, result) -> None:
     from rich import box
     from rich.table import Table
 
+    from seer.algorithms import PASS_NAMES, PASSES
     from seer.layers.shapes import describe
-    from seer.schema import PYTORCH_CHOICE
 
     console.print(f"{args.model}, input {'x'.join(map(str, found.input_shape))}: {found.total_calls} convolution "
                   f"calls, {len(result.layers)} distinct (module, layer), {int(found.skipped['calls'].sum())} calls "
                   f"skipped; {gpu}, {result.math} math, one training step", soft_wrap=True)
-    names = {"fwd": "forward", "bwd_data": "dgrad", "bwd_filter": "wgrad", "step": "training step"}
+    names = PASS_NAMES | {"step": "training step"}
     totals = Table("pass", "seer, recommended ms", "PyTorch's own ms", "change", box=box.SIMPLE_HEAD, pad_edge=False,
                    title="network convolution time per training step, predicted")
     for row in result.totals.to_dict("records"):
@@ -1187,11 +1194,7 @@ def _print_network_step(console, args, found, gpu: str, result) -> None:
     layers = result.layers.assign(total=result.layers["calls"] * result.layers["step_ms"])
     shown = layers if args.table == "all" else layers.sort_values("total", ascending=False, kind="stable").head(
         NETWORK_TABLE_LAYERS)
-
-    def algo(value) -> str:
-        return "" if pd.isna(value) else "PyTorch's" if value == PYTORCH_CHOICE else str(value)
-
-    table = Table("module", "layer", "calls", "forward", "dgrad", "wgrad", "step ms", "PyTorch ms",
+    table = Table("module", "layer", "calls", *(PASS_NAMES[p] for p in PASSES), "step ms", "PyTorch ms",
                   box=box.SIMPLE_HEAD, pad_edge=False,
                   title="every layer" if args.table == "all" else
                   f"the {len(shown)} slowest of {len(layers)} layers (--table all shows every layer)",
@@ -1199,7 +1202,7 @@ def _print_network_step(console, args, found, gpu: str, result) -> None:
                           "PyTorch's; ms per call")
     for row in shown.to_dict("records"):
         table.add_row(row["name"], describe(row) + (" *" if row["extrapolated"] else ""), str(row["calls"]),
-                      algo(row["fwd_algo"]), algo(row["bwd_data_algo"]), algo(row["bwd_filter_algo"]),
+                      *(_choice_cell(row[f"{p}_algo"]) for p in PASSES),
                       f"{row['step_ms']:.3g}", f"{row['pytorch_step_ms']:.3g}")
     console.print(table, crop=False)
     _note_extrapolated(console, int(layers["extrapolated"].sum()))
@@ -1504,7 +1507,7 @@ def _add_gpus(sub) -> None:
 def _cmd_gpus(args) -> int:
     from rich.table import Table
 
-    from seer.algorithms import PASSES
+    from seer.algorithms import PASS_NAMES, PASSES
     from seer.hardware.gpus import load_gpu_specs
     from seer.predict import persist
 
@@ -1519,7 +1522,7 @@ def _cmd_gpus(args) -> int:
     for spec in load_gpu_specs().values():
         parts = [forward(spec.name) if spec.name in trained["fwd"] else
                  "forward: PyTorch's cudnn.benchmark choice (cross-GPU model)" if cross_gpu else ""]
-        backward = [name for p, name in (("bwd_data", "dgrad"), ("bwd_filter", "wgrad")) if spec.name in trained[p]]
+        backward = [PASS_NAMES[p] for p in PASSES[1:] if spec.name in trained[p]]
         parts.append(f"{', '.join(backward)}: every algorithm" if backward else "")
         what = "; ".join(p for p in parts if p)
         table.add_row(spec.name, spec.display_name, spec.compute_capability, str(spec.sm_count),

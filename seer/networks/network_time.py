@@ -60,8 +60,7 @@ def predict_network(model: Model, layers: pd.DataFrame, math: str = "default",
                     algorithms: Sequence[str] | None = None, objective: str = "time") -> NetworkPrediction:
     """Predict every layer of ``layers`` (a layer frame with ``calls``, and ``name`` if known),
     ranking ``algorithms`` (None: all) by ``objective`` (see :meth:`seer.predict.model.Model.predict`)."""
-    calls = layers["calls"].to_numpy(dtype=np.int64) if "calls" in layers else np.ones(len(layers), dtype=np.int64)
-    names = layers["name"].astype(str).to_numpy() if "name" in layers else np.arange(1, len(layers) + 1).astype(str)
+    calls, names = _calls_and_names(layers)
     predictions = model.predict(layers, math, algorithms, objective)
     predictions.insert(1, "name", names[predictions["layer"].to_numpy()])
     predictions.insert(2, "calls", calls[predictions["layer"].to_numpy()])
@@ -70,6 +69,14 @@ def predict_network(model: Model, layers: pd.DataFrame, math: str = "default",
     picks["total_ms"] = picks["calls"] * picks["best_ms"]
     totals = _totals(predictions, picks, len(layers), guarded=objective == "time")
     return NetworkPrediction(predictions, picks.reset_index(drop=True), totals, math)
+
+
+def _calls_and_names(layers: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per layer, how many times it runs (1 where not said) and its module's name (its
+    position, from 1, where not known)."""
+    calls = layers["calls"].to_numpy(dtype=np.int64) if "calls" in layers else np.ones(len(layers), dtype=np.int64)
+    names = layers["name"].astype(str).to_numpy() if "name" in layers else np.arange(1, len(layers) + 1).astype(str)
+    return calls, names
 
 
 def _totals(predictions: pd.DataFrame, picks: pd.DataFrame, n_layers: int, guarded: bool) -> pd.DataFrame:
@@ -124,8 +131,7 @@ def predict_network_step(models: dict[str, Model], layers: pd.DataFrame, math: s
     from seer.algorithms import PASSES
     from seer.predict.step import training_step
 
-    calls = layers["calls"].to_numpy(dtype=np.int64) if "calls" in layers else np.ones(len(layers), dtype=np.int64)
-    names = layers["name"].astype(str).to_numpy() if "name" in layers else np.arange(1, len(layers) + 1).astype(str)
+    calls, names = _calls_and_names(layers)
     step = training_step(models, layers.reset_index(drop=True), math, algorithms).reset_index(drop=True)
     out = pd.concat([pd.DataFrame({"name": names, "calls": calls}),
                      layers[list(LAYER_COLUMNS)].reset_index(drop=True), step], axis=1)
