@@ -34,12 +34,13 @@ from seer.training.train import TRAINING_COLUMNS, card_path, data_digest, train_
 MIN_SCALE_RUNS = 30
 
 
-def time_scales(predictor: AlgorithmPredictor, table: pd.DataFrame, math: str) -> tuple[dict, dict]:
+def time_scales(predictor: AlgorithmPredictor, table: pd.DataFrame, math: str) -> tuple[dict, dict, int]:
     """Per algorithm, the median of measured / predicted time over the train split's runs of
-    ``math`` (where at least :data:`MIN_SCALE_RUNS` ran), and what the card says of each."""
+    ``math`` (where at least :data:`MIN_SCALE_RUNS` ran), what the card says of each, and
+    the number of training layers they come from."""
     shapes, measured = training_frames(table, math, "train", partial=True)
     if shapes.empty:
-        return {}, {}
+        return {}, {}, 0
     predicted = predictor.predict_unmasked(shapes.reset_index(drop=True))
     scales, card = {}, {}
     for j, algo in enumerate(predictor.algorithms):
@@ -55,7 +56,7 @@ def time_scales(predictor: AlgorithmPredictor, table: pd.DataFrame, math: str) -
                       "mape_percent_before": round(float(np.mean(np.abs(np.exp(log_ratio) - 1)) * 100), 2),
                       "mape_percent_after": round(float(np.mean(np.abs(np.exp(log_ratio) / scales[algo] - 1)) * 100),
                                                   2)}
-    return scales, card
+    return scales, card, len(shapes)
 
 
 def transfer(source: Model, dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] | None = None) -> Model:
@@ -73,14 +74,12 @@ def transfer(source: Model, dataset_dir: Path, spec: GPUSpec, maths: Sequence[st
         original = source.predictor(math)
         carried = replace(original, spec=spec, source_spec=original.feature_spec, time_scale={}, intervals={},
                           near_best={}, policies={}, policy_reference="")
-        scales, info = time_scales(carried, table, math)
+        scales, info, shapes = time_scales(carried, table, math)
         if not info:
             raise InputError(f"no {math}-math runs of {source.gpu}'s algorithms in the train split",
                              path=files.measurements)
         predictors[math] = replace(carried, time_scale=scales)
-        per_math[math] = dict(source.card["maths"].get(math, {}),
-                              time_scale=info, scale_shapes=int(len(training_frames(table, math, "train",
-                                                                                  partial=True)[0])))
+        per_math[math] = dict(source.card["maths"].get(math, {}), time_scale=info, scale_shapes=shapes)
         per_math[math].pop("policies", None)
     card = {
         "gpu": spec.name, "pass": "fwd", "format_version": source.card.get("format_version"),
