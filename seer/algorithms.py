@@ -125,6 +125,8 @@ class GraphEngines:
 PASSES: tuple[str, ...] = ("fwd", "bwd_data", "bwd_filter")
 #: Each pass as tables and the terminal name it.
 PASS_NAMES: dict[str, str] = {"fwd": "forward", "bwd_data": "dgrad", "bwd_filter": "wgrad"}
+#: How a heading names a model's pass: the forward's is the default, and goes unsaid.
+PASS_TITLES: dict[str, str] = {"fwd": "", "bwd_data": "backward data (dgrad)", "bwd_filter": "backward filter (wgrad)"}
 
 #: How an algorithm computes the convolution.
 FAMILIES: tuple[str, ...] = ("implicit_gemm", "gemm", "direct", "fft", "winograd", "policy")

@@ -646,13 +646,11 @@ def _cmd_predict(args) -> int:
     return 0
 
 
-#: How the terminal names each pass.
-PASS_LABELS = {"fwd": "", "bwd_data": " backward data (dgrad)", "bwd_filter": " backward filter (wgrad)"}
-
-
 def _model_label(model) -> str:
     """The model's GPU, and its pass where that is not the forward: the terminal's heading."""
-    return model.gpu + PASS_LABELS[model.pass_]
+    from seer.algorithms import PASS_TITLES
+
+    return " ".join(filter(None, (model.gpu, PASS_TITLES[model.pass_])))
 
 
 def _step_algorithms(models: dict, args) -> dict:

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from seer.algorithms import PASS_TITLES
 from seer.predict.model import Model
 from seer.predict.uncertainty import ALL_KINDS, NEAR_BEST
 from seer.reporting.scoring import CUDNN, WITH_OWN
@@ -70,7 +71,6 @@ def write_report(results: dict[str, pd.DataFrame], model: Model, path: Path) -> 
                              Path(f"{stem}-{split.lower().replace('-', '')}-{family}-scatter.png")))
     written.append(_regret_plot(results, model, stem, plt))
     sel = results["selection"]
-    passes = {"fwd": "", "bwd_data": ", backward data (dgrad)", "bwd_filter": ", backward filter (wgrad)"}
     source = model.card.get("transferred_from")  # a model carried over from another GPU (seer.training.transfer)
     if model.baselines:
         baseline = f" and the {FAMILY_LABELS['seer']} (SEER's model, reproduced)"
@@ -83,7 +83,7 @@ def write_report(results: dict[str, pd.DataFrame], model: Model, path: Path) -> 
     else:
         baseline = (f" (no {FAMILY_LABELS['seer']}: SEER's model learns from ncu profiles, and no training run of "
                     "this GPU was profiled)")
-    lines = [f"# seer evaluation on {model.gpu}{passes[model.pass_]}", "",
+    lines = [f"# seer evaluation on {', '.join(filter(None, (model.gpu, PASS_TITLES[model.pass_])))}", "",
              f"Models: {FAMILY_LABELS['ours']}{baseline}, trained "
              f"{model.card.get('trained_at')} on "
              f"`{model.card['training_data']['file']}` (sha256 {model.card['training_data']['sha256'][:12]}...).",
