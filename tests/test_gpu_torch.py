@@ -294,6 +294,91 @@ def test_gradients_are_pytorchs(cuda):
         assert _relative_error(g, e) < 1e-4
 
 
+# -- the backward passes ---------------------------------------------------------------------
+#: Relative L2 error of a gradient against float64 allowed per backward algorithm under fma
+#: (the collector's tolerance; Winograd's transforms lose more).
+BACKWARD_TOLERANCE = {"BWD_DATA_WINOGRAD_NONFUSED": 1e-2, "BWD_FILTER_WINOGRAD_NONFUSED": 1e-2}
+
+
+@pytest.fixture(scope="module")
+def backward_evidence():
+    from seer.networks.kernel_evidence import KernelEvidence
+
+    return KernelEvidence.from_dataset(DATASET.parent / "h200")  # the backward passes' traced kernels
+
+
+@pytest.mark.parametrize("algo", algorithm_names("cudnn", pass_="bwd_data") + algorithm_names("cudnn", pass_="bwd_filter"))
+def test_a_forced_backward_algorithm_gives_the_gradient_and_its_kernels_say_so(cuda, tracer, backward_evidence, algo):
+    pass_ = get_algorithm(algo).pass_
+    data = pass_ == "bwd_data"
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(32, 32, 3, padding=1, bias=False)).to(cuda)
+    conv = model[0]
+    x = torch.randn(8, 32, 28, 28, device=cuda, requires_grad=data)
+    conv.weight.requires_grad_(not data)  # one gradient: the trace holds one pass's kernels
+    grad_y = torch.randn(8, 32, 28, 28, device=cuda)
+    x64 = x.detach().double().requires_grad_(data)
+    w64 = conv.weight.detach().double().requires_grad_(not data)
+    torch.nn.functional.conv2d(x64, w64, padding=1).backward(grad_y.double())
+    expected = (x64 if data else w64).grad
+    force(model, "IMPLICIT_PRECOMP_GEMM", math="fma", **{"dgrad" if data else "wgrad": algo})
+    module = seer_convolutions(model)["0"]
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        y = model(x)
+        kernels = tracer.trace(lambda: y.backward(grad_y))
+    got = (x if data else conv.weight).grad
+    assert _relative_error(got.double(), expected) < BACKWARD_TOLERANCE.get(algo, 5e-3)
+    ran = module.backward_algorithms[0 if data else 1]
+    if ran == PYTORCH:  # cuDNN does not run it on this layer, and the module says why
+        assert any(algo in reason for reason in module.fallbacks), module.fallbacks
+        return
+    assert ran == algo
+    verdict, candidates = backward_evidence.verify([k.name for k in kernels], algo)
+    assert verdict == "verified", ([k.name for k in kernels], candidates)
+
+
+def test_channels_last_1d_and_3d_layers_take_their_gradients_from_the_chosen_algorithms(cuda):
+    for name, shape in (("video", (2, 3, 8, 32, 32)), ("every_kind", (2, 3, 32, 32))):
+        model = _net(name, cuda).train()
+        x = torch.randn(*shape, device=cuda, requires_grad=True)
+        if name == "every_kind":
+            torch.nn.init.normal_(model.shared.weight, std=0.05)
+            model, x = model.to(memory_format=torch.channels_last), x.detach().to(
+                memory_format=torch.channels_last).requires_grad_()
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            model(x).square().sum().backward()
+            expected = [x.grad.clone()] + [p.grad.clone() for p in model.parameters()]
+            model.zero_grad()
+            x.grad = None
+            force(model, "IMPLICIT_GEMM", math="fma", dgrad="BWD_DATA_ALGO_1", wgrad="BWD_FILTER_ALGO_1")
+            model(x).square().sum().backward()
+        got = [x.grad] + [p.grad for p in model.parameters()]
+        for g, e in zip(got, expected):
+            assert _relative_error(g, e) < 1e-4, name
+        ran = {m.backward_algorithms for m in seer_convolutions(model).values()}
+        assert ("BWD_DATA_ALGO_1", "BWD_FILTER_ALGO_1") in ran, (name, ran)
+
+
+def test_apply_for_training_runs_seers_backward_picks_and_the_gradients_are_pytorchs(cuda):
+    model = _every_kind(cuda).train()
+    x = torch.randn(4, 3, 32, 32, device=cuda, requires_grad=True)
+    model(x).square().sum().backward()
+    expected = [x.grad.clone()] + [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    x.grad = None
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        apply(model, gpu="h200", math="fma", training=True, guard=False)
+        model(x).square().sum().backward()
+    got = [x.grad] + [p.grad for p in model.parameters()]
+    for g, e in zip(got, expected):
+        assert _relative_error(g, e) < 1e-2  # Winograd's transforms, where picked, lose the most
+    ran = [a for m in seer_convolutions(model).values() for a in m.backward_algorithms if a not in (None, PYTORCH)]
+    assert ran and all(get_algorithm(a).pass_ in ("bwd_data", "bwd_filter") for a in ran)
+
+
 # The test network's 'same'-padded even-kernel layer is left to PyTorch, and seer says so.
 @pytest.mark.filterwarnings("ignore:seer. same_even. 'same' padding that pads one side more:UserWarning")
 def test_profile_network_measures_verifies_and_resumes(cuda, tmp_path, monkeypatch):

@@ -192,3 +192,74 @@ def test_a_pass_takes_picks_while_it_is_gpu_bound():
     # Host-bound: only what costs no host time.
     assert pass_picks(candidates, host_ms=5.0, wall_ms=5.0) == {"free"}
     assert pass_picks([], host_ms=1.0, wall_ms=2.0) == set()
+
+
+# -- the backward passes (apply(..., training=True), force(..., dgrad=, wgrad=)) -------------
+def test_force_takes_backward_algorithms_of_their_own_pass():
+    model = torch_nets.every_kind()
+    force(model, "IMPLICIT_GEMM", math="fma", dgrad="BWD_DATA_ALGO_1", wgrad="bwd_filter_algo_3")
+    stem = seer_convolutions(model)["stem"]
+    assert [c.name for c in stem.seer_backward] == ["BWD_DATA_ALGO_1", "BWD_FILTER_ALGO_3"]
+    assert "dgrad=BWD_DATA_ALGO_1, wgrad=BWD_FILTER_ALGO_3" in repr(stem)
+    with pytest.raises(InputError, match="BWD_FILTER_ALGO_1 computes bwd_filter, not bwd_data"):
+        force(torch_nets.every_kind(), "GEMM", dgrad="BWD_FILTER_ALGO_1")
+    with pytest.raises(InputError, match="computes bwd_data, not fwd"):
+        force(torch_nets.every_kind(), "BWD_DATA_ALGO_0")
+
+
+def test_a_backward_choice_is_what_seer_predict_recommends_for_the_pass():
+    from seer.predict.persist import load_model
+    from seer.torch.convolution import PredictedPass
+
+    layers = [ConvShape.square(32, 64, 56, 64, 3, 1, 1), ConvShape.square(32, 256, 56, 512, 1, 2, 0),
+              ConvShape.square(8, 512, 14, 512, 3, 1, 1)]
+    for pass_ in ("bwd_data", "bwd_filter"):
+        model = load_model("h200", math="fma", pass_=pass_)
+        choice = PredictedPass(model, "fma")
+        expected = best_per_layer(model.predict(layers, "fma"))["recommended"].tolist()
+        assert [choice.algorithm(l) or "PYTORCH" for l in layers] == expected
+        sure = PredictedPass(model, "fma", deterministic=True)
+        from seer.algorithms import get_algorithm
+
+        assert all(get_algorithm(a).deterministic for a in map(sure.algorithm, layers) if a is not None)
+        assert choice.describe() == f"seer {pass_}"
+    with pytest.raises(InputError, match="backward pass's model"):
+        PredictedPass(load_model("h200", math="fma"), "fma")
+
+
+def test_apply_for_training_gives_every_module_its_backward_choices_and_pytorch_runs_on_the_cpu():
+    from seer.torch.convolution import PredictedPass
+
+    model = torch_nets.every_kind()
+    x = torch.randn(2, 3, 24, 24, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model(x).square().sum().backward()
+        expected = [x.grad.clone()] + [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        x.grad = None
+        apply(model, gpu="h200", math="fma", training=True)
+        model(x).square().sum().backward()
+    swapped = seer_convolutions(model)
+    assert swapped and all(isinstance(c, PredictedPass) for m in swapped.values() for c in m.seer_backward)
+    assert [c.pass_ for c in swapped["stem"].seer_backward] == ["bwd_data", "bwd_filter"]
+    got = [x.grad] + [p.grad for p in model.parameters()]
+    assert all(torch.equal(g, e) for g, e in zip(got, expected))  # PyTorch's own, on the CPU
+    with pytest.raises(InputError, match="no trained bwd_data model for GPU 'h100'"):
+        apply(torch_nets.every_kind(), gpu="h100", training=True)
+
+
+def test_a_module_stays_pytorchs_only_where_every_pass_leaves_it_to_pytorch():
+    import pandas as pd
+
+    from seer.torch.convolution import Choice, left_to_pytorch
+
+    class Never(Choice):
+        def algorithm(self, layer):
+            return None
+
+    layer = ConvShape.square(2, 3, 24, 8, 3, 1, 1)
+    calls = pd.DataFrame([{"name": "a", **layer.as_dict()}, {"name": "b", **layer.as_dict()}])
+    assert left_to_pytorch(Never(), calls) == {"a", "b"}
+    assert left_to_pytorch(Never(), calls, (Never(), Never())) == {"a", "b"}
+    assert left_to_pytorch(Never(), calls, (None, Fixed("BWD_FILTER_ALGO_1", pass_="bwd_filter"))) == set()

@@ -19,7 +19,10 @@ Where the chosen algorithm cannot run (cuDNN does not support it for the layer, 
 kernel plan refuses it, CuPy is missing, a tensor is not fp32, not on a GPU, or in neither
 layout), PyTorch's own convolution runs instead and the module warns once per reason;
 :attr:`SeerConv2d.fallbacks` keeps the reasons.
-Gradients, where asked for, come from PyTorch's own ``torch.nn.grad`` functions.
+Gradients, where asked for, come from PyTorch's own ``torch.nn.grad`` functions, or, for a
+module given backward choices (``apply(..., training=True)``: :class:`PredictedPass` per
+backward pass), from the chosen cuDNN backward-data and backward-filter algorithms through
+cuDNN's legacy calls (:class:`_BackwardRunner`), on PyTorch's stream and allocator.
 
 :func:`apply` and :func:`force` swap every ``nn.Conv1d/2d/3d`` of a model (exact types: a
 subclass may override ``forward``) for one of these, sharing the parameters, so
@@ -42,7 +45,7 @@ from torch import nn
 from seer.algorithms import Algorithm, get_algorithm, select_algorithms
 from seer.errors import InputError
 from seer.layers.shapes import ConvShape, ShapeError
-from seer.schema import get_math_mode
+from seer.schema import PYTORCH_CHOICE, get_math_mode
 from seer.torch.layers import layer_of_call
 
 #: What runs a layer where no algorithm is chosen, or the chosen one cannot run.
@@ -74,9 +77,12 @@ class Fixed(Choice):
 
     name: str
     math: str = "default"
+    pass_: str = "fwd"
 
     def __post_init__(self) -> None:
         algo = _algorithm(self.name)
+        if algo.pass_ != self.pass_:
+            raise InputError(f"{algo.name} computes {algo.pass_}, not {self.pass_}", field="algo")
         self.name = algo.name
         self.math = get_math_mode(self.math).name
 
@@ -224,6 +230,47 @@ class Predicted(Choice):
 
     def describe(self) -> str:
         return "seer"
+
+
+@dataclass
+class PredictedPass(Choice):
+    """seer's recommendation for one backward pass of a layer (``seer predict --pass``'s
+    ``recommended``: the pick where it is surely faster than PyTorch's own dgrad or wgrad,
+    else None for PyTorch's), predicted once per distinct layer; ``deterministic`` leaves
+    out the algorithms whose repeated calls may differ in their last bits."""
+
+    model: object  # seer.predict.model.Model of a backward pass
+    math: str = "default"
+    guard: bool = True
+    deterministic: bool = False
+
+    def __post_init__(self) -> None:
+        self.math = get_math_mode(self.math).name
+        self.pass_ = self.model.pass_
+        if self.pass_ == "fwd":
+            raise InputError("a backward choice needs a backward pass's model", field="pass")
+        algorithms = self.model.predictor(self.math).algorithms
+        self._ranked = [a for a in algorithms if get_algorithm(a).deterministic] if self.deterministic else None
+        self._lock = threading.Lock()
+        self.picks: dict[ConvShape, str | None] = {}
+
+    def prepare(self, layers: Iterable[ConvShape]) -> None:
+        with self._lock:
+            new = sorted({layer for layer in layers if layer not in self.picks})
+            if not new:
+                return
+            best = self.model.pick(new, self.math, algorithms=self._ranked)
+            column = "recommended" if self.guard else "best_algo"
+            for layer, algo in zip(new, best[column]):
+                self.picks[layer] = None if pd.isna(algo) or algo == PYTORCH_CHOICE else str(algo)
+
+    def algorithm(self, layer: ConvShape) -> str | None:
+        if layer not in self.picks:
+            self.prepare([layer])
+        return self.picks[layer]
+
+    def describe(self) -> str:
+        return f"seer {self.pass_}"
 
 
 def pass_picks(candidates: Iterable[tuple[object, float, float]], host_ms: float, wall_ms: float) -> set:
@@ -425,6 +472,60 @@ class _OwnRunner(_Runner):
         self._launch.enqueue(x.data_ptr(), w.data_ptr(), y.data_ptr(), stream)
 
 
+class _BackwardRunner:
+    """Runs one layer's backward-data (dx from w and dy) or backward-filter (dw from x and dy)
+    pass by one cuDNN algorithm, through cuDNN's legacy call (no graph-API engines are known
+    for the backward algorithms), built once: descriptors and the workspace size."""
+
+    path = "legacy"
+
+    def __init__(self, layer: ConvShape, layout: str, device: torch.device, dims: int, algo: Algorithm,
+                 math: str) -> None:
+        self.layout, self.device, self.dims, self.pass_ = layout, device, dims, algo.pass_
+        self.device_index = device.index
+        self.state = _device_state(device)
+        self.problem = self.state.cudnn.ConvolutionProblem(self.state.legacy_handle, layer, math, layout)
+        self.algo = algo.enum
+        self.workspace_bytes = self.problem.backward_workspace_size(self.pass_, self.algo)
+
+    def __call__(self, known: torch.Tensor, grad_y: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        """The gradient of ``like`` (the input for dgrad, the filter for wgrad: its shape and
+        strides) from ``known`` (the filter for dgrad, the input for wgrad) and ``grad_y``."""
+        if torch.cuda.current_device() != self.device_index:
+            with torch.cuda.device(self.device_index):
+                return self(known, grad_y, like)
+        if self.dims == 1:  # as the forward: a 1D convolution is a 2D one of height 1
+            known, grad_y, like = known.unsqueeze(-2), grad_y.unsqueeze(-2), like.unsqueeze(-2)
+        # dy must be packed as the descriptors say: autograd may hand over any strides.
+        grad_y = grad_y.contiguous(memory_format=_CHANNELS_LAST[grad_y.dim() - 2] if self.layout == "nhwc"
+                                   else torch.contiguous_format)
+        out = like.new_empty_strided(like.shape, like.stride())
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        self.state.legacy_handle.set_stream(stream)
+        size = self.workspace_bytes
+        workspace = self.state.workspace(stream, size) if size else 0
+        self.problem.backward(self.pass_, self.algo, known.data_ptr(), grad_y.data_ptr(), out.data_ptr(),
+                              workspace, size)
+        return out.squeeze(-2) if self.dims == 1 else out
+
+
+class _PyTorchForward:
+    """PyTorch's own forward convolution as a runner: for a layer whose forward stays
+    PyTorch's while a backward pass runs a chosen algorithm."""
+
+    path = "pytorch"
+
+    def __init__(self, call: "_Call") -> None:
+        self.call = call
+
+    def shaped(self, bias: torch.Tensor | None) -> torch.Tensor | None:
+        return bias
+
+    def __call__(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        c = self.call
+        return _FUNCTIONAL[c.dims](x, w, bias, c.stride, c.padding, c.dilation, c.groups)
+
+
 #: Workspaces up to this size are kept between calls, one per stream (a call then costs no
 #: allocation); larger ones come from PyTorch's caching allocator per call, as PyTorch's own.
 KEPT_WORKSPACE_BYTES = 64 << 20
@@ -513,6 +614,17 @@ def _runner(layer: ConvShape, algo: Algorithm, math: str, layout: str, device: t
     return runner
 
 
+def _backward_runner(layer: ConvShape, algo: Algorithm, math: str, layout: str, device: torch.device,
+                     dims: int) -> _BackwardRunner:
+    """The runner of ``layer``'s backward pass by ``algo``, built at first use (per thread);
+    CudnnError where cuDNN cannot run it."""
+    runners = _local.__dict__.setdefault("runners", {})
+    key = (layer, algo.name, math, layout, device, dims)
+    if key not in runners:
+        runners[key] = _BackwardRunner(layer, layout, device, dims, algo, math)
+    return runners[key]
+
+
 @dataclass(frozen=True)
 class _Call:
     """The arguments of one convolution call besides its tensors."""
@@ -540,27 +652,34 @@ def _layout(x: torch.Tensor, weight: torch.Tensor, dims: int) -> str | None:
     return None
 
 
-def _backward(call: _Call, x, weight, grad_y, needs_input_grad, has_bias):
+def _backward(call: _Call, x, weight, grad_y, needs_input_grad, has_bias, runners=(None, None)):
+    """The gradients of input, weight and bias: by the backward ``runners`` (dgrad, wgrad)
+    where given, else by PyTorch's own functions."""
     grad_input_fn, grad_weight_fn = _GRADIENTS[call.dims]
     args = (call.stride, call.padding, call.dilation, call.groups)
-    grad_x = grad_input_fn(x.shape, weight, grad_y, *args) if needs_input_grad[0] else None
-    grad_w = grad_weight_fn(x, weight.shape, grad_y, *args) if needs_input_grad[1] else None
+    dgrad, wgrad = runners
+    grad_x = grad_w = None
+    if needs_input_grad[0]:
+        grad_x = dgrad(weight, grad_y, x) if dgrad is not None else grad_input_fn(x.shape, weight, grad_y, *args)
+    if needs_input_grad[1]:
+        grad_w = wgrad(x, grad_y, weight) if wgrad is not None else grad_weight_fn(x, weight.shape, grad_y, *args)
     grad_b = grad_y.sum(dim=[0, *range(2, grad_y.dim())]) if has_bias and needs_input_grad[2] else None
     return grad_x, grad_w, grad_b
 
 
 class _Convolution(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, call: _Call, runner: _Runner):
+    def forward(ctx, x, weight, bias, call: _Call, runner: _Runner, backward=(None, None)):
         y = runner(x, weight, runner.shaped(bias))
         ctx.save_for_backward(x, weight)
-        ctx.call, ctx.has_bias = call, bias is not None
+        ctx.call, ctx.has_bias, ctx.runners = call, bias is not None, backward
         return y
 
     @staticmethod
     def backward(ctx, grad_y):
         x, weight = ctx.saved_tensors
-        return (*_backward(ctx.call, x, weight, grad_y, ctx.needs_input_grad, ctx.has_bias), None, None)
+        return (*_backward(ctx.call, x, weight, grad_y, ctx.needs_input_grad, ctx.has_bias, ctx.runners),
+                None, None, None)
 
 
 def _needs_grad(x, weight, bias) -> bool:
@@ -568,9 +687,9 @@ def _needs_grad(x, weight, bias) -> bool:
                                         or (bias is not None and bias.requires_grad))
 
 
-def _run(x, weight, bias, call: _Call, runner: _Runner) -> torch.Tensor:
+def _run(x, weight, bias, call: _Call, runner: _Runner, backward=(None, None)) -> torch.Tensor:
     if _needs_grad(x, weight, bias):
-        return _Convolution.apply(x, weight, bias, call, runner)
+        return _Convolution.apply(x, weight, bias, call, runner, backward)
     return runner(x, weight, runner.shaped(bias))
 
 
@@ -666,11 +785,16 @@ class _SeerConv:
     """
 
     @classmethod
-    def from_conv(cls, conv: nn.Module, choice: Choice, name: str = "", nvtx: bool = False):
+    def from_conv(cls, conv: nn.Module, choice: Choice, name: str = "", nvtx: bool = False,
+                  backward: tuple = (None, None)):
         """A module of this class with ``conv``'s configuration and its very parameters;
-        with ``nvtx``, each call is an NVTX range named ``seer:<name>:<algorithm>``."""
+        with ``nvtx``, each call is an NVTX range named ``seer:<name>:<algorithm>``;
+        ``backward``: the choices of the backward-data and backward-filter passes (None:
+        PyTorch's own gradients)."""
         new = _configured_like(cls, conv)
         new.seer_choice, new.seer_name, new.seer_nvtx = choice, name, nvtx
+        new.seer_backward = tuple(backward)
+        new.backward_algorithms = (None, None)  # of the last call that asked for gradients
         new.fallbacks = {}
         new._last = [None]  # the last call's algorithm; a list, so a call sets it cheaply
         new._bias_view = (None, 0, None)  # (bias, its data pointer, its view as the output adds it)
@@ -728,8 +852,10 @@ class _SeerConv:
             else:
                 name = self.seer_choice.algorithm(layer)
                 algo = None if name is None else get_algorithm(name)
+                backward = tuple(None if choice is None or (n := choice.algorithm(layer)) is None
+                                 else get_algorithm(n) for choice in self.seer_backward)
                 refused = _refusal(algo, layer, layout)
-                self._plans[key] = (_Plan(padding, layer, algo) if refused is None else
+                self._plans[key] = (_Plan(padding, layer, algo, backward=backward) if refused is None else
                                     _Plan(padding, problem=f"{algo.name} cannot run this layer ({refused})"))
         return self._plans[key]
 
@@ -779,14 +905,22 @@ class _SeerConv:
             self._fall_back(plan.problem)
             return self._pytorch(x, plan.padding)
         algo = plan.algorithm
-        if algo is None:  # the choice leaves this layer to PyTorch
-            if self.padding_mode == "zeros" and not isinstance(self.padding, str) and not self.seer_nvtx:
+        backward = plan.backward if _needs_grad(x, self.weight, self.bias) else (None, None)
+        if algo is None and backward == (None, None):  # the choice leaves this layer to PyTorch
+            if self.padding_mode == "zeros" and not isinstance(self.padding, str) and not self.seer_nvtx \
+                    and plan.backward == (None, None):
                 self._fast[key] = (PYTORCH, None)
             return self._pytorch(x, plan.padding)
+        dims = len(self.kernel_size)
+        if algo is None:  # PyTorch's forward, a chosen algorithm's backward
+            call = _Call(dims, tuple(self.stride), plan.padding, tuple(self.dilation), self.groups)
+            y = _run(x, self.weight, self.bias, call, _PyTorchForward(call),
+                     self._backward_runners(plan, layout, x.device, dims))
+            self._last[0] = PYTORCH
+            return y
         if layout == "nhwc" and algo.source == "cupy" and any(t.data_ptr() % 16 for t in (x, self.weight)):
             self._fall_back(f"{algo.name} needs channels-last tensors on 16-byte boundaries")
             return self._pytorch(x, plan.padding)
-        dims = len(self.kernel_size)
         call = _Call(dims, tuple(self.stride), plan.padding, tuple(self.dilation), self.groups)
         if convolution_op is not None and _compiling():
             self._last[0] = algo.name
@@ -796,7 +930,8 @@ class _SeerConv:
             torch.cuda.nvtx.range_push(f"seer:{self.seer_name}:{algo.name}")
         try:
             runner = _runner(plan.layer, algo, self.seer_choice.math, layout, x.device, dims)
-            y = _run(x, self.weight, self.bias, call, runner)
+            y = _run(x, self.weight, self.bias, call, runner,
+                     self._backward_runners(plan, layout, x.device, dims) if backward != (None, None) else (None, None))
         except ImportError as exc:  # CuPy, which seer's own kernels need, is not installed
             self._fall_back(f"{algo.name} needs CuPy ({exc})")
             return self._pytorch(x, plan.padding)
@@ -819,6 +954,24 @@ class _SeerConv:
             self._fast[key] = (algo.name, runner)
         return y
 
+    def _backward_runners(self, plan: "_Plan", layout: str, device: torch.device, dims: int) -> tuple:
+        """The runners of the plan's backward algorithms; PyTorch's gradient (None) for a pass
+        whose algorithm cuDNN cannot run here (recorded as a fallback)."""
+        from seer.gpu.cudnn import CudnnError
+
+        runners, ran = [], []
+        for algo in plan.backward:
+            runner = None
+            if algo is not None:
+                try:
+                    runner = _backward_runner(plan.layer, algo, self.seer_choice.math, layout, device, dims)
+                except CudnnError as exc:
+                    self._fall_back(f"{algo.name} cannot run this layer's {algo.pass_} ({exc})")
+            runners.append(runner)
+            ran.append(algo.name if runner is not None else PYTORCH)
+        self.backward_algorithms = tuple(ran)
+        return tuple(runners)
+
     def _pytorch(self, x: torch.Tensor, padding=None) -> torch.Tensor:
         """PyTorch's own convolution; with ``padding``, x is already padded by padding_mode."""
         self._last[0] = PYTORCH
@@ -828,7 +981,9 @@ class _SeerConv:
                                                   self.dilation, self.groups)
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, algorithm={self.seer_choice.describe()}, math={self.seer_choice.math}"
+        backward = "".join(f", {name}={c.describe()}" for name, c in zip(("dgrad", "wgrad"), self.seer_backward)
+                           if c is not None)
+        return f"{super().extra_repr()}, algorithm={self.seer_choice.describe()}{backward}, math={self.seer_choice.math}"
 
 
 def _refusal(algo: Algorithm | None, layer: ConvShape, layout: str) -> str | None:
@@ -850,6 +1005,7 @@ class _Plan:
     layer: ConvShape | None = None
     algorithm: object = None  # seer.algorithms.Algorithm
     problem: str | None = None
+    backward: tuple = (None, None)  # the backward-data and backward-filter algorithms (None: PyTorch's)
 
 
 def _configured_like(cls, conv: nn.Module) -> nn.Module:
@@ -888,36 +1044,47 @@ def _swap(model: nn.Module, make) -> None:
                 setattr(parent, child_name, new)
 
 
-def swap_in(model: nn.Module, choice: Choice, nvtx: bool = False, keep: Iterable[str] = ()) -> nn.Module:
+def swap_in(model: nn.Module, choice: Choice, nvtx: bool = False, keep: Iterable[str] = (),
+            backward: tuple = (None, None)) -> nn.Module:
     """Run what ``choice`` names on every ``nn.Conv1d/2d/3d`` of ``model`` but those named in
-    ``keep``, which stay PyTorch's own modules (swapped in place; returned)."""
+    ``keep``, which stay PyTorch's own modules (swapped in place; returned); ``backward``:
+    the choices of the backward-data and backward-filter passes (None: PyTorch's gradients)."""
     if type(model) in SWAPS:
         raise InputError("give the model that holds the convolution, not the convolution itself", field="model")
     keep = set(keep)
-    _swap(model, lambda m, name: SWAPS[type(m)].from_conv(m, choice, name, nvtx)
+    _swap(model, lambda m, name: SWAPS[type(m)].from_conv(m, choice, name, nvtx, backward)
           if type(m) in SWAPS and name not in keep else None)
     return model
 
 
-def left_to_pytorch(choice: Choice, calls: pd.DataFrame) -> set[str]:
+def left_to_pytorch(choice: Choice, calls: pd.DataFrame, backward: Iterable[Choice | None] = ()) -> set[str]:
     """Names of the modules all of whose calls (``conv_calls(...).layers``: a ``name`` and the
-    layer fields per call) ``choice`` leaves to PyTorch: they need not be swapped at all. A
-    name may be a module whose own code calls ``F.conv*d``, which is never swapped anyway."""
+    layer fields per call) ``choice`` and the ``backward`` choices leave to PyTorch: they need
+    not be swapped at all. A name may be a module whose own code calls ``F.conv*d``, which is
+    never swapped anyway."""
+    choices = [choice, *(c for c in backward if c is not None)]
     decided: dict[str, set] = {}
     for row in calls.to_dict("records"):
-        decided.setdefault(row["name"], set()).add(choice.algorithm(ConvShape.from_mapping(row)))
+        layer = ConvShape.from_mapping(row)
+        decided.setdefault(row["name"], set()).update(c.algorithm(layer) for c in choices)
     return {name for name, picks in decided.items() if picks == {None}}
 
 
-def force(model: nn.Module, algorithm: str, math: str = "default", nvtx: bool = False) -> nn.Module:
+def force(model: nn.Module, algorithm: str, math: str = "default", nvtx: bool = False, *,
+          dgrad: str | None = None, wgrad: str | None = None) -> nn.Module:
     """Run ``algorithm`` (cuDNN's, or one of seer's own kernels, which need CuPy) on every
-    ``nn.Conv1d/2d/3d`` of ``model`` (swapped in place; returned)."""
-    return swap_in(model, Fixed(algorithm, math), nvtx)
+    ``nn.Conv1d/2d/3d`` of ``model`` (swapped in place; returned); ``dgrad`` and ``wgrad``
+    name cuDNN's backward-data and backward-filter algorithms for the gradients (None:
+    PyTorch's own)."""
+    backward = tuple(None if name is None else Fixed(name, math, pass_)
+                     for name, pass_ in ((dgrad, "bwd_data"), (wgrad, "bwd_filter")))
+    return swap_in(model, Fixed(algorithm, math), nvtx, backward=backward)
 
 
 def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_shape: Sequence[int] | None = None,
           models_dir=None, seer_model=None, nvtx: bool = False, algorithms: str = "cudnn",
-          guard: bool = True, cuda_graphs: bool = False) -> nn.Module:
+          guard: bool = True, cuda_graphs: bool = False, training: bool = False,
+          deterministic: bool | None = None) -> nn.Module:
     """Run seer's predicted-fastest algorithm on every ``nn.Conv1d/2d/3d`` of ``model``.
 
     The pick is among ``algorithms``: cuDNN's by default (what PyTorch itself runs), or
@@ -930,13 +1097,27 @@ def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_s
     weighed for the whole pass, host time against GPU time (:meth:`Predicted.decide_pass`),
     and a module all of whose layers stay PyTorch's is not swapped at all. With
     ``cuda_graphs`` (the model will run captured, by ``torch.cuda.graph`` or
-    ``torch.compile(mode="reduce-overhead")``), the guard leaves out host time.
+    ``torch.compile(mode="reduce-overhead")``), the guard leaves out host time. With
+    ``training``, the gradients too run seer's recommended backward-data and backward-filter
+    algorithms (:class:`PredictedPass`, the models of ``gpu``'s backward passes), through
+    cuDNN's legacy calls; ``deterministic`` (default: what
+    ``torch.are_deterministic_algorithms_enabled()`` says) leaves out those whose repeated
+    calls may differ.
     """
     if seer_model is None:
         from seer.predict.persist import load_model
 
         seer_model = load_model(gpu, math=math, models_dir=models_dir)
     choice = Predicted(seer_model, math, algorithms=algorithms, guard=guard, captured=cuda_graphs)
+    backward: tuple = (None, None)
+    if training:
+        from seer.predict.persist import load_model
+
+        if deterministic is None:
+            deterministic = torch.are_deterministic_algorithms_enabled()
+        backward = tuple(PredictedPass(load_model(gpu, math=math, models_dir=models_dir, pass_=pass_), math,
+                                       guard=guard, deterministic=deterministic)
+                         for pass_ in ("bwd_data", "bwd_filter"))
     keep: set[str] = set()
     if input_shape is not None:
         from seer.torch.layers import conv_calls
@@ -944,12 +1125,15 @@ def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_s
         calls = conv_calls(model, input_shape).layers
         layers = [ConvShape.from_mapping(row) for row in calls.to_dict("records")]
         choice.prepare(layers)
+        for pass_choice in backward:
+            if pass_choice is not None:
+                pass_choice.prepare(layers)
         if guard and torch.cuda.is_available():  # the guard asks cuDNN, on the GPU
             example = _example(model, input_shape)
             if example is not None and not cuda_graphs:
                 choice.decide_pass(layers, *eager_pass_times(model, example))
-            keep = left_to_pytorch(choice, calls)
-    return swap_in(model, choice, nvtx, keep)
+            keep = left_to_pytorch(choice, calls, backward)
+    return swap_in(model, choice, nvtx, keep, backward)
 
 
 def _example(model: nn.Module, input_shape: Sequence[int]) -> torch.Tensor | None:
