@@ -246,15 +246,24 @@ class ShapeTensors:
     layout : {"nchw", "nhwc"}, default="nchw"
         Memory order of ``x``, ``w`` and ``y`` (:data:`seer.layers.shapes.LAYOUTS`); the same
         values in either.
+    x : cupy.ndarray, optional
+        The input's values (float32, NC[D]HW), instead of random normal ones: an input of a
+        given sparsity (:func:`seer.layers.sparsity.sparse_input`).
     """
 
-    def __init__(self, shape: ConvShape, seed: int, reference: bool = True, layout: str = "nchw") -> None:
+    def __init__(self, shape: ConvShape, seed: int, reference: bool = True, layout: str = "nchw",
+                 x: cp.ndarray | None = None) -> None:
         self.shape, self.layout = shape, layout
         self._order = shape.layout_order(layout)
         rng = cp.random.default_rng(seed)
         self.x_dims, self.w_dims, self.y_dims = (tuple(dims[a] for a in self._order) for dims in
                                                  (shape.input_dims, shape.filter_dims, shape.output_dims))
-        x = rng.standard_normal(shape.input_dims, dtype=cp.float32)
+        given = x
+        x = rng.standard_normal(shape.input_dims, dtype=cp.float32)  # drawn anyway: the filter stays the seed's
+        if given is not None:  # the input's values (NC[D]HW), e.g. of a given sparsity
+            if tuple(given.shape) != tuple(shape.input_dims) or given.dtype != cp.float32:
+                raise ValueError(f"the input must be float32 of {shape.input_dims}, got {given.dtype} {given.shape}")
+            x = given
         w = rng.standard_normal(shape.filter_dims, dtype=cp.float32)
         self.x = cp.ascontiguousarray(x.transpose(self._order))
         self.w = cp.ascontiguousarray(w.transpose(self._order))

@@ -1,0 +1,79 @@
+"""Inputs with a given share of zeros, as ReLU leaves them in a network's feature maps.
+
+A layer's ``sparsity`` is the fraction of its input's values that are zero. Two patterns
+are made, with NumPy or CuPy alike (``xp``):
+
+``uniform``
+    independent zeros: each value of a random normal tensor is zero with probability
+    ``sparsity`` (the fraction made is recorded, not assumed);
+``relu``
+    zeros in patches, as a rectified feature map has them: a random normal field per
+    (image, channel), smoothed over the spatial axes with a Gaussian of
+    :data:`RELU_CORRELATION_PIXELS`, shifted so that a ``sparsity`` share of it lies below
+    zero, then rectified (``max(field, 0)``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+PATTERNS = ("uniform", "relu")
+#: The standard deviation, in pixels, of the Gaussian that smooths a ``relu`` field: zeros
+#: then come in patches a few pixels wide, as in the early layers of an image network.
+RELU_CORRELATION_PIXELS = 2.0
+
+
+def check_sparsity(sparsity: float) -> float:
+    """``sparsity`` as a float in [0, 1); ValueError otherwise (1 would leave nothing to convolve)."""
+    value = float(sparsity)
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"sparsity must lie in [0, 1), got {sparsity!r}")
+    return value
+
+
+def sparse_input(shape: Sequence[int], sparsity: float, pattern: str = "uniform", seed: int = 0,
+                 xp: Any = np) -> Any:
+    """A float32 tensor of ``shape`` (N, C, spatial...) whose share of zeros is about
+    ``sparsity``, in ``pattern`` (:data:`PATTERNS`), on ``xp``'s device (NumPy or CuPy)."""
+    sparsity = check_sparsity(sparsity)
+    if pattern not in PATTERNS:
+        raise ValueError(f"unknown sparsity pattern {pattern!r}; choose one of {', '.join(PATTERNS)}")
+    if len(shape) < 3:
+        raise ValueError(f"an input is (N, C, spatial...), got shape {tuple(shape)}")
+    rng = xp.random.default_rng(seed)
+    if pattern == "uniform":
+        x = rng.standard_normal(tuple(shape), dtype=xp.float32)
+        if sparsity:
+            x[rng.random(tuple(shape), dtype=xp.float32) < sparsity] = 0
+        return x
+    field = _smoothed(rng.standard_normal(tuple(shape), dtype=xp.float32), RELU_CORRELATION_PIXELS, xp)
+    # Per (image, channel), shift the field so that the asked share lies below zero.
+    flat = field.reshape(shape[0] * shape[1], -1)
+    cut = xp.quantile(flat, sparsity, axis=1, keepdims=True) if sparsity else flat.min(axis=1, keepdims=True) - 1
+    return xp.maximum(flat - cut.astype(xp.float32), 0).reshape(tuple(shape)).astype(xp.float32)
+
+
+def zero_fraction(x: Any) -> float:
+    """The share of ``x``'s values that are zero."""
+    return float((x == 0).sum()) / x.size
+
+
+def _smoothed(noise: Any, sigma: float, xp: Any) -> Any:
+    """``noise`` convolved with a Gaussian of ``sigma`` pixels over its spatial axes
+    (periodic, through the FFT), scaled back to unit variance."""
+    axes = tuple(range(2, noise.ndim))
+    spectrum = xp.fft.rfftn(noise, axes=axes)
+    gain = None
+    for i, axis in enumerate(axes):
+        size = noise.shape[axis]
+        freq = xp.fft.rfftfreq(size) if i == len(axes) - 1 else xp.fft.fftfreq(size)
+        g = xp.exp(-2 * (np.pi * sigma * freq) ** 2).astype(xp.float32)
+        view = [1] * noise.ndim
+        view[axis] = g.shape[0]
+        g = g.reshape(view)
+        gain = g if gain is None else gain * g
+    out = xp.fft.irfftn(spectrum * gain, s=[noise.shape[a] for a in axes], axes=axes).astype(xp.float32)
+    std = out.std()
+    return out / std if std > 0 else out

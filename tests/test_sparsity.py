@@ -1,0 +1,42 @@
+"""Inputs of a given sparsity (:mod:`seer.layers.sparsity`): the share of zeros asked for,
+in independent zeros or in patches as a rectified feature map has them."""
+
+import numpy as np
+import pytest
+
+from seer.layers.sparsity import PATTERNS, sparse_input, zero_fraction
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+@pytest.mark.parametrize("sparsity", [0.0, 0.5, 0.9, 0.99])
+def test_the_share_of_zeros_is_the_one_asked_for(pattern, sparsity):
+    x = sparse_input((4, 16, 56, 56), sparsity, pattern, seed=1)
+    assert x.dtype == np.float32 and x.shape == (4, 16, 56, 56)
+    assert zero_fraction(x) == pytest.approx(sparsity, abs=0.005)
+
+
+def test_relu_zeros_come_in_patches_and_the_rest_is_positive():
+    def neighbour_zero(x):
+        zero = x == 0
+        return (zero[..., 1:] & zero[..., :-1]).sum() / zero[..., :-1].sum()
+
+    relu = sparse_input((2, 4, 64, 64), 0.7, "relu", seed=0)
+    uniform = sparse_input((2, 4, 64, 64), 0.7, "uniform", seed=0)
+    assert (relu >= 0).all() and (uniform < 0).any()
+    assert neighbour_zero(uniform) == pytest.approx(0.7, abs=0.02)  # independent zeros
+    assert neighbour_zero(relu) > 0.9                                 # a zero's neighbour is mostly zero too
+
+
+def test_every_image_and_channel_has_its_share_and_3d_inputs_work():
+    x = sparse_input((3, 5, 8, 16, 16), 0.8, "relu", seed=2)
+    per_map = (x == 0).reshape(15, -1).mean(axis=1)
+    assert np.allclose(per_map, 0.8, atol=0.01)
+    assert not np.array_equal(x, sparse_input((3, 5, 8, 16, 16), 0.8, "relu", seed=3))
+    assert np.array_equal(x, sparse_input((3, 5, 8, 16, 16), 0.8, "relu", seed=2))  # seeded
+
+
+@pytest.mark.parametrize("args, message", [((1.0,), "sparsity must lie in"), ((-0.1,), "sparsity must lie in"),
+                                           ((0.5, "blocks"), "unknown sparsity pattern")])
+def test_impossible_sparsities_and_unknown_patterns_are_refused(args, message):
+    with pytest.raises(ValueError, match=message):
+        sparse_input((1, 2, 8, 8), *args)
