@@ -90,21 +90,24 @@ def main(argv: list[str] | None = None) -> int:
     from seer.gpu.timing import BurstTimer
 
     timer = BurstTimer()
-    layers = read_layers(args.layers).drop_duplicates().head(args.limit)
+    shapes = list(dict.fromkeys(ConvShape.from_mapping(row) for row in read_layers(args.layers).to_dict("records")))
     results = []
-    for row in layers.to_dict("records"):
-        shape = ConvShape.from_mapping(row)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for shape in shapes[:args.limit]:
         rows = [time_layer(shape, float(s), args.pattern, args.math, timer) for s in args.sparsity.split(",")]
         results.append({"layer": shape.as_dict(), "rows": rows, "breakeven": breakeven(rows)})
         print(shape, "break-even", results[-1]["breakeven"], flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
+        write(args, results)  # after every layer: a run cut short keeps what it measured
+    return 0
+
+
+def write(args: argparse.Namespace, results: list[dict]) -> None:
     (args.out / "sparse-breakeven.json").write_text(json.dumps({"command": " ".join(sys.argv), "pattern": args.pattern,
                                                                 "math": args.math, "layers": results}, indent=1))
     lines = ["| layer | break-even sparsity |", "|---|---|"] + [
         f"| {ConvShape.from_mapping(r['layer'])} | {r['breakeven'] if r['breakeven'] is not None else 'none'} |"
         for r in results]
     (args.out / "sparse-breakeven.md").write_text("\n".join(lines) + "\n")
-    return 0
 
 
 if __name__ == "__main__":
