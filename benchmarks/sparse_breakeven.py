@@ -5,7 +5,7 @@
 
 For each layer of the file (the first ``--limit``), each sparsity and the pattern
 (:mod:`seer.layers.sparsity`), on inputs of that sparsity: every cuDNN forward algorithm
-that runs the layer, ``scatter`` and, on 1x1 stride-1 layers, ``pointwise``
+that runs the layer, ``gather``, ``scatter`` and, on 1x1 stride-1 layers, ``pointwise``
 (:mod:`seer.gpu.sparse_kernels`), each checked against float64 and timed as the collector
 times (bursts behind a spinning kernel; finding the non-zeros is part of a sparse call).
 Per layer, the break-even sparsity: the lowest at which a sparse kernel beats the fastest
@@ -61,6 +61,7 @@ def time_layer(shape: ConvShape, sparsity: float, pattern: str, math: str, timer
                 continue
             timed(algo, call)
             del workspace
+    timed("SEER_SPARSE_GATHER", lambda: sparse_kernels.gather(shape, tensors.x, tensors.w, tensors.y))
     timed("SEER_SPARSE_SCATTER", lambda: sparse_kernels.scatter(shape, tensors.x, tensors.w, tensors.y))
     if sparse_kernels.pointwise_refusal(shape) is None:
         timed("SEER_SPARSE_POINTWISE", lambda: sparse_kernels.pointwise(shape, tensors.x, tensors.w, tensors.y))

@@ -36,7 +36,7 @@ def test_pointwise_refuses_what_is_not_a_1x1_stride_1_layer():
     assert "stride 1" in pointwise_refusal(ConvShape.square(1, 8, 8, 8, 1, 2, 0))
 
 
-SCATTER_LAYERS = {
+SPARSE_LAYERS = {
     "3x3": ConvShape.square(4, 32, 28, 48, 3, 1, 1),
     "3x3 stride 2": ConvShape.square(4, 32, 28, 48, 3, 2, 1),
     "5x5 dilated": ConvShape(batch=2, in_ch=16, out_ch=16, in_h=20, in_w=24, kernel_h=5, kernel_w=5, pad_h=4,
@@ -53,15 +53,16 @@ SCATTER_LAYERS = {
 
 @pytest.mark.parametrize("pattern", PATTERNS)
 @pytest.mark.parametrize("sparsity", [0.0, 0.9, 0.99])
-@pytest.mark.parametrize("name", list(SCATTER_LAYERS))
-def test_scatter_checks_against_float64_on_every_layer_kind(name, sparsity, pattern):
+@pytest.mark.parametrize("name", list(SPARSE_LAYERS))
+@pytest.mark.parametrize("kernel", ["scatter", "gather"])
+def test_sparse_kernels_check_against_float64_on_every_layer_kind(kernel, name, sparsity, pattern):
     import cupy as cp
 
+    from seer.gpu import sparse_kernels
     from seer.gpu.reference import ShapeTensors
-    from seer.gpu.sparse_kernels import scatter
 
-    shape = SCATTER_LAYERS[name]
+    shape = SPARSE_LAYERS[name]
     tensors = ShapeTensors(shape, seed=0, x=sparse_input(shape.input_dims, sparsity, pattern, seed=0, xp=cp))
     tensors.poison_output()
-    scatter(shape, tensors.x, tensors.w, tensors.y)
+    getattr(sparse_kernels, kernel)(shape, tensors.x, tensors.w, tensors.y)
     assert tensors.relative_error() < 1e-5, name

@@ -1,5 +1,14 @@
 """seer's sparse forward convolutions: they skip the zeros of the input (GPU hosts, CuPy).
 
+``gather`` takes any layer (kernel size, stride, padding, dilation, groups, 2D or 3D),
+NC[D]HW, and writes each output once, with no atomics: it first lists, per input pixel and
+block of 32 channels, the channels that are not zero and their values (one pass over the
+input, into buffers the size of the input; no count travels to the host), then one thread per
+(output position, output channel) walks the lists of the pixels its filter covers and adds
+value x filter tap in a register. A block of threads shares one output position, so every
+list entry it reads is one broadcast load, and the filter, laid out channel-last once per
+call, is read in whole lines. Its work is proportional to the non-zeros under each filter.
+
 ``scatter`` takes any layer (kernel size, stride, padding, dilation, groups, 2D or 3D),
 NC[D]HW: it finds the input's non-zeros (their flat indices and values), zeroes the output,
 and one thread per (non-zero, output channel of its group) adds the value times each filter
@@ -89,6 +98,111 @@ def scatter(shape: ConvShape, x: cp.ndarray, w: cp.ndarray, y: cp.ndarray) -> No
 @lru_cache(maxsize=1)
 def _scatter_kernel() -> cp.RawKernel:
     return cp.RawKernel(_SCATTER_SOURCE, "seer_sparse_scatter")
+
+
+_GATHER_SOURCE = r"""
+// Input x[N][G*cg][P] (P = D*H*W). Per (n, g, chunk of 32 channels, pixel): how many of the
+// chunk's channels are not zero, and which (cols) with their values (vals), stored at
+// [(n*G + g)*cg + chunk*32 + j][p], so that threads of consecutive pixels write consecutive words.
+extern "C" __global__ void seer_sparse_list(
+    const float* x, int* cols, float* vals, int* counts, const long long NG, const int cg,
+    const int chunks, const long long P)
+{
+    const long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (t >= NG * chunks * P) return;
+    const long long p = t % P;
+    const long long row = t / P;                  // (n*G + g) * chunks + chunk
+    const int chunk = (int)(row % chunks);
+    const long long ng = row / chunks;
+    const int first = chunk * 32, last = min(cg, first + 32);
+    const long long base = (ng * cg + first) * P + p;
+    int j = 0;
+    for (int c = first; c < last; ++c) {
+        const float v = x[(ng * cg + c) * P + p];
+        if (v != 0.0f) {
+            cols[base + j * P] = c;
+            vals[base + j * P] = v;
+            ++j;
+        }
+    }
+    counts[t] = j;
+}
+
+// One block per (n, output position) and block of output channels of group g = blockIdx.z;
+// one thread per output channel k of the group. wt[g][c][tap][k]: the filter, channel-last.
+extern "C" __global__ void seer_sparse_gather(
+    const int* cols, const float* vals, const int* counts, const float* wt, float* y,
+    const int G, const int cg, const int kg, const int chunks,
+    const int D, const int H, const int W, const int T, const int R, const int S,
+    const int OD, const int OH, const int OW, const int sd, const int sh, const int sw,
+    const int pd, const int ph, const int pw, const int dd, const int dh, const int dw)
+{
+    const int k = blockIdx.y * blockDim.x + threadIdx.x;
+    if (k >= kg) return;
+    const int g = blockIdx.z;
+    const long long OP = (long long)OD * OH * OW, P = (long long)D * H * W;
+    const long long n = blockIdx.x / OP;
+    const long long o = blockIdx.x % OP;
+    const int ow = (int)(o % OW), oh = (int)((o / OW) % OH), od = (int)(o / ((long long)OW * OH));
+    const long long ng = n * G + g;
+    const int taps = T * R * S;
+    const float* wg = wt + (long long)g * cg * taps * kg + k;
+    float acc = 0.0f;
+    for (int a = 0; a < T; ++a) {
+        const int id = od * sd - pd + a * dd;
+        if (id < 0 || id >= D) continue;
+        for (int r = 0; r < R; ++r) {
+            const int ih = oh * sh - ph + r * dh;
+            if (ih < 0 || ih >= H) continue;
+            for (int s = 0; s < S; ++s) {
+                const int iw = ow * sw - pw + s * dw;
+                if (iw < 0 || iw >= W) continue;
+                const long long p = ((long long)id * H + ih) * W + iw;
+                const int tap = (a * R + r) * S + s;
+                for (int chunk = 0; chunk < chunks; ++chunk) {
+                    const int m = counts[(ng * chunks + chunk) * P + p];
+                    const long long base = (ng * cg + chunk * 32) * P + p;
+                    for (int j = 0; j < m; ++j) {
+                        const int c = cols[base + j * P];
+                        acc += vals[base + j * P] * wg[((long long)c * taps + tap) * kg];
+                    }
+                }
+            }
+        }
+    }
+    y[((n * G + g) * kg + k) * OP + o] = acc;
+}
+"""
+
+
+def gather(shape: ConvShape, x: cp.ndarray, w: cp.ndarray, y: cp.ndarray) -> None:
+    """y = conv(x, w) for any layer, NC[D]HW fp32 tensors; each output written once, from the
+    non-zeros under its filter (listed in the call)."""
+    g, cg, kg = shape.groups, shape.in_ch // shape.groups, shape.out_ch // shape.groups
+    pixels = shape.in_d * shape.in_h * shape.in_w
+    chunks = (cg + 31) // 32
+    taps = shape.kernel_d * shape.kernel_h * shape.kernel_w
+    # Listing the non-zeros and laying the filter out channel-last are part of every call.
+    cols = cp.empty(x.size, dtype=cp.int32)
+    vals = cp.empty(x.size, dtype=cp.float32)
+    counts = cp.empty(shape.batch * g * chunks * pixels, dtype=cp.int32)
+    wt = cp.ascontiguousarray(w.reshape(g, kg, cg, taps).transpose(0, 2, 3, 1))
+    list_kernel, gather_kernel = _gather_kernels()
+    list_kernel(((counts.size + _THREADS - 1) // _THREADS,), (_THREADS,),
+                (x, cols, vals, counts, cp.int64(shape.batch * g), cp.int32(cg), cp.int32(chunks), cp.int64(pixels)))
+    block = min(128, (kg + 31) // 32 * 32)
+    outputs = shape.batch * shape.out_d * shape.out_h * shape.out_w
+    sizes = [g, cg, kg, chunks, shape.in_d, shape.in_h, shape.in_w, shape.kernel_d, shape.kernel_h, shape.kernel_w,
+             shape.out_d, shape.out_h, shape.out_w, shape.stride_d, shape.stride_h, shape.stride_w, shape.pad_d,
+             shape.pad_h, shape.pad_w, shape.dilation_d, shape.dilation_h, shape.dilation_w]
+    gather_kernel((outputs, (kg + block - 1) // block, g), (block,),
+                  (cols, vals, counts, wt, y, *(cp.int32(v) for v in sizes)))
+
+
+@lru_cache(maxsize=1)
+def _gather_kernels() -> tuple[cp.RawKernel, cp.RawKernel]:
+    module = cp.RawModule(code=_GATHER_SOURCE)
+    return module.get_function("seer_sparse_list"), module.get_function("seer_sparse_gather")
 
 
 def pointwise_refusal(shape: ConvShape) -> str | None:
