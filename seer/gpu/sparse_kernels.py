@@ -128,26 +128,30 @@ extern "C" __global__ void seer_sparse_list(
     counts[t] = j;
 }
 
-// One block per (n, output position) and block of output channels of group g = blockIdx.z;
-// one thread per output channel k of the group. wt[g][c][tap][k]: the filter, channel-last.
+// Threads of a block: kt along the group's output channels (KPT channels each, read as one
+// vector of the channel-last filter wt[g][c][tap][k]) times blockDim.x / kt output positions.
+// Threads of one position read the same list entries: broadcast loads.
 extern "C" __global__ void seer_sparse_gather(
     const int* cols, const float* vals, const int* counts, const float* wt, float* y,
-    const int G, const int cg, const int kg, const int chunks,
+    const long long outputs, const int kt, const int G, const int cg, const int kg, const int chunks,
     const int D, const int H, const int W, const int T, const int R, const int S,
     const int OD, const int OH, const int OW, const int sd, const int sh, const int sw,
     const int pd, const int ph, const int pw, const int dd, const int dh, const int dw)
 {
-    const int k = blockIdx.y * blockDim.x + threadIdx.x;
-    if (k >= kg) return;
+    const int tx = threadIdx.x % kt, ty = threadIdx.x / kt;
+    const long long position = (long long)blockIdx.x * (blockDim.x / kt) + ty;
+    const int k0 = (blockIdx.y * kt + tx) * KPT;
+    if (ty >= blockDim.x / kt || position >= outputs || k0 >= kg) return;
     const int g = blockIdx.z;
     const long long OP = (long long)OD * OH * OW, P = (long long)D * H * W;
-    const long long n = blockIdx.x / OP;
-    const long long o = blockIdx.x % OP;
+    const long long n = position / OP;
+    const long long o = position % OP;
     const int ow = (int)(o % OW), oh = (int)((o / OW) % OH), od = (int)(o / ((long long)OW * OH));
     const long long ng = n * G + g;
     const int taps = T * R * S;
-    const float* wg = wt + (long long)g * cg * taps * kg + k;
-    float acc = 0.0f;
+    const float* wg = wt + (long long)g * cg * taps * kg + k0;
+    float acc[KPT];
+    for (int i = 0; i < KPT; ++i) acc[i] = 0.0f;
     for (int a = 0; a < T; ++a) {
         const int id = od * sd - pd + a * dd;
         if (id < 0 || id >= D) continue;
@@ -164,13 +168,20 @@ extern "C" __global__ void seer_sparse_gather(
                     const long long base = (ng * cg + chunk * 32) * P + p;
                     for (int j = 0; j < m; ++j) {
                         const int c = cols[base + j * P];
-                        acc += vals[base + j * P] * wg[((long long)c * taps + tap) * kg];
+                        const float v = vals[base + j * P];
+                        const float* tapw = wg + ((long long)c * taps + tap) * kg;
+#if KPT == 4
+                        const float4 f = *reinterpret_cast<const float4*>(tapw);
+                        acc[0] += v * f.x; acc[1] += v * f.y; acc[2] += v * f.z; acc[3] += v * f.w;
+#else
+                        acc[0] += v * tapw[0];
+#endif
                     }
                 }
             }
         }
     }
-    y[((n * G + g) * kg + k) * OP + o] = acc;
+    for (int i = 0; i < KPT; ++i) y[((n * G + g) * kg + k0 + i) * OP + o] = acc[i];
 }
 """
 
@@ -187,21 +198,24 @@ def gather(shape: ConvShape, x: cp.ndarray, w: cp.ndarray, y: cp.ndarray) -> Non
     vals = cp.empty(x.size, dtype=cp.float32)
     counts = cp.empty(shape.batch * g * chunks * pixels, dtype=cp.int32)
     wt = cp.ascontiguousarray(w.reshape(g, kg, cg, taps).transpose(0, 2, 3, 1))
-    list_kernel, gather_kernel = _gather_kernels()
+    per_thread = 4 if kg % 4 == 0 else 1   # output channels per thread: one vector load of the filter
+    list_kernel, gather_kernel = _gather_kernels(per_thread)
     list_kernel(((counts.size + _THREADS - 1) // _THREADS,), (_THREADS,),
                 (x, cols, vals, counts, cp.int64(shape.batch * g), cp.int32(cg), cp.int32(chunks), cp.int64(pixels)))
-    block = min(128, (kg + 31) // 32 * 32)
+    k_threads = min(_THREADS, -(-kg // per_thread))
+    positions = _THREADS // k_threads             # output positions per block
     outputs = shape.batch * shape.out_d * shape.out_h * shape.out_w
-    sizes = [g, cg, kg, chunks, shape.in_d, shape.in_h, shape.in_w, shape.kernel_d, shape.kernel_h, shape.kernel_w,
-             shape.out_d, shape.out_h, shape.out_w, shape.stride_d, shape.stride_h, shape.stride_w, shape.pad_d,
-             shape.pad_h, shape.pad_w, shape.dilation_d, shape.dilation_h, shape.dilation_w]
-    gather_kernel((outputs, (kg + block - 1) // block, g), (block,),
-                  (cols, vals, counts, wt, y, *(cp.int32(v) for v in sizes)))
+    sizes = [k_threads, g, cg, kg, chunks, shape.in_d, shape.in_h, shape.in_w, shape.kernel_d, shape.kernel_h,
+             shape.kernel_w, shape.out_d, shape.out_h, shape.out_w, shape.stride_d, shape.stride_h, shape.stride_w,
+             shape.pad_d, shape.pad_h, shape.pad_w, shape.dilation_d, shape.dilation_h, shape.dilation_w]
+    grid = (-(-outputs // positions), -(-kg // (per_thread * k_threads)), g)
+    gather_kernel(grid, (positions * k_threads,), (cols, vals, counts, wt, y, cp.int64(outputs),
+                                                    *(cp.int32(v) for v in sizes)))
 
 
-@lru_cache(maxsize=1)
-def _gather_kernels() -> tuple[cp.RawKernel, cp.RawKernel]:
-    module = cp.RawModule(code=_GATHER_SOURCE)
+@lru_cache(maxsize=2)
+def _gather_kernels(per_thread: int) -> tuple[cp.RawKernel, cp.RawKernel]:
+    module = cp.RawModule(code=_GATHER_SOURCE, options=(f"-DKPT={per_thread}",))
     return module.get_function("seer_sparse_list"), module.get_function("seer_sparse_gather")
 
 
