@@ -242,14 +242,14 @@ def test_traces_sum_by_name_in_launch_order_with_the_longest_launch_configuratio
 
 @pytest.mark.slow
 def test_committed_h200_tables_are_what_its_raw_records_give(tmp_path):
-    """The H200 dataset (the forward's algorithms and PyTorch's choice, the census, the backward passes)
-    rebuilt from its raw records."""
+    """The H200 dataset (the forward's algorithms and PyTorch's choice, the census, the backward passes,
+    the ncu profiles and the energy readings) rebuilt from its raw records."""
     from seer.hardware.gpus import get_gpu_spec
 
     h200 = H100.parent / "h200"
     shutil.copytree(h200 / "raw", tmp_path / "raw")
     build_dataset(tmp_path, get_gpu_spec("h200"))
-    for name in ("measurements", "traced_kernels", "census"):
+    for name in ("measurements", "kernels", "traced_kernels", "census"):
         _same_parts(tmp_path / name, h200 / name)
     assert (tmp_path / "provenance.json").read_text() == (h200 / "provenance.json").read_text()
     runs = read_measurements(tmp_path / "measurements", ["algo", "pass"])
