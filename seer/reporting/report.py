@@ -72,12 +72,13 @@ def write_report(results: dict[str, pd.DataFrame], model: Model, path: Path) -> 
     written.append(_regret_plot(results, model, stem, plt))
     sel = results["selection"]
     source = model.card.get("transferred_from")  # a model carried over from another GPU (seer.training.transfer)
-    if model.baselines:
+    if source:
+        carried = (f", carried over from {source['gpu']}'s (its trees, trained {source.get('trained_at')} on "
+                   f"`{source['training_data']['file']}`); time scales, PyTorch's own choice and intervals fitted")
+        baseline = (f"{carried}; the {FAMILY_LABELS['seer']} (SEER's model, reproduced) fitted on this GPU's "
+                    "ncu-profiled runs" if model.baselines else f" (no {FAMILY_LABELS['seer']}){carried}")
+    elif model.baselines:
         baseline = f" and the {FAMILY_LABELS['seer']} (SEER's model, reproduced)"
-    elif source:
-        baseline = (f" (no {FAMILY_LABELS['seer']}), carried over from {source['gpu']}'s (its trees, trained "
-                    f"{source.get('trained_at')} on `{source['training_data']['file']}`); time scales, PyTorch's "
-                    "own choice and intervals fitted")
     elif model.pass_ != "fwd":
         baseline = f" (no {FAMILY_LABELS['seer']}: SEER's model is of the forward's algorithms)"
     else:

@@ -129,13 +129,8 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
         fitted = clone(template).set_params(gpu=spec).fit(**inputs.fit_arguments(), progress=step)
         predictors[math] = fitted.predictor_
         step(per_math_steps - 1, per_math_steps, "SEER's model")  # the selector took the steps before
-        family = None
-        rows = table[(table["split"] == "train") & (table["math"] == math)]
-        rows = rows[is_seer_layer(rows)]  # SEER's inputs exist for square 2D only
-        # SEER's model is of the forward's algorithms, and all but the FFTs learn from ncu profiles:
-        # without profiled runs it would be an FFT-only model, not SEER's.
-        if pass_ == "fwd" and (rows["profile_status"] == "ok").any():
-            family = SeerFamily(gpu=spec).fit(rows)
+        family = seer_baseline(table, math, spec) if pass_ == "fwd" else None
+        if family is not None:
             baselines[math] = family.predictor_
         per_math[math] = {"shapes": len(shapes), "algorithms": fitted.algorithms_,
                           "support": {a: s if isinstance(s, str) else "classifier" for a, s in fitted.supports_.items()},
@@ -150,9 +145,7 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
                           "pick_shapes": int(recorded.all(axis=1).sum()),
                           "pick_weight": fitted.pick_weight_,
                           "pick_cv_regret_percent": {str(w): r for w, r in fitted.pick_cv_regret_.items()},
-                          "seer_baseline_algorithms": family.algorithms_ if family is not None else [],
-                          **({} if family is not None or pass_ != "fwd" else
-                             {"seer_baseline": "not fitted: no training run was profiled under ncu"})}
+                          **(seer_baseline_card(family) if pass_ == "fwd" else {"seer_baseline_algorithms": []})}
     if progress:
         progress(total, total, "done")
 
@@ -173,6 +166,24 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
                      "pandas": pd.__version__, "python": platform.python_version()},
     }
     return calibrate(train_policies(Model(spec.name, card, predictors, baselines), table), table)
+
+
+def seer_baseline(table: pd.DataFrame, math: str, spec: GPUSpec) -> SeerFamily | None:
+    """SEER's model fitted on the train split's square 2D layers of ``math`` (SEER's inputs exist
+    for those only), or None where no run of them was profiled under ncu: all but the FFTs
+    learn from profiles, and without them it would be an FFT-only model, not SEER's."""
+    rows = table[(table["split"] == "train") & (table["math"] == math)]
+    rows = rows[is_seer_layer(rows)]
+    if not (rows["profile_status"] == "ok").any():
+        return None
+    return SeerFamily(gpu=spec).fit(rows)
+
+
+def seer_baseline_card(family: SeerFamily | None) -> dict:
+    """What a forward model's card says of SEER's baseline for one math mode."""
+    if family is None:
+        return {"seer_baseline_algorithms": [], "seer_baseline": "not fitted: no training run was profiled under ncu"}
+    return {"seer_baseline_algorithms": family.algorithms_}
 
 
 def train_policies(model: Model, table: pd.DataFrame) -> Model:

@@ -8,6 +8,8 @@ first stage, time regressors and pick classifier, with the features computed as 
 training (the source GPU's figures), and fits on the target GPU's own runs what differs: a
 time scale per algorithm (the median ratio of measured to predicted time on the train
 split), the models of PyTorch's own choice, and the intervals (:mod:`seer.training.calibrate`).
+SEER's model, the baseline, is the target GPU's own: fitted on its ncu-profiled training runs,
+as :func:`seer.training.train.train` fits it, where it has any.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from seer.predict.model import Model
 from seer.predict.predictors import AlgorithmPredictor
 from seer.schema import DatasetDir
 from seer.training.calibrate import calibrate
-from seer.training.train import TRAINING_COLUMNS, card_path, data_digest, train_policies
+from seer.training.train import (TRAINING_COLUMNS, card_path, data_digest, seer_baseline, seer_baseline_card,
+                                 train_policies)
 
 #: An algorithm's time scale needs this many training runs on the target GPU; below, it keeps 1.
 MIN_SCALE_RUNS = 30
@@ -61,7 +64,8 @@ def time_scales(predictor: AlgorithmPredictor, table: pd.DataFrame, math: str) -
 
 def transfer(source: Model, dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] | None = None) -> Model:
     """``source``'s forward model carried over to ``spec``'s GPU, fitted to the runs of
-    ``dataset_dir`` (that GPU's dataset) as the module says; SEER's baseline is not carried."""
+    ``dataset_dir`` (that GPU's dataset) as the module says; SEER's baseline is fitted on that
+    GPU's profiled runs, not carried."""
     if source.pass_ != "fwd":
         raise InputError(f"only a forward model can be carried over; this one predicts {source.pass_}", field="pass")
     if source.gpu == spec.name:
@@ -69,7 +73,7 @@ def transfer(source: Model, dataset_dir: Path, spec: GPUSpec, maths: Sequence[st
     files = DatasetDir(dataset_dir)
     table = parsed_measurements(files, spec.name, TRAINING_COLUMNS, passes=("fwd",))
     maths = list(source.predictors) if maths is None else list(maths)
-    predictors, per_math = {}, {}
+    predictors, baselines, per_math = {}, {}, {}
     for math in maths:
         original = source.predictor(math)
         carried = replace(original, spec=spec, source_spec=original.feature_spec, time_scale={}, intervals={},
@@ -81,9 +85,13 @@ def transfer(source: Model, dataset_dir: Path, spec: GPUSpec, maths: Sequence[st
         predictors[math] = replace(carried, time_scale=scales)
         per_math[math] = dict(source.card["maths"].get(math, {}), time_scale=info, scale_shapes=shapes)
         per_math[math].pop("policies", None)
+        family = seer_baseline(table, math, spec)
+        per_math[math].update(seer_baseline_card(family))
+        if family is not None:
+            baselines[math] = family.predictor_
     card = {
         "gpu": spec.name, "pass": "fwd", "format_version": source.card.get("format_version"),
-        "families": ["ours"], "trees": source.card.get("trees"),
+        "families": ["ours", "seer"] if baselines else ["ours"], "trees": source.card.get("trees"),
         "max_kernel_paths": source.card.get("max_kernel_paths"),
         "trained_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "transferred_from": {"gpu": source.gpu, "trained_at": source.card.get("trained_at"),
@@ -93,4 +101,4 @@ def transfer(source: Model, dataset_dir: Path, spec: GPUSpec, maths: Sequence[st
         "features": source.card.get("features"), "training_ranges": source.card.get("training_ranges"),
         "maths": per_math, "versions": source.card.get("versions"),
     }
-    return calibrate(train_policies(Model(spec.name, card, predictors), table), table)
+    return calibrate(train_policies(Model(spec.name, card, predictors, baselines), table), table)
