@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "cudnn-answers.json").write_text(json.dumps(
         {"gpu": args.gpu, "split": args.split, "target_mape": TARGET_MAPE,
          "card_trained_at": model.card.get("trained_at"),
-         "answers_trained_at": model.card.get("cudnn_answers", {}).get("trained_at"),
+         "answer_files": {k: v for k, v in model.card["model_files"].items() if k.startswith("answers-")},
          "rows": frame.astype(object).where(frame.notna(), None).to_dict(orient="records")}, indent=1) + "\n")
     print(text)
     return 0

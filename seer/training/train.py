@@ -195,7 +195,7 @@ def train_answer_times(model: Model, table: pd.DataFrame, dataset_dir: Path, can
     card = dict(model.card) | {"cudnn_answers": {
         "inputs": "shape features; per cuDNN algorithm log2(1 + workspace bytes), -1 where cuDNN refuses it",
         "training_data": {"file": card_path(measurements), "sha256": data_digest(measurements), "split": "train"},
-        "trained_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "maths": maths}}
+        "maths": maths}}  # no date of its own: a refit on unchanged data changes no file
     return replace(model, card=card, answer_times=answer_times)
 
 
