@@ -1,6 +1,7 @@
 """How much sharper the predictions get where a GPU answers what the CPU models guess.
 
     python benchmarks/cudnn_answers.py --gpu h100 --out benchmarks/results/h100-cudnn-answers
+    python benchmarks/cudnn_answers.py --gpu h100 --split test1 --out ...   # Test-set-I
 
 Before anything runs, cuDNN tells (in microseconds, from descriptors alone) whether each of
 its algorithms takes a layer and how much workspace it asks for, which settles the kernel
@@ -11,7 +12,10 @@ held-out layers of Test-set-II (real networks, square and of every kind), per ma
 the shape alone (``guessed``), cuDNN's answer to whether each algorithm runs (``runs``, what
 seer uses), and that with its workspace answers too (``workspace``: the kernel path and
 size): each algorithm's MAPE on its measured runs, over the runs every way predicts, and
-the pick's top-1 rate and mean regret among every algorithm and among cuDNN's. cuDNN's answers here
+the pick's top-1 rate and mean regret among every algorithm and among cuDNN's. Where the
+model has times learnt from cuDNN's answers (``seer train --answers-only``), a fourth way,
+``learnt``, is what ``seer predict --cudnn-answers`` gives with them: cuDNN's runs answer and
+those times for its algorithms. cuDNN's answers here
 are the ones the collector recorded for those runs (the workspace it asked for where the
 run went ahead; refused or over the cap where it did not), the same calls the device path
 makes. Writes ``cudnn-answers.json`` and ``cudnn-answers.md``.
@@ -22,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from unittest import mock
@@ -39,13 +44,13 @@ from seer.schema import DatasetDir
 
 HELD_OUT = "test2"
 TARGET_MAPE = 6.0
-WAYS = ("guessed", "runs", "workspace")
+WAYS = ("guessed", "runs", "workspace", "learnt")
 
 
-def held_out(table: pd.DataFrame, math: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def held_out(table: pd.DataFrame, math: str, split: str = HELD_OUT) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Layers, measured times per algorithm and cuDNN's recorded answers (workspace bytes;
-    NaN where it refused the algorithm or the workspace exceeded the cap) of the held-out split."""
-    rows = algorithm_rows(table, math, HELD_OUT)
+    NaN where it refused the algorithm or the workspace exceeded the cap) of a held-out split."""
+    rows = algorithm_rows(table, math, split)
     times = values_by_algorithm(rows, "time_ms")
     cudnn = rows[rows["algo"].isin(algorithm_names("cudnn"))]
     workspaces = values_by_algorithm(cudnn, "workspace_bytes").reindex(times.index)
@@ -77,12 +82,16 @@ def pick_quality(picks: np.ndarray, times: pd.DataFrame, columns: list[str]) -> 
     return float(np.mean(got <= fastest)), float(np.mean(got / fastest - 1) * 100)
 
 
-def evaluate(model, table: pd.DataFrame, math: str) -> list[dict]:
-    layers, times, workspaces = held_out(table, math)
+def evaluate(model, table: pd.DataFrame, math: str, split: str = HELD_OUT) -> list[dict]:
+    layers, times, workspaces = held_out(table, math, split)
     kinds = interval_kind(layers.reset_index(drop=True))
-    got = {"guessed": scores(model, math, layers, times, None), "runs": scores(model, math, layers, times, workspaces)}
+    shape_only = replace(model, answer_times={})
+    got = {"guessed": scores(shape_only, math, layers, times, None),
+           "runs": scores(shape_only, math, layers, times, workspaces)}
     with mock.patch.object(predictors, "with_cudnn_answers", partial(predictors.with_cudnn_answers, workspace=True)):
-        got["workspace"] = scores(model, math, layers, times, workspaces)
+        got["workspace"] = scores(shape_only, math, layers, times, workspaces)
+    # Without learnt times the fourth way is the second.
+    got["learnt"] = scores(model, math, layers, times, workspaces)
     rows = []
     measured = times.to_numpy()
     for kind in ["all", *sorted(set(kinds))]:
@@ -116,14 +125,14 @@ def markdown(frame: pd.DataFrame, header: str) -> str:
     lines = [header, "", "Per algorithm, MAPE % on its measured runs (median APE in brackets), and how often "
              "whether it runs is right:", "",
              "| math | kind | algorithm | runs | shape alone | + cuDNN's runs answer | + its workspace answers | "
-             "runs right (shape alone) |", "|---|---|---|---|---|---|---|---|"]
+             "+ times learnt from its answers | runs right (shape alone) |", "|---|---|---|---|---|---|---|---|---|"]
     for r in algos.to_dict("records"):
         cells = " | ".join(f"{r[f'mape_{w}']:.2f} ({r[f'median_ape_{w}']:.2f})" for w in WAYS)
         lines.append(f"| {r['math']} | {r['kind']} | {r['algo']} | {r['runs']} | {cells} | "
                      f"{r['support_right_guessed']:.3f} |")
     lines += ["", "The pick: top-1 rate / mean regret %:", "",
-              "| math | kind | pick | layers | shape alone | + cuDNN's runs answer | + its workspace answers |",
-              "|---|---|---|---|---|---|---|"]
+              "| math | kind | pick | layers | shape alone | + cuDNN's runs answer | + its workspace answers | "
+              "+ times learnt from its answers |", "|---|---|---|---|---|---|---|---|"]
     for r in frame[frame["algo"].str.startswith("pick")].to_dict("records"):
         cells = " | ".join(f"{r[f'top1_{w}']:.3f} / {r[f'regret_pct_{w}']:.2f}" for w in WAYS)
         lines.append(f"| {r['math']} | {r['kind']} | {r['algo']} | {r['runs']} | {cells} |")
@@ -134,23 +143,30 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpu", default="h100")
     parser.add_argument("--data-dir", type=Path, default=Path("data"))
+    parser.add_argument("--models-dir", type=Path, default=None)
+    parser.add_argument("--split", default=HELD_OUT, choices=("test2", "test1"),
+                        help="the held-out split: test2 (Test-set-II, real networks; default) or test1")
     parser.add_argument("--out", type=Path, required=True, help="folder for cudnn-answers.json and .md")
     args = parser.parse_args(argv)
-    model = load_model(args.gpu)
+    model = load_model(args.gpu, models_dir=args.models_dir, cudnn_answers=True)
     table = pd.read_parquet(DatasetDir(args.data_dir / args.gpu).measurements,
                             columns=[*LAYER_COLUMNS, "shape_id", "split", "math", "algo", "status", "time_ms",
                                      "workspace_bytes"])
-    rows = [row for math in model.maths for row in evaluate(model, table, math)]
+    rows = [row for math in model.maths for row in evaluate(model, table, math, args.split)]
     frame = pd.DataFrame(rows)
     args.out.mkdir(parents=True, exist_ok=True)
-    header = (f"Held-out networks (Test-set-II, {args.gpu}): predictions from the shape alone, with cuDNN's own "
-              f"answer to whether each algorithm runs (what `seer predict --cudnn-answers` uses), and with its "
-              f"workspace answers too (the kernel path and size); "
-              f"`python benchmarks/cudnn_answers.py --gpu {args.gpu} --out {args.out}`.")
+    name = {"test2": "Held-out networks (Test-set-II", "test1": "Held-out layers (Test-set-I"}[args.split]
+    header = (f"{name}, {args.gpu}): predictions from the shape alone, with cuDNN's own "
+              f"answer to whether each algorithm runs, with its workspace answers too (the kernel path and size) "
+              f"fed to the shape-only models, and with the times learnt from its answers (what `seer predict "
+              f"--cudnn-answers` uses where the model has them); "
+              f"`python benchmarks/cudnn_answers.py --gpu {args.gpu} --split {args.split} --out {args.out}`.")
     text = markdown(frame, header)
     (args.out / "cudnn-answers.md").write_text(text)
     (args.out / "cudnn-answers.json").write_text(json.dumps(
-        {"gpu": args.gpu, "target_mape": TARGET_MAPE, "card_trained_at": model.card.get("trained_at"),
+        {"gpu": args.gpu, "split": args.split, "target_mape": TARGET_MAPE,
+         "card_trained_at": model.card.get("trained_at"),
+         "answer_files": {k: v for k, v in model.card["model_files"].items() if k.startswith("answers-")},
          "rows": frame.astype(object).where(frame.notna(), None).to_dict(orient="records")}, indent=1) + "\n")
     print(text)
     return 0

@@ -352,6 +352,9 @@ def _add_train(sub) -> None:
     p.add_argument("--kernel-paths", type=int, default=0, metavar="N",
                    help="per algorithm, learn which of its N most frequent traced kernel paths a layer takes, "
                         "as input to its time regressors where cross-validation says it helps (default 0: off)")
+    p.add_argument("--answers-only", action="store_true",
+                   help="fit only the times from cuDNN's own answers (what --cudnn-answers uses on a GPU host) "
+                        "beside the trained model in the models directory; the other models stay as they are")
     p.add_argument("--policies-only", action="store_true",
                    help="refit only the models of PyTorch's own choice (after new runs of it) on the trained "
                         "model in the models directory, and recalibrate; the algorithms' models stay as they are")
@@ -387,6 +390,10 @@ def _cmd_train(args) -> int:
             raise InputError("--policies-only refits the forward model's policies; train a backward pass whole",
                              field="pass")
         return _train_policies(spec, args.data_dir, root)
+    if args.answers_only:
+        if args.pass_ != "fwd":
+            raise InputError("--answers-only fits the forward's times from cuDNN's answers", field="pass")
+        return _train_answers(spec, args.data_dir, root)
     if args.transfer_from:
         return _train_transfer(spec, args, root)
     with StepProgress("training", err_console) as progress:
@@ -430,6 +437,20 @@ def _saved_model_and_table(gpu: str, data_dir: Path, root: Path):
 
     model = persist.load(root / gpu)
     return model, parsed_measurements(DatasetDir(data_dir / model.gpu), model.gpu, TRAINING_COLUMNS, passes=("fwd",))
+
+
+def _train_answers(spec, data_dir: Path, root: Path) -> int:
+    from seer.predict import persist
+    from seer.training.train import train_answer_times
+
+    model, table = _saved_model_and_table(spec.name, data_dir, root)
+    model = train_answer_times(model, table, data_dir / model.gpu)
+    paths = persist.save(model, root / spec.name)
+    for math, info in model.card["cudnn_answers"]["maths"].items():
+        err_console.log(f"{math}: times from cuDNN's answers for {', '.join(info['regressor'])} "
+                        f"on {info['shapes']} training shapes")
+    err_console.log(f"wrote {', '.join(p.name for p in paths)} and {persist.CARD_FILE} in {root / spec.name}")
+    return 0
 
 
 def _train_policies(spec, data_dir: Path, root: Path) -> int:
@@ -606,7 +627,8 @@ def _cmd_predict(args) -> int:
         return _predict_unmeasured_gpu(args)
     # "all" ranks every algorithm of the model, whatever its pass.
     algorithms = None if args.algo.strip().lower() == "all" else _algorithms(args.algo)
-    model = load_model(args.gpu, math=args.math, models_dir=args.models_dir, pass_=args.pass_)
+    model = load_model(args.gpu, math=args.math, models_dir=args.models_dir, pass_=args.pass_,
+                       cudnn_answers=args.cudnn_answers)
     if args.deterministic:
         from seer.algorithms import get_algorithm
 

@@ -209,10 +209,13 @@ def small_models(tmp_path_factory, small_dataset) -> Path:
         calibration = parts[0].card["calibration"] | {
             key: {m: n for part in parts for m, n in part.card["calibration"][key].items()}
             for key, value in parts[0].card["calibration"].items() if isinstance(value, dict)}
+        answers = parts[0].card["cudnn_answers"] | {
+            "maths": {m: c for part in parts for m, c in part.card["cudnn_answers"]["maths"].items()}}
         card = parts[0].card | {"maths": {m: c for part in parts for m, c in part.card["maths"].items()},
-                                "calibration": calibration}
+                                "calibration": calibration, "cudnn_answers": answers}
         model = Model(parts[0].gpu, card, {m: p for part in parts for m, p in part.predictors.items()},
-                      {m: b for part in parts for m, b in part.baselines.items()})
+                      {m: b for part in parts for m, b in part.baselines.items()},
+                      {m: a for part in parts for m, a in part.answer_times.items()})
         persist.save(model, folder / "h100")
 
     if not (_run_folder(tmp_path_factory) / "models").exists():

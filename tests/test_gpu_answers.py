@@ -50,3 +50,21 @@ def test_seer_predict_asks_cudnn(tmp_path, capsys):
     assert main(["predict", str(layers), "--math", "fma", "--cudnn-answers", "-o", str(out)]) == 0
     frame = pd.read_csv(out)
     assert not ((frame["layer"] == 1) & (frame["algo"] == "FFT")).any()
+
+
+def test_on_a_gpu_cudnns_answers_time_its_algorithms():
+    from dataclasses import replace
+
+    from seer.gpu.answers import cudnn_workspaces
+    from seer.predict.persist import load_model
+
+    model = load_model("h100", math="fma", cudnn_answers=True)
+    assert model.answer_times
+    answers = cudnn_workspaces(LAYERS, "fma")
+    learnt = model.predict(LAYERS, "fma", workspaces=answers).set_index(["layer", "algo"])["predicted_ms"]
+    shape_only = replace(model, answer_times={}).predict(LAYERS, "fma", workspaces=answers).set_index(
+        ["layer", "algo"])["predicted_ms"]
+    assert learnt.index.equals(shape_only.index)  # the same algorithms run: cuDNN's answer
+    cudnn = learnt.index.get_level_values("algo").isin(list(model.answer_times["fma"].regressors))
+    assert not np.allclose(learnt[cudnn], shape_only[cudnn])  # timed from the answers
+    assert np.allclose(learnt[~cudnn], shape_only[~cudnn])  # seer's own kernels keep their times

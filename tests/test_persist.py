@@ -54,7 +54,7 @@ def _rehash(directory: Path, name: str) -> None:
 def test_a_round_trip_predicts_the_same_and_the_card_vouches_for_every_file(small_models, tmp_path):
     directory = small_models / "h100"
     card = json.loads((directory / persist.CARD_FILE).read_text())
-    assert set(card["model_files"]) == {f"{f}-{m}.zip" for f in ("ours", "seer") for m in ("fma", "default")}
+    assert set(card["model_files"]) == {f"{f}-{m}.zip" for f in ("ours", "seer", "answers") for m in ("fma", "default")}
     for name, digest in card["model_files"].items():
         assert digest == persist.sha256(directory / name)
     assert card["training_data"]["census_sha256"] and card["maths"]["fma"]["first_stage"] == "census"

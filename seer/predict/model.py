@@ -21,7 +21,7 @@ import pandas as pd
 from seer.algorithms import select_algorithms
 from seer.errors import InputError
 from seer.layers.shapes import LAYER_COLUMNS, ConvShape, ShapeError, check_layer_frame, layer_frame
-from seer.predict.predictors import AlgorithmPredictor, SeerFamilyPredictor
+from seer.predict.predictors import AlgorithmPredictor, AnswerTimePredictor, SeerFamilyPredictor
 from seer.predict.guard import GUARD_LEVEL, GUARD_POLICY, guard_policy, recommended
 from seer.predict.uncertainty import interval_bounds, interval_kind
 from seer.schema import INTERVAL_COLUMNS, INTERVAL_LEVELS, OBJECTIVES, PREDICTION_COLUMNS, PYTORCH_COLUMNS
@@ -43,12 +43,16 @@ class Model:
         seer's model per math mode.
     baselines : dict of str to SeerFamilyPredictor
         SEER's model per math mode, where loaded.
+    answer_times : dict of str to AnswerTimePredictor
+        Per math mode, the times of cuDNN's algorithms from cuDNN's own answers, where loaded
+        (``load_model(..., cudnn_answers=True)``): used when :meth:`predict` is given them.
     """
 
     gpu: str
     card: dict
     predictors: dict[str, AlgorithmPredictor]
     baselines: dict[str, SeerFamilyPredictor] = field(default_factory=dict)
+    answer_times: dict[str, AnswerTimePredictor] = field(default_factory=dict)
 
     @property
     def maths(self) -> list[str]:
@@ -90,7 +94,8 @@ class Model:
         ``objective="energy"`` ranks by predicted energy per call, among the algorithms that
         have an energy model, instead of by time. ``workspaces``: cuDNN's own answers for
         ``layers``, asked on a GPU (:func:`seer.gpu.answers.cudnn_workspaces`), which replace
-        the first stage's guesses of whether each algorithm runs and of its workspace.
+        the first stage's guesses of whether each algorithm runs; where the model has
+        :attr:`answer_times` of ``math``, cuDNN's algorithms are then timed from the answers.
         """
         if objective not in OBJECTIVES:
             raise InputError(f"unknown objective {objective!r}; choose one of: {', '.join(OBJECTIVES)}",
@@ -112,7 +117,8 @@ class Model:
             if len(workspaces) != len(frame):
                 raise ValueError(f"cuDNN answered for {len(workspaces)} layers, the model predicts {len(frame)}")
             workspaces = workspaces.iloc[first].reset_index(drop=True)
-        times, scores, energies, pytorch = predictor.predict_with_energy(distinct, guard, workspaces)
+        times, scores, energies, pytorch = predictor.predict_with_energy(
+            distinct, guard, workspaces, self.answer_times.get(math) if workspaces is not None else None)
         _check_answers(times, energies, predictor.algorithms, f"the {self.gpu} {math}-math model")
         reported = times
         if objective == "energy":

@@ -43,14 +43,15 @@ from seer.algorithms import PASSES
 from seer.errors import InputError
 from seer.layers.shapes import ConvShape
 from seer.predict.model import Model
-from seer.predict.predictors import AlgorithmPredictor, Part, SeerFamilyPredictor, StateError
+from seer.predict.predictors import AlgorithmPredictor, AnswerTimePredictor, Part, SeerFamilyPredictor, StateError
 from seer.predict.trees import TreeError
 
 CARD_FILE = "model.json"
 MODEL_SUFFIX = ".zip"
 FORMAT, FORMAT_VERSION = "seer-model", 2
-#: Model families: seer's own and SEER's (the baseline), and the predictor class of each.
-FAMILIES: dict[str, type] = {"ours": AlgorithmPredictor, "seer": SeerFamilyPredictor}
+#: Model families: seer's own, SEER's (the baseline) and seer's times from cuDNN's own answers
+#: (read only where a GPU gives them), and the predictor class of each.
+FAMILIES: dict[str, type] = {"ours": AlgorithmPredictor, "seer": SeerFamilyPredictor, "answers": AnswerTimePredictor}
 #: Every class a model file may name, by exact name.
 TRUSTED_TYPES: dict[str, type] = dict(Part.registry)
 #: Environment variable that names the models directory.
@@ -170,7 +171,7 @@ def save(model: Model, directory: Path) -> list[Path]:
     for stale in directory.glob(f"*{MODEL_SUFFIX}"):
         stale.unlink()
     files = {}
-    for family, parts in (("ours", model.predictors), ("seer", model.baselines)):
+    for family, parts in (("ours", model.predictors), ("seer", model.baselines), ("answers", model.answer_times)):
         for math, part in parts.items():
             path = directory / model_file(family, math)
             write_model_file(part, path)
@@ -383,7 +384,13 @@ def load(directory: Path, maths: Sequence[str] | None = None, families: Sequence
         if predictor.spec.name != card["gpu"]:
             raise InputError(f"model file is for GPU {predictor.spec.name!r}, the card for {card['gpu']!r}",
                              path=directory / CARD_FILE)
-    model = Model(card["gpu"], card, parts["ours"], parts["seer"])
+    for math, answer_times in parts["answers"].items():
+        predictor = parts["ours"].get(math)
+        if predictor is None or not set(answer_times.regressors) <= set(predictor.regressors) or \
+                answer_times.n_inputs != len(predictor.features) + len(answer_times.algorithms):
+            raise InputError("model file's answer-informed times do not fit the model of the same math mode",
+                             path=directory / model_file("answers", math))
+    model = Model(card["gpu"], card, parts["ours"], parts["seer"], parts["answers"])
     # Each part checks its own state, but not that it fits the others (a tree over more features
     # than the model computes): one layer predicted now turns such a file into one sentence
     # here, not a traceback in the middle of a user's predictions.
@@ -461,17 +468,21 @@ def resolve_gpu(gpu: str | None, root: Path, pass_: str | Sequence[str] = "fwd")
 
 
 def load_model(gpu: str | None = None, *, math: str | Sequence[str] | None = None,
-               models_dir: str | Path | None = None, baselines: bool = False, pass_: str = "fwd") -> Model:
+               models_dir: str | Path | None = None, baselines: bool = False, pass_: str = "fwd",
+               cudnn_answers: bool = False) -> Model:
     """Load the trained models of a GPU (the only one there is, or :data:`DEFAULT_GPU`, when
     ``gpu`` is None) for one convolution pass (:data:`seer.algorithms.PASSES`; the forward by default).
 
     ``math`` limits loading to one or more math modes; ``baselines`` also loads SEER's
-    model (for evaluation). See :func:`models_root` for where models are looked up.
+    model (for evaluation); ``cudnn_answers`` also loads the times from cuDNN's own answers,
+    where the model has them (for a caller that will give them: ``Model.predict(...,
+    workspaces=...)``). See :func:`models_root` for where models are looked up.
     """
     root = models_root(models_dir)
     name = resolve_gpu(gpu, root, pass_)
     maths = [math] if isinstance(math, str) else math
-    return load(model_dir(root, name, pass_), maths=maths, families=tuple(FAMILIES) if baselines else ("ours",))
+    families = ("ours", *(("seer",) if baselines else ()), *(("answers",) if cudnn_answers else ()))
+    return load(model_dir(root, name, pass_), maths=maths, families=families)
 
 
 def load_passes(gpu: str | None = None, *, math: str | Sequence[str] | None = None,

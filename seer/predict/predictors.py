@@ -14,7 +14,8 @@ Parts (each predicts from a feature matrix):
   :class:`TreeClassifier` / :class:`TreeRegressor` (single decision trees, SEER's model).
 
 Models: :class:`WorkspacePredictor` (the first stage: what cuDNN answers before anything
-runs), :class:`AlgorithmPredictor` (every algorithm's time and the pick) and
+runs), :class:`AlgorithmPredictor` (every algorithm's time and the pick),
+:class:`AnswerTimePredictor` (cuDNN's algorithms' times from cuDNN's own answers, on a GPU host) and
 :class:`SeerAlgorithmPredictor` / :class:`SeerFamilyPredictor` (SEER's model, the baseline).
 Each class's ``state()`` gives its fields as plain data and arrays, and ``from_state``
 checks them before it builds anything.
@@ -415,6 +416,76 @@ def with_cudnn_answers(answers: np.ndarray, algorithms: list[str], workspaces: p
     return answers
 
 
+#: The answer input of an algorithm cuDNN refuses (or that asks for more than the cap):
+#: below log2(1 + bytes) of any workspace, zero included.
+REFUSED = -1.0
+
+
+def answer_inputs(workspaces: np.ndarray) -> np.ndarray:
+    """cuDNN's answers as inputs of :class:`AnswerTimePredictor`: per algorithm (column),
+    log2(1 + workspace bytes), or :data:`REFUSED` where ``workspaces`` is NaN."""
+    workspaces = np.asarray(workspaces, dtype=float)
+    with np.errstate(invalid="ignore"):
+        sizes = np.log2(1 + workspaces)
+    return np.where(np.isfinite(sizes), sizes, REFUSED)
+
+
+def answer_paths(workspace: np.ndarray) -> dict[str, np.ndarray]:
+    """Rows per kernel path as cuDNN's workspace answer tells it: non-zero or zero."""
+    with_workspace = np.asarray(workspace, dtype=float) > 0
+    return {WITH_WORKSPACE: with_workspace, WITHOUT_WORKSPACE: ~with_workspace}
+
+
+@dataclass
+class AnswerTimePredictor(Part):
+    """Times of cuDNN's algorithms where a GPU gave cuDNN's own answers (``seer predict
+    --cudnn-answers``, :func:`seer.gpu.answers.cudnn_workspaces`).
+
+    Per algorithm and kernel path, a regressor of the time's ratio to the algorithm's
+    baseline (the :class:`AlgorithmPredictor`'s) from the shape features and cuDNN's answer
+    for every algorithm of ``algorithms`` (:func:`answer_inputs`): which algorithms cuDNN takes
+    and the workspace each asks for, which together tell the kernel path. The path of the
+    algorithm itself is its workspace answer (:func:`answer_paths`), so no guess is mixed in.
+    Learnt from the measured runs' recorded answers (:mod:`seer.training.answers`).
+    """
+
+    algorithms: list[str]
+    regressors: dict
+
+    def ratios(self, algo: str, F: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+        """``algo``'s time over its baseline per row of features ``F`` and answer inputs ``sizes``."""
+        inputs = np.hstack([F, sizes])
+        paths = self.regressors[algo]
+        if ALL_RUNS in paths:
+            return paths[ALL_RUNS].predict(inputs)
+        out = np.empty(len(F))
+        # log2(1 + bytes) is positive exactly where the workspace is.
+        own = sizes[:, self.algorithms.index(algo)]
+        for path, rows in ((WITH_WORKSPACE, own > 0), (WITHOUT_WORKSPACE, own <= 0)):
+            if rows.any():
+                out[rows] = paths[path].predict(inputs[rows])
+        return out
+
+    @classmethod
+    def from_state(cls, state: dict) -> "AnswerTimePredictor":
+        where = cls.__name__
+        algorithms = _names(_require(state, "algorithms", list, where), where)
+        regressors = _require(state, "regressors", dict, where)
+        if not regressors or not set(regressors) <= set(algorithms):
+            raise StateError(f"{where}: regressors must be of algorithms whose answers it reads")
+        for algo, paths in regressors.items():
+            if not isinstance(paths, dict) or not (set(paths) == {ALL_RUNS} or set(paths) == {
+                    WITH_WORKSPACE, WITHOUT_WORKSPACE}) or not all(isinstance(r, LogTarget) for r in paths.values()):
+                raise StateError(f"{where}: {algo}'s regressors must be one per kernel path")
+            if len({r.n_inputs for r in paths.values()}) != 1:
+                raise StateError(f"{where}: {algo}'s regressors must read the same inputs")
+        return cls(algorithms, regressors)
+
+    @property
+    def n_inputs(self) -> int | None:
+        return next(iter(next(iter(self.regressors.values())).values())).n_inputs
+
+
 def regressor_inputs(F: np.ndarray, answers: np.ndarray | None, j: int) -> np.ndarray:
     """A time regressor's inputs: the shape features and the first stage's workspace answers
     for algorithm ``j`` (whether it runs is not news to a model of the runs that happened)."""
@@ -600,17 +671,39 @@ class AlgorithmPredictor(Part):
         reported, weighed = self._times(F, answers, planned)
         return reported, self._scores(F, answers, weighed)
 
-    def predict_with_energy(self, X, policies: Sequence[str] = (), workspaces: pd.DataFrame | None = None
-                            ) -> tuple[np.ndarray, ...]:
+    def predict_with_energy(self, X, policies: Sequence[str] = (), workspaces: pd.DataFrame | None = None,
+                            answer_times: AnswerTimePredictor | None = None) -> tuple[np.ndarray, ...]:
         """:meth:`predict_with_scores`, the energy per call (mJ: predicted time x predicted
         power; NaN without an energy model) and :meth:`predict_policies` of ``policies``,
         from one pass over the features; with cuDNN's own answers where ``workspaces`` gives
-        them (:meth:`prepare`)."""
+        them (:meth:`prepare`), and then, given ``answer_times``, the times of the algorithms
+        it models from those answers (:meth:`with_answer_times`)."""
         F, answers, planned = self.prepare(X, complete=False, workspaces=workspaces)
         known: dict = {}
         reported, weighed = self._times(F, answers, planned, ratios=known)
+        if workspaces is not None and answer_times is not None:
+            reported, weighed = self.with_answer_times(F, workspaces, answer_times, reported, weighed)
         return (reported, self._scores(F, answers, weighed), self._energies(F, reported),
                 self._policy_times(F, answers, policies, known))
+
+    def with_answer_times(self, F: np.ndarray, workspaces: pd.DataFrame, answer_times: AnswerTimePredictor,
+                          reported: np.ndarray, weighed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``reported`` and ``weighed`` (:meth:`_times`) with ``answer_times``' times of its
+        algorithms wherever they have a time (cuDNN takes them, and they fit in memory): there
+        the kernel path is known, so the time to report and the one the pick weighs are one.
+        PyTorch's predicted time stays the shape-only reference's, which its models learnt from."""
+        missing = [a for a in answer_times.algorithms if a not in workspaces.columns]
+        if missing:
+            raise ValueError(f"cuDNN's answers lack {', '.join(missing)}, which the answer-informed models read")
+        sizes = answer_inputs(workspaces[answer_times.algorithms].to_numpy(dtype=float))
+        reported, weighed = reported.copy(), weighed.copy()
+        for algo in answer_times.regressors:
+            j = self.algorithms.index(algo)
+            rows = np.isfinite(reported[:, j])
+            if rows.any():
+                ms = answer_times.ratios(algo, F[rows], sizes[rows]) * self.baseline_ms(F[rows], algo)
+                reported[rows, j] = weighed[rows, j] = ms
+        return reported, weighed
 
     def pick_scores(self, X) -> np.ndarray:
         """What the pick minimises per shape and algorithm (NaN where predicted not to run)."""

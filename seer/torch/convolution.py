@@ -1107,7 +1107,8 @@ def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_s
     if seer_model is None:
         from seer.predict.persist import load_model
 
-        seer_model = load_model(gpu, math=math, models_dir=models_dir)
+        # On a GPU, cuDNN answers for the layers (Predicted asks it): the models of its answers load too.
+        seer_model = load_model(gpu, math=math, models_dir=models_dir, cudnn_answers=torch.cuda.is_available())
     choice = Predicted(seer_model, math, algorithms=algorithms, guard=guard, captured=cuda_graphs)
     backward: tuple = (None, None)
     if training:

@@ -34,6 +34,7 @@ from seer.predict.model import Model
 from seer.predict.persist import FORMAT_VERSION, sha256
 from seer.algorithms import PASSES
 from seer.schema import MATH_MODE_NAMES, DatasetDir
+from seer.training.answers import fit_answer_times
 from seer.training.calibrate import calibrate
 from seer.training.estimators import CANDIDATE_SETS, AlgorithmSelector
 from seer.training.policies import fit_policies
@@ -165,7 +166,30 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
         "versions": {"seer": seer.__version__, "scikit-learn": sklearn.__version__, "numpy": np.__version__,
                      "pandas": pd.__version__, "python": platform.python_version()},
     }
-    return calibrate(train_policies(Model(spec.name, card, predictors, baselines), table), table)
+    model = Model(spec.name, card, predictors, baselines)
+    if pass_ == "fwd":  # cuDNN's answers are asked of the forward's algorithms
+        model = train_answer_times(model, table, dataset_dir, template.candidates)
+    return calibrate(train_policies(model, table), table)
+
+
+def train_answer_times(model: Model, table: pd.DataFrame, dataset_dir: Path, candidates: dict | None = None) -> Model:
+    """``model`` with each math mode's times from cuDNN's own answers fitted anew on the train
+    split of ``table`` (:func:`seer.training.answers.fit_answer_times`), each regressor the
+    candidate (of ``candidates``, default the compact set) the shape-only model chose for
+    its algorithm and path. The card's ``cudnn_answers`` says from what and with which."""
+    answer_times, maths = {}, {}
+    for math, predictor in model.predictors.items():
+        inputs = training_inputs(table, pd.DataFrame(), math)
+        choice = model.card.get("maths", {}).get(math, {}).get("regressor", {})
+        answer_times[math], chosen = fit_answer_times(predictor, inputs.shapes, inputs.times, inputs.workspaces,
+                                                      choice, candidates)
+        maths[math] = {"shapes": len(inputs.shapes), "regressor": chosen}
+    measurements = DatasetDir(dataset_dir).measurements
+    card = dict(model.card) | {"cudnn_answers": {
+        "inputs": "shape features; per cuDNN algorithm log2(1 + workspace bytes), -1 where cuDNN refuses it",
+        "training_data": {"file": card_path(measurements), "sha256": data_digest(measurements), "split": "train"},
+        "maths": maths}}  # no date of its own: a refit on unchanged data changes no file
+    return replace(model, card=card, answer_times=answer_times)
 
 
 def seer_baseline(table: pd.DataFrame, math: str, spec: GPUSpec) -> SeerFamily | None:
