@@ -80,9 +80,13 @@ def test_seer_train_transfer_from_carries_the_model_over_and_fits_the_rest(tmp_p
     assert main(["train", "--gpu", "h200", "--transfer-from", "h100", "--models-dir", str(tmp_path)]) == 0
     model = persist.load_model("h200", models_dir=tmp_path)
     card = model.card
-    assert card["transferred_from"]["gpu"] == "h100" and card["families"] == ["ours"]
+    # SEER's model is not carried: it is fitted on the H200's own profiled runs.
+    assert card["transferred_from"]["gpu"] == "h100" and card["families"] == ["ours", "seer"]
+    baselines = persist.load_model("h200", models_dir=tmp_path, baselines=True).baselines
+    assert set(baselines) == set(model.predictors)
     for math, predictor in model.predictors.items():
-        assert predictor.spec.name == "h200" and predictor.feature_spec.name == "h100"
+        assert predictor.spec.name == "h200" and card["maths"][math]["seer_baseline_algorithms"]
+        assert predictor.feature_spec.name == "h100"
         assert predictor.time_scale and all(0.8 < v < 1.2 for v in predictor.time_scale.values())
         assert predictor.policies and predictor.intervals  # fitted on the H200's own runs
         assert set(card["maths"][math]["time_scale"]) == set(predictor.time_scale)
