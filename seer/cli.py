@@ -584,6 +584,7 @@ def _cmd_predict(args) -> int:
     if args.rows != "algorithm" and not args.out:
         raise InputError("--rows says what --out holds: give --out too", field="rows")
     _check_input(args.file)  # before the libraries and the models load, which takes a second
+    _single_threaded_blas()
     from contextlib import nullcontext
 
     import pandas as pd
@@ -844,6 +845,19 @@ def _predict_unmeasured_gpu(args) -> int:
 def _cross_gpu_errors(card: dict) -> str:
     errors = [info["left_out_mape_percent"] for info in card["gpus"].values()]
     return f"{min(errors):.0f}-{max(errors):.0f}%"
+
+
+#: The environment variable that sets how many threads numpy's OpenBLAS starts.
+BLAS_THREADS_ENV = "OPENBLAS_NUM_THREADS"
+
+
+def _single_threaded_blas() -> None:
+    """Let numpy's OpenBLAS start no threads of its own, unless the user chose a number: the
+    shipped models multiply no matrices (prediction's threads walk trees: seer.predict.trees),
+    and starting OpenBLAS's threads took 0.04-0.06 s of ``import numpy`` on the 2-core machine.
+    It works only before numpy loads: OpenBLAS reads the variable once."""
+    if "numpy" not in sys.modules:
+        os.environ.setdefault(BLAS_THREADS_ENV, "1")
 
 
 def _check_input(file: str) -> None:

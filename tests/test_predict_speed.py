@@ -1,8 +1,10 @@
 """What makes `seer predict` fast changes no prediction: the shortcuts give the bits of the
-long way, and predicting loads neither numba nor scipy (their start-up costs 0.4 s)."""
+long way, and predicting loads neither numba nor scipy (their start-up costs 0.4 s) nor starts
+OpenBLAS's threads."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -37,3 +39,14 @@ def test_predicting_loads_neither_numba_nor_scipy(tmp_path):
                           capture_output=True, text=True)
     assert done.stdout.splitlines()[-1] == "0 []", done.stdout + done.stderr
     assert len(out.read_text().splitlines()) > 300
+
+
+@pytest.mark.parametrize("chosen", [None, "4"])
+def test_predicting_starts_no_openblas_threads_unless_asked(tmp_path, chosen):
+    probe = ("import os, sys, seer.cli; code = seer.cli.main(['predict', sys.argv[1], '--gpu', 'h100', '--math', 'fma', "
+             "'-o', sys.argv[2]]); print(code, os.environ.get('OPENBLAS_NUM_THREADS'))")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"} | (
+        {"OPENBLAS_NUM_THREADS": chosen} if chosen else {})
+    done = subprocess.run([sys.executable, "-c", probe, str(DATASET / "Test-set-II.txt"), str(tmp_path / "pred.csv")],
+                          capture_output=True, text=True, env=env)
+    assert done.stdout.splitlines()[-1] == f"0 {chosen or 1}", done.stdout + done.stderr
