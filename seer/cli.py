@@ -592,7 +592,7 @@ def _cmd_predict(args) -> int:
     from seer.layers.files import iter_layer_chunks
     from seer.output import (STDOUT, PickSummary, PredictionWriter, checked_layers, format_for,
                              is_stream, with_labels)
-    from seer.predict.model import best_per_layer
+    from seer.predict.model import PredictionMemo, best_per_layer
     from seer.predict.persist import load_model
 
     if args.pass_ == ALL_PASSES:
@@ -624,10 +624,11 @@ def _cmd_predict(args) -> int:
     with _destination(args.out) as handle, source as layers, CountProgress("predicting", err_console, "layers") as progress:
         writer = PredictionWriter(handle, format_for(args.out, args.format), args.rows) if handle is not None else None
         offset = 0
+        memo = PredictionMemo()  # a later chunk's layers met before are not predicted again
         for chunk in iter_layer_chunks(layers, PREDICT_CHUNK, name=_source_name(args.file)):
             answers = cudnn_workspaces(chunk, args.math) if args.cudnn_answers else None
-            predictions = with_labels(model.predict(chunk, args.math, algorithms, args.objective, answers), chunk,
-                                      offset)
+            predictions = with_labels(model.predict(chunk, args.math, algorithms, args.objective, answers, memo),
+                                      chunk, offset)
             if writer is not None:
                 writer.write(predictions)
             summary.add(predictions)
