@@ -203,12 +203,18 @@ class PredictionMemo:
         return out
 
     def _remember(self, keys: list[bytes], answers: Sequence[np.ndarray]) -> None:
-        keep = min(len(keys), self.capacity - len(self._position))
+        start = len(self._position)
+        keep = min(len(keys), self.capacity - start)
         if keep <= 0:
             return
-        start = len(self._position)
-        if not self._arrays:
-            self._arrays = [np.empty((self.capacity, *values.shape[1:]), dtype=values.dtype) for values in answers]
+        if not self._arrays or start + keep > len(self._arrays[0]):
+            # Grown by doubling, not made at full capacity: numpy backs large arrays with huge
+            # pages, so even an untouched capacity would cost memory.
+            size = min(self.capacity, max(start + keep, 2 * start))
+            grown = [np.empty((size, *values.shape[1:]), dtype=values.dtype) for values in answers]
+            for array, old in zip(grown, self._arrays):
+                array[:start] = old[:start]
+            self._arrays = grown
         for array, values in zip(self._arrays, answers):
             array[start:start + keep] = values[:keep]
         self._position.update(zip(keys[:keep], range(start, start + keep)))
