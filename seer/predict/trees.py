@@ -8,10 +8,10 @@ scikit-learn version is installed, or none. Evaluation walks the trees in a comp
 layer walks every tree and no numpy expression does that at compiled speed: tree by tree
 over blocks of :data:`BLOCK_ROWS` samples (a tree and a block's rows stay in cache), the
 blocks spread over ``NUMBA_NUM_THREADS`` threads, the caller's among them (by default one per
-CPU; :func:`thread_count`), each running the loop without Python's lock. The samples are walked sorted by the features
-the trees split on first (:data:`SORT_FEATURES`): neighbours then take much the same paths,
-and the processor guesses one walk's branches from the last. Each sample's output is the
-same whatever the order.
+CPU; :func:`thread_count`), each running the loop without Python's lock. The samples are
+walked sorted by the features the trees split on first (:data:`SORT_FEATURES`): neighbours
+then take much the same paths, and the processor guesses one walk's branches from the last.
+Each sample's output is the same whatever the order.
 
 Layout (``n`` nodes of all trees, ``t`` trees):
 
