@@ -127,9 +127,12 @@ _END = object()
 def _stages(argv: list[str]) -> dict:
     """Run ``seer <argv>`` in this process with its stages timed (see the module docstring)."""
     started, cpu_started = time.perf_counter(), time.process_time()
+    import seer.cli
+
+    # What seer predict does before numpy loads (a checkout before 1.0 does nothing there).
+    getattr(seer.cli, "_single_threaded_blas", lambda: None)()
     import numpy as np
 
-    import seer.cli
     import seer.layers.files
     import seer.output
     import seer.predict.model

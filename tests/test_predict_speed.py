@@ -1,16 +1,21 @@
 """What makes `seer predict` fast changes no prediction: the shortcuts give the bits of the
-long way, and predicting loads neither numba nor scipy (their start-up costs 0.4 s)."""
+long way, and predicting loads neither numba nor scipy (their start-up costs 0.4 s) nor starts
+OpenBLAS's threads."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from conftest import DATASET
 from seer.layers.files import read_layers
+from seer.layers.shapes import LAYER_COLUMNS
+from seer.predict.model import PredictionMemo
 from seer.predict.persist import load_model
 
 
@@ -37,3 +42,38 @@ def test_predicting_loads_neither_numba_nor_scipy(tmp_path):
                           capture_output=True, text=True)
     assert done.stdout.splitlines()[-1] == "0 []", done.stdout + done.stderr
     assert len(out.read_text().splitlines()) > 300
+
+
+def test_layers_remembered_across_calls_give_the_bits_of_predicting_them_again():
+    """A memo (seer predict keeps one across its chunks) answers the layers met before as
+    predicting them again would: in part, in full, when full, and afresh for other arguments."""
+    model = load_model("h100", math="fma")
+    layers = read_layers(DATASET / "Test-set-II-general.csv")
+    whole = model.predict(layers, "fma")
+    memo, small = PredictionMemo(), PredictionMemo(capacity=50)
+    for remembered in (memo, small):
+        model.predict(layers.iloc[:400], "fma", memo=remembered)  # the later calls find some layers
+        for _ in range(2):  # the second time, every layer is remembered (or the memo is full)
+            again = model.predict(layers, "fma", memo=remembered)
+            pd.testing.assert_frame_equal(again, whole)
+            assert all(again[c].to_numpy().tobytes() == whole[c].to_numpy().tobytes()
+                       for c in whole.columns if whole[c].dtype == np.float64)
+    assert len(small) == 50 and 400 < len(memo) <= len(layers)
+    distinct = len(layers[list(LAYER_COLUMNS)].drop_duplicates())
+    assert len(memo) == distinct
+    model.predict(layers.iloc[:10], "fma", algorithms="cudnn", memo=memo)  # other arguments: afresh
+    assert len(memo) == len(layers.iloc[:10][list(LAYER_COLUMNS)].drop_duplicates())
+    cudnn_only = model.predict(layers, "fma", algorithms="cudnn", memo=memo)
+    pd.testing.assert_frame_equal(cudnn_only, model.predict(layers, "fma", algorithms="cudnn"))
+
+
+@pytest.mark.parametrize("chosen", [None, "4"])
+def test_predicting_starts_no_openblas_threads_unless_asked(tmp_path, chosen):
+    """seer predict asks numpy's OpenBLAS for one thread (its start-up costs 0.05 s), unless the user chose."""
+    probe = ("import os, sys, seer.cli; code = seer.cli.main(['predict', sys.argv[1], '--gpu', 'h100', '--math', 'fma', "
+             "'-o', sys.argv[2]]); print(code, os.environ.get('OPENBLAS_NUM_THREADS'))")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"} | (
+        {"OPENBLAS_NUM_THREADS": chosen} if chosen else {})
+    done = subprocess.run([sys.executable, "-c", probe, str(DATASET / "Test-set-II.txt"), str(tmp_path / "pred.csv")],
+                          capture_output=True, text=True, env=env)
+    assert done.stdout.splitlines()[-1] == f"0 {chosen or 1}", done.stdout + done.stderr

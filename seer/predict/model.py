@@ -80,7 +80,8 @@ class Model:
                              field="math") from None
 
     def predict(self, layers: Layers, math: str = "default", algorithms: Sequence[str] | None = None,
-                objective: str = "time", workspaces: pd.DataFrame | None = None) -> pd.DataFrame:
+                objective: str = "time", workspaces: pd.DataFrame | None = None,
+                memo: PredictionMemo | None = None) -> pd.DataFrame:
         """Every algorithm's predicted time for each layer, ranked by the pick.
 
         ``layers``: a frame with the layer columns (``seer.read_layers``; optional ones may be
@@ -96,6 +97,9 @@ class Model:
         ``layers``, asked on a GPU (:func:`seer.gpu.answers.cudnn_workspaces`), which replace
         the first stage's guesses of whether each algorithm runs; where the model has
         :attr:`answer_times` of ``math``, cuDNN's algorithms are then timed from the answers.
+        ``memo``: the answers of layers an earlier call predicted with the same arguments
+        (:class:`PredictionMemo`; ``seer predict`` keeps one across its chunks); a layer found
+        there is not predicted again, and the new ones are added. Not used with ``workspaces``.
         """
         if objective not in OBJECTIVES:
             raise InputError(f"unknown objective {objective!r}; choose one of: {', '.join(OBJECTIVES)}",
@@ -106,8 +110,6 @@ class Model:
             check_layer_frame(frame)
         except (ShapeError, ValueError) as exc:  # a caller's frame, not a file: no line to name
             raise InputError(str(exc), field=getattr(exc, "field", None)) from None
-        policy = guard_policy(self.pass_)
-        guard = [policy] if policy in predictor.policies else []
         # Each distinct layer is predicted once (networks and sweeps repeat shapes), then
         # every row takes its layer's answers.
         first, inverse = distinct_layers(frame)
@@ -117,8 +119,26 @@ class Model:
             if len(workspaces) != len(frame):
                 raise ValueError(f"cuDNN answered for {len(workspaces)} layers, the model predicts {len(frame)}")
             workspaces = workspaces.iloc[first].reset_index(drop=True)
+            memo = None
+        if memo is None:
+            answers = self._layer_answers(distinct, math, algorithms, objective, workspaces)
+        else:
+            chosen = None if algorithms is None else tuple([algorithms] if isinstance(algorithms, str) else algorithms)
+            answers = memo.answers(distinct, (self, math, chosen, objective),
+                                   lambda new: self._layer_answers(new, math, algorithms, objective))
+        times, scores, energies, bounds, near_best, pytorch, extrapolated = (values[inverse] for values in answers)
+        out = ranked(frame, math, predictor.algorithms, times, scores, extrapolated, energies, bounds, near_best)
+        return with_pytorch(out, pytorch, guarded=objective == "time")
+
+    def _layer_answers(self, layers: pd.DataFrame, math: str, algorithms: Sequence[str] | None, objective: str,
+                       workspaces: pd.DataFrame | None = None) -> tuple[np.ndarray, ...]:
+        """Per layer of ``layers`` (distinct, the layer columns): what :func:`ranked` and
+        :func:`with_pytorch` take, as :data:`PredictionMemo.FIELDS` names them."""
+        predictor = self.predictor(math)
+        policy = guard_policy(self.pass_)
+        guard = [policy] if policy in predictor.policies else []
         times, scores, energies, pytorch = predictor.predict_with_energy(
-            distinct, guard, workspaces, self.answer_times.get(math) if workspaces is not None else None)
+            layers, guard, workspaces, self.answer_times.get(math) if workspaces is not None else None)
         _check_answers(times, energies, predictor.algorithms, f"the {self.gpu} {math}-math model")
         reported = times
         if objective == "energy":
@@ -129,18 +149,81 @@ class Model:
         if algorithms is not None:
             left_out = ~np.isin(predictor.algorithms, _algorithm_names(algorithms))
             times[:, left_out] = scores[:, left_out] = np.nan
-        bounds, near_best = predictor.uncertainty(distinct, reported, scores)
+        bounds, near_best = predictor.uncertainty(layers, reported, scores)
         if objective == "energy":
             near_best[:] = np.nan  # calibrated for picks by time
-        pytorch = pytorch_times(predictor, distinct, pytorch[:, 0] if guard else None, policy)
-        out = ranked(frame, math, predictor.algorithms, times[inverse], scores[inverse],
-                     predictor.extrapolated(distinct)[inverse], energies[inverse], bounds[inverse], near_best[inverse])
-        return with_pytorch(out, pytorch[inverse], guarded=objective == "time")
+        pytorch = pytorch_times(predictor, layers, pytorch[:, 0] if guard else None, policy)
+        return times, scores, energies, bounds, near_best, pytorch, predictor.extrapolated(layers)
 
     def pick(self, layers: Layers, math: str = "default", algorithms: Sequence[str] | None = None,
              objective: str = "time", workspaces: pd.DataFrame | None = None) -> pd.DataFrame:
         """Per layer: the pick and its predicted time, the runner-up, and the extrapolation mark."""
         return best_per_layer(self.predict(layers, math, algorithms, objective, workspaces))
+
+
+class PredictionMemo:
+    """What :meth:`Model.predict` computed per distinct layer, kept for its next calls with the
+    same model and arguments, so that a layer met again (a stream's later chunks repeat the
+    shapes of its first) is not predicted again. Each layer's answers depend on that layer
+    alone, so a remembered answer is the one predicting it again would give, bit for bit.
+    Other arguments start the memo afresh. It keeps at most ``capacity`` layers (the first
+    ones seen), about 1 KB each."""
+
+    #: The per-layer answers kept, in :meth:`Model._layer_answers`' order.
+    FIELDS = ("times", "scores", "energies", "bounds", "near_best", "pytorch", "extrapolated")
+
+    def __init__(self, capacity: int = 1 << 16) -> None:
+        self.capacity = capacity
+        self._arguments: tuple | None = None
+        self._position: dict[bytes, int] = {}  # a layer's columns, as bytes: its row in the arrays
+        self._arrays: list[np.ndarray] = []
+
+    def __len__(self) -> int:
+        return len(self._position)
+
+    def answers(self, layers: pd.DataFrame, arguments: tuple, predict) -> list[np.ndarray]:
+        """Per layer of ``layers`` (distinct), its answers: remembered ones, and ``predict``'s
+        (a function of a frame of the layers not remembered) for the others, which it remembers.
+        ``arguments`` (the model, then the arguments of the call) must be the same as last time's
+        for the remembered answers to serve."""
+        model, *rest = arguments
+        if self._arguments is None or self._arguments[0] is not model or self._arguments[1:] != tuple(rest):
+            self._arguments, self._position, self._arrays = (model, *rest), {}, []
+        values = np.ascontiguousarray(layers[list(LAYER_COLUMNS)].to_numpy(dtype=np.int64))
+        keys = values.view(np.dtype((np.void, values.dtype.itemsize * values.shape[1]))).ravel().tolist()
+        position = np.fromiter((self._position.get(key, -1) for key in keys), dtype=np.int64, count=len(keys))
+        new = np.flatnonzero(position < 0)
+        if not len(new):
+            return [array[position] for array in self._arrays]
+        predicted = predict(layers.iloc[new].reset_index(drop=True))
+        if len(new) == len(keys):
+            out = list(predicted)
+        else:
+            known = position >= 0
+            out = []
+            for remembered, fresh in zip(self._arrays, predicted):
+                values_ = np.empty((len(keys), *fresh.shape[1:]), dtype=fresh.dtype)
+                values_[known], values_[new] = remembered[position[known]], fresh
+                out.append(values_)
+        self._remember([keys[i] for i in new], predicted)
+        return out
+
+    def _remember(self, keys: list[bytes], answers: Sequence[np.ndarray]) -> None:
+        start = len(self._position)
+        keep = min(len(keys), self.capacity - start)
+        if keep <= 0:
+            return
+        if not self._arrays or start + keep > len(self._arrays[0]):
+            # Grown by doubling, not made at full capacity: numpy backs large arrays with huge
+            # pages, so even an untouched capacity would cost memory.
+            size = min(self.capacity, max(start + keep, 2 * start))
+            grown = [np.empty((size, *values.shape[1:]), dtype=values.dtype) for values in answers]
+            for array, old in zip(grown, self._arrays):
+                array[:start] = old[:start]
+            self._arrays = grown
+        for array, values in zip(self._arrays, answers):
+            array[start:start + keep] = values[:keep]
+        self._position.update(zip(keys[:keep], range(start, start + keep)))
 
 
 def _check_answers(times: np.ndarray, energies: np.ndarray, algorithms: list[str], model: str) -> None:

@@ -7,11 +7,11 @@ scikit-learn version is installed, or none. Evaluation walks the trees in a comp
 (built by llvmlite, numba's compiler, at first use; numba's where that fails), since every
 layer walks every tree and no numpy expression does that at compiled speed: tree by tree
 over blocks of :data:`BLOCK_ROWS` samples (a tree and a block's rows stay in cache), the
-blocks spread over ``NUMBA_NUM_THREADS`` threads (by default one per CPU; :func:`thread_count`),
-each running the loop without Python's lock. The samples are walked sorted by the features
-the trees split on first (:data:`SORT_FEATURES`): neighbours then take much the same paths,
-and the processor guesses one walk's branches from the last. Each sample's output is the
-same whatever the order.
+blocks spread over ``NUMBA_NUM_THREADS`` threads, the caller's among them (by default one per
+CPU; :func:`thread_count`), each running the loop without Python's lock. The samples are
+walked sorted by the features the trees split on first (:data:`SORT_FEATURES`): neighbours
+then take much the same paths, and the processor guesses one walk's branches from the last.
+Each sample's output is the same whatever the order.
 
 Layout (``n`` nodes of all trees, ``t`` trees):
 
@@ -191,25 +191,29 @@ def _pack(feature: np.ndarray, left: np.ndarray, missing_left: np.ndarray) -> np
 
 
 def _walk(X: np.ndarray, order: np.ndarray, trees: tuple, out: np.ndarray) -> None:
-    """Every tree over every row of ``X`` in ``order``, block by block, the blocks over the threads."""
+    """Every tree over every row of ``X`` in ``order``, block by block: this thread and the
+    pool's each take the next block left until none is (one hand-over per thread and call,
+    not one per block)."""
     evaluate = _evaluate()
     n = len(X)
-    starts = range(0, n, BLOCK_ROWS)
+    starts = iter(range(0, n, BLOCK_ROWS))  # shared: taking the next start is one step under Python's lock
 
-    def block(start: int) -> None:
-        evaluate(X, order, *trees, out, start, min(n, start + BLOCK_ROWS))
-
-    pool = _threads() if len(starts) > 1 else None
-    if pool is None:
+    def walk_blocks() -> None:
         for start in starts:
-            block(start)
-    else:
-        for _ in pool.map(block, starts):
-            pass  # map raises a block's exception here
+            evaluate(X, order, *trees, out, start, min(n, start + BLOCK_ROWS))
+
+    pool, workers = _threads() if n > BLOCK_ROWS else (None, 0)
+    helpers = [pool.submit(walk_blocks) for _ in range(workers)]
+    try:
+        walk_blocks()
+    finally:
+        for helper in helpers:
+            if not helper.cancel():  # one that has not started finds no block left: no need to wait for it
+                helper.result()  # raises a helper's exception here
 
 
 _COMPILED = None
-_POOL: tuple[int, object] | None = None  # (the process that made it, the pool)
+_POOL: tuple[int, object, int] | None = None  # (the process that made it, the pool, its threads)
 #: Which loop walks the trees: "llvm" (built with llvmlite at first use), "numba" (the same
 #: loop compiled by numba), or "auto" (llvm, else numba). Both give the same bits.
 LOOP_ENV = "SEER_TREE_LOOP"
@@ -227,16 +231,18 @@ def thread_count() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _threads():
-    """The threads that walk blocks (None for one; :func:`thread_count`). A process forked from
-    one with a pool makes its own (the parent's threads are not its)."""
+def _threads() -> tuple[object, int]:
+    """The pool of threads that walk blocks beside the caller's, and how many it has
+    (:func:`thread_count` less one; no pool for none). A process forked from one with a pool
+    makes its own (the parent's threads are not its)."""
     global _POOL
     if _POOL is None or _POOL[0] != os.getpid():
         from concurrent.futures import ThreadPoolExecutor
 
-        count = thread_count()
-        _POOL = (os.getpid(), ThreadPoolExecutor(count, thread_name_prefix="seer-trees") if count > 1 else None)
-    return _POOL[1]
+        helpers = thread_count() - 1
+        _POOL = (os.getpid(), ThreadPoolExecutor(helpers, thread_name_prefix="seer-trees") if helpers else None,
+                 helpers)
+    return _POOL[1], _POOL[2]
 
 
 def _evaluate():
