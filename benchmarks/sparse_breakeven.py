@@ -9,7 +9,9 @@ that runs the layer, ``gather``, ``scatter`` and, on 1x1 stride-1 layers, ``poin
 (:mod:`seer.gpu.sparse_kernels`), each checked against float64 and timed as the collector
 times (bursts behind a spinning kernel; finding the non-zeros is part of a sparse call).
 Per layer, the break-even sparsity: the lowest at which a sparse kernel beats the fastest
-cuDNN algorithm. Writes ``sparse-breakeven.json`` and ``.md``.
+cuDNN algorithm. With ``--energy S``, each successful run's energy per call too, read over
+about S seconds of back-to-back calls (:mod:`seer.gpu.energy`, as ``seer collect --energy``).
+Writes ``sparse-breakeven.json`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from seer.layers.sparsity import PATTERNS, sparse_input, zero_fraction
 TOLERANCE = 5e-3
 
 
-def time_layer(shape: ConvShape, sparsity: float, pattern: str, math: str, timer, seed: int = 0) -> dict:
+def time_layer(shape: ConvShape, sparsity: float, pattern: str, math: str, timer, seed: int = 0,
+               meter=None, energy_s: float = 0.0) -> dict:
     import cupy as cp
 
     from seer.gpu import cudnn, sparse_kernels
@@ -40,6 +43,7 @@ def time_layer(shape: ConvShape, sparsity: float, pattern: str, math: str, timer
     x = sparse_input(shape.input_dims, sparsity, pattern, seed=seed, xp=cp)
     tensors = ShapeTensors(shape, seed, x=x)
     runs: dict[str, float | str] = {}
+    energy: dict[str, dict] = {}
 
     def timed(name: str, call) -> None:
         tensors.poison_output()
@@ -51,6 +55,8 @@ def time_layer(shape: ConvShape, sparsity: float, pattern: str, math: str, timer
             return
         times, _, _ = timer.measure(call, timer.estimate_ms(call), budget_ms=5, min_reps=3)
         runs[name] = float(np.median(times))
+        if meter is not None:
+            energy[name] = meter.measure(call, runs[name], energy_s).as_row()
 
     with cudnn.Handle() as handle, cudnn.ConvolutionProblem(handle, shape, math) as problem:
         for algo in algorithm_names("cudnn"):
@@ -65,7 +71,8 @@ def time_layer(shape: ConvShape, sparsity: float, pattern: str, math: str, timer
     timed("SEER_SPARSE_SCATTER", lambda: sparse_kernels.scatter(shape, tensors.x, tensors.w, tensors.y))
     if sparse_kernels.pointwise_refusal(shape) is None:
         timed("SEER_SPARSE_POINTWISE", lambda: sparse_kernels.pointwise(shape, tensors.x, tensors.w, tensors.y))
-    return {"sparsity_asked": sparsity, "sparsity": zero_fraction(x), "runs": runs}
+    return {"sparsity_asked": sparsity, "sparsity": zero_fraction(x), "runs": runs} | (
+        {"energy": energy} if meter is not None else {})
 
 
 def breakeven(rows: list[dict]) -> float | None:
@@ -86,16 +93,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sparsity", default="0,0.5,0.7,0.8,0.9,0.95,0.99")
     parser.add_argument("--pattern", choices=PATTERNS, default="relu")
     parser.add_argument("--math", default="fma")
+    parser.add_argument("--energy", type=float, default=0.0, metavar="S",
+                        help="seconds of back-to-back calls per energy reading (default 0: none)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     from seer.gpu.timing import BurstTimer
 
     timer = BurstTimer()
+    meter = None
+    if args.energy > 0:
+        from seer.gpu.energy import EnergyMeter
+
+        meter = EnergyMeter()
     shapes = list(dict.fromkeys(ConvShape.from_mapping(row) for row in read_layers(args.layers).to_dict("records")))
     results = []
     args.out.mkdir(parents=True, exist_ok=True)
     for shape in shapes[:args.limit]:
-        rows = [time_layer(shape, float(s), args.pattern, args.math, timer) for s in args.sparsity.split(",")]
+        rows = [time_layer(shape, float(s), args.pattern, args.math, timer, meter=meter, energy_s=args.energy)
+                for s in args.sparsity.split(",")]
         results.append({"layer": shape.as_dict(), "rows": rows, "breakeven": breakeven(rows)})
         print(shape, "break-even", results[-1]["breakeven"], flush=True)
         write(args, results)  # after every layer: a run cut short keeps what it measured

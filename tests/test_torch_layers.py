@@ -146,3 +146,34 @@ def test_a_torchvision_name_without_torchvision_says_so():
     else:
         with pytest.raises(InputError, match="did you mean resnet152"):
             build_model("resnet_152")
+
+
+def test_input_sparsity_counts_the_zeros_each_convolution_is_given():
+    from torch import nn
+
+    from seer.torch import input_sparsity
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.first = nn.Conv2d(4, 8, 3, padding=1)
+            self.second = nn.Conv2d(8, 8, 1)
+
+        def forward(self, x):
+            y = self.first(x)
+            y = y * (torch.arange(y.shape[1]).view(1, -1, 1, 1) < 2)  # 6 of 8 channels zero
+            return self.second(self.second(y))  # a layer called twice counts both calls
+
+    x = torch.randn(2, 4, 6, 6)
+    x[0] = 0  # half the batch
+    model = Net().eval()
+    calls = input_sparsity(model, x)
+    layers = calls.layers.set_index("name")
+    assert layers.loc["first", "sparsity"] == 0.5 and layers.loc["first", "calls"] == 1
+    # "second" runs twice: on the masked output (6 of 8 channels zero, the rest rarely) and on
+    # its own dense output; its sparsity is over both calls' values.
+    assert layers.loc["second", "calls"] == 2 and 0.375 <= layers.loc["second", "sparsity"] < 0.4
+    assert calls.device == "cpu" and calls.input_shape == (2, 4, 6, 6)
+    assert not any(p.grad is not None for p in model.parameters())
+    with pytest.raises(InputError, match="calibration batch"):
+        input_sparsity(model, torch.randn(2, 3, 6, 6))  # 3 channels where the model takes 4

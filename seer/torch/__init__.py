@@ -4,6 +4,8 @@
 frame, on the CPU and without weights; :func:`build_model` builds a torchvision model by
 name, or any model from ``module:function``, on PyTorch's meta device. Predict their
 times with :func:`seer.networks.network_time.predict_network`, or ``seer network`` on the command line.
+:func:`input_sparsity` runs the model on a calibration batch and gives each convolution's
+share of zero input values.
 
 On a GPU, :func:`apply` runs seer's predicted-fastest cuDNN algorithm on every convolution
 of a model and :func:`force` one algorithm everywhere (:mod:`seer.torch.convolution`);
@@ -12,9 +14,10 @@ of a model and :func:`force` one algorithm everywhere (:mod:`seer.torch.convolut
 
 # ConvCalls and parse_input_shape need no torch (seer.layers.calls); exported here as before.
 from seer.layers.calls import ConvCalls, parse_input_shape
-from seer.torch.layers import build_model, conv_calls
+from seer.torch.layers import build_model, conv_calls, input_sparsity
 
-__all__ = ["ConvCalls", "apply", "build_model", "conv_calls", "force", "parse_input_shape", "restore"]
+__all__ = ["ConvCalls", "apply", "build_model", "conv_calls", "force", "input_sparsity", "parse_input_shape",
+           "restore"]
 
 
 def __getattr__(name: str):

@@ -17,6 +17,10 @@ is what reaches cuDNN:
 These rules are :func:`seer.layers.calls.conv_fields`, which :mod:`seer.networks.onnx_layers` follows too.
 A model whose forward cannot run on ``meta`` (it reads tensor values) runs on the CPU
 instead, on zeros (``device="auto"``).
+
+:func:`input_sparsity` records the same calls during a real forward pass, on a batch the
+user gives, and counts the zeros of each call's input: the sparsity that seer's sparse
+convolutions (:mod:`seer.gpu.sparse_kernels`) can skip.
 """
 
 from __future__ import annotations
@@ -112,10 +116,33 @@ class _Recorder(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+class _ZeroCounter(_Recorder):
+    """A :class:`_Recorder` that also counts, per recorded row, the zero and all values of
+    the inputs its calls were given."""
+
+    def __init__(self, names: dict[int, str]) -> None:
+        super().__init__(names)
+        self.zeros: list[int] = []
+        self.values: list[int] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = super().__torch_function__(func, types, args, kwargs)
+        if func in _CONVOLUTIONS:
+            x = _bound(args, kwargs or {}, _CONV_PARAMS)["input"]
+            row = self.log.order[-1]
+            while len(self.zeros) <= row:
+                self.zeros.append(0)
+                self.values.append(0)
+            # The mode is off inside its own handler, so counting is not recorded as a call.
+            self.zeros[row] += int(torch.count_nonzero(x == 0))
+            self.values[row] += x.numel()
+        return out
+
+
 @contextmanager
-def _recording(model: nn.Module):
+def _recording(model: nn.Module, recorder_type: type[_Recorder] | None = None):
     names = {id(module): name for name, module in model.named_modules(remove_duplicate=False)}
-    recorder = _Recorder(names)
+    recorder = (recorder_type or _Recorder)(names)
     with ExitStack() as stack:
         stack.enter_context(nn.modules.module.register_module_forward_pre_hook(recorder.push))
         stack.enter_context(nn.modules.module.register_module_forward_hook(recorder.pop, always_call=True))
@@ -162,6 +189,30 @@ def conv_calls(model: nn.Module, input_shape: Sequence[int], device: str = "auto
             raise InputError(exc.message, field=exc.field) from None
     raise InputError(f"the model's forward pass on an input of {'x'.join(map(str, shape))} failed "
                      + "; ".join(failures), field="input")
+
+
+def input_sparsity(model: nn.Module, batch: "torch.Tensor") -> ConvCalls:
+    """The convolutions of ``model``'s forward pass on ``batch``, each with the share of zero
+    values in its input (column ``sparsity``, over every call of the layer and every image).
+
+    The model runs as it is (its device, weights and mode: ``model.eval()`` for inference),
+    without gradients, on ``batch``, a calibration batch of real inputs: the zeros a ReLU
+    leaves depend on the weights and the data. Raises :class:`InputError` where the forward
+    pass fails.
+    """
+    try:
+        with torch.no_grad(), _recording(model, _ZeroCounter) as counter:
+            model(batch)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the model's own code: one line
+        raise InputError(f"the model's forward pass on the calibration batch failed: {type(exc).__name__}: "
+                         f"{one_line(exc)}", field="batch") from None
+    try:
+        calls = counter.log.result(str(batch.device.type), tuple(batch.shape))
+    except ShapeError as exc:  # pragma: no cover - PyTorch refuses such a layer first
+        raise InputError(exc.message, field=exc.field) from None
+    zeros, values = (torch.tensor(v, dtype=torch.float64) for v in (counter.zeros, counter.values))
+    calls.layers["sparsity"] = (zeros / values.clamp(min=1)).numpy() if len(values) else []
+    return calls
 
 
 def build_model(spec: str | Callable[[], object], device: str = "meta") -> nn.Module:
