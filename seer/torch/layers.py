@@ -130,7 +130,7 @@ class _ZeroCounter(_Recorder):
         if func in _CONVOLUTIONS:
             x = _bound(args, kwargs or {}, _CONV_PARAMS)["input"]
             row = self.log.order[-1]
-            while len(self.zeros) <= row:
+            if row == len(self.zeros):  # the log adds rows in order: this call's layer is new
                 self.zeros.append(0)
                 self.values.append(0)
             # The mode is off inside its own handler, so counting is not recorded as a call.
@@ -211,7 +211,7 @@ def input_sparsity(model: nn.Module, batch: "torch.Tensor") -> ConvCalls:
     except ShapeError as exc:  # pragma: no cover - PyTorch refuses such a layer first
         raise InputError(exc.message, field=exc.field) from None
     zeros, values = (torch.tensor(v, dtype=torch.float64) for v in (counter.zeros, counter.values))
-    calls.layers["sparsity"] = (zeros / values.clamp(min=1)).numpy() if len(values) else []
+    calls.layers["sparsity"] = (zeros / values.clamp(min=1)).numpy()
     return calls
 
 
