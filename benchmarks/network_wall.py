@@ -1,6 +1,7 @@
 """What a user of ``seer.torch.apply`` sees on whole networks: seer's picks against PyTorch's
 own choice, in plain wall time per forward pass (eager, and captured in a CUDA graph), from
-the ``overall.csv`` of ``seer profile-network``.
+the ``overall.csv`` of ``seer profile-network``; or per training step, from its ``steps.csv``
+(``--training``).
 
     python benchmarks/network_wall.py benchmarks/results/h100-network-wall/overall.csv \
         --out benchmarks/results/h100-network-wall/summary.md
@@ -145,15 +146,17 @@ def main(argv=None) -> int:
     parts = []
     policies = set(overall["policy"])
 
-    for column, title in (("eager_ms", "Eager: plain wall time per pass, back to back"),
+    # steps.csv (profile-network --training) holds training steps, overall.csv forward passes.
+    unit = "training step" if "fwd_picks" in overall.columns else "pass"
+    for column, title in (("eager_ms", f"Eager: plain wall time per {unit}, back to back"),
                           ("graph_ms", "Captured in a CUDA graph: wall time per replay"),
                           ("forward_ms", "GPU time per pass (bursts behind a spinning kernel; host cost hidden)")):
         if "seer" in policies and column in overall.columns and overall[column].notna().any():
             parts.append(markdown(comparison(run_with(overall, "seer"), column), title))
     if "seer-graph" in policies and overall["graph_ms"].notna().any():
         parts.append(markdown(comparison(run_with(overall, "seer-graph"), "graph_ms", seer="seer-graph"),
-                              "Captured in a CUDA graph, seer's picks guarded for CUDA graphs (seer-graph)"))
-    if {"seer", "seer-graph"} <= policies and overall["forward_ms"].notna().any():
+                              f"Captured in a CUDA graph, seer's picks guarded for CUDA graphs (seer-graph), per {unit}"))
+    if {"seer", "seer-graph"} <= policies and "forward_ms" in overall and overall["forward_ms"].notna().any():
         parts.append(ceiling(overall))
     text = "\n".join(parts)
     if args.plot and "seer" in policies:

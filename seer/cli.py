@@ -326,7 +326,7 @@ def _cmd_merge(args) -> int:
     from seer.networks.profile_network import write_tables
 
     tables = write_tables(target)
-    err_console.log(f"wrote {tables.overall}, {tables.layers} and {len(tables.plots)} plots")
+    _log_tables(tables)
     return 0
 
 
@@ -1329,6 +1329,11 @@ def _add_profile_network(sub) -> None:
                    help="measure again the passes recorded without a kernel tracer (their layers 'untraced')")
     p.add_argument("--passes-only", action="store_true",
                    help="time whole passes only (eager, CUDA graph, bursts), not each convolution")
+    p.add_argument("--training", action="store_true",
+                   help="time training steps instead (train mode: forward, mean of the output, backward; no "
+                        "optimizer step): eager and CUDA-graph wall time per step, policies in turns; seer's "
+                        "policies run its forward, dgrad and wgrad picks (the GPU's backward models, e.g. --gpu "
+                        "h200). Writes OUT/steps.csv")
     p.add_argument("--tables-only", action="store_true", help="measure nothing: rebuild the tables and plots")
     p.add_argument("--no-tables", action="store_true",
                    help="only record: leave the tables and plots to `--tables-only` or `seer merge` (as shards do)")
@@ -1384,7 +1389,8 @@ def _cmd_profile_network(args) -> int:
         if args.no_tables:
             return 0
     elif not args.tables_only:
-        jobs = plan_jobs(args.models, shapes, maths, policies, shard_index, shard_count)
+        jobs = plan_jobs(args.models, shapes, maths, policies, shard_index, shard_count,
+                         step="training" if args.training else "forward")
         options = ProfileOptions(out_dir=args.out, gpu=spec.name, models_dir=args.models_dir,
                                  dataset_dir=args.data_dir / spec.name, budget_ms=args.budget_ms,
                                  retrace=args.retrace, layer_times=not args.passes_only,
@@ -1406,11 +1412,16 @@ def _cmd_profile_network(args) -> int:
         if args.no_tables:
             return 0
     tables = write_tables(args.out)
-    err_console.log(f"wrote {tables.overall}, {tables.layers} and {len(tables.plots)} plots")
+    _log_tables(tables)
     errors = mape_over_sizes(tables.passes)
     if len(errors):
         out_console.print(errors.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
     return 0
+
+
+def _log_tables(tables) -> None:
+    written = [str(p) for p in (tables.overall, tables.layers, tables.steps) if p is not None]
+    err_console.log(f"wrote {', '.join(written)} and {len(tables.plots)} plots")
 
 
 def _add_ceilings(sub) -> None:

@@ -138,6 +138,33 @@ def test_the_launch_table_is_the_median_of_the_traced_launches(table):
 
 
 
+@pytest.mark.slow
+def test_the_backward_launch_table_is_the_median_of_the_h200s_traced_launches():
+    """Algorithm.launches of cuDNN's backward algorithms against every traced backward call of
+    the H200 dataset: where a call launches many kernels (a loop over the groups), the table's
+    count is the median of the traced counts; elsewhere within 5x of it."""
+    from seer.dataset.build import read_measurements
+    from seer.layers.shapes import ConvShape
+
+    h200 = REPO / "data" / "h200"
+    traced = read_parts(h200 / "traced_kernels", columns=["shape_id", "math", "algo", "launches"])
+    traced = traced[traced["algo"].map(lambda a: get_algorithm(a).pass_ != "fwd" and get_algorithm(a).source == "cudnn")]
+    launches = traced.groupby(["shape_id", "math", "algo"], as_index=False)["launches"].sum()
+    fields = ["shape_id", "math", "algo", "groups", "in_ch"]
+    layers = read_measurements(h200 / "measurements", columns=fields).drop_duplicates(fields[:3])
+    calls = launches.merge(layers, on=fields[:3])
+    calls["kind"] = ["dense" if g == 1 else "depthwise" if g == c else "grouped"
+                     for g, c in zip(calls["groups"], calls["in_ch"])]
+    calls["table"] = [get_algorithm(a).launches.of(ConvShape.square(1, c, 8, c, 1, groups=g), m)
+                      for a, m, g, c in zip(calls["algo"], calls["math"], calls["groups"], calls["in_ch"])]
+    calls["ratio"] = calls["launches"] / calls["table"]
+    summary = calls.groupby(["algo", "math", "kind"]).agg(median=("ratio", "median"), launches=("launches", "median"))
+    assert len(summary) >= 60
+    loops = summary["launches"] > 8
+    assert loops.sum() >= 15 and (summary.loc[loops, "median"] == 1).all(), summary[loops]
+    assert summary["median"].between(0.2, 5).all(), summary
+
+
 def test_every_algorithm_names_its_family_and_the_families_are_the_registrys():
     from seer.algorithms import FAMILIES
 

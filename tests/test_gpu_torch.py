@@ -407,6 +407,25 @@ def test_profile_network_measures_verifies_and_resumes(cuda, tmp_path, monkeypat
     assert np.isfinite(pd.read_csv(out / "overall.csv")["conv_ms"]).all()
 
 
+@pytest.mark.filterwarnings("ignore:seer. same_even. 'same' padding that pads one side more:UserWarning")
+def test_profile_network_times_training_steps_with_seers_backward_picks(cuda, tmp_path, monkeypatch):
+    monkeypatch.chdir(TESTS)
+    out = tmp_path / "steps"
+    argv = ["profile-network", "torch_nets:resnet50", "--input", "16x3x112x112", "--algo", "seer,seer-graph,heuristic",
+            "--math", "fma", "--gpu", "h200", "--training", "--out", str(out), "--data-dir", str(DATASET.parent)]
+    assert main(argv) == 0
+    steps = pd.read_csv(out / "steps.csv")
+    assert sorted(steps["policy"]) == ["heuristic", "seer", "seer-graph"] and (steps["status"] == "ok").all()
+    assert (steps["eager_ms"] > 0).all() and (steps["graph_ms"] > 0).all(), steps.get("graph_error")
+    seer_rows = steps[steps["policy"] != "heuristic"]
+    assert (seer_rows["conv_layers"] == 53).all()
+    assert (seer_rows[["fwd_picks", "bwd_data_picks", "bwd_filter_picks"]].sum(axis=1) > 0).all()
+    assert not (out / "overall.csv").exists()
+    before = len(steps)
+    assert main(argv) == 0  # everything recorded: nothing measured again
+    assert len(pd.read_csv(out / "steps.csv")) == before
+
+
 def test_build_on_gpu_has_weights(cuda):
     pytest.importorskip("torchvision")
     model = build_model("resnet18", device="cuda")

@@ -188,3 +188,58 @@ def test_the_wall_times_of_picks_weighed_for_the_whole_pass_are_what_their_recor
     assert eager["slower_than_1pct"] == 14 and eager["slower_beyond_spread"] == 2
     assert eager["pytorch_apart_1pct"] == 31
     assert round(eager["median_ratio_largest_batch_fma"], 3) == 0.972
+
+
+def test_training_jobs_are_planned_apart_from_forward_ones():
+    shapes = [(32, 3, 224, 224)]
+    jobs = plan_jobs(["resnet18"], shapes, ["fma"], ["seer", "heuristic"], step="training")
+    assert [j.step for j in jobs] == ["training"] and plan_jobs(["resnet18"], shapes, ["fma"], ["seer"])[0].step == "forward"
+    with pytest.raises(ValueError):
+        plan_jobs(["resnet18"], shapes, ["fma"], ["seer"], step="backward")
+
+
+def test_a_training_step_clears_the_gradients_runs_forward_and_backward():
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    from seer.networks.profile_network import training_step
+
+    class WithAuxiliary(nn.Module):  # as GoogLeNet in train mode: logits first, an auxiliary output beside
+        def __init__(self):
+            super().__init__()
+            self.conv, self.head, self.aux = nn.Conv2d(3, 8, 3), nn.Linear(8, 4), nn.Linear(8, 4)
+
+        def forward(self, x):
+            pooled = self.conv(x).relu().mean(dim=(2, 3))
+            return self.head(pooled), self.aux(pooled)
+
+    torch.manual_seed(0)
+    model = WithAuxiliary().train()
+    step = training_step(model, torch.randn(2, 3, 16, 16))
+    step()
+    first = model.conv.weight.grad.clone()
+    step()  # gradients set anew, not accumulated
+    assert torch.allclose(model.conv.weight.grad, first, rtol=1e-5, atol=1e-7)
+    assert model.head.weight.grad is not None and model.aux.weight.grad is None  # the loss is the logits' mean
+
+
+def test_training_step_records_make_steps_csv_alone(tmp_path):
+    from seer.collect.store import RunStore
+    from seer.networks.profile_network import STEPS_COLUMNS, read_steps
+
+    store = RunStore(tmp_path, tag="t", kinds=KINDS)
+    base = {"network": "resnet50", "input": "32x3x224x224", "math": "fma", "size": 224, "batch": 32,
+            "status": "ok", "collected_at": "2026-11-27T00:00:00+00:00"}
+    store.append("step_times", [{**base, "policy": "heuristic", "eager_ms": 40.0, "graph_ms": 38.0},
+                                {**base, "policy": "seer", "eager_ms": 45.0, "graph_ms": 30.0, "fwd_picks": 20,
+                                 "bwd_data_picks": 10, "bwd_filter_picks": 3},
+                                {**base, "policy": "seer", "eager_ms": 44.0, "graph_ms": 31.0, "fwd_picks": 20,
+                                 "bwd_data_picks": 10, "bwd_filter_picks": 3}])  # measured again: the last wins
+    store.close()
+    tables = write_tables(tmp_path)
+    assert tables.overall is None and tables.steps == tmp_path / "steps.csv" and not (tmp_path / "overall.csv").exists()
+    steps = pd.read_csv(tables.steps)
+    assert list(steps.columns[:len(STEPS_COLUMNS)]) == list(STEPS_COLUMNS)
+    assert steps.set_index("policy").loc["seer", "eager_ms"] == 44.0 and len(steps) == 2
+    assert len(read_steps(tmp_path)) == 2
+    assert read_profile(tmp_path)[0].empty  # forward passes are not mixed with steps

@@ -1,5 +1,6 @@
 """Profile whole PyTorch networks on the GPU: each convolution layer and the forward pass, per
-input size and policy, with proof of the algorithm that ran (``seer profile-network``).
+input size and policy, with proof of the algorithm that ran (``seer profile-network``); or
+whole training steps (``--training``).
 
 A policy says who picks each layer's algorithm: ``seer`` (seer's predicted fastest,
 :func:`seer.torch.apply`), ``seer-graph`` (the same, guarded for a model run in CUDA
@@ -16,10 +17,16 @@ The kernels of each distinct convolution (without bias) are traced with CUPTI an
 against the algorithm forced there (:mod:`seer.networks.kernel_evidence`); under PyTorch's policies
 they name the algorithms PyTorch may have run.
 
-Results are records in ``OUT/raw/`` (``layer_times`` and ``pass_times``, one file per
+A training step (train mode: forward, a loss, backward; no optimizer step, which costs every
+policy the same) is timed as a user runs it only: eager wall time of back-to-back steps and
+replays of the step captured in a CUDA graph (``step_times`` records, ``steps.csv``). seer's
+policies there run its forward, backward-data and backward-filter picks
+(``seer.torch.apply(..., training=True)``), so they need the GPU's backward models.
+
+Results are records in ``OUT/raw/`` (``layer_times``, ``pass_times``, ``step_times``, one file per
 shard, appended and fsync'ed as each (network, input, math, policy) finishes; a rerun skips
 what is recorded), from which :func:`write_tables` builds ``layers.csv``, ``overall.csv``
-and the plots.
+(``steps.csv`` for training steps) and the plots.
 """
 
 from __future__ import annotations
@@ -48,8 +55,10 @@ OWN_POLICIES = ("seer", "seer-graph", "heuristic", "benchmark")
 SEER_POLICIES = {"seer": False, "seer-graph": True}
 #: PyTorch's own policies: ``torch.backends.cudnn.benchmark`` under each.
 PYTORCH_POLICIES = {"heuristic": False, "benchmark": True}
-#: Record kinds of a profile's ``raw/`` folder.
-KINDS = ("layer_times", "pass_times")
+#: What a job times: the forward pass (eval mode, ``torch.no_grad``), or a training step.
+STEPS = ("forward", "training")
+#: Record kinds of a profile's ``raw/`` folder: forward passes, their layers, training steps.
+KINDS = ("layer_times", "pass_times", "step_times")
 #: What makes a record of each kind one measurement.
 PASS_KEY = ("network", "input", "math", "policy")
 LAYER_KEY = (*PASS_KEY, "name")
@@ -64,6 +73,10 @@ WALL_WINDOW_S = 0.1
 OVERALL_COLUMNS = (*PASS_KEY, "size", "batch", "status", "forward_ms", "forward_mean_ms", "forward_std_ms",
                    "forward_reps", "conv_ms", "predicted_conv_ms", "conv_layers", "conv_calls",
                    "verified_layers", "fallback_layers", "collected_at", *WALL_COLUMNS)
+#: Columns of steps.csv, in order (one row per network, input, math and policy): wall times of a
+#: training step, and how many layers' forward and backward picks replaced PyTorch's.
+STEPS_COLUMNS = (*PASS_KEY, "size", "batch", "status", *WALL_COLUMNS, "fwd_picks", "bwd_data_picks",
+                 "bwd_filter_picks", "conv_layers", "collected_at", "error")
 #: Columns of layers.csv, in order (one row per network, input, math, policy and conv module).
 LAYERS_COLUMNS = (*PASS_KEY, "size", "name", "calls", *LAYER_FIELDS, "algo", "predicted_ms", "measured_ms",
                   "spread", "reps", "verified", "candidates", "kernels", "fallback")
@@ -119,6 +132,7 @@ class Job:
     input_shape: tuple[int, ...]
     math: str
     policies: tuple[str, ...]
+    step: str = "forward"  # STEPS
 
     @property
     def input(self) -> str:
@@ -126,9 +140,11 @@ class Job:
 
 
 def plan_jobs(networks: Sequence[str], input_shapes: Sequence[tuple[int, ...]], maths: Sequence[str],
-              policies: Sequence[str], shard_index: int = 1, shard_count: int = 1) -> list[Job]:
+              policies: Sequence[str], shard_index: int = 1, shard_count: int = 1, step: str = "forward") -> list[Job]:
     """Every (network, input, math) in order, this shard's share (every n-th)."""
-    jobs = [Job(n, tuple(s), m, tuple(policies)) for n in networks for s in input_shapes for m in maths]
+    if step not in STEPS:
+        raise ValueError(f"step must be one of {', '.join(STEPS)}, got {step!r}")
+    jobs = [Job(n, tuple(s), m, tuple(policies), step) for n in networks for s in input_shapes for m in maths]
     return jobs[shard_index - 1::shard_count]
 
 
@@ -186,6 +202,7 @@ class NetworkProfiler:
                          if dataset is not None and DatasetDir(dataset).traced_kernels.exists() else None)
         self._models: dict[str, object] = {}
         self._choices: dict[str, object] = {}  # seer's picks for the current job's layers, per seer policy
+        self._pick_counts: dict[str, dict] = {}  # per seer policy of a training job: layers each pass swapped
         self.measured = 0  # policies measured by run(), so far
 
     def seer_model(self, math: str):
@@ -195,6 +212,25 @@ class NetworkProfiler:
             self._models[math] = load_model(self.options.gpu, math=math, models_dir=self.options.models_dir)
         return self._models[math]
 
+    def _backward_choices(self, job: Job, layers: pd.DataFrame, policy: str) -> tuple:
+        """seer's backward-data and backward-filter choices for a training job's layers, as
+        ``seer.torch.apply(..., training=True)`` makes them."""
+        from seer.layers.shapes import ConvShape
+        from seer.predict.persist import load_model
+        from seer.torch.convolution import PredictedPass
+
+        choices = []
+        for pass_ in ("bwd_data", "bwd_filter"):
+            key = f"{job.math}/{pass_}"
+            if key not in self._models:
+                self._models[key] = load_model(self.options.gpu, math=job.math, models_dir=self.options.models_dir,
+                                               pass_=pass_)
+            choice = PredictedPass(self._models[key], job.math, captured=SEER_POLICIES[policy],
+                                   deterministic=self.torch.are_deterministic_algorithms_enabled())
+            choice.prepare([ConvShape.from_mapping(r) for r in layers.to_dict("records")])
+            choices.append(choice)
+        return tuple(choices)
+
     def done(self) -> set[tuple]:
         done = self.store.done_keys("pass_times", PASS_KEY)
         if self.options.retrace and self.tracer is not None:
@@ -203,14 +239,16 @@ class NetworkProfiler:
 
     def run(self, jobs: Sequence[Job]) -> int:
         """Profile every job's policies not yet recorded; returns how many were measured."""
-        done = self.done()
+        done = {"forward": self.done(), "training": self.store.done_keys("step_times", PASS_KEY)}
         self.measured = 0
         for job in jobs:
-            todo = [p for p in job.policies if (job.network, job.input, job.math, p) not in done]
+            todo = [p for p in job.policies if (job.network, job.input, job.math, p) not in done[job.step]]
             if not todo:
                 continue
-            self.progress(f"{job.network} {job.input} {job.math}: {', '.join(todo)}")
-            self.measured += self._run_job(job, todo)
+            self.progress(f"{job.network} {job.input} {job.math}{' training step' if job.step == 'training' else ''}: "
+                          f"{', '.join(todo)}")
+            run = self._run_training_job if job.step == "training" else self._run_job
+            self.measured += run(job, todo)
         self.store.close()
         return self.measured
 
@@ -220,9 +258,15 @@ class NetworkProfiler:
         from seer.torch.layers import build_model, conv_calls
 
         torch = self.torch
-        model = build_model(job.network, device="cuda")
-        # A pass on the meta device, the model's parameters set aside: the layers as seer predicts them.
-        layers = conv_calls(model, job.input_shape).layers.reset_index(drop=True)
+        try:
+            model = build_model(job.network, device="cuda")
+            # A pass on the meta device, the model's parameters set aside: the layers as seer predicts them.
+            layers = conv_calls(model, job.input_shape).layers.reset_index(drop=True)
+        except InputError as exc:  # the model refuses this input: recorded, and the next job goes on
+            for policy in policies:
+                self.store.append("pass_times", [self._failed(job, policy, "error", exc)])
+            self.progress(f"  error: {exc}")
+            return len(policies)
         predictions = self.seer_model(job.math).predict(layers, job.math) if len(layers) else None
         self._choices = {}
         x = torch.randn(job.input_shape, device="cuda")
@@ -250,6 +294,39 @@ class NetworkProfiler:
         torch.cuda.empty_cache()
         return count
 
+    def _run_training_job(self, job: Job, policies: Sequence[str]) -> int:
+        """A training step under each policy: wall times only (eager and CUDA graph, in turns)."""
+        from seer.torch.layers import build_model, conv_calls
+
+        torch = self.torch
+        try:
+            model = build_model(job.network, device="cuda").train()
+            layers = conv_calls(model, job.input_shape).layers.reset_index(drop=True)
+        except InputError as exc:  # e.g. Inception-v3's auxiliary head in train mode needs 299x299: recorded, next job
+            for policy in policies:
+                self.store.append("step_times", [self._failed(job, policy, "error", exc)])
+            self.progress(f"  error: {exc}")
+            return len(policies)
+        self._choices = {}
+        x = torch.randn(job.input_shape, device="cuda")
+        walls = self._walls(model, x, job, policies, layers)
+        for policy in policies:
+            wall = dict(walls[policy])
+            problem = wall.pop("wall_error", None)
+            record = {**self._pass_base(job, policy), "status": "error" if problem else "ok", **wall,
+                      "conv_layers": int(len(layers))}
+            if problem:
+                record["error"] = problem
+            record.update(self._pick_counts.get(policy, {}))
+            self.store.append("step_times", [record])
+            self.progress(f"  {policy}: {record['status']} eager {_ms(record.get('eager_ms'))} ms, "
+                          f"graph {_ms(record.get('graph_ms'))} ms per step"
+                          + (f" ({problem})" if problem else f" ({wall['graph_error']})" if "graph_error" in wall else ""))
+        del model, x
+        self._pick_counts = {}
+        torch.cuda.empty_cache()
+        return len(policies)
+
     def _failed(self, job: Job, policy: str, status: str, exc: BaseException) -> dict:
         return {**self._pass_base(job, policy), "status": status,
                 "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"}
@@ -268,7 +345,9 @@ class NetworkProfiler:
         from seer.torch.convolution import Predicted, eager_pass_times, force, left_to_pytorch, swap_in
 
         if policy in SEER_POLICIES:
+            training = job.step == "training"
             choice = self._choices.get(policy)
+            backward = self._backward_choices(job, layers, policy) if training else ()
             if choice is None:
                 from seer.layers.shapes import ConvShape
 
@@ -276,11 +355,14 @@ class NetworkProfiler:
                                                            captured=SEER_POLICIES[policy])
                 shapes = [ConvShape.from_mapping(r) for r in layers.to_dict("records")]
                 choice.prepare(shapes)
-                if not SEER_POLICIES[policy]:
+                if not SEER_POLICIES[policy] and not training:  # the pass model is of forward passes
                     with self._flags(job, "heuristic"):
                         choice.decide_pass(shapes, *eager_pass_times(model, x))
             # As seer.torch.apply does: modules the guard leaves to PyTorch stay PyTorch's.
-            swap_in(model, choice, nvtx=True, keep=left_to_pytorch(choice, layers))
+            keep = left_to_pytorch(choice, layers, backward)
+            swap_in(model, choice, nvtx=True, keep=keep, backward=backward or (None, None))
+            if training:
+                self._pick_counts[policy] = pick_counts(choice, backward, layers)
         elif policy not in PYTORCH_POLICIES:
             force(model, policy, job.math, nvtx=True)
         return self._flags(job, policy)
@@ -298,10 +380,11 @@ class NetworkProfiler:
 
         torch = self.torch
         walls = {p: {"eager_ms": None, "graph_ms": None} for p in policies}
-        models, graphs = {}, {}
+        models, graphs, steps = {}, {}, {}
         eager, replays = {p: [] for p in policies}, {p: [] for p in policies}
         passes = None
-        with torch.no_grad():
+        run = training_step if job.step == "training" else forward_pass
+        with torch.no_grad() if job.step == "forward" else torch.enable_grad():
             for policy in policies:  # each policy's model, warm-up (plans, autotuning) and CUDA graph
                 try:
                     if policy in PYTORCH_POLICIES:
@@ -311,7 +394,7 @@ class NetworkProfiler:
                         self._set_policy(models[policy], x, job, policy, layers)  # its flags: self._flags
                         for m in seer_convolutions(models[policy]).values():
                             m.seer_nvtx = False  # as a user runs it: no NVTX range per convolution
-                    forward = lambda m=models[policy]: m(x)  # noqa: E731
+                    forward = steps[policy] = run(models[policy], x)
                     with self._flags(job, policy):
                         one = _pass_seconds(torch, forward)
                         passes = passes or max(3, int(WALL_WINDOW_S / one))
@@ -325,7 +408,7 @@ class NetworkProfiler:
                 for _ in range(WALL_ROUNDS):
                     for policy in live:
                         with self._flags(job, policy):
-                            eager[policy].append(window_ms(torch, lambda m=models[policy]: m(x), passes))
+                            eager[policy].append(window_ms(torch, steps[policy], passes))
                             if graphs.get(policy) is not None:
                                 replays[policy].append(window_ms(torch, graphs[policy].replay, passes))
             except Exception as exc:  # noqa: BLE001 - the passes' records say why; burst times go on
@@ -338,6 +421,7 @@ class NetworkProfiler:
                 walls[policy].update(graph_ms=float(np.median(replays[policy])), graph_spread=spread(replays[policy]))
         graphs.clear()
         models.clear()
+        steps.clear()
         torch.cuda.empty_cache()
         return walls
 
@@ -443,6 +527,46 @@ class NetworkProfiler:
         return {**out, "verified": verdict, "candidates": ",".join(sorted(candidates or ()))}
 
 
+def forward_pass(model, x) -> Callable[[], object]:
+    """One forward pass of ``model`` on ``x`` (run under ``torch.no_grad``)."""
+    return lambda: model(x)
+
+
+def training_step(model, x) -> Callable[[], None]:
+    """One training step of ``model`` (in train mode) on ``x``: the gradients cleared (set to
+    None, as ``optimizer.zero_grad()`` does), the forward pass, the mean of its output as the
+    loss, and the backward pass. No optimizer step: it would cost every policy the same. The
+    first output of a model that returns several (GoogLeNet's and Inception's auxiliary
+    logits in train mode) is the one whose mean is taken; the others still run forward."""
+    parameters = [p for p in model.parameters() if p.requires_grad]
+
+    def step() -> None:
+        for parameter in parameters:
+            parameter.grad = None
+        output = model(x)
+        if not hasattr(output, "backward"):
+            output = output[0]
+        output.float().mean().backward()
+
+    return step
+
+
+def pick_counts(choice, backward: Sequence, layers: pd.DataFrame) -> dict[str, int]:
+    """How many of ``layers`` (one row per call) each pass's choice gives an algorithm of
+    seer's rather than PyTorch's own."""
+    from seer.layers.shapes import ConvShape
+
+    shapes = [ConvShape.from_mapping(r) for r in layers.to_dict("records")]
+    counts = {"fwd_picks": sum(choice.algorithm(s) is not None for s in shapes)}
+    for pass_choice, name in zip(backward, ("bwd_data_picks", "bwd_filter_picks")):
+        counts[name] = sum(pass_choice.algorithm(s) is not None for s in shapes)
+    return counts
+
+
+def _ms(value) -> str:
+    return "-" if value is None or value != value else f"{value:.3f}"
+
+
 def _input_for(inputs: dict[tuple, object], layer: pd.Series):
     """The input a module got for this layer: the one of its shape, else its only one (an
     input that ``padding_mode`` pads has the unpadded shape)."""
@@ -527,10 +651,11 @@ def log_session(out_dir: Path, options: ProfileOptions, jobs: Sequence[Job], sta
 # -- tables and plots -------------------------------------------------------------------
 @dataclass
 class ProfileTables:
-    overall: Path
-    layers: Path
+    overall: Path | None  # None where only training steps were profiled
+    layers: Path | None
     plots: list[Path]
     passes: pd.DataFrame  # what overall.csv holds
+    steps: Path | None = None  # steps.csv, where training steps were profiled
 
 
 def read_profile(out_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -552,6 +677,15 @@ def read_profile(out_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             layers.sort_values([*order], kind="stable").reset_index(drop=True))
 
 
+def read_steps(out_dir: Path) -> pd.DataFrame:
+    """The latest record of every training step in ``OUT/raw`` (``steps.csv``'s rows)."""
+    steps = RunStore(out_dir, kinds=KINDS).read("step_times", PASS_KEY)
+    if steps.empty:
+        return steps
+    steps = steps.reindex(columns=[*STEPS_COLUMNS, *(c for c in steps.columns if c not in STEPS_COLUMNS)])
+    return steps.sort_values(["network", "math", "size", "policy"], kind="stable").reset_index(drop=True)
+
+
 def untraced_passes(out_dir: Path) -> set[tuple]:
     """Keys of the passes whose latest layer rows were measured without a kernel tracer."""
     _, layers = read_profile(out_dir)
@@ -567,13 +701,17 @@ def write_tables(out_dir: Path) -> ProfileTables:
     if not (out_dir / "raw").is_dir():
         raise InputError("no profile records here; run `seer profile-network ... --out` first", path=out_dir / "raw")
     passes, layers = read_profile(out_dir)
+    steps = read_steps(out_dir)
+    tables = [("overall.csv", passes), ("layers.csv", layers)] if len(passes) or not len(steps) else []
+    if len(steps):
+        tables.append(("steps.csv", steps))
     written = {}
-    for name, frame in (("overall.csv", passes), ("layers.csv", layers)):
+    for name, frame in tables:
         with AtomicOutput(out_dir / name) as handle:
             frame.to_csv(handle, index=False, float_format="%.6g")
         written[name] = out_dir / name
-    plots = plot_profile(passes, layers, out_dir)
-    return ProfileTables(written["overall.csv"], written["layers.csv"], plots, passes)
+    plots = plot_profile(passes, layers, out_dir) if len(passes) else []
+    return ProfileTables(written.get("overall.csv"), written.get("layers.csv"), plots, passes, written.get("steps.csv"))
 
 
 def plot_profile(passes: pd.DataFrame, layers: pd.DataFrame, out_dir: Path) -> list[Path]:

@@ -237,12 +237,16 @@ class PredictedPass(Choice):
     """seer's recommendation for one backward pass of a layer (``seer predict --pass``'s
     ``recommended``: the pick where it is surely faster than PyTorch's own dgrad or wgrad,
     else None for PyTorch's), predicted once per distinct layer; ``deterministic`` leaves
-    out the algorithms whose repeated calls may differ in their last bits."""
+    out the algorithms whose repeated calls may differ in their last bits. Unless
+    ``captured`` (CUDA graphs), the pick must also win with its host time counted, as the
+    forward's guard counts it (:func:`keeps_pick`): the backward calls go through cuDNN's
+    legacy API, and some algorithms launch kernels per group of the layer."""
 
     model: object  # seer.predict.model.Model of a backward pass
     math: str = "default"
     guard: bool = True
     deterministic: bool = False
+    captured: bool = False
 
     def __post_init__(self) -> None:
         self.math = get_math_mode(self.math).name
@@ -259,10 +263,17 @@ class PredictedPass(Choice):
             new = sorted({layer for layer in layers if layer not in self.picks})
             if not new:
                 return
+            from seer.predict.guard import GUARD_LEVEL
+
             best = self.model.pick(new, self.math, algorithms=self._ranked)
-            column = "recommended" if self.guard else "best_algo"
-            for layer, algo in zip(new, best[column]):
-                self.picks[layer] = None if pd.isna(algo) or algo == PYTORCH_CHOICE else str(algo)
+            columns = ["best_algo", "best_ms", f"best_high{GUARD_LEVEL}", "pytorch_ms", f"pytorch_low{GUARD_LEVEL}"]
+            for layer, (algo, *times) in zip(new, best[columns].itertuples(index=False)):
+                algo = None if pd.isna(algo) or algo == PYTORCH_CHOICE else str(algo)
+                if algo is not None and self.guard:
+                    guess = LayerGuess(algo, *(float(v) for v in times))
+                    algo = algo if keeps_pick(guess, None, captured=self.captured,
+                                              extra_ms=extra_host_ms(algo, layer, self.math)) else None
+                self.picks[layer] = algo
 
     def algorithm(self, layer: ConvShape) -> str | None:
         if layer not in self.picks:
@@ -1117,7 +1128,7 @@ def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_s
         if deterministic is None:
             deterministic = torch.are_deterministic_algorithms_enabled()
         backward = tuple(PredictedPass(load_model(gpu, math=math, models_dir=models_dir, pass_=pass_), math,
-                                       guard=guard, deterministic=deterministic)
+                                       guard=guard, deterministic=deterministic, captured=cuda_graphs)
                          for pass_ in ("bwd_data", "bwd_filter"))
     keep: set[str] = set()
     if input_shape is not None:
