@@ -124,7 +124,9 @@ def _add_collect(sub) -> None:
     p.add_argument("--census", action="store_true",
                    help="run nothing: only ask cuDNN, per shape and math mode, which algorithms it "
                         "supports, the workspace each needs and its heuristic ranking (host calls only, "
-                        "no kernel runs); labels for the models' support and workspace stage")
+                        "no kernel runs), for every cuDNN algorithm of each pass that --algo names (the "
+                        "forward by default; --algo backward: dgrad and wgrad); labels for the models' "
+                        "support and workspace stage")
     p.add_argument("--no-parse", action="store_true", help="do not rebuild the tidy tables afterwards")
     add_slurm_options(p)
     p.set_defaults(func=_cmd_collect)
