@@ -188,7 +188,7 @@ def _shards_on_gpus(gpus_text: str, command, saved: Path, stop_after_s: float | 
 
 
 def _cmd_collect(args) -> int:
-    from seer.collect.orchestrate import CollectOptions, Collector
+    from seer.collect.orchestrate import CollectOptions, Collector, census_passes
     from seer.collect.plan import parse_shard
     from seer.hardware.gpus import get_gpu_spec
     from seer.layers.grids import of_kinds, resolve_grids
@@ -237,7 +237,8 @@ def _cmd_collect(args) -> int:
     )
     err_console.log(f"{len(shapes)} shapes from grid {args.grid}; this shard has "
                     f"{len(shapes[shard_index - 1::shard_count])}; math {','.join(maths)}; "
-                    f"{len(algos)} algorithms")
+                    + (f"census of every cuDNN algorithm of {', '.join(census_passes(algos))}" if args.census
+                       else f"{len(algos)} algorithms"))
     try:
         session = Collector(options, err_console).run()
     except KeyboardInterrupt:

@@ -547,6 +547,31 @@ def test_read_census_gives_and_filters_the_pass(tmp_path, fake_worker):
 
 
 @pytest.mark.slow
+def test_seer_collect_census_algo_backward_writes_the_tidy_census_of_both_passes(tmp_path, fake_worker):
+    """The command line end to end: ``seer collect --census --algo backward`` over a grid, the
+    tidy table it parses, read by pass, and the provenance's counts per pass."""
+    import json
+
+    from seer.cli import main
+
+    grid = ["--gpu", "h100", "--grid", "quick", "--limit-shapes", "4", "--data-dir", str(tmp_path)]
+    assert main(["collect", *grid, "--census", "--algo", "backward"]) == 0
+    census = tmp_path / "h100" / "census"
+    dgrad, wgrad = (read_census(census, passes=(p,)) for p in ("bwd_data", "bwd_filter"))
+    assert len(dgrad) == 4 * 2 * len(algorithm_names("cudnn", pass_="bwd_data"))
+    assert len(wgrad) == 4 * 2 * len(algorithm_names("cudnn", pass_="bwd_filter"))
+    assert read_census(census, passes=("fwd",)).empty
+    counts = json.loads((tmp_path / "h100" / "provenance.json").read_text())["counts"]
+    assert counts["census_answers_by_pass"] == {"bwd_data": len(dgrad), "bwd_filter": len(wgrad)}
+    # The forward's census of the same shapes joins them; the passes' answers stay apart.
+    assert main(["collect", *grid, "--census"]) == 0
+    every = read_census(census)
+    assert every.groupby("pass").size().to_dict() == {"bwd_data": len(dgrad), "bwd_filter": len(wgrad),
+                                                      "fwd": 4 * 2 * len(algorithm_names("cudnn"))}
+    pd.testing.assert_frame_equal(read_census(census, passes=("bwd_data",)), dgrad)
+
+
+@pytest.mark.slow
 def test_census_records_a_crash_of_a_backward_item_under_its_pass(tmp_path, fake_worker, monkeypatch):
     victim = _census_options(tmp_path).shapes[2].shape.shape_id
     monkeypatch.setenv("FAKE_CRASH", f"{victim}:default:*bwd_filter")
