@@ -79,7 +79,7 @@ def run(argv: list[str] | None = None) -> int:
         return _write(merge(args.merge), args.report)
     dataset = args.data_dir / args.gpu
     table = read_measurements(dataset / "measurements")
-    inputs = training_inputs(table, read_census(dataset / "census"), args.math)
+    inputs = training_inputs(table, read_census(dataset / "census", passes=("fwd",)), args.math)
     full = [a for a in inputs.times.columns if inputs.recorded[a].all()]  # cuDNN's: seer's kernels ran on part
     shapes, census = inputs.shapes, inputs.census
     times, workspaces = inputs.times[full], inputs.workspaces[full]

@@ -124,7 +124,9 @@ def _add_collect(sub) -> None:
     p.add_argument("--census", action="store_true",
                    help="run nothing: only ask cuDNN, per shape and math mode, which algorithms it "
                         "supports, the workspace each needs and its heuristic ranking (host calls only, "
-                        "no kernel runs); labels for the models' support and workspace stage")
+                        "no kernel runs), for every cuDNN algorithm of each pass that --algo names (the "
+                        "forward by default; --algo backward: dgrad and wgrad); labels for the models' "
+                        "support and workspace stage")
     p.add_argument("--no-parse", action="store_true", help="do not rebuild the tidy tables afterwards")
     add_slurm_options(p)
     p.set_defaults(func=_cmd_collect)
@@ -186,7 +188,7 @@ def _shards_on_gpus(gpus_text: str, command, saved: Path, stop_after_s: float | 
 
 
 def _cmd_collect(args) -> int:
-    from seer.collect.orchestrate import CollectOptions, Collector
+    from seer.collect.orchestrate import CollectOptions, Collector, census_passes
     from seer.collect.plan import parse_shard
     from seer.hardware.gpus import get_gpu_spec
     from seer.layers.grids import of_kinds, resolve_grids
@@ -235,7 +237,8 @@ def _cmd_collect(args) -> int:
     )
     err_console.log(f"{len(shapes)} shapes from grid {args.grid}; this shard has "
                     f"{len(shapes[shard_index - 1::shard_count])}; math {','.join(maths)}; "
-                    f"{len(algos)} algorithms")
+                    + (f"census of every cuDNN algorithm of {', '.join(census_passes(algos))}" if args.census
+                       else f"{len(algos)} algorithms"))
     try:
         session = Collector(options, err_console).run()
     except KeyboardInterrupt:
@@ -404,7 +407,9 @@ def _cmd_train(args) -> int:
     for math, info in model.card["maths"].items():
         chosen = ", ".join(f"{a}: {'/'.join(f'{p} {r}' if p != 'all' else r for p, r in paths_.items())}"
                            for a, paths_ in info["regressor"].items())
-        err_console.log(f"{math}: {info['shapes']} training shapes; regressors chosen by CV: {chosen}")
+        first_stage = info["first_stage"] + (f" ({info['census_shapes']} shapes)" if info.get("census_shapes") else "")
+        err_console.log(f"{math}: {info['shapes']} training shapes; first stage from {first_stage}; "
+                        f"regressors chosen by CV: {chosen}")
     err_console.log(f"wrote {', '.join(p.name for p in paths)} and {persist.CARD_FILE} in {destination}")
     return 0
 

@@ -80,8 +80,12 @@ def parse_math_modes(text: str) -> list[str]:
 # -- keys ---------------------------------------------------------------------------------
 #: One run: a shape, a math mode and an algorithm.
 RUN_KEY: tuple[str, ...] = ("shape_id", "math", "algo")
-#: One census answer covers every algorithm of a (shape, math mode).
-CENSUS_KEY: tuple[str, ...] = ("shape_id", "math")
+#: One census answer covers every cuDNN algorithm of one pass (:data:`seer.algorithms.PASSES`)
+#: of a (shape, math mode). Records written before the backward census have no ``pass``: they
+#: answered for the forward (:data:`CENSUS_DEFAULTS`).
+CENSUS_KEY: tuple[str, ...] = ("shape_id", "math", "pass")
+#: What a census record without a field stands for: records before the backward census asked the forward.
+CENSUS_DEFAULTS: dict[str, str] = {"pass": "fwd"}
 #: Profiles are recorded per run and metric group (one ncu run per group).
 GROUP_KEY: tuple[str, ...] = (*RUN_KEY, "group")
 #: One kernel of a profiled run, in launch order.
@@ -148,7 +152,9 @@ TRACE_FIELDS: tuple[str, ...] = ("kernel_name", "launches", "duration_ns", "grid
 #: Columns of the traced_kernels table, one row per (run, kernel name), in launch order.
 TRACED_KERNEL_COLUMNS: tuple[str, ...] = (*RUN_KEY, "kernel_idx", *TRACE_FIELDS, "kernel_family", "kernel_role",
                                           "kernel_variant")
-#: Columns of the census table, one row per (census shape, math mode, algorithm), in order.
+#: Columns of the census table, one row per (census shape, math mode, algorithm), in order, as
+#: stored; the pass is the algorithm's (:data:`PASS_COLUMN`, read from the registry as for the
+#: measurements), so :func:`seer.dataset.build.read_census` gives it and the files need not hold it.
 CENSUS_COLUMNS: tuple[str, ...] = ("math", *LAYER_COLUMNS, "shape_id", "grid", "algo", "status", "workspace_bytes",
                                    "heuristic_rank", "heuristic_math_type")
 #: Nominal coverage of the intervals on predicted times, in percent (:mod:`seer.predict.uncertainty`).

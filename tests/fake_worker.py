@@ -17,7 +17,13 @@ import sys
 import time
 
 from seer.collect.children import die_with_parent
-from seer.collect.protocol import CENSUS, DONE, EVENT, PROFILED, ROW, emitter, start_event
+from seer.algorithms import PASSES
+from seer.collect.protocol import CENSUS, DONE, EVENT, PROFILED, ROW, census_pass, emitter, start_event
+
+#: Per pass, the fake census's three algorithms: one without workspace, a GEMM, an FFT.
+CENSUS_ALGORITHMS = {"fwd": ("IMPLICIT_GEMM", "GEMM", "FFT"),
+                     "bwd_data": ("BWD_DATA_ALGO_1", "BWD_DATA_ALGO_0", "BWD_DATA_FFT"),
+                     "bwd_filter": ("BWD_FILTER_ALGO_1", "BWD_FILTER_ALGO_0", "BWD_FILTER_FFT")}
 
 die_with_parent()
 
@@ -63,16 +69,19 @@ for line in open(args.plan):
             time.sleep(3600)
         time.sleep(seconds)
         if args.command == "census":
-            # GEMM asks for an im2col buffer on even channel counts, for nothing otherwise;
-            # FFT is "not supported" for stride > 1, as cuDNN answers.
+            # The item names its pass. GEMM (ALGO_0 of a backward pass) asks for an im2col
+            # buffer on even channel counts (4096 bytes times the pass's place in PASSES), for
+            # nothing otherwise; FFT is "not supported" for stride > 1, as cuDNN answers.
+            pass_ = census_pass(algo)
+            plain, gemm, fft = CENSUS_ALGORITHMS[pass_]
             shape = work["shape"]
-            workspace = {"IMPLICIT_GEMM": 0, "GEMM": 4096 if shape["in_ch"] % 2 == 0 else 0}
-            unsupported = ["FFT"] if shape["stride_h"] > 1 else []
+            workspace = {plain: 0, gemm: 4096 * (1 + PASSES.index(pass_)) if shape["in_ch"] % 2 == 0 else 0}
+            unsupported = [fft] if shape["stride_h"] > 1 else []
             if not unsupported:
-                workspace["FFT"] = 1 << 20
-            census.append({"shape_id": work["shape_id"], "math": math, "grid": work["grid"], **shape,
+                workspace[fft] = 1 << 20
+            census.append({"shape_id": work["shape_id"], "math": math, "grid": work["grid"], **shape, "pass": pass_,
                            "status": "ok", "workspace_bytes": workspace, "not_supported": unsupported,
-                           "workspace_cap_bytes": 1 << 30, "heuristic": [["GEMM", 0], ["IMPLICIT_GEMM", 1]]})
+                           "workspace_cap_bytes": 1 << 30, "heuristic": [[gemm, 0], [plain, 1]]})
             if len(census) >= 2:
                 emit({EVENT: CENSUS, "records": census})
                 census = []

@@ -23,27 +23,79 @@ H200 = REPO / "data" / "h200"
 PASS = "bwd_filter"
 
 
+#: Shapes of the fixture's census per pass: train-split layers whose backward runs it leaves out.
+CENSUS_SHAPES = 300
+
+
+def census_of_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The census rows cuDNN would give for timed runs of its algorithms (what
+    ``test_backward_census_answers_match_what_the_timed_backward_runs_saw`` checks on a GPU):
+    a run that got a workspace was accepted by the workspace call; any other keeps its status."""
+    from seer.schema import CENSUS_COLUMNS
+
+    runs = runs[runs["algo"].isin(algorithm_names("cudnn", pass_=None))]
+    asked = runs.assign(status=runs["status"].where(runs["workspace_bytes"].isna(), "ok"),
+                        heuristic_math_type=pd.NA)
+    return asked[list(CENSUS_COLUMNS)].reset_index(drop=True)
+
+
 @pytest.fixture(scope="module")
-def backward_models(tmp_path_factory):
-    """A models directory with a small strict-FP32 wgrad model of a sample of the H200 runs."""
+def backward_census():
+    """A census of the forward (a sample of the committed H200 census) and of both backward
+    passes (from train-split layers whose runs the fixture's dataset leaves out), and the
+    shapes of wgrad's census with every wgrad algorithm answered under fma."""
+    from seer.dataset.build import read_census
+
+    table = read_measurements(H200 / "measurements")
+    rng = np.random.default_rng(1)
+    backward = table[(table["split"] == "train") & (table["pass"] != "fwd")]
+    answered = backward[(backward["math"] == "fma") & backward["algo"].isin(algorithm_names("cudnn", pass_=None))]
+    full = answered.groupby("shape_id")["algo"].nunique()
+    complete = np.sort(full.index[full == len(algorithm_names("cudnn", pass_=None)) - len(algorithm_names("cudnn"))])
+    ids = rng.choice(complete, size=CENSUS_SHAPES, replace=False)
+    forward = read_census(H200 / "census", passes=("fwd",))
+    forward = forward[forward["shape_id"].isin(rng.choice(forward["shape_id"].unique(), 200, replace=False))]
+    census = pd.concat([forward.drop(columns="pass"), census_of_runs(backward[backward["shape_id"].isin(ids)])],
+                       ignore_index=True)
+    return census, set(ids)
+
+
+@pytest.fixture(scope="module")
+def backward_models(tmp_path_factory, backward_census):
+    """A models directory with a small strict-FP32 wgrad model of a sample of the H200 runs,
+    its first stage learnt from the census's wgrad answers."""
     from seer.dataset.tables import write_parts
     from seer.schema import DatasetDir
     from seer.training import train as training
 
     table = read_measurements(H200 / "measurements")
+    census, census_ids = backward_census
     rng = np.random.default_rng(0)
     keep = []
     for split, count in (("train", 500), ("test1", 300)):
-        ids = np.sort(table.loc[(table["split"] == split) & (table["pass"] != "fwd"), "shape_id"].unique())
+        ids = np.sort(table.loc[(table["split"] == split) & (table["pass"] != "fwd")
+                                & ~table["shape_id"].isin(census_ids), "shape_id"].unique())
         keep.extend(rng.choice(ids, size=count, replace=False))
     keep.extend(table.loc[table["split"] == "test2", "shape_id"].unique())
     data = tmp_path_factory.mktemp("data")
     write_parts(table[table["shape_id"].isin(keep)].drop(columns="pass"), DatasetDir(data / "h200").measurements)
+    write_parts(census, DatasetDir(data / "h200").census)
     model = training.train(data / "h200", get_gpu_spec("h200"), maths=["fma"], selector=small_selector(),
                            pass_=PASS)
     root = tmp_path_factory.mktemp("models")
     persist.save(model, persist.model_dir(root, "h200", PASS))
     return root
+
+
+def test_a_backward_models_first_stage_learns_from_the_census_of_its_pass(backward_models, backward_census):
+    """``seer train --pass bwd_filter`` learns support and workspace from the census's wgrad
+    answers: not from the training runs, and not from the forward's or dgrad's answers."""
+    model = persist.load_model("h200", models_dir=backward_models, pass_=PASS)
+    fma = model.card["maths"]["fma"]
+    assert fma["first_stage"] == "census"
+    assert fma["census_shapes"] == len(backward_census[1])  # wgrad's census shapes only
+    assert model.card["training_data"]["census_sha256"]
+    assert set(fma["support"]) <= set(algorithm_names("cudnn", pass_=PASS))
 
 
 def test_a_backward_model_is_saved_under_its_pass_and_loaded_by_it(backward_models):

@@ -202,3 +202,39 @@ def test_census_answers_match_what_the_timed_runs_saw(tmp_path):
     assert (census["heuristic_rank"].astype(float).fillna(-1) == timed["heuristic_rank"].fillna(-1)).all()
     # The tidy census keeps only shapes that never ran: here every census shape was timed.
     assert not (gpu_dir / "census").exists()
+
+
+def test_backward_census_answers_match_what_the_timed_backward_runs_saw(tmp_path):
+    """``--census --algo backward`` asks what a timed dgrad or wgrad run asks first (the
+    workspace-size call of its algorithm: support and workspace; the v7 ranking of its pass):
+    the same answers, on a layer of every kind under both math modes."""
+    from seer.collect.store import RunStore
+    from seer.dataset.build import census_table, read_measurements
+    from seer.schema import CENSUS_KEY
+
+    common = ["--gpu", _local_gpu(), "--grid", "quick-general", "--data-dir", str(tmp_path)]
+    assert main(["collect", *common, "--census", "--algo", "backward", "--no-parse"]) == 0
+    backward = [a for p in ("bwd_data", "bwd_filter") for a in algorithm_names("cudnn", pass_=p)]
+    assert main(["collect", *common, "--algo", ",".join(backward), "--profile-shapes", "0", "--budget-ms", "3"]) == 0
+    gpu_dir = next(tmp_path.iterdir())
+    store = RunStore(gpu_dir)
+    records = store.read("census", CENSUS_KEY)
+    assert len(records) == 12 * 2 * 2 and set(records["pass"]) == {"bwd_data", "bwd_filter"}
+    assert (records["status"] == "ok").all(), records.get("status_detail")
+    census = census_table(store).set_index(["shape_id", "math", "algo"])
+    timed = read_measurements(gpu_dir / "measurements").set_index(["shape_id", "math", "algo"])
+    assert len(census) == len(timed) == 12 * 2 * len(backward)
+    census = census.loc[timed.index]
+    # What the timed run's first call answered: a workspace (accepted, within the cap), or the
+    # refusal it was recorded under; what came after (the run, the check) is no census's.
+    asked = timed["status"].where(timed["workspace_bytes"].isna(), "ok")
+    differ = census["status"] != asked
+    assert not differ.any(), timed.loc[differ, ["status", "status_detail"]].assign(census=census["status"]).to_string()
+    ok = asked == "ok"
+    assert set(timed.loc[ok, "pass"]) == {"bwd_data", "bwd_filter"}
+    assert (census.loc[ok, "workspace_bytes"].astype(int) == timed.loc[ok, "workspace_bytes"].astype(int)).all()
+    assert (census["heuristic_rank"].astype(float).fillna(-1) == timed["heuristic_rank"].fillna(-1)).all()
+    first = census.loc[ok, "heuristic_rank"].astype(float) == 1
+    assert first.groupby(timed.loc[ok, "pass"]).any().all()  # each pass's first choice took its workspace
+    # The tidy census keeps only shapes that never ran: here every census shape was timed.
+    assert not (gpu_dir / "census").exists()

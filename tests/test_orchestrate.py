@@ -18,19 +18,19 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from seer.algorithms import algorithm_names
+from seer.algorithms import PASSES, algorithm_names, get_algorithm, select_algorithms
 from seer.collect import children, orchestrate, scratch
 from seer.collect.orchestrate import (CollectOptions, Collector, check_device, no_energy_keys, trace_mismatch_keys,
                                       unstable_keys, untraced_keys)
 from seer.collect.store import TORN_SUFFIX, RunStore, profile_records, read_jsonl
-from seer.dataset.build import census_table, kernels_table, profile_status_table
-from seer.dataset.tables import read_parts
+from seer.dataset.build import census_table, kernels_table, profile_status_table, read_census
+from seer.dataset.tables import read_parts, write_parts
 from seer.errors import EnvironmentProblem
 from seer.hardware.gpus import get_gpu_spec
 from seer.layers.grids import GridShape
 from seer.layers.shapes import ConvShape
 from seer.metrics import GROUP_COLUMNS
-from seer.schema import CENSUS_KEY, GROUP_KEY, RUN_KEY
+from seer.schema import CENSUS_COLUMNS, CENSUS_KEY, GROUP_KEY, RUN_KEY
 
 FAKE = [sys.executable, str(Path(__file__).with_name("fake_worker.py"))]
 H100_PROBE = {"device_name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "memory_bytes": 85520809984,
@@ -463,11 +463,129 @@ def test_census_records_a_crash_and_goes_on(tmp_path, fake_worker, monkeypatch):
     assert session["counts"]["worker_restarts"] == 1
     records = RunStore(tmp_path / "h100").read("census", CENSUS_KEY).set_index(list(CENSUS_KEY))
     assert len(records) == 10
-    assert records.loc[(victim, "default"), "status"] == "error"
-    assert "SIGSEGV" in records.loc[(victim, "default"), "status_detail"]
-    assert (records.drop(index=(victim, "default"))["status"] == "ok").all()
+    assert records.loc[(victim, "default", "fwd"), "status"] == "error"
+    assert "SIGSEGV" in records.loc[(victim, "default", "fwd"), "status_detail"]
+    assert (records.drop(index=(victim, "default", "fwd"))["status"] == "ok").all()
     table = census_table(RunStore(tmp_path / "h100"))
     assert set(table.loc[(table["shape_id"] == victim) & (table["math"] == "default"), "status"]) == {"error"}
+
+
+def test_backward_census_asks_each_pass_apart_and_resumes(tmp_path, fake_worker):
+    """``--census --algo backward`` asks dgrad's and wgrad's algorithms per (shape, math); the
+    key holds the pass, so a forward census of the same shapes is still to do, and the table
+    gives each pass's algorithms, a shape's forward rows first."""
+    backward = select_algorithms("backward")
+    session = Collector(_census_options(tmp_path, algos=backward)).run()
+    assert session["census_passes"] == ["bwd_data", "bwd_filter"]
+    assert session["counts"]["census_records"] == 5 * 2 * 2
+    assert Collector(_census_options(tmp_path, algos=backward)).run()["counts"]["census_records"] == 0
+    # The forward's answers are not the backward's: a forward census of the same shapes asks them.
+    session = Collector(_census_options(tmp_path, algos=select_algorithms("all"))).run()
+    assert session["census_passes"] == ["fwd"] and session["counts"]["census_records"] == 5 * 2
+    store = RunStore(tmp_path / "h100")
+    records = store.read("census", CENSUS_KEY)
+    assert sorted(records.groupby("pass").size().items()) == [("bwd_data", 10), ("bwd_filter", 10), ("fwd", 10)]
+    table = census_table(store)
+    per_shape = sum(len(algorithm_names("cudnn", pass_=p)) for p in PASSES)
+    assert len(table) == 5 * 2 * per_shape and not table.duplicated(["shape_id", "math", "algo"]).any()
+    # A shape's rows: the forward's algorithms, then dgrad's, then wgrad's, math modes within each.
+    first = table[table["shape_id"] == table["shape_id"].iloc[0]]
+    assert list(first["algo"]) == [a for p in PASSES for a in algorithm_names("cudnn", pass_=p) for _ in range(2)]
+    by_key = table.set_index(["shape_id", "math", "algo"])
+    for gs in _census_options(tmp_path).shapes:
+        shape, even = gs.shape, gs.shape.in_ch % 2 == 0
+        for pass_, gemm, fft, plain in (("fwd", "GEMM", "FFT", "IMPLICIT_GEMM"),
+                                        ("bwd_data", "BWD_DATA_ALGO_0", "BWD_DATA_FFT", "BWD_DATA_ALGO_1"),
+                                        ("bwd_filter", "BWD_FILTER_ALGO_0", "BWD_FILTER_FFT", "BWD_FILTER_ALGO_1")):
+            workspace = 4096 * (1 + PASSES.index(pass_)) if even else 0
+            assert by_key.loc[(shape.shape_id, "fma", gemm), "workspace_bytes"] == workspace, pass_
+            assert by_key.loc[(shape.shape_id, "default", gemm), "heuristic_rank"] == 1
+            assert by_key.loc[(shape.shape_id, "fma", plain), "heuristic_rank"] == 2
+            assert by_key.loc[(shape.shape_id, "default", fft), "status"] == (
+                "not_supported" if shape.stride_w > 1 else "ok")
+        # Algorithms an answer does not name were not accepted, in every pass.
+        for algo in ("WINOGRAD", "BWD_DATA_WINOGRAD", "BWD_FILTER_ALGO_3"):
+            assert by_key.loc[(shape.shape_id, "fma", algo), "status"] == "not_supported"
+            assert pd.isna(by_key.loc[(shape.shape_id, "fma", algo), "heuristic_rank"])
+
+
+def test_census_records_without_a_pass_are_the_forwards(tmp_path, fake_worker):
+    """Census records written before the backward census name no pass: they answered for
+    the forward, and the table they give is the one the same records with ``pass: fwd`` give."""
+    Collector(_census_options(tmp_path)).run()
+    new = RunStore(tmp_path / "h100").records("census")
+    assert {r["pass"] for r in new} == {"fwd"}
+    old = RunStore(tmp_path / "old", tag="before-passes")
+    old.append("census", [{k: v for k, v in r.items() if k != "pass"} for r in new])
+    old.close()
+    assert all("pass" not in r for r in read_jsonl(next((tmp_path / "old" / "raw").glob("census-*.jsonl"))))
+    pd.testing.assert_frame_equal(census_table(old), census_table(RunStore(tmp_path / "h100")))
+    # A forward census over the old records has nothing to do; a backward one asks every shape.
+    options = _census_options(tmp_path, dataset_dir=tmp_path / "old")
+    assert Collector(options).run()["counts"]["census_records"] == 0
+    options = _census_options(tmp_path, dataset_dir=tmp_path / "old", algos=["BWD_FILTER_ALGO_1"])
+    assert Collector(options).run()["counts"]["census_records"] == 5 * 2
+    assert set(census_table(old)["algo"]) == set(algorithm_names("cudnn")) | set(
+        algorithm_names("cudnn", pass_="bwd_filter"))
+
+
+def test_read_census_gives_and_filters_the_pass(tmp_path, fake_worker):
+    Collector(_census_options(tmp_path, algos=select_algorithms("all,bwd_data"))).run()
+    table = census_table(RunStore(tmp_path / "h100"))
+    assert "pass" not in table.columns  # the files hold no pass: the registry says it
+    write_parts(table, tmp_path / "census")
+    every = read_census(tmp_path / "census")
+    assert list(every.columns) == [*CENSUS_COLUMNS[:CENSUS_COLUMNS.index("algo") + 1], "pass",
+                                   *CENSUS_COLUMNS[CENSUS_COLUMNS.index("algo") + 1:]]
+    assert (every["pass"] == every["algo"].map(lambda a: get_algorithm(a).pass_)).all()
+    assert set(every["pass"]) == {"fwd", "bwd_data"}
+    dgrad = read_census(tmp_path / "census", passes=("bwd_data",))
+    assert len(dgrad) == 5 * 2 * len(algorithm_names("cudnn", pass_="bwd_data"))
+    assert set(dgrad["algo"]) == set(algorithm_names("cudnn", pass_="bwd_data"))
+    pd.testing.assert_frame_equal(dgrad, every[every["pass"] == "bwd_data"].reset_index(drop=True))
+    assert read_census(tmp_path / "census", passes=("bwd_filter",)).empty
+
+
+@pytest.mark.slow
+def test_seer_collect_census_algo_backward_writes_the_tidy_census_of_both_passes(tmp_path, fake_worker):
+    """The command line end to end: ``seer collect --census --algo backward`` over a grid, the
+    tidy table it parses, read by pass, and the provenance's counts per pass."""
+    import json
+
+    from seer.cli import main
+
+    grid = ["--gpu", "h100", "--grid", "quick", "--limit-shapes", "4", "--data-dir", str(tmp_path)]
+    assert main(["collect", *grid, "--census", "--algo", "backward"]) == 0
+    census = tmp_path / "h100" / "census"
+    dgrad, wgrad = (read_census(census, passes=(p,)) for p in ("bwd_data", "bwd_filter"))
+    assert len(dgrad) == 4 * 2 * len(algorithm_names("cudnn", pass_="bwd_data"))
+    assert len(wgrad) == 4 * 2 * len(algorithm_names("cudnn", pass_="bwd_filter"))
+    assert read_census(census, passes=("fwd",)).empty
+    counts = json.loads((tmp_path / "h100" / "provenance.json").read_text())["counts"]
+    assert counts["census_answers_by_pass"] == {"bwd_data": len(dgrad), "bwd_filter": len(wgrad)}
+    # The forward's census of the same shapes joins them; the passes' answers stay apart.
+    assert main(["collect", *grid, "--census"]) == 0
+    every = read_census(census)
+    assert every.groupby("pass").size().to_dict() == {"bwd_data": len(dgrad), "bwd_filter": len(wgrad),
+                                                      "fwd": 4 * 2 * len(algorithm_names("cudnn"))}
+    pd.testing.assert_frame_equal(read_census(census, passes=("bwd_data",)), dgrad)
+
+
+@pytest.mark.slow
+def test_census_records_a_crash_of_a_backward_item_under_its_pass(tmp_path, fake_worker, monkeypatch):
+    victim = _census_options(tmp_path).shapes[2].shape.shape_id
+    monkeypatch.setenv("FAKE_CRASH", f"{victim}:default:*bwd_filter")
+    session = Collector(_census_options(tmp_path, algos=select_algorithms("backward"))).run()
+    assert session["counts"]["worker_restarts"] == 1
+    records = RunStore(tmp_path / "h100").read("census", CENSUS_KEY).set_index(list(CENSUS_KEY))
+    assert len(records) == 5 * 2 * 2
+    assert records.loc[(victim, "default", "bwd_filter"), "status"] == "error"
+    assert "SIGSEGV" in records.loc[(victim, "default", "bwd_filter"), "status_detail"]
+    assert (records.drop(index=(victim, "default", "bwd_filter"))["status"] == "ok").all()
+    table = census_table(RunStore(tmp_path / "h100"))
+    crashed = table[(table["shape_id"] == victim) & (table["math"] == "default")]
+    assert set(crashed.loc[crashed["algo"].str.startswith("BWD_FILTER"), "status"]) == {"error"}
+    assert "error" not in set(crashed.loc[crashed["algo"].str.startswith("BWD_DATA"), "status"])
 
 
 # -- torn records --------------------------------------------------------------------------

@@ -89,8 +89,19 @@ def test_columns_outside_the_schema_are_a_bug_of_the_caller(tmp_path):
 def test_census_round_trip_keeps_census_table_dtypes(small_census, tmp_path):
     assert len(small_census) == 6 * 8
     path = _write(small_census, tmp_path / "census.csv.gz")
-    pd.testing.assert_frame_equal(read_census(path), small_census)
-    assert list(read_census(path).columns) == list(CENSUS_COLUMNS)
+    read = read_census(path)
+    # The file holds the stored columns; the reader adds each answer's pass, from the registry.
+    pd.testing.assert_frame_equal(read.drop(columns="pass"), small_census)
+    assert list(read.drop(columns="pass").columns) == list(CENSUS_COLUMNS)
+    assert list(read.columns).index("pass") == list(CENSUS_COLUMNS).index("algo") + 1
+    assert set(read["pass"]) == {"fwd"}
+
+
+def test_census_unknown_algorithm(small_census, tmp_path):
+    broken = small_census.astype(object)
+    broken.loc[5, "algo"] = "BWD_DATA_ALGO_9"
+    error = _error(_write(broken, tmp_path / "census.csv"), read_census)
+    assert (error.line, error.field) == (7, "algo") and "unknown algorithm 'BWD_DATA_ALGO_9'" in str(error)
 
 
 # -- damaged files --------------------------------------------------------------------------

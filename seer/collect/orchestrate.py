@@ -20,19 +20,19 @@ import subprocess
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from rich.console import Console
 
 import seer
-from seer.algorithms import current_revision
+from seer.algorithms import PASSES, current_revision, get_algorithm
 from seer.collect import ncu as ncu_mod
 from seer.collect import children
 from seer.collect.children import Deadline, run_child
 from seer.collect.lock import CollectionLock
 from seer.collect.plan import CollectOptions, build_plan, fits_in_memory, shard, without
 from seer.collect.profiling import Profiler
-from seer.collect.protocol import CENSUS_ITEM, ShapeWork, write_plan
+from seer.collect.protocol import ShapeWork, census_item, census_pass, finished_item, write_plan
 from seer.collect.records import MAX_SPREAD, trace_totals
 from seer.collect.scratch import scratch_folder
 from seer.collect.store import RunStore, default_tag, first_grids, keys_done, latest_records
@@ -124,6 +124,15 @@ PROBE_TIMEOUT_S = 300
 
 def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def census_passes(algos: Sequence[str]) -> list[str]:
+    """The passes a census asks about: those of the algorithms ``--algo`` names, in
+    :data:`seer.algorithms.PASSES` order. The census asks every cuDNN algorithm of a pass
+    (seer's kernels and PyTorch's policies have no answers to ask for): ``--algo seer`` still
+    asks the forward's."""
+    named = {get_algorithm(a).pass_ for a in algos}
+    return [p for p in PASSES if p in named]
 
 
 # -- probing ------------------------------------------------------------------------------
@@ -254,6 +263,7 @@ class Collector:
                 "counts": self.counts, "timing_seconds": round(self.timing_seconds, 1),
                 "profiling_seconds": round(self.profiler.seconds, 1),
                 "census": o.census, "census_seconds": round(self.census_seconds, 1),
+                **({"census_passes": census_passes(o.algos)} if o.census else {}),
                 "ncu_metric_set": o.ncu_metric_set, "ncu_replay": o.ncu_replay,
                 "max_profile_kernels": o.max_profile_kernels,
                 "ncu_cache_control": o.ncu_cache_control,
@@ -351,8 +361,8 @@ class Collector:
         def on_event(event: dict) -> None:
             records = records_of(event)
             self.counts[counter] += self.store.append(kind, records)
-            # A census record stands for its (shape, math) item, whose algo is CENSUS_ITEM.
-            finished_keys.update((r["shape_id"], r["math"], r.get("algo", CENSUS_ITEM)) for r in records)
+            # A census record stands for its (shape, math) item of its pass (protocol.census_item).
+            finished_keys.update(finished_item(r) for r in records)
             progress.advance(len(records))
 
         command = [*children.worker_command(), command_name, "--plan", str(plan_file), "--results", str(results),
@@ -378,14 +388,16 @@ class Collector:
 
     # -- census -------------------------------------------------------------------------
     def census_all(self) -> None:
-        """cuDNN's answers for every (shape, math) of the shard: see ``seer.gpu.worker.census_plan``.
+        """cuDNN's answers for every (shape, math) of the shard, for each pass whose algorithms
+        ``--algo`` names (:func:`census_passes`): see ``seer.gpu.worker.census_plan``.
 
         Unlike timing, shapes too large for the device are asked about too: only
         descriptors are made.
         """
         o = self.options
-        done = {(*key, CENSUS_ITEM) for key in self.store.done_keys("census", CENSUS_KEY, skip_status=o.retry or None)}
-        plan = build_plan(self.my_shapes(), o.maths, [CENSUS_ITEM], done)
+        recorded = self.store.done_keys("census", CENSUS_KEY, skip_status=o.retry or None)
+        done = {(sid, math_mode, census_item(pass_)) for sid, math_mode, pass_ in recorded}
+        plan = build_plan(self.my_shapes(), o.maths, [census_item(p) for p in census_passes(o.algos)], done)
         total = sum(len(w.items) for w in plan)
         if not total:
             self.console.log("census: nothing to do (all shapes already recorded)")
@@ -397,7 +409,8 @@ class Collector:
 
         def failed(work: ShapeWork, math_mode: str, algo: str, detail: str) -> None:
             self.counts["census_records"] += self.store.append("census", [
-                work.head(math_mode) | {"status": "error", "status_detail": detail} | self._row_extras()])
+                work.head(math_mode) | {"pass": census_pass(algo), "status": "error", "status_detail": detail}
+                | self._row_extras()])
 
         started = time.monotonic()
         try:  # an interrupted session still reports the time it spent

@@ -12,8 +12,8 @@ JSON object per line, each naming its kind in :data:`EVENT`:
 ``profiled``
     an item run once under ncu (``shape_id``, ``math``, ``algo``, ``status``);
 ``census``
-    a batch of census answers (``records``); a census item's ``algo`` is
-    :data:`CENSUS_ITEM`, all algorithms at once;
+    a batch of census answers (``records``); a census item's ``algo`` names every cuDNN
+    algorithm of one pass at once (:func:`census_item`: :data:`CENSUS_ITEM` for the forward);
 ``done``
     the worker finished its plan (or stopped early as asked) and exits normally.
 
@@ -34,8 +34,28 @@ from seer.schema import RUN_KEY
 EVENT = "event"
 START, ROW, PROFILED, CENSUS, DONE = "start", "row", "profiled", "census", "done"
 EVENTS = (START, ROW, PROFILED, CENSUS, DONE)
-#: The ``algo`` of a census item: every algorithm, answered at once.
+#: The ``algo`` of a forward census item: every algorithm, answered at once.
 CENSUS_ITEM = "*"
+
+
+def census_item(pass_: str) -> str:
+    """The ``algo`` of a census item of one pass: every cuDNN algorithm of ``pass_``, answered
+    at once (``*`` for the forward, as before there were others; ``*bwd_data``, ...)."""
+    return CENSUS_ITEM if pass_ == "fwd" else CENSUS_ITEM + pass_
+
+
+def census_pass(item: str) -> str:
+    """The pass a census item (:func:`census_item`) asks about."""
+    if not item.startswith(CENSUS_ITEM):
+        raise ValueError(f"{item!r} is not a census item")
+    return item[len(CENSUS_ITEM):] or "fwd"
+
+
+def finished_item(record: dict) -> tuple[str, str, str]:
+    """The item (shape_id, math, algo) a stored record finishes: a run's own key, or for a
+    census record (which names no algorithm) the census item of its pass."""
+    algo = record["algo"] if "algo" in record else census_item(record.get("pass", "fwd"))
+    return record["shape_id"], record["math"], algo
 
 
 @dataclass

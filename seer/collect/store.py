@@ -34,7 +34,7 @@ import pandas as pd
 from seer.algorithms import current_revision, stamp_revision
 from seer.errors import InputError
 from seer.metrics import GROUP_COLUMNS, METRICS
-from seer.schema import GROUP_KEY
+from seer.schema import CENSUS_DEFAULTS, GROUP_KEY
 
 try:
     import fcntl
@@ -42,6 +42,9 @@ except ImportError:  # not POSIX: sessions are logged without a lock
     fcntl = None
 
 KINDS = ("timing", "profiles", "kernels", "census")
+#: Per kind, fields that its records gained later and the value an older record stands for:
+#: readers fill them in, so that keys hold them; the files keep what was written.
+FIELD_DEFAULTS: dict[str, dict[str, object]] = {"census": CENSUS_DEFAULTS}
 SESSIONS_FILE = "sessions.jsonl"
 #: Suffix of the file beside a record file that keeps the torn fragments cut from it.
 TORN_SUFFIX = ".torn"
@@ -244,10 +247,15 @@ class RunStore:
         return self.packs(kind) + sorted(loose, key=lambda p: (p.stat().st_mtime, p.name))
 
     def records(self, kind: str) -> list[dict]:
-        """Every record of a kind, oldest first (by ``collected_at`` where all have one)."""
+        """Every record of a kind, oldest first (by ``collected_at`` where all have one), with
+        the kind's :data:`FIELD_DEFAULTS` where a record lacks them."""
         out: list[dict] = []
         for path in self.files(kind):
             out.extend(read_jsonl(path))
+        defaults = FIELD_DEFAULTS.get(kind)
+        if defaults:
+            out = [r if defaults.keys() <= r.keys() else {**r, **{k: v for k, v in defaults.items() if k not in r}}
+                   for r in out]
         if out and all("collected_at" in r for r in out):
             out.sort(key=lambda r: r["collected_at"] or "")  # stable: ties keep file order
         return out
@@ -282,15 +290,15 @@ class RunStore:
         loose = [p for p in self.files(kind) if p not in packs]
         if not loose:
             return packs[-1] if packs else None
-        fields = list(key)
+        fields, defaults = list(key), FIELD_DEFAULTS.get(kind, {})
         packed: dict[tuple, dict] = {}
         for path in packs:
             for record in read_jsonl(path):
-                packed[tuple(record.get(k) for k in fields)] = record
+                packed[tuple(record.get(k, defaults.get(k)) for k in fields)] = record
         seen: dict[tuple, dict] = {}
         for path in loose:
             for record in read_jsonl(path):
-                seen[tuple(record.get(k) for k in fields)] = record
+                seen[tuple(record.get(k, defaults.get(k)) for k in fields)] = record
         merged = [r for k, r in seen.items() if packed.get(k) != r]
         if merged:
             order = list(sort_by or key)

@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from seer.algorithms import (ALGORITHMS, ALL_ALGORITHMS, algorithm_names, canonical_kernel_name, classify_kernel,
+from seer.algorithms import (ALGORITHMS, ALL_ALGORITHMS, PASSES, algorithm_names, canonical_kernel_name, classify_kernel,
                              current_revision, get_algorithm, heuristic_ranks, pass_of)
 from seer.collect.records import stored_trace
 from seer.collect.store import (DAMAGED_COMPRESSED, RunStore, first_grids, grouped_records, latest_records,
@@ -394,21 +394,36 @@ _CENSUS_TEXT_COLUMNS = frozenset({"math", "shape_id", "grid", "algo", "status"})
 
 
 def census_table(store: RunStore) -> pd.DataFrame:
-    """One row per (shape, math, algorithm) of the census records, latest record per key.
+    """One row per (shape, math, algorithm) of the census records, latest record per key
+    (shape, math, pass).
 
     ``status`` uses the vocabulary of the timing rows: ``ok`` (cuDNN accepts the algorithm
     with a workspace within the collection's cap), ``not_supported``,
     ``workspace_too_large`` or ``error``; ``heuristic_rank`` is 1 for cuDNN's first choice
-    and ``heuristic_math_type`` the math type it would use (cudnnMathType_t).
+    of its pass and ``heuristic_math_type`` the math type it would use (cudnnMathType_t).
+    The pass is the algorithm's (:func:`read_census` gives it as a column).
 
-    Rows are ordered by shape (its columns in schema order), then algorithm (registry
-    order), then math mode (:data:`seer.schema.MATH_MODES` order): neighbouring rows then
-    share most of their text, which keeps the census table small enough to commit.
+    Rows are ordered by shape (its columns in schema order), then pass (:data:`PASSES`
+    order), then algorithm (registry order), then math mode (:data:`seer.schema.MATH_MODES`
+    order): neighbouring rows then share most of their text, which keeps the census table
+    small enough to commit. A census of the forward alone gives the rows it gave before the
+    backward passes had one.
     """
     records = with_layer_columns(store.read("census", CENSUS_KEY))
     if records.empty:
         return pd.DataFrame(columns=list(CENSUS_COLUMNS))
-    algos = algorithm_names("cudnn")
+    parts = [_census_part(records[(records[PASS_COLUMN] == pass_).to_numpy()].reset_index(drop=True), pass_)
+             for pass_ in PASSES if (records[PASS_COLUMN] == pass_).any()]
+    if len(parts) == 1:
+        return parts[0]
+    # Each part is ordered by shape already: a stable sort keeps a shape's passes in PASSES order.
+    return (pd.concat(parts, ignore_index=True).sort_values([*LAYER_COLUMNS, "shape_id"], kind="stable")
+            .reset_index(drop=True))
+
+
+def _census_part(records: pd.DataFrame, pass_: str) -> pd.DataFrame:
+    """:func:`census_table`'s rows of one pass, from that pass's latest records."""
+    algos = algorithm_names("cudnn", pass_=pass_)
     # The records in the table's order, by shape, then math mode (ties keep the store's order);
     # each shape's rows then go algorithm by algorithm, its math modes within each.
     records = (records.assign(_math=records["math"].map({m: i for i, m in enumerate(MATH_MODE_NAMES)}))
@@ -630,9 +645,11 @@ def read_measurements(path: str | Path, columns: Iterable[str] | None = None,
     return frame.assign(**{PASS_COLUMN: runs_pass.astype(frame["algo"].dtype)})[wanted]
 
 
-def read_census(path: str | Path) -> pd.DataFrame:
+def read_census(path: str | Path, passes: Iterable[str] | None = None) -> pd.DataFrame:
     """The census table (a folder of Parquet parts or a CSV file), checked, with the dtypes
-    :func:`census_table` gives.
+    :func:`census_table` gives, and each answer's pass (:data:`seer.schema.PASS_COLUMN`,
+    after ``algo``, from the algorithm registry as for :func:`read_measurements`); the
+    answers of ``passes`` only (default: every pass).
 
     Shape columns are whole numbers (int64); ``workspace_bytes``, ``heuristic_rank`` and
     ``heuristic_math_type`` whole numbers or empty (Int64); ``status`` and ``math`` known
@@ -642,20 +659,29 @@ def read_census(path: str | Path) -> pd.DataFrame:
     ------
     InputError
         As :func:`read_measurements`; also for an empty shape field or a number that is not
-        whole.
+        whole, or an algorithm the registry does not know (its pass would be unknown).
     """
     def check(frame: pd.DataFrame, at: _Locate) -> None:
         _check_vocabulary(frame, at)
+        unknown = pass_of(frame["algo"]).isna()
+        if unknown.any():
+            row = _first_true(unknown)
+            raise at.error(f"unknown algorithm {frame['algo'].iloc[row]!r}", row, "algo")
         for column in LAYER_COLUMNS:
             _check_whole(frame, column, at, required=True)
         for column in _CENSUS_OPTIONAL_INTS:
             _check_whole(frame, column, at, required=False)
 
     frame = _read_table(path, list(CENSUS_COLUMNS), text=_CENSUS_TEXT_COLUMNS, check=check)
+    answers_pass = pass_of(frame["algo"])
+    if passes is not None:
+        keep = answers_pass.isin(list(passes)).to_numpy()
+        frame, answers_pass = frame[keep].reset_index(drop=True), answers_pass[keep].reset_index(drop=True)
     for column in LAYER_COLUMNS:
         frame[column] = frame[column].astype(np.int64)
     for column in _CENSUS_OPTIONAL_INTS:
         frame[column] = frame[column].astype("Int64")
+    frame.insert(CENSUS_COLUMNS.index("algo") + 1, PASS_COLUMN, answers_pass.astype(frame["algo"].dtype))
     return frame
 
 

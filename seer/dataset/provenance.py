@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from seer.algorithms import PASSES, pass_of
 from seer.collect.store import RunStore
 from seer.schema import MATH_MODES, RUN_KEY
 
@@ -31,8 +32,12 @@ def _counts(values: pd.Series) -> dict:
 def _census_counts(census: pd.DataFrame) -> dict[str, Any]:
     # Statuses in the order they first appear by key, whatever the order of the rows.
     statuses = _counts(census[[*RUN_KEY, "status"]].sort_values(list(RUN_KEY), kind="stable")["status"])
-    return {"census_shapes": int(census["shape_id"].nunique()), "census_answers": int(len(census)),
-            "census_status": statuses}
+    counts = {"census_shapes": int(census["shape_id"].nunique()), "census_answers": int(len(census)),
+              "census_status": statuses}
+    passes = pass_of(census["algo"])
+    if (passes != "fwd").any():  # a census of the forward alone is counted as before there were others
+        counts["census_answers_by_pass"] = {p: int(n) for p in PASSES if (n := (passes == p).sum())}
+    return counts
 
 
 def provenance(store: RunStore, table: pd.DataFrame, kernels: pd.DataFrame, census: pd.DataFrame | None = None,
@@ -105,6 +110,11 @@ def provenance(store: RunStore, table: pd.DataFrame, kernels: pd.DataFrame, cens
             "census": "seer collect --census: per shape and math mode, cudnnGetConvolutionForwardWorkspaceSize "
                       "for every algorithm and cudnnGetConvolutionForwardAlgorithm_v7's ranking; descriptors "
                       "only, no tensor allocated, no kernel run; shapes of no timed grid",
+            # Said only where the census holds the backward passes: a forward census's record stays as it was.
+            **({"census_backward": "seer collect --census --algo backward: the same per backward pass, "
+                                   "cudnnGetConvolutionBackward{Data,Filter}WorkspaceSize for every algorithm of "
+                                   "the pass and cudnnGetConvolutionBackward{Data,Filter}Algorithm_v7's ranking"}
+               if census is not None and not census.empty and (pass_of(census["algo"]) != "fwd").any() else {}),
         },
         "sessions": [{k: s.get(k) for k in ("started_at", "finished_at", "command", "shard", "counts",
                                              "timing_seconds", "profiling_seconds", "ncu_groups",

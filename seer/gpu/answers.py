@@ -19,16 +19,20 @@ from seer.layers.shapes import ConvShape, layer_frame
 WORKSPACE_CAP_BYTES = CollectOptions.workspace_cap_bytes
 
 
-def workspace_answers(problem) -> tuple[dict[str, int], list[str], dict[str, str]]:
+def workspace_answers(problem, pass_: str = "fwd") -> tuple[dict[str, int], list[str], dict[str, str]]:
     """cuDNN's answers for one layer (a :class:`seer.gpu.cudnn.ConvolutionProblem`) per cuDNN
-    algorithm: the workspace bytes of those it takes, those it does not support, and the
-    error of any other refusal."""
+    algorithm of ``pass_`` (``cudnnGetConvolution{Forward,BackwardData,BackwardFilter}WorkspaceSize``):
+    the workspace bytes of those it takes, those it does not support, and the error of any
+    other refusal."""
     from seer.gpu.cudnn import CudnnError, CudnnNotSupported
 
     workspace, unsupported, errors = {}, [], {}
-    for name in algorithm_names("cudnn"):
+    for name in algorithm_names("cudnn", pass_=pass_):
+        enum = get_algorithm(name).enum
         try:
-            workspace[name] = problem.workspace_size(get_algorithm(name).enum)
+            # The same calls a timed run makes first (seer.gpu.worker.prepare_run).
+            workspace[name] = (problem.workspace_size(enum) if pass_ == "fwd"
+                               else problem.backward_workspace_size(pass_, enum))
         except CudnnNotSupported:
             unsupported.append(name)
         except CudnnError as exc:

@@ -30,7 +30,7 @@ from seer.algorithms import cudnn_algorithm_by_enum, get_algorithm, heuristic_ra
 from seer.collect import protocol
 from seer.collect.children import die_with_parent
 from seer.collect.ncu import range_name
-from seer.collect.protocol import CENSUS_ITEM, EVENT, ShapeWork, start_event
+from seer.collect.protocol import EVENT, ShapeWork, census_pass, start_event
 from seer.schema import get_math_mode
 
 EXIT_CUDA_ERROR = 3
@@ -490,23 +490,25 @@ def profile_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, seed: int,
 CENSUS_BATCH = 256
 
 
-def census_record(problem, work: ShapeWork, math_mode: str, workspace_cap: int) -> dict:
-    """cuDNN's answers for one shape and math mode, before anything runs.
+def census_record(problem, work: ShapeWork, math_mode: str, workspace_cap: int, pass_: str = "fwd") -> dict:
+    """cuDNN's answers for one shape, math mode and pass, before anything runs.
 
-    Per algorithm: whether cudnnGetConvolutionForwardWorkspaceSize accepts it, and the
-    workspace it asks for (which also tells the kernel path: cuDNN's GEMM asks for an
-    im2col buffer, or for nothing when it falls back to a direct kernel); and the
-    heuristic's ranking, with the math type it would use.
+    Per cuDNN algorithm of ``pass_``: whether its workspace-size call
+    (``cudnnGetConvolutionForwardWorkspaceSize``, ``...BackwardDataWorkspaceSize``,
+    ``...BackwardFilterWorkspaceSize``) accepts it, and the workspace it asks for (which also
+    tells the kernel path: cuDNN's GEMM asks for an im2col buffer, or for nothing when it
+    falls back to a direct kernel); and the pass's v7 heuristic ranking, with the math type
+    it would use. A timed run asks the same calls first (:func:`prepare_run`).
     """
     from seer.gpu.answers import workspace_answers
 
-    workspace, unsupported, errors = workspace_answers(problem)
+    workspace, unsupported, errors = workspace_answers(problem, pass_)
     record = work.head(math_mode) | {
-        "status": "ok", "workspace_bytes": workspace, "not_supported": unsupported,
+        "pass": pass_, "status": "ok", "workspace_bytes": workspace, "not_supported": unsupported,
         "workspace_cap_bytes": workspace_cap}
     if errors:
         record["errors"] = errors
-    choices, heuristic_error = _heuristic_choices(problem)
+    choices, heuristic_error = _heuristic_choices(problem, pass_)
     record["heuristic"] = [list(c) for c in choices]
     if heuristic_error:
         record["heuristic_error"] = heuristic_error
@@ -514,7 +516,8 @@ def census_record(problem, work: ShapeWork, math_mode: str, workspace_cap: int) 
 
 
 def census_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, stop_file: str | None = None) -> None:
-    """Record cuDNN's answers (:func:`census_record`) for every (shape, math) item.
+    """Record cuDNN's answers (:func:`census_record`) for every (shape, math, pass) item; an
+    item's ``algo`` names its pass (:func:`seer.collect.protocol.census_item`).
 
     Only descriptors are made: no tensor is allocated and no kernel runs, so a shape costs
     a few host calls, and shapes larger than device memory can be asked about too.
@@ -533,15 +536,17 @@ def census_plan(plan: list[ShapeWork], emit, *, workspace_cap: int, stop_file: s
             if stop_file and os.path.exists(stop_file):
                 break
             shape = work.shape
-            for math_mode, _ in work.items:
+            for math_mode, item in work.items:
+                pass_ = census_pass(item)
                 if len(batch) >= CENSUS_BATCH:
                     flush()
-                emit(start_event(work.shape_id, math_mode, CENSUS_ITEM))
+                emit(start_event(work.shape_id, math_mode, item))
                 try:
                     with cudnn.ConvolutionProblem(handle, shape, math_mode) as problem:
-                        batch.append(census_record(problem, work, math_mode, workspace_cap))
+                        batch.append(census_record(problem, work, math_mode, workspace_cap, pass_))
                 except cudnn.CudnnError as exc:  # the descriptors themselves were refused
-                    batch.append(work.head(math_mode) | {"status": "error", "status_detail": str(exc)})
+                    batch.append(work.head(math_mode) | {"pass": pass_, "status": "error",
+                                                         "status_detail": str(exc)})
     flush()
 
 

@@ -4,7 +4,7 @@ Per math mode, seer's :class:`seer.training.estimators.AlgorithmSelector` and SE
 :class:`seer.training.seer_baseline.SeerFamily` are fitted on the ``train`` split of
 ``data/<gpu>/measurements/`` (Test-set-I and Test-set-II stay unseen); seer's first
 stage learns from the dataset's census table (``census/``, written by ``seer parse``)
-where there is one. The models are then calibrated on half of Test-set-I
+where it holds answers of the pass trained. The models are then calibrated on half of Test-set-I
 (:mod:`seer.training.calibrate`). The card records the data's SHA-256, the choices
 cross-validation made, the calibration and the library versions.
 """
@@ -95,8 +95,9 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
     ``use_census``), else from the training runs' own answers. ``trees`` names the time
     regressors' candidate set (:data:`seer.training.estimators.CANDIDATE_SETS`) and
     ``kernel_paths`` its ``max_kernel_paths``, both of the default selector; a given
-    ``selector`` keeps its own. SEER's model and the census are the forward's: a backward
-    pass's model has no baseline, and its first stage learns from the training runs.
+    ``selector`` keeps its own. The first stage learns from the census's answers of
+    ``pass_`` (``seer collect --census --algo backward`` asks the backward passes'), where
+    it has any. SEER's model is the forward's: a backward pass's model has no baseline.
     """
     if pass_ not in PASSES:
         raise InputError(f"unknown pass {pass_!r}; choose one of: {', '.join(PASSES)}", field="pass")
@@ -108,7 +109,8 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
     measurements = files.measurements
     table = parsed_measurements(files, spec.name, TRAINING_COLUMNS, passes=(pass_,))
     census_path = files.census
-    census = (read_census(census_path) if use_census and pass_ == "fwd" and census_path.exists()
+    # The census answers of this pass only: its algorithms are the time models' columns.
+    census = (read_census(census_path, passes=(pass_,)) if use_census and census_path.exists()
               else pd.DataFrame())
     template = selector if selector is not None else AlgorithmSelector(candidates=CANDIDATE_SETS[trees](),
                                                                        max_kernel_paths=kernel_paths)
