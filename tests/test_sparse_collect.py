@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from seer.algorithms import (ALGORITHM_GROUPS, SPARSE_ALGORITHMS, algorithm_names, get_algorithm, is_sparse, pass_of,
+from seer.algorithms import (ALGORITHM_GROUPS, REGISTRY, SPARSE_ALGORITHMS, algorithm_names, get_algorithm, is_sparse, pass_of,
                              select_algorithms)
 from seer.cli import main
 from seer.collect import children, orchestrate
@@ -103,6 +103,8 @@ def test_the_sparse_algorithms_are_their_own_group_and_in_no_other():
     assert not get_algorithm("SEER_SPARSE_SCATTER").deterministic  # atomic adds
     assert is_sparse("seer_sparse_pointwise") and not is_sparse("SEER_DIRECT") and not is_sparse("NOPE")
     assert list(pass_of(pd.Series(SPARSE))) == ["fwd"] * 3
+    shorts = [a.short for a in REGISTRY]  # Excel sheet names
+    assert len(set(shorts)) == len(shorts)
 
 
 # -- the plan ----------------------------------------------------------------------------
@@ -243,3 +245,20 @@ def test_bad_sparsity_options_exit_2_and_collect_nothing(capsys, tmp_path, argv,
     code, err = _run(capsys, "--data-dir", str(tmp_path / "d"), *argv)
     assert code == 2 and words in err and "Traceback" not in err
     assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.slow
+def test_a_sparse_item_that_kills_the_worker_is_recorded_as_the_sparse_shape_it_was(tmp_path, fake_worker,
+                                                                                    monkeypatch):
+    layer = _shapes()[0].shape
+    victim = sparse_shape_id(layer.shape_id, 0.9, "uniform")
+    monkeypatch.setenv("FAKE_CRASH", f"{victim}:fma:SEER_SPARSE_SCATTER")
+    session = Collector(_options(tmp_path / "h100")).run()
+    assert session["counts"]["worker_restarts"] == 1
+    records = RunStore(tmp_path / "h100").read("timing", RUN_KEY).set_index(list(RUN_KEY))
+    assert len(records) == 36
+    crashed = records.loc[(victim, "fma", "SEER_SPARSE_SCATTER")]
+    assert crashed["status"] == "error" and "SIGSEGV" in crashed["status_detail"]
+    assert (crashed["sparsity"], crashed["sparsity_pattern"], crashed["dense_shape_id"]) == (0.9, "uniform",
+                                                                                              layer.shape_id)
+    assert (records.drop(index=(victim, "fma", "SEER_SPARSE_SCATTER"))["status"] == "ok").all()
