@@ -629,7 +629,9 @@ def read_measurements(path: str | Path, columns: Iterable[str] | None = None,
                       passes: Iterable[str] | None = None) -> pd.DataFrame:
     """The measurements table, checked: every column of the schema and the run's pass
     (:data:`seer.schema.PASS_COLUMN`, after ``algo``), or those in ``columns``; the runs of
-    ``passes`` only (default: every pass).
+    ``passes`` only (default: every pass). The table holds dense layers only: runs on sparse
+    inputs are in the sparse measurements table (:func:`read_sparse_measurements`), so what
+    training and evaluation read is what it was before sparse runs existed.
 
     Columns named in :data:`seer.schema.MEASUREMENT_TEXT_COLUMNS` are read as text, every
     other column must hold numbers; ``status`` and ``math`` must hold known values.
