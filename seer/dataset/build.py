@@ -44,8 +44,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from seer.algorithms import (ALGORITHMS, ALL_ALGORITHMS, REGISTRY, algorithm_names, canonical_kernel_name, classify_kernel,
-                             current_revision, get_algorithm, heuristic_ranks, pass_of)
+from seer.algorithms import (ALGORITHMS, ALL_ALGORITHMS, REGISTRY, algorithm_names, canonical_kernel_name,
+                             classify_kernel, current_revision, get_algorithm, heuristic_ranks, pass_of)
 from seer.collect.records import stored_trace
 from seer.collect.store import (DAMAGED_COMPRESSED, RunStore, first_grids, grouped_records, latest_records,
                                 profile_records, recorded_columns)
