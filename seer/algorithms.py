@@ -1,8 +1,9 @@
 """The algorithm registry and the kernel-name rules: the only place that names algorithms.
 
 An :class:`Algorithm` is one way of computing a convolution pass (:data:`PASSES`): a cuDNN
-algorithm of the forward or of a backward pass, seer's own CuPy kernels (``source="cupy"``), or
-PyTorch's own choice, measured as a policy (``source="pytorch"``).
+algorithm of the forward or of a backward pass, seer's own CuPy kernels (``source="cupy"``),
+seer's sparse kernels (``source="sparse"``, measured on sparse inputs only), or PyTorch's own
+choice, measured as a policy (``source="pytorch"``).
 :data:`KERNEL_RULES` is the one table that maps a GPU kernel's (demangled) name to its
 role inside an algorithm and to the variant (tile size, data type) that the name encodes.
 """
@@ -51,9 +52,10 @@ class Algorithm:
     ----------
     name : str
         Registry key; for cuDNN's forward the enum name without ``CUDNN_CONVOLUTION_FWD_ALGO_``.
-    source : {"cudnn", "cupy", "pytorch"}
+    source : {"cudnn", "cupy", "sparse", "pytorch"}
         Who implements it; ``pytorch`` is PyTorch's own choice, a policy measured beside the
-        algorithms (seer never picks it as an algorithm).
+        algorithms (seer never picks it as an algorithm); ``sparse``: seer's kernels that skip
+        the input's zeros (:data:`SPARSE_ALGORITHMS`).
     enum : int or None
         The library's own id (cudnnConvolutionFwdAlgo_t value) where there is one.
     short : str
@@ -227,7 +229,27 @@ BACKWARD_ALGORITHMS: tuple[Algorithm, ...] = (
 #: Every algorithm and policy of every pass: the forward's first, in the order above.
 ALL_ALGORITHMS: tuple[Algorithm, ...] = ALGORITHMS + BACKWARD_ALGORITHMS
 
-_BY_NAME = {a.name: a for a in ALL_ALGORITHMS}
+#: seer's sparse forward convolutions (seer/gpu/sparse_kernels.py), which skip the zeros of
+#: their input: timed only on sparse shapes (``seer collect --sparsity``), only when
+#: ``--algo sparse`` (or a name) asks, and kept out of :data:`ALL_ALGORITHMS` and of every
+#: other group, so that no model, prediction or report sees them. Finding the non-zeros is
+#: part of each call. They compute in FP32 FMA only, as seer's own kernels do.
+SPARSE_ALGORITHMS: tuple[Algorithm, ...] = (
+    Algorithm("SEER_SPARSE_GATHER", "sparse", None, "SPG", None,
+              "seer's sparse gather: lists each pixel's non-zero channels, then a thread per output position "
+              "and 4 channels sums the listed values under its filter, no atomics", "fma", family="direct"),
+    Algorithm("SEER_SPARSE_SCATTER", "sparse", None, "SPS", None,
+              "seer's sparse scatter: a thread per (non-zero input, output channel) adds its products to the "
+              "outputs it reaches with atomic adds", "fma", family="direct", deterministic=False),
+    Algorithm("SEER_SPARSE_POINTWISE", "sparse", None, "SPP", None,
+              "seer's sparse 1x1 convolution: the input compressed to CSR and multiplied by the filter "
+              "through cuSPARSE", "fma", family="gemm"),
+)
+
+#: Every registered algorithm, the sparse ones included: what a name is looked up in.
+REGISTRY: tuple[Algorithm, ...] = ALL_ALGORITHMS + SPARSE_ALGORITHMS
+
+_BY_NAME = {a.name: a for a in REGISTRY}
 
 
 def backward_algorithms(pass_: str) -> list[Algorithm]:
@@ -248,22 +270,36 @@ def get_algorithm(name: str) -> Algorithm:
 def pass_of(algos):
     """The pass (:data:`PASSES`) of each name of ``algos`` (a pandas Series), NaN for a name the
     registry does not know."""
-    return algos.map({a.name: a.pass_ for a in ALL_ALGORITHMS})
+    return algos.map({a.name: a.pass_ for a in REGISTRY})
+
+
+#: The source of the sparse algorithms (:data:`SPARSE_ALGORITHMS`), named only when asked for.
+SPARSE_SOURCE = "sparse"
 
 
 def algorithm_names(source: str | None = None, family: str | None = None, pass_: str | None = "fwd") -> list[str]:
     """Names of the registered algorithms of one pass (None: every pass), in registry order,
-    optionally of one source and one family."""
-    return [a.name for a in ALL_ALGORITHMS
+    optionally of one source and one family. The sparse algorithms come only with
+    ``source="sparse"``: every other answer is what it was before they existed."""
+    pool = SPARSE_ALGORITHMS if source == SPARSE_SOURCE else ALL_ALGORITHMS
+    return [a.name for a in pool
             if (source is None or a.source == source) and (family is None or a.family == family)
             and (pass_ is None or a.pass_ == pass_)]
 
 
+def is_sparse(name: str) -> bool:
+    """Whether ``name`` is one of the sparse algorithms, which run on sparse shapes only."""
+    algo = _BY_NAME.get(name.upper())
+    return algo is not None and algo.source == SPARSE_SOURCE
+
+
 #: Names that ``--algo`` accepts for a group of algorithms, as (source, pass): the forward's
-#: every one or one source's, a backward pass's every one, or both backward passes'.
+#: every one or one source's, a backward pass's every one, or both backward passes'. ``all``
+#: leaves out the sparse algorithms (``sparse``): they need inputs with zeros.
 ALGORITHM_GROUPS = {"all": (None, "fwd"), "cudnn": ("cudnn", "fwd"), "seer": ("cupy", "fwd"),
                     "pytorch": ("pytorch", "fwd"), "bwd_data": (None, "bwd_data"),
-                    "bwd_filter": (None, "bwd_filter"), "backward": (None, ("bwd_data", "bwd_filter"))}
+                    "bwd_filter": (None, "bwd_filter"), "backward": (None, ("bwd_data", "bwd_filter")),
+                    "sparse": (SPARSE_SOURCE, "fwd")}
 
 
 def _group(name: str) -> list[str]:
@@ -296,7 +332,8 @@ def stamp_revision(record: dict) -> dict:
     """``record`` with its algorithm's revision, if it is a run of one of seer's kernels that
     does not already say which revision it measured."""
     algo = _BY_NAME.get(record.get("algo", ""))
-    return {REVISION_FIELD: algo.revision} | record if algo is not None and algo.source == "cupy" else record
+    own = algo is not None and algo.source in ("cupy", SPARSE_SOURCE)
+    return {REVISION_FIELD: algo.revision} | record if own else record
 
 
 def current_revision(records) -> np.ndarray:
@@ -304,7 +341,7 @@ def current_revision(records) -> np.ndarray:
     today's revision of their algorithm; every run of cuDNN's algorithms does."""
     import numpy as np
 
-    today = records["algo"].map({a.name: a.revision for a in ALGORITHMS if a.source == "cupy"})
+    today = records["algo"].map({a.name: a.revision for a in REGISTRY if a.source in ("cupy", SPARSE_SOURCE)})
     recorded = records[REVISION_FIELD].fillna(1) if REVISION_FIELD in records.columns else 1
     return np.asarray(today.isna() | (today == recorded), dtype=bool)
 
@@ -355,6 +392,9 @@ def _compile(pattern: str) -> re.Pattern[str]:
 #: First match wins, so specific patterns come before general ones. Written against the
 #: kernel names cuDNN 9.19 and cuBLAS launched on the H100 (tests/test_algorithms.py).
 KERNEL_RULES: tuple[KernelRule, ...] = (
+    # seer's sparse kernels (seer/gpu/sparse_kernels.py): the listing pass finds the non-zeros.
+    KernelRule("seer_sparse", r"seer_sparse_(?P<what>gather|scatter)", "compute", "sparse_{what}"),
+    KernelRule("seer_sparse", r"seer_sparse_list", "transform", "sparse_list"),
     # seer's own kernels: the template arguments are the tile (seer/gpu/kernels.py).
     KernelRule("seer_direct", r"seer_direct_conv<(?P<k>\d+)>", "compute", "direct_k{k}"),
     KernelRule("seer_implicit_gemm",

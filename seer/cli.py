@@ -71,8 +71,17 @@ def _add_collect(sub) -> None:
     _add_math(p, several=True)
     p.add_argument("--algo", default="all",
                    help="comma-separated algorithm names or groups: cudnn (cuDNN's forward), seer (seer's own "
-                        "kernels), pytorch (PyTorch's own choice), all (every forward one, default); bwd_data, "
+                        "kernels), pytorch (PyTorch's own choice), all (every forward one but the sparse ones, "
+                        "default); sparse (seer's sparse kernels, on sparse inputs only: see --sparsity); bwd_data, "
                         "bwd_filter, backward (both): the backward passes' cuDNN algorithms and PyTorch's choice")
+    p.add_argument("--sparsity", default="0", metavar="LEVELS",
+                   help="measure each layer on inputs with these shares of zeros, comma-separated: 0 is the dense "
+                        "layer (the default), a level in (0, 1) a shape of its own per pattern, on which cuDNN's "
+                        "forward algorithms and the sparse ones (--algo sparse) run; 'default' means "
+                        "0,0.5,0.7,0.8,0.9,0.95,0.99")
+    p.add_argument("--sparsity-pattern", default="relu", metavar="PATTERNS",
+                   help="how the zeros of a sparse input lie, comma-separated: relu (in patches, as after a "
+                        "ReLU; the default) and uniform (independent)")
     p.add_argument("--shard", default="1/1", help="i/n: collect only shard i of n of the grid (default 1/1)")
     p.add_argument("--gpus", metavar="all|0,1,...",
                    help="collect on several GPUs of this host at once: one process per GPU, each taking the next "
@@ -151,6 +160,31 @@ def _algorithms(text: str) -> list[str]:
         raise InputError(exc.args[0], field="algo") from None
 
 
+def _sparsity(levels_text: str, patterns_text: str, algos: list[str], census: bool
+              ) -> tuple[tuple[float, ...], tuple[str, ...]]:
+    """``--sparsity``'s levels and ``--sparsity-pattern``'s patterns, checked against each
+    other and ``--algo``; a mistake is one InputError."""
+    from seer.algorithms import is_sparse
+    from seer.layers.sparsity import parse_levels, parse_patterns
+
+    try:
+        levels = parse_levels(levels_text)
+    except ValueError as exc:
+        raise InputError(str(exc), field="sparsity") from None
+    try:
+        patterns = parse_patterns(patterns_text)
+    except ValueError as exc:
+        raise InputError(str(exc), field="sparsity-pattern") from None
+    sparse = any(levels)
+    if census and sparse:
+        raise InputError("a census runs nothing, so the input's zeros cannot matter: leave out --sparsity",
+                         field="sparsity")
+    if any(is_sparse(a) for a in algos) and not sparse:
+        raise InputError("the sparse algorithms run on sparse inputs only: give --sparsity levels above 0 "
+                         "(e.g. --sparsity default)", field="algo")
+    return levels, patterns
+
+
 def _collect_on_gpus(args, gpu_name: str) -> int:
     """``seer collect --gpus``: the shards over this host's GPUs (:mod:`seer.collect.gpus`), then the tables."""
     from seer.collect.gpus import shard_command
@@ -199,6 +233,7 @@ def _cmd_collect(args) -> int:
     algos = _algorithms(args.algo)
     if not algos:
         raise InputError("no algorithm named", field="algo")
+    sparsity, patterns = _sparsity(args.sparsity, args.sparsity_pattern, algos, args.census)
     shard_index, shard_count = parse_shard(args.shard)
     if args.gpus and args.slurm:
         raise InputError("--gpus collects here on this host's GPUs, --slurm writes a job array: give one", field="gpus")
@@ -233,12 +268,15 @@ def _cmd_collect(args) -> int:
         ncu_cache_control=args.ncu_cache_control,
         retry=retry, seed=args.seed, keep_ncu_csv=args.keep_ncu_csv,
         stop_after_s=None if args.stop_after is None else args.stop_after * 60, argv=list(args.argv),
-        census=args.census,
+        census=args.census, sparsity=sparsity, sparsity_patterns=patterns,
     )
+    sparse_levels = [level for level in sparsity if level]
     err_console.log(f"{len(shapes)} shapes from grid {args.grid}; this shard has "
                     f"{len(shapes[shard_index - 1::shard_count])}; math {','.join(maths)}; "
                     + (f"census of every cuDNN algorithm of {', '.join(census_passes(algos))}" if args.census
-                       else f"{len(algos)} algorithms"))
+                       else f"{len(algos)} algorithms")
+                    + (f"; sparse inputs at {','.join(f'{v:g}' for v in sparse_levels)} ({','.join(patterns)})"
+                       + ("" if 0 in sparsity else ", no dense run") if sparse_levels else ""))
     try:
         session = Collector(options, err_console).run()
     except KeyboardInterrupt:

@@ -132,6 +132,18 @@ MEASUREMENT_COLUMNS: tuple[str, ...] = (
     "power_w", "energy_mj", "energy_window_s", "energy_counter_steps",
     "split", "collected_at",
 )
+#: What a run on a sparse input adds (``seer collect --sparsity``): the asked share of zeros
+#: (above 0), the pattern of the zeros (:data:`seer.layers.sparsity.PATTERNS`), the share of
+#: zeros of the input made (measured) and the id of the layer itself, whose dense runs are in
+#: the measurements table under that ``shape_id``.
+SPARSE_COLUMNS: tuple[str, ...] = ("dense_shape_id", "sparsity", "sparsity_pattern", "input_zero_fraction")
+#: Columns of the sparse measurements table (``sparse_measurements/``), one row per run on a
+#: sparse input: the measurements table's, with :data:`SPARSE_COLUMNS` after ``shape_id``.
+#: Sparse runs have a table of their own so that the measurements table, which every model is
+#: trained and evaluated on, holds the dense layers only, as it did before sparse runs existed.
+SPARSE_MEASUREMENT_COLUMNS: tuple[str, ...] = (
+    *MEASUREMENT_COLUMNS[:MEASUREMENT_COLUMNS.index("shape_id") + 1], *SPARSE_COLUMNS,
+    *MEASUREMENT_COLUMNS[MEASUREMENT_COLUMNS.index("shape_id") + 1:])
 #: The pass each run computed (:data:`seer.algorithms.PASSES`): a column of the tidy table as
 #: :func:`seer.dataset.build.read_measurements` returns it, read from the algorithm registry
 #: (the one table that says which pass an algorithm computes), not stored in the files.
@@ -141,6 +153,8 @@ MEASUREMENT_TEXT_COLUMNS: frozenset[str] = frozenset({
     "gpu", "cudnn_version", "math", "shape_id", "grid", "algo", "status", "status_detail", "profile_status",
     "profile_detail", "main_kernel", "variant", "trace_status", "trace_main_kernel", "trace_variant", "split",
     "collected_at"})
+#: Columns of the sparse measurements table that hold text.
+SPARSE_TEXT_COLUMNS: frozenset[str] = MEASUREMENT_TEXT_COLUMNS | {"dense_shape_id", "sparsity_pattern"}
 #: What the kernel rules tell about a kernel (:func:`seer.algorithms.classify_kernel`).
 KERNEL_INFO_COLUMNS: tuple[str, ...] = ("kernel_name", "kernel_family", "kernel_role", "kernel_variant")
 #: Columns of the kernels table, one row per profiled kernel, in order.
@@ -200,6 +214,11 @@ class DatasetDir:
     @property
     def measurements(self) -> Path:
         return self.root / "measurements"
+
+    @property
+    def sparse_measurements(self) -> Path:
+        """Runs on sparse inputs (:data:`SPARSE_MEASUREMENT_COLUMNS`); only where some were collected."""
+        return self.root / "sparse_measurements"
 
     @property
     def kernels(self) -> Path:

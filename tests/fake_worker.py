@@ -6,7 +6,9 @@ temporary directories by tests. Like the real worker it arms the parent-death si
 by SIGSEGV on that item, FAKE_HANG makes it hang there, FAKE_FAIL_AT_START makes it exit at
 once. FAKE_ITEM_SECONDS is how long each item takes: a number, or ``command=seconds`` pairs
 joined by commas (``profile=30``: only profiling is slow). FAKE_PID_FILE names a file to
-which it appends ``<pid> <command>`` at start-up. FAKE_TRACED gives timing rows a trace.
+which it appends ``<pid> <command>`` at start-up. FAKE_TRACED gives timing rows a trace. A
+sparse shape's rows carry its sparse fields and the share of zeros of an input made on the CPU
+with the collector's own function (seer.layers.sparsity.sparse_input).
 """
 
 import argparse
@@ -19,6 +21,8 @@ import time
 from seer.collect.children import die_with_parent
 from seer.algorithms import PASSES
 from seer.collect.protocol import CENSUS, DONE, EVENT, PROFILED, ROW, census_pass, emitter, start_event
+from seer.layers.shapes import ConvShape
+from seer.layers.sparsity import sparse_input, zero_fraction
 
 #: Per pass, the fake census's three algorithms: one without workspace, a GEMM, an FFT.
 CENSUS_ALGORITHMS = {"fwd": ("IMPLICIT_GEMM", "GEMM", "FFT"),
@@ -92,6 +96,12 @@ for line in open(args.plan):
             continue
         row = {"shape_id": work["shape_id"], "math": math, "algo": algo, "grid": work["grid"],
                **work["shape"], "status": "ok", "time_ms": 1.0 + len(algo) / 10}
+        if work.get("sparsity"):  # a sparse shape: its fields, and the zeros of an input made as the worker makes it
+            row |= {k: work[k] for k in ("sparsity", "sparsity_pattern", "dense_shape_id")}
+            row["input_zero_fraction"] = zero_fraction(sparse_input(
+                ConvShape.from_mapping(work["shape"]).input_dims, work["sparsity"], work["sparsity_pattern"],
+                seed=int(work["shape_id"], 16) & 0x7FFFFFFF))
+            row["time_ms"] *= 1 - work["sparsity"]
         # FAKE_WIDE names an item whose repetitions spread widely (a host hiccup).
         row["time_ms_iqr"] = 0.5 * row["time_ms"] if key == os.environ.get("FAKE_WIDE") else 0.001
         # FAKE_TRACED ("ALGO=kernels,..."): those algorithms' rows carry a CUPTI trace.

@@ -238,3 +238,58 @@ def test_backward_census_answers_match_what_the_timed_backward_runs_saw(tmp_path
     assert first.groupby(timed.loc[ok, "pass"]).any().all()  # each pass's first choice took its workspace
     # The tidy census keeps only shapes that never ran: here every census shape was timed.
     assert not (gpu_dir / "census").exists()
+
+
+def test_a_sparse_collection_checks_and_times_every_algorithm_on_the_sparse_input(tmp_path):
+    """``--sparsity 0,0.9`` with both patterns: cuDNN's forward algorithms and seer's sparse
+    kernels run on inputs with 90% zeros, each checked against float64 on that input and
+    burst-timed; the dense layers stay in the measurements table, the sparse runs go to their own."""
+    from seer.dataset.build import read_sparse_measurements
+    from seer.gpu import tracing
+    from seer.layers.files import write_layers
+    from seer.layers.shapes import layer_frame
+
+    layers = [ConvShape.square(2, 32, 28, 32, 3, 1, 1), ConvShape.square(2, 64, 14, 32, 1, 1, 0)]  # 3x3; 1x1 (pointwise)
+    grid = tmp_path / "layers.csv"
+    write_layers(grid, layer_frame(layers), "csv")
+    code = main(["collect", "--gpu", _local_gpu(), "--grid", str(grid), "--data-dir", str(tmp_path / "data"),
+                 "--algo", "cudnn,sparse", "--sparsity", "0,0.9", "--sparsity-pattern", "relu,uniform",
+                 "--math", "fma", "--profile-shapes", "0", "--budget-ms", "3"])
+    assert code == 0
+    gpu_dir = next((tmp_path / "data").iterdir())
+    dense = read_parts(gpu_dir / "measurements")
+    assert len(dense) == 2 * 8 and set(dense["algo"]) == set(algorithm_names("cudnn"))
+    assert set(dense["shape_id"]) == {s.shape_id for s in layers}
+    runs = read_sparse_measurements(gpu_dir / "sparse_measurements")
+    sparse_algos = algorithm_names("sparse")
+    assert len(runs) == 2 * 2 * (8 + 3) and set(runs["dense_shape_id"]) == {s.shape_id for s in layers}
+    assert (runs["sparsity"] == 0.9).all() and set(runs["sparsity_pattern"]) == {"relu", "uniform"}
+    assert np.allclose(runs["input_zero_fraction"], 0.9, atol=0.01)
+    assert set(runs["status"]) <= {"ok", "not_supported", "workspace_too_large"}
+    # Every sparse kernel runs where it can: pointwise takes the 1x1 layer only.
+    ours = runs[runs["algo"].isin(sparse_algos)].set_index(["dense_shape_id", "sparsity_pattern", "algo"])
+    for layer in layers:
+        for pattern in ("relu", "uniform"):
+            for algo in sparse_algos:
+                expected = "not_supported" if algo == "SEER_SPARSE_POINTWISE" and layer.kernel_w != 1 else "ok"
+                assert ours.loc[(layer.shape_id, pattern, algo), "status"] == expected, (layer, pattern, algo)
+    ok = runs[runs["status"] == "ok"]
+    # Checked against float64 on the sparse input, and timed.
+    assert ok["rel_error"].notna().all() and (ok["rel_error"] < 5e-3).all()
+    assert (ok["time_ms"] > 0).all() and (ok["n_reps"] >= 5).all()
+    assert set(ok["algo"]) >= {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", *sparse_algos}
+    # cuDNN's support does not depend on the values: the same algorithms ran dense and sparse.
+    dense_ok = dense[dense["status"] == "ok"].groupby("shape_id")["algo"].agg(set)
+    sparse_ok = ok[ok["algo"].isin(algorithm_names("cudnn"))].groupby(["dense_shape_id", "sparsity_pattern"])["algo"]
+    for (layer_id, _), algos in sparse_ok.agg(set).items():
+        assert algos == dense_ok[layer_id]
+    assert (runs["split"] == runs["dense_shape_id"].map(dense.drop_duplicates("shape_id").set_index("shape_id")["split"])).all()
+    if tracing.available() is None:  # the sparse kernels' own kernels were traced
+        gather = ok[ok["algo"] == "SEER_SPARSE_GATHER"]
+        assert (gather["trace_status"] == "ok").all()
+        assert gather["trace_main_kernel"].str.contains("seer_sparse_gather").all()
+    # A rerun has nothing left to do.
+    assert main(["collect", "--gpu", _local_gpu(), "--grid", str(grid), "--data-dir", str(tmp_path / "data"),
+                 "--algo", "cudnn,sparse", "--sparsity", "0,0.9", "--sparsity-pattern", "relu,uniform",
+                 "--math", "fma", "--profile-shapes", "0", "--no-parse"]) == 0
+    assert len(read_sparse_measurements(gpu_dir / "sparse_measurements")) == len(runs)

@@ -260,6 +260,7 @@ class Collector:
                 "min_reps": o.min_reps, "max_reps": o.max_reps, "min_burst_ms": o.min_burst_ms,
                 "energy_s": o.energy_s,
                 "timing_protocol": TIMING_PROTOCOL, "seed": o.seed,
+                "sparsity": list(o.sparsity), "sparsity_patterns": list(o.sparsity_patterns),
                 "counts": self.counts, "timing_seconds": round(self.timing_seconds, 1),
                 "profiling_seconds": round(self.profiler.seconds, 1),
                 "census": o.census, "census_seconds": round(self.census_seconds, 1),
@@ -297,12 +298,13 @@ class Collector:
         if RETRY_ENERGY in o.retry:
             done -= no_energy_keys(latest)
         memory = self.info.get("memory_bytes") or self.spec.memory_bytes
-        plan = build_plan(shapes, o.maths, o.algos, done)
+        plan = build_plan(shapes, o.maths, o.algos, done, o.sparsity, o.sparsity_patterns)
         # A shape keeps the grid that first timed it (seer.collect.store.first_grids),
         # whichever grid's command times it again.
         timed_in = first_grids(history)
         for work in plan:
-            work.grid = timed_in.get(work.shape_id, work.grid)
+            # A sparse shape goes with its layer's grid, and so with its split.
+            work.grid = timed_in.get(work.shape_id, timed_in.get(work.dense_shape_id, work.grid))
         too_large = [w for w in plan if not fits_in_memory(w.shape, memory)]
         for work in too_large:
             self._record_rows(work, "too_large",
@@ -324,7 +326,7 @@ class Collector:
 
     def _record_rows(self, work: ShapeWork, status: str, detail: str) -> None:
         rows = [{"shape_id": work.shape_id, "math": m, "algo": a, "grid": work.grid,
-                 **work.shape.as_dict(), "status": status, "status_detail": detail,
+                 **work.shape.as_dict(), **work.sparse_fields(), "status": status, "status_detail": detail,
                  **self._row_extras(), "timing_protocol": TIMING_PROTOCOL} for m, a in work.items]
         self.counts["timing_rows"] += self.store.append("timing", rows)
 
@@ -335,7 +337,7 @@ class Collector:
             return [event["row"] | self._row_extras() | {"timing_protocol": TIMING_PROTOCOL}]
 
         def failed(work: ShapeWork, math_mode: str, algo: str, detail: str) -> None:
-            self._record_rows(ShapeWork(work.shape, work.grid, [(math_mode, algo)]), "error", detail)
+            self._record_rows(work.with_items([(math_mode, algo)]), "error", detail)
 
         return self._run_worker("time", ["--seed", str(o.seed), "--budget-ms", str(o.budget_ms),
                                          "--min-burst-ms", str(o.min_burst_ms), "--min-reps", str(o.min_reps),

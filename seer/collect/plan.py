@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from seer.algorithms import ALGORITHMS
+from seer.algorithms import REGISTRY, is_sparse
 from seer.collect.protocol import ShapeWork
 from seer.errors import InputError
 from seer.hardware.gpus import GPUSpec
 from seer.layers.grids import GridShape
 from seer.layers.shapes import ConvShape
+from seer.layers.sparsity import DEFAULT_PATTERN
 
 @dataclass
 class CollectOptions:
@@ -50,6 +51,10 @@ class CollectOptions:
     keep_ncu_csv: bool = False
     stop_after_s: float | None = None  # stop cleanly once this much time has passed
     census: bool = False  # only cuDNN's support and workspace answers; nothing runs
+    # Input sparsity levels to measure each layer at (0: dense, as before), and the patterns
+    # of the zeros (seer.layers.sparsity); a level above 0 is a shape of its own per pattern.
+    sparsity: tuple[float, ...] = (0.0,)
+    sparsity_patterns: tuple[str, ...] = (DEFAULT_PATTERN,)
     argv: list[str] = field(default_factory=list)
 
 
@@ -81,17 +86,32 @@ def fits_in_memory(shape: ConvShape, memory_bytes: int) -> bool:
 
 
 def build_plan(shapes: Iterable[GridShape], maths: Sequence[str], algos: Sequence[str],
-               done: set[tuple]) -> list[ShapeWork]:
+               done: set[tuple], sparsity: Sequence[float] = (0.0,),
+               patterns: Sequence[str] = (DEFAULT_PATTERN,)) -> list[ShapeWork]:
     """Pending work per shape, in grid order; keys in ``done`` are skipped, and so is an
-    algorithm with one code path under any math mode but its own (its runs stand for all)."""
-    one_math = {a.name: a.one_math for a in ALGORITHMS}  # the census's item is no algorithm
+    algorithm with one code path under any math mode but its own (its runs stand for all).
+
+    Each layer is measured at every level of ``sparsity``: 0 is the dense layer, as before;
+    a level above 0 is a shape of its own per pattern of ``patterns``, right after its layer
+    (:class:`ShapeWork`), on which the forward's algorithms run. The sparse algorithms
+    (:data:`seer.algorithms.SPARSE_ALGORITHMS`) run on sparse shapes only, and the backward
+    passes on dense ones only.
+    """
+    registry = {a.name: a for a in REGISTRY}
+    one_math = {name: a.one_math for name, a in registry.items()}  # the census's item is no algorithm
+    dense_algos = [a for a in algos if not is_sparse(a)]
+    sparse_algos = [a for a in algos if a not in registry or registry[a].pass_ == "fwd"]
     plan = []
     for gs in shapes:
-        sid = gs.shape.shape_id
-        items = [(m, a) for m in maths for a in algos
-                 if one_math.get(a) in (None, m) and (sid, m, a) not in done]
-        if items:
-            plan.append(ShapeWork(gs.shape, gs.grid, items))
+        for level in sparsity:
+            variants = [ShapeWork(gs.shape, gs.grid)] if not level else [
+                ShapeWork(gs.shape, gs.grid, sparsity=level, pattern=p) for p in patterns]
+            for work in variants:
+                sid = work.shape_id
+                items = [(m, a) for m in maths for a in (sparse_algos if level else dense_algos)
+                         if one_math.get(a) in (None, m) and (sid, m, a) not in done]
+                if items:
+                    plan.append(work.with_items(items))
     return plan
 
 
@@ -101,7 +121,7 @@ def without(plan: Sequence[ShapeWork], keys: set[tuple]) -> list[ShapeWork]:
     for work in plan:
         items = [(m, a) for m, a in work.items if (work.shape_id, m, a) not in keys]
         if items:
-            out.append(ShapeWork(work.shape, work.grid, items))
+            out.append(work.with_items(items))
     return out
 
 

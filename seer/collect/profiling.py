@@ -257,8 +257,7 @@ class Profiler:
             if self.deadline.passed:
                 return
             done = self._skip_long_runs(chunk, group, done, extras, progress)
-            part = [ShapeWork(w.shape, w.grid, [(m, a) for m, a in w.items
-                                                if needs((w.shape_id, m, a), group, done)])
+            part = [w.with_items([(m, a) for m, a in w.items if needs((w.shape_id, m, a), group, done)])
                     for w in chunk]
             part = [w for w in part if w.items]
             while part and not self.deadline.passed:

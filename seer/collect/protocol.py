@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from seer.layers.shapes import ConvShape
+from seer.layers.sparsity import sparse_shape_id
 from seer.schema import RUN_KEY
 
 #: The field that names an event's kind, and the kinds.
@@ -60,29 +61,61 @@ def finished_item(record: dict) -> tuple[str, str, str]:
 
 @dataclass
 class ShapeWork:
-    """The pending (math, algorithm) items of one shape: one line of a plan file."""
+    """The pending (math, algorithm) items of one shape: one line of a plan file.
+
+    With ``sparsity`` above 0 the shape is the layer measured on inputs with that share of
+    zeros, made in ``pattern`` (:mod:`seer.layers.sparsity`): a shape of its own, whose id
+    hashes the dense layer's id, the level and the pattern
+    (:func:`seer.layers.sparsity.sparse_shape_id`).
+    """
 
     shape: ConvShape
     grid: str
     items: list[tuple[str, str]] = field(default_factory=list)
+    sparsity: float = 0.0
+    pattern: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.sparsity and self.pattern is None:
+            raise ValueError("a sparse shape needs its pattern")
+
+    @property
+    def dense_shape_id(self) -> str:
+        """The id of the layer itself, whatever its input."""
+        return self.shape.shape_id
 
     @property
     def shape_id(self) -> str:
-        return self.shape.shape_id
+        if not self.sparsity:
+            return self.shape.shape_id
+        return sparse_shape_id(self.shape.shape_id, self.sparsity, self.pattern)
+
+    def sparse_fields(self) -> dict:
+        """What a record of a sparse shape adds to a dense one's (nothing for a dense shape, whose
+        records stay as they were before sparse shapes existed)."""
+        if not self.sparsity:
+            return {}
+        return {"sparsity": self.sparsity, "sparsity_pattern": self.pattern, "dense_shape_id": self.dense_shape_id}
 
     def to_record(self) -> dict:
         return {"shape": self.shape.as_dict(), "shape_id": self.shape_id, "grid": self.grid,
-                "items": [list(item) for item in self.items]}
+                "items": [list(item) for item in self.items], **self.sparse_fields()}
 
     @classmethod
     def from_record(cls, record: dict) -> "ShapeWork":
         return cls(ConvShape.from_mapping(record["shape"]), record["grid"],
-                   [tuple(item) for item in record["items"]])
+                   [tuple(item) for item in record["items"]], record.get("sparsity", 0.0),
+                   record.get("sparsity_pattern"))
+
+    def with_items(self, items: list[tuple[str, str]]) -> "ShapeWork":
+        """The same shape (its sparsity included) with other items."""
+        return ShapeWork(self.shape, self.grid, list(items), self.sparsity, self.pattern)
 
     def head(self, math_mode: str) -> dict:
         """The fields that name a record of this shape and math mode: the worker's census
         answers, or the orchestrator's record of a failure, follow them."""
-        return {"shape_id": self.shape_id, "math": math_mode, "grid": self.grid, **self.shape.as_dict()}
+        return {"shape_id": self.shape_id, "math": math_mode, "grid": self.grid, **self.shape.as_dict(),
+                **self.sparse_fields()}
 
 
 def write_plan(path: Path, plan: Iterable[ShapeWork]) -> None:

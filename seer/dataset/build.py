@@ -44,8 +44,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from seer.algorithms import (ALGORITHMS, ALL_ALGORITHMS, PASSES, algorithm_names, canonical_kernel_name, classify_kernel,
-                             current_revision, get_algorithm, heuristic_ranks, pass_of)
+from seer.algorithms import (ALGORITHMS, ALL_ALGORITHMS, PASSES, REGISTRY, algorithm_names, canonical_kernel_name,
+                             classify_kernel, current_revision, get_algorithm, heuristic_ranks, pass_of)
 from seer.collect.records import stored_trace
 from seer.collect.store import (DAMAGED_COMPRESSED, RunStore, first_grids, grouped_records, latest_records,
                                 profile_records, recorded_columns)
@@ -60,8 +60,9 @@ from seer.layers.shapes import LAYER_COLUMNS, LAYER_FIELDS, SEER_FIELDS, frame_f
 from seer.metrics import (GROUP_COLUMNS, METRIC_SETS, METRICS, RUN_COLUMNS, columns_with_rollup, required_columns,
                           thread_flops)
 from seer.schema import (CENSUS_COLUMNS, CENSUS_KEY, KERNEL_COLUMNS, KERNEL_INFO_COLUMNS, KERNEL_KEY, MATH_MODE_NAMES,
-                         MATH_MODES, MEASUREMENT_COLUMNS, MEASUREMENT_TEXT_COLUMNS, PASS_COLUMN, RUN_KEY, STATUSES,
-                         TRACE_FIELDS, TRACED_KERNEL_COLUMNS, DatasetDir)
+                         MATH_MODES, MEASUREMENT_COLUMNS, MEASUREMENT_TEXT_COLUMNS, PASS_COLUMN, RUN_KEY,
+                         SPARSE_COLUMNS, SPARSE_MEASUREMENT_COLUMNS, SPARSE_TEXT_COLUMNS, STATUSES, TRACE_FIELDS,
+                         TRACED_KERNEL_COLUMNS, DatasetDir)
 
 TEST_FRACTION = 0.3
 TEST_SET_II_GRID = "test-set-ii"
@@ -252,7 +253,45 @@ def latest_timing_records(store: RunStore) -> pd.DataFrame:
     return records.assign(grid=records["shape_id"].map(first_grids(history)))
 
 
-def measurements_table(store: RunStore, spec: GPUSpec, seed: int = 0, kernels: pd.DataFrame | None = None,
+def split_sparse_records(records: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Timing records of dense layers, and those of runs on sparse inputs (a ``sparsity``
+    above 0), each with its own fields only. Without sparse records the first is ``records``
+    itself: the dense tables are built from exactly what they were built from before."""
+    if records.empty or "sparsity" not in records.columns:
+        return records, records.iloc[:0]
+    sparse = (records["sparsity"].fillna(0) > 0).to_numpy()
+    dense = records[~sparse].drop(columns=[c for c in SPARSE_COLUMNS if c in records.columns])
+    return dense.reset_index(drop=True), records[sparse].reset_index(drop=True)
+
+
+def sparse_measurements_table(records: pd.DataFrame, spec: GPUSpec, seed: int = 0) -> pd.DataFrame:
+    """The runs on sparse inputs (``records``: their latest timing records), one row each,
+    with :data:`seer.schema.SPARSE_MEASUREMENT_COLUMNS`.
+
+    As the measurements table, less the ncu profile (sparse shapes are not profiled; their
+    CUPTI traces are rolled up): a run's split is its layer's (``split_of`` of its
+    ``dense_shape_id`` and grid), so that a layer and its sparse inputs are never on both sides.
+    Rows are ordered by grid, layer, pattern, sparsity, math and the registry's algorithm order.
+    """
+    if records.empty:
+        return pd.DataFrame(columns=list(SPARSE_MEASUREMENT_COLUMNS))
+    no_profiles = pd.DataFrame(columns=[*RUN_KEY, "profile_status", "profile_detail"])
+    table = measurements_table(None, spec, seed, kernels=pd.DataFrame(), statuses=no_profiles, records=records)
+    fields = records.reindex(columns=[*RUN_KEY, *SPARSE_COLUMNS])
+    table = table.merge(fields, on=list(RUN_KEY), how="left")
+    table["sparsity"] = table["sparsity"].astype(float)
+    table["input_zero_fraction"] = table["input_zero_fraction"].astype(float)
+    pairs = table[["dense_shape_id", "grid"]].drop_duplicates()
+    split = {(d, g): split_of(d, g, seed) for d, g in zip(pairs["dense_shape_id"], pairs["grid"])}
+    table["split"] = [split[pair] for pair in zip(table["dense_shape_id"], table["grid"])]
+    order = {a.name: i for i, a in enumerate(REGISTRY)}
+    table["_algo"] = table["algo"].map(order)
+    table = table.sort_values(["grid", "dense_shape_id", "sparsity_pattern", "sparsity", "math", "_algo"],
+                              kind="stable")
+    return table[list(SPARSE_MEASUREMENT_COLUMNS)].reset_index(drop=True)
+
+
+def measurements_table(store: RunStore | None, spec: GPUSpec, seed: int = 0, kernels: pd.DataFrame | None = None,
                        statuses: pd.DataFrame | None = None, traced: pd.DataFrame | None = None,
                        records: pd.DataFrame | None = None) -> pd.DataFrame:
     """The runs table of a dataset directory (see the module docstring).
@@ -517,6 +556,8 @@ class DatasetFiles:
     rows: int
     census: Path | None = None
     traced_kernels: Path | None = None
+    sparse_measurements: Path | None = None  # runs on sparse inputs, where there are some
+    sparse_rows: int = 0
 
 
 def build_dataset(dataset_dir: str | Path, spec: GPUSpec, seed: int = 0, pack: bool = False) -> DatasetFiles:
@@ -539,13 +580,18 @@ def build_dataset(dataset_dir: str | Path, spec: GPUSpec, seed: int = 0, pack: b
     kernel_records = _group_records(store)
     statuses = profile_status_table(store, kernel_records)
     kernels = kernels_table(store, statuses, kernel_records)
-    records = latest_timing_records(store)
+    # Runs on sparse inputs get a table of their own: the dense tables, Excel files and
+    # provenance, which the models are trained and evaluated on, stay as they were.
+    records, sparse_records = split_sparse_records(latest_timing_records(store))
     traced = traced_kernels_table(records)
     table = measurements_table(store, spec, seed, kernels, statuses, traced, records)
     files = DatasetDir(dataset_dir)
     out = DatasetFiles(files.measurements, files.kernels, files.train_xlsx, files.test_xlsx, None,
                        files.provenance, len(table))
     table = write_parts(table, out.measurements)
+    sparse = write_parts(sparse_measurements_table(sparse_records, spec, seed), files.sparse_measurements)
+    if not sparse.empty:
+        out.sparse_measurements, out.sparse_rows = files.sparse_measurements, len(sparse)
     # A kernel belongs to its run's shape, and so to the grid that timed the shape.
     grid_of = table.drop_duplicates("shape_id").set_index("shape_id")["grid"]
     kernel_cols = [c for c in KERNEL_COLUMNS if c in kernels.columns]
@@ -580,7 +626,7 @@ def build_dataset(dataset_dir: str | Path, spec: GPUSpec, seed: int = 0, pack: b
     else:
         write_parts(census, census_path)  # an earlier build's census, now all timed, goes
     record = provenance(store, table, kernels, census, test_fraction=TEST_FRACTION,
-                        test_set_ii_grids=TEST_SET_II_GRIDS)
+                        test_set_ii_grids=TEST_SET_II_GRIDS, sparse=sparse)
     out.provenance.write_text(json.dumps(record, indent=2) + "\n")
     return out
 
@@ -598,7 +644,9 @@ def read_measurements(path: str | Path, columns: Iterable[str] | None = None,
                       passes: Iterable[str] | None = None) -> pd.DataFrame:
     """The measurements table, checked: every column of the schema and the run's pass
     (:data:`seer.schema.PASS_COLUMN`, after ``algo``), or those in ``columns``; the runs of
-    ``passes`` only (default: every pass).
+    ``passes`` only (default: every pass). The table holds dense layers only: runs on sparse
+    inputs are in the sparse measurements table (:func:`read_sparse_measurements`), so what
+    training and evaluation read is what it was before sparse runs existed.
 
     Columns named in :data:`seer.schema.MEASUREMENT_TEXT_COLUMNS` are read as text, every
     other column must hold numbers; ``status`` and ``math`` must hold known values.
@@ -643,6 +691,31 @@ def read_measurements(path: str | Path, columns: Iterable[str] | None = None,
         keep = runs_pass.isin(list(passes)).to_numpy()
         frame, runs_pass = frame[keep].reset_index(drop=True), runs_pass[keep].reset_index(drop=True)
     return frame.assign(**{PASS_COLUMN: runs_pass.astype(frame["algo"].dtype)})[wanted]
+
+
+def read_sparse_measurements(path: str | Path, columns: Iterable[str] | None = None) -> pd.DataFrame:
+    """The sparse measurements table (``data/<gpu>/sparse_measurements``, or a CSV file),
+    checked as :func:`read_measurements` checks its table: every column of
+    :data:`seer.schema.SPARSE_MEASUREMENT_COLUMNS`, or those in ``columns``, and the run's pass.
+
+    Runs on sparse inputs are in this table only: :func:`read_measurements`, which training
+    and evaluation read, returns dense layers alone. A row's dense counterparts are the
+    measurements table's rows whose ``shape_id`` is its ``dense_shape_id``.
+    """
+    wanted = list(dict.fromkeys(columns if columns is not None else
+                                (*SPARSE_MEASUREMENT_COLUMNS[:SPARSE_MEASUREMENT_COLUMNS.index("algo") + 1],
+                                 PASS_COLUMN,
+                                 *SPARSE_MEASUREMENT_COLUMNS[SPARSE_MEASUREMENT_COLUMNS.index("algo") + 1:])))
+    unknown = [c for c in wanted if c not in SPARSE_MEASUREMENT_COLUMNS and c != PASS_COLUMN]
+    if unknown:
+        raise ValueError(f"not sparse measurement columns: {', '.join(unknown)}")
+    stored = [c for c in wanted if c != PASS_COLUMN]
+    if PASS_COLUMN in wanted and "algo" not in stored:
+        stored.append("algo")
+    frame = _read_table(path, stored, text=SPARSE_TEXT_COLUMNS, check=_check_vocabulary)
+    if PASS_COLUMN in wanted:
+        frame[PASS_COLUMN] = pass_of(frame["algo"]).astype(frame["algo"].dtype)
+    return frame[wanted]
 
 
 def read_census(path: str | Path, passes: Iterable[str] | None = None) -> pd.DataFrame:

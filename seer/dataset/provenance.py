@@ -41,7 +41,8 @@ def _census_counts(census: pd.DataFrame) -> dict[str, Any]:
 
 
 def provenance(store: RunStore, table: pd.DataFrame, kernels: pd.DataFrame, census: pd.DataFrame | None = None,
-               *, test_fraction: float, test_set_ii_grids: tuple[str, ...]) -> dict[str, Any]:
+               *, test_fraction: float, test_set_ii_grids: tuple[str, ...],
+               sparse: pd.DataFrame | None = None) -> dict[str, Any]:
     """The provenance record of a dataset, as JSON-ready values.
 
     Parameters
@@ -55,6 +56,9 @@ def provenance(store: RunStore, table: pd.DataFrame, kernels: pd.DataFrame, cens
         Share of the training grids' shapes the split puts into Test-set-I.
     test_set_ii_grids : tuple of str
         The grids whose shapes are Test-set-II.
+    sparse : pandas.DataFrame, optional
+        The runs on sparse inputs (the sparse measurements table); counted only where there
+        are some, so that a dataset without them keeps the record it had.
     """
     sessions = store.sessions()
     probes = [s["probe"] for s in sessions if s.get("probe")]
@@ -131,7 +135,14 @@ def provenance(store: RunStore, table: pd.DataFrame, kernels: pd.DataFrame, cens
             "traced_runs": int((table["trace_status"] == "ok").sum()) if "trace_status" in table else 0,
             "shapes_by_split": {k: int(v) for k, v in table.groupby("split")["shape_id"].nunique().items()},
             **(_census_counts(census) if census is not None and not census.empty else {}),
+            **(_sparse_counts(sparse) if sparse is not None and not sparse.empty else {}),
         },
         "first_collected_at": min((s["started_at"] for s in sessions), default=None),
         "last_collected_at": max((s.get("finished_at") or "" for s in sessions), default=None),
     }
+
+
+def _sparse_counts(sparse: pd.DataFrame) -> dict[str, Any]:
+    """Counts of the runs on sparse inputs: runs, sparse shapes, their layers, and statuses."""
+    return {"sparse_runs": int(len(sparse)), "sparse_shapes": int(sparse["shape_id"].nunique()),
+            "sparse_layers": int(sparse["dense_shape_id"].nunique()), "sparse_status": _counts(sparse["status"])}

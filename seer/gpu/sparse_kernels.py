@@ -198,7 +198,7 @@ def gather(shape: ConvShape, x: cp.ndarray, w: cp.ndarray, y: cp.ndarray) -> Non
     vals = cp.empty(x.size, dtype=cp.float32)
     counts = cp.empty(shape.batch * g * chunks * pixels, dtype=cp.int32)
     wt = cp.ascontiguousarray(w.reshape(g, kg, cg, taps).transpose(0, 2, 3, 1))
-    per_thread = 4 if kg % 4 == 0 else 1   # output channels per thread: one vector load of the filter
+    per_thread = _per_thread(kg)
     list_kernel, gather_kernel = _gather_kernels(per_thread)
     list_kernel(((counts.size + _THREADS - 1) // _THREADS,), (_THREADS,),
                 (x, cols, vals, counts, cp.int64(shape.batch * g), cp.int32(cg), cp.int32(chunks), cp.int64(pixels)))
@@ -217,6 +217,21 @@ def gather(shape: ConvShape, x: cp.ndarray, w: cp.ndarray, y: cp.ndarray) -> Non
 def _gather_kernels(per_thread: int) -> tuple[cp.RawKernel, cp.RawKernel]:
     module = cp.RawModule(code=_GATHER_SOURCE, options=(f"-DKPT={per_thread}",))
     return module.get_function("seer_sparse_list"), module.get_function("seer_sparse_gather")
+
+
+def compile_for(kernel: str, shape: ConvShape) -> None:
+    """Compile the CUDA code that ``kernel`` (``gather`` or ``scatter``; ``pointwise`` runs
+    cuSPARSE's) launches on ``shape``, so that no call of it waits for the compiler."""
+    if kernel == "gather":
+        _gather_kernels(_per_thread(shape.out_ch // shape.groups))  # get_function compiles the module
+    elif kernel == "scatter":
+        _scatter_kernel().compile()
+
+
+def _per_thread(kg: int) -> int:
+    """Output channels per thread of ``gather``: four (one vector load of the filter) where
+    a group's output channels come in fours."""
+    return 4 if kg % 4 == 0 else 1
 
 
 def pointwise_refusal(shape: ConvShape) -> str | None:

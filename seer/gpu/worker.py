@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from seer.algorithms import cudnn_algorithm_by_enum, get_algorithm, heuristic_ranks
+from seer.algorithms import SPARSE_SOURCE, cudnn_algorithm_by_enum, get_algorithm, heuristic_ranks
 from seer.collect import protocol
 from seer.collect.children import die_with_parent
 from seer.collect.ncu import range_name
@@ -162,6 +162,8 @@ def prepare_run(problem, tensors, algo: str, workspace_cap: int):
     algorithm = get_algorithm(algo)
     if algorithm.source == "cupy":
         return _prepare_own(tensors, algo)
+    if algorithm.source == SPARSE_SOURCE:
+        return _prepare_sparse(tensors, algo)
     target = check_of(tensors, algo)
     if algorithm.source == "pytorch":
         return _prepare_pytorch(tensors, target, algo, problem.math)
@@ -210,6 +212,33 @@ def _prepare_own(tensors, algo: str):
         forward, _ = kernels.forward(algo, tensors.shape, tensors.x, tensors.w, tensors.y, layout=tensors.layout)
     except CompileException as exc:
         raise ItemFailed("error", f"compiling seer's kernels: {str(exc).splitlines()[0]}") from None
+    return forward, None, 0
+
+
+def _prepare_sparse(tensors, algo: str):
+    """One of seer's sparse kernels (:mod:`seer.gpu.sparse_kernels`; no workspace: the
+    buffers of the non-zeros are allocated in each call, as part of it), or ItemFailed."""
+    from cupy.cuda.compiler import CompileException
+
+    from seer.gpu import sparse_kernels
+
+    if tensors.layout != "nchw":
+        raise ItemFailed("not_supported", "seer's sparse kernels take NC[D]HW tensors only")
+    if algo == "SEER_SPARSE_POINTWISE":
+        reason = sparse_kernels.pointwise_refusal(tensors.shape)
+        if reason is not None:
+            raise ItemFailed("not_supported", reason)
+    kernel = {"SEER_SPARSE_GATHER": sparse_kernels.gather, "SEER_SPARSE_SCATTER": sparse_kernels.scatter,
+              "SEER_SPARSE_POINTWISE": sparse_kernels.pointwise}[algo]
+    shape, x, w, y = tensors.shape, tensors.x, tensors.w, tensors.y
+
+    def forward() -> None:
+        kernel(shape, x, w, y)
+
+    try:  # compiled here: the first checked call's time (first_call_ms) is the kernel's own
+        sparse_kernels.compile_for(algo.removeprefix("SEER_SPARSE_").lower(), shape)
+    except CompileException as exc:
+        raise ItemFailed("error", f"compiling seer's sparse kernels: {str(exc).splitlines()[0]}") from None
     return forward, None, 0
 
 
@@ -281,15 +310,15 @@ def _for_each_item(plan: list[ShapeWork], emit, seed: int, per_item,
     import cupy as cp
 
     from seer.gpu import cudnn
-    from seer.gpu.reference import ShapeTensors
 
     pool = cp.get_default_memory_pool()
     handle = cudnn.Handle(stream=cp.cuda.get_current_stream().ptr)
     for work in plan:
         if stop_file and os.path.exists(stop_file):
             break
+        zeros: dict = {}
         try:
-            tensors = ShapeTensors(work.shape, _shape_seed(work.shape_id, seed), reference=reference)
+            tensors, zeros = _shape_tensors(work, seed, reference)
         except cp.cuda.memory.OutOfMemoryError as exc:
             for math_mode, algo in work.items:
                 emit({EVENT: protocol.ROW, "row": _base_row(work, math_mode, algo) | {
@@ -311,10 +340,31 @@ def _for_each_item(plan: list[ShapeWork], emit, seed: int, per_item,
                     record = per_item(problem, tensors, work, math_mode, algo, pass_ranks.get(algo))
                     if rank_error and record.get("row"):
                         record["row"]["heuristic_error"] = rank_error
+                    if zeros and record.get("row"):
+                        record["row"] |= zeros
                     emit(record)
         del tensors
         pool.free_all_blocks()
     handle.close()
+
+
+def _shape_tensors(work: ShapeWork, seed: int, reference: bool):
+    """The shape's tensors, and what its records add: for a sparse shape, an input of its
+    sparsity and pattern (seeded by the sparse shape's id; the filter is the dense layer's)
+    and the share of zeros it holds (``input_zero_fraction``), measured, not assumed."""
+    import cupy as cp
+
+    from seer.gpu.reference import ShapeTensors
+
+    dense_seed = _shape_seed(work.dense_shape_id, seed)
+    if not work.sparsity:
+        return ShapeTensors(work.shape, dense_seed, reference=reference), {}
+    from seer.layers.sparsity import sparse_input, zero_fraction
+
+    x = sparse_input(work.shape.input_dims, work.sparsity, work.pattern, seed=_shape_seed(work.shape_id, seed), xp=cp)
+    zeros = {"input_zero_fraction": zero_fraction(x)}
+    cp.get_default_memory_pool().free_all_blocks()  # the pattern's temporaries (FFT, quantiles) go
+    return ShapeTensors(work.shape, dense_seed, reference=reference, x=x), zeros
 
 
 def _cuda_errors() -> tuple[type[BaseException], ...]:
@@ -327,7 +377,7 @@ def _cuda_errors() -> tuple[type[BaseException], ...]:
 
 def _base_row(work: ShapeWork, math_mode: str, algo: str) -> dict:
     return {"shape_id": work.shape_id, "math": math_mode, "algo": algo, "grid": work.grid,
-            **work.shape.as_dict()}
+            **work.shape.as_dict(), **work.sparse_fields()}
 
 
 # -- timing -------------------------------------------------------------------------------

@@ -15,11 +15,19 @@ are made, with NumPy or CuPy alike (``xp``):
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Sequence
 
 import numpy as np
 
 PATTERNS = ("uniform", "relu")
+#: The sparsity levels ``seer collect --sparsity default`` measures: dense, then the levels at
+#: which seer's sparse kernels start to beat cuDNN (docs/sparse.md, 0.9 to 0.99).
+DEFAULT_LEVELS: tuple[float, ...] = (0.0, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99)
+#: The keyword ``--sparsity`` takes for :data:`DEFAULT_LEVELS`.
+DEFAULT_KEYWORD = "default"
+#: The pattern a sparse shape is made in unless told (zeros in patches, as after a ReLU).
+DEFAULT_PATTERN = "relu"
 #: The standard deviation, in pixels, of the Gaussian that smooths a ``relu`` field: zeros
 #: then come in patches a few pixels wide, as in the early layers of an image network.
 RELU_CORRELATION_PIXELS = 2.0
@@ -31,6 +39,51 @@ def check_sparsity(sparsity: float) -> float:
     if not 0.0 <= value < 1.0:
         raise ValueError(f"sparsity must lie in [0, 1), got {sparsity!r}")
     return value
+
+
+def parse_levels(text: str) -> tuple[float, ...]:
+    """Sparsity levels from ``--sparsity``'s text: comma-separated numbers in [0, 1) (``0`` is
+    the dense layer), or ``default`` (:data:`DEFAULT_LEVELS`), in the order given, each once;
+    ValueError names the first bad item."""
+    levels: list[float] = []
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        if item.lower() == DEFAULT_KEYWORD:
+            levels += DEFAULT_LEVELS
+            continue
+        try:
+            levels.append(check_sparsity(item))
+        except ValueError:
+            raise ValueError(f"sparsity {item!r}: need numbers in [0, 1) (0: dense), or {DEFAULT_KEYWORD} "
+                             f"for {','.join(f'{v:g}' for v in DEFAULT_LEVELS)}") from None
+    if not levels:
+        raise ValueError("no sparsity level given")
+    return tuple(dict.fromkeys(levels))
+
+
+def parse_patterns(text: str) -> tuple[str, ...]:
+    """Patterns from ``--sparsity-pattern``'s text: comma-separated names of :data:`PATTERNS`,
+    each once; ValueError names an unknown one."""
+    patterns = [t.strip().lower() for t in text.split(",") if t.strip()]
+    bad = [p for p in patterns if p not in PATTERNS]
+    if bad or not patterns:
+        raise ValueError(f"unknown sparsity pattern {', '.join(bad) or repr(text)}; choose from {', '.join(PATTERNS)}")
+    return tuple(dict.fromkeys(patterns))
+
+
+def sparse_shape_id(dense_shape_id: str, sparsity: float, pattern: str) -> str:
+    """The stable 12-hex-digit id of a layer measured on inputs of ``sparsity`` in ``pattern``.
+
+    A hash of the dense layer's id, the level (printed with up to six significant digits, so
+    that 0.9 and 0.90 are one level) and the pattern: the same on every machine and run. The
+    dense layer (sparsity 0) keeps its own id, so that nothing measured dense changes key.
+    """
+    sparsity = check_sparsity(sparsity)
+    if sparsity == 0:
+        return dense_shape_id
+    if pattern not in PATTERNS:
+        raise ValueError(f"unknown sparsity pattern {pattern!r}; choose one of {', '.join(PATTERNS)}")
+    text = f"{dense_shape_id}-sparse-{sparsity:.6g}-{pattern}"
+    return hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
 
 
 def sparse_input(shape: Sequence[int], sparsity: float, pattern: str = "uniform", seed: int = 0,
