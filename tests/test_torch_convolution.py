@@ -215,7 +215,7 @@ def test_a_backward_choice_is_what_seer_predict_recommends_for_the_pass():
               ConvShape.square(8, 512, 14, 512, 3, 1, 1)]
     for pass_ in ("bwd_data", "bwd_filter"):
         model = load_model("h200", math="fma", pass_=pass_)
-        choice = PredictedPass(model, "fma")
+        choice = PredictedPass(model, "fma", captured=True)  # on the GPU alone: no host time counted
         expected = best_per_layer(model.predict(layers, "fma"))["recommended"].tolist()
         assert [choice.algorithm(l) or "PYTORCH" for l in layers] == expected
         sure = PredictedPass(model, "fma", deterministic=True)
@@ -225,6 +225,37 @@ def test_a_backward_choice_is_what_seer_predict_recommends_for_the_pass():
         assert choice.describe() == f"seer {pass_}"
     with pytest.raises(InputError, match="backward pass's model"):
         PredictedPass(load_model("h200", math="fma"), "fma")
+
+
+def test_an_eager_training_step_keeps_the_picks_that_win_with_their_host_time(monkeypatch):
+    from seer.predict.persist import load_model
+    from seer.torch import convolution
+    from seer.torch.convolution import (GUARD_BACKWARD_HOST_MS, GUARD_LAUNCH_MS, LayerGuess, PredictedPass,
+                                        decide_step, extra_host_ms)
+
+    monkeypatch.setattr(convolution, "cudnn_heuristic_choice", lambda layer, math: None)  # no GPU to ask
+    forward = Predicted(load_model("h200", math="fma"), "fma")
+    backward = [PredictedPass(load_model("h200", math="fma", pass_=p), "fma") for p in ("bwd_data", "bwd_filter")]
+    long_, short, depthwise = (ConvShape.square(32, 256, 56, 256, 3, 1, 1), ConvShape.square(1, 64, 7, 64, 3, 1, 1),
+                               ConvShape.square(32, 96, 56, 96, 3, 1, 1, groups=96))
+    guesses = {  # (forward, dgrad, wgrad): the pick, its ms and upper bound, PyTorch's ms and lower bound
+        long_: [("IMPLICIT_GEMM", 1.0, 1.1, 2.0, 1.8), ("BWD_DATA_ALGO_1", 1.0, 1.1, 2.0, 1.8),
+                ("BWD_FILTER_ALGO_1", 1.0, 1.1, 1.05, 1.0)],  # the wgrad pick is not surely faster
+        short: [("IMPLICIT_GEMM", 0.01, 0.011, 0.03, 0.028), ("BWD_DATA_ALGO_1", 0.01, 0.011, 0.03, 0.028),
+                ("BWD_FILTER_ALGO_1", 0.01, 0.011, 0.03, 0.028)],  # wins on the GPU, loses to the host
+        depthwise: [("IMPLICIT_GEMM", 1.0, 1.1, 2.0, 1.8), ("BWD_DATA_ALGO_1", 1.0, 1.1, 1.1, 1.0),
+                    ("BWD_FILTER_WINOGRAD_NONFUSED", 0.2, 0.25, 0.5, 0.45)]}  # 4 launches per group
+    for layer, (f, d, w) in guesses.items():
+        for chooser, guess in zip((forward, *backward), (f, d, w)):
+            chooser.picks[layer], chooser.guesses[layer] = guess[0], LayerGuess(*guess)
+    decide_step(forward, backward, list(guesses))
+    picks = {layer: (forward.algorithm(layer), *(b.algorithm(layer) for b in backward)) for layer in guesses}
+    assert picks[long_] == ("IMPLICIT_GEMM", "BWD_DATA_ALGO_1", None)
+    assert picks[short] == (None, None, None) and short in forward.guarded
+    # 384 launches, about 2 ms of host time, outweigh the wgrad pick's 0.2 ms on the GPU.
+    assert extra_host_ms("BWD_FILTER_WINOGRAD_NONFUSED", depthwise, "fma") == (
+        GUARD_BACKWARD_HOST_MS + GUARD_LAUNCH_MS * (4 * 96 - 1))
+    assert picks[depthwise] == ("IMPLICIT_GEMM", None, None)
 
 
 def test_apply_for_training_gives_every_module_its_backward_choices_and_pytorch_runs_on_the_cpu():

@@ -342,7 +342,7 @@ class NetworkProfiler:
         return the context of PyTorch's flags under it (:meth:`_flags`). As
         ``seer.torch.apply`` does, the eager policy weighs its picks for the whole pass, from
         the pass under PyTorch's default policy timed on ``x``."""
-        from seer.torch.convolution import Predicted, eager_pass_times, force, left_to_pytorch, swap_in
+        from seer.torch.convolution import Predicted, decide_step, eager_pass_times, force, left_to_pytorch, swap_in
 
         if policy in SEER_POLICIES:
             training = job.step == "training"
@@ -358,6 +358,8 @@ class NetworkProfiler:
                 if not SEER_POLICIES[policy] and not training:  # the pass model is of forward passes
                     with self._flags(job, "heuristic"):
                         choice.decide_pass(shapes, *eager_pass_times(model, x))
+                if training and not SEER_POLICIES[policy]:  # as apply(..., training=True) weighs an eager step
+                    decide_step(choice, backward, shapes)
             # As seer.torch.apply does: modules the guard leaves to PyTorch stay PyTorch's.
             keep = left_to_pytorch(choice, layers, backward)
             swap_in(model, choice, nvtx=True, keep=keep, backward=backward or (None, None))

@@ -111,6 +111,16 @@ GUARD_PYTORCH_HOST_MS = 0.03
 GUARD_HOST_MS = 0.01
 GUARD_LEGACY_HOST_MS = 0.03
 GUARD_LAUNCH_MS = 0.0055
+#: The same model for a layer of an eager training step (:func:`decide_step`): PyTorch's host time
+#: per layer is :data:`GUARD_PYTORCH_STEP_HOST_MS` (an ``nn.Conv2d``'s forward and backward); a
+#: swapped module costs :data:`GUARD_STEP_MODULE_MS` more (its autograd function, and PyTorch's two
+#: gradients computed apart), and each backward pass that runs a chosen algorithm (cuDNN's legacy
+#: call) :data:`GUARD_BACKWARD_HOST_MS` more, with :data:`GUARD_LAUNCH_MS` per launch beyond the
+#: first. Medians over four layers and both math modes on the H200 machine, measured by
+#: benchmarks/training_host_cost.py (benchmarks/results/h200-training-host-cost/).
+GUARD_PYTORCH_STEP_HOST_MS = 0.185
+GUARD_STEP_MODULE_MS = 0.25
+GUARD_BACKWARD_HOST_MS = 0.25
 
 
 @dataclass(frozen=True)
@@ -257,6 +267,7 @@ class PredictedPass(Choice):
         self._ranked = [a for a in algorithms if get_algorithm(a).deterministic] if self.deterministic else None
         self._lock = threading.Lock()
         self.picks: dict[ConvShape, str | None] = {}
+        self.guesses: dict[ConvShape, LayerGuess] = {}
 
     def prepare(self, layers: Iterable[ConvShape]) -> None:
         with self._lock:
@@ -269,10 +280,11 @@ class PredictedPass(Choice):
             columns = ["best_algo", "best_ms", f"best_high{GUARD_LEVEL}", "pytorch_ms", f"pytorch_low{GUARD_LEVEL}"]
             for layer, (algo, *times) in zip(new, best[columns].itertuples(index=False)):
                 algo = None if pd.isna(algo) or algo == PYTORCH_CHOICE else str(algo)
-                if algo is not None and self.guard:
-                    guess = LayerGuess(algo, *(float(v) for v in times))
-                    algo = algo if keeps_pick(guess, None, captured=self.captured,
-                                              extra_ms=extra_host_ms(algo, layer, self.math)) else None
+                if algo is not None:
+                    self.guesses[layer] = guess = LayerGuess(algo, *(float(v) for v in times))
+                    if self.guard and not keeps_pick(guess, None, captured=self.captured,
+                                                     extra_ms=extra_host_ms(algo, layer, self.math)):
+                        algo = None
                 self.picks[layer] = algo
 
     def algorithm(self, layer: ConvShape) -> str | None:
@@ -282,6 +294,45 @@ class PredictedPass(Choice):
 
     def describe(self) -> str:
         return f"seer {self.pass_}"
+
+
+def decide_step(choice: Predicted, backward: Sequence["PredictedPass | None"], layers: Iterable[ConvShape]) -> None:
+    """Decide every layer of an eager training step: which of its passes (forward, dgrad, wgrad)
+    run seer's pick. A layer takes the longer of its host and GPU times. Among the passes whose
+    pick surely beats PyTorch's own on the GPU (``seer predict``'s rule), the subset that makes
+    the layer shortest runs seer's picks, host time counted (:data:`GUARD_PYTORCH_STEP_HOST_MS`
+    and kin); the others stay PyTorch's. Overrides each choice's own per-pass guard."""
+    from itertools import combinations
+
+    passes = [c for c in backward if c is not None]
+    distinct = set(layers)
+    choice.prepare(distinct)
+    for pass_choice in passes:
+        pass_choice.prepare(distinct)
+    for layer in distinct:
+        options, pytorch_gpu = [], 0.0
+        guesses = [(choice, choice.guesses.get(layer), cudnn_heuristic_choice(layer, choice.math))]
+        guesses += [(p, p.guesses.get(layer), None) for p in passes]
+        for chooser, guess, heuristic in guesses:
+            if guess is None:
+                continue
+            if guess.pytorch_fastest == guess.pytorch_fastest:
+                pytorch_gpu += guess.pytorch_fastest
+            if keeps_pick(guess, heuristic, captured=True):
+                options.append((chooser, guess, extra_host_ms(guess.pick, layer, chooser.math)))
+        best, best_ms = (), max(GUARD_PYTORCH_STEP_HOST_MS, pytorch_gpu)
+        for size in range(1, len(options) + 1):
+            for subset in combinations(options, size):
+                host = GUARD_PYTORCH_STEP_HOST_MS + GUARD_STEP_MODULE_MS + sum(extra for _, _, extra in subset)
+                gpu = pytorch_gpu - sum(g.pytorch_fastest - g.pick_slowest for _, g, _ in subset)
+                if max(host, gpu) < best_ms:
+                    best, best_ms = subset, max(host, gpu)
+        chosen = {id(chooser) for chooser, _, _ in best}
+        if choice.picks.get(layer) is not None:
+            choice._decided[layer] = choice._keep(layer, id(choice) in chosen)
+        for pass_choice in passes:
+            guess = pass_choice.guesses.get(layer)
+            pass_choice.picks[layer] = guess.pick if guess is not None and id(pass_choice) in chosen else None
 
 
 def pass_picks(candidates: Iterable[tuple[object, float, float]], host_ms: float, wall_ms: float) -> set:
@@ -351,7 +402,10 @@ def extra_host_ms(algorithm: str, layer: ConvShape, math: str) -> float:
     """Host ms per call that running ``algorithm`` on ``layer`` costs beyond PyTorch's own call
     (the guard's model: :data:`GUARD_HOST_MS` and kin)."""
     algo = get_algorithm(algorithm)
-    path = GUARD_LEGACY_HOST_MS if algo.source == "cudnn" and algo.engines is None else GUARD_HOST_MS
+    if algo.pass_ != "fwd":
+        path = GUARD_BACKWARD_HOST_MS
+    else:
+        path = GUARD_LEGACY_HOST_MS if algo.source == "cudnn" and algo.engines is None else GUARD_HOST_MS
     return path + GUARD_LAUNCH_MS * (algo.launches.of(layer, math) - 1)
 
 
@@ -1142,7 +1196,9 @@ def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_s
                 pass_choice.prepare(layers)
         if guard and torch.cuda.is_available():  # the guard asks cuDNN, on the GPU
             example = _example(model, input_shape)
-            if example is not None and not cuda_graphs:
+            if training and not cuda_graphs:
+                decide_step(choice, backward, layers)
+            elif example is not None and not cuda_graphs:
                 choice.decide_pass(layers, *eager_pass_times(model, example))
             keep = left_to_pytorch(choice, calls, backward)
     return swap_in(model, choice, nvtx, keep, backward)
