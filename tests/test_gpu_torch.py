@@ -417,9 +417,10 @@ def test_profile_network_times_training_steps_with_seers_backward_picks(cuda, tm
     steps = pd.read_csv(out / "steps.csv")
     assert sorted(steps["policy"]) == ["heuristic", "seer", "seer-graph"] and (steps["status"] == "ok").all()
     assert (steps["eager_ms"] > 0).all() and (steps["graph_ms"] > 0).all(), steps.get("graph_error")
-    seer_rows = steps[steps["policy"] != "heuristic"]
-    assert (seer_rows["conv_layers"] == 53).all()
-    assert (seer_rows[["fwd_picks", "bwd_data_picks", "bwd_filter_picks"]].sum(axis=1) > 0).all()
+    picks = steps.set_index("policy")[["fwd_picks", "bwd_data_picks", "bwd_filter_picks"]].sum(axis=1)
+    assert (steps.loc[steps["policy"] != "heuristic", "conv_layers"] == 53).all()
+    # Captured, every pick that wins on the GPU; eager, only those that shorten the step with their host time.
+    assert picks["seer-graph"] > 0 and picks["seer"] <= picks["seer-graph"]
     assert not (out / "overall.csv").exists()
     before = len(steps)
     assert main(argv) == 0  # everything recorded: nothing measured again

@@ -202,7 +202,7 @@ def test_a_training_step_clears_the_gradients_runs_forward_and_backward():
     torch = pytest.importorskip("torch")
     from torch import nn
 
-    from seer.networks.profile_network import training_step
+    from seer.torch.convolution import training_step
 
     class WithAuxiliary(nn.Module):  # as GoogLeNet in train mode: logits first, an auxiliary output beside
         def __init__(self):

@@ -342,7 +342,8 @@ class NetworkProfiler:
         return the context of PyTorch's flags under it (:meth:`_flags`). As
         ``seer.torch.apply`` does, the eager policy weighs its picks for the whole pass, from
         the pass under PyTorch's default policy timed on ``x``."""
-        from seer.torch.convolution import Predicted, decide_step, eager_pass_times, force, left_to_pytorch, swap_in
+        from seer.torch.convolution import (Predicted, decide_step, eager_pass_times, eager_step_times, force,
+                                           left_to_pytorch, swap_in)
 
         if policy in SEER_POLICIES:
             training = job.step == "training"
@@ -359,7 +360,8 @@ class NetworkProfiler:
                     with self._flags(job, "heuristic"):
                         choice.decide_pass(shapes, *eager_pass_times(model, x))
                 if training and not SEER_POLICIES[policy]:  # as apply(..., training=True) weighs an eager step
-                    decide_step(choice, backward, shapes)
+                    with self._flags(job, "heuristic"):
+                        decide_step(choice, backward, shapes, *eager_step_times(model, x))
             # As seer.torch.apply does: modules the guard leaves to PyTorch stay PyTorch's.
             keep = left_to_pytorch(choice, layers, backward)
             swap_in(model, choice, nvtx=True, keep=keep, backward=backward or (None, None))
@@ -385,6 +387,8 @@ class NetworkProfiler:
         models, graphs, steps = {}, {}, {}
         eager, replays = {p: [] for p in policies}, {p: [] for p in policies}
         passes = None
+        from seer.torch.convolution import training_step
+
         run = training_step if job.step == "training" else forward_pass
         with torch.no_grad() if job.step == "forward" else torch.enable_grad():
             for policy in policies:  # each policy's model, warm-up (plans, autotuning) and CUDA graph
@@ -532,25 +536,6 @@ class NetworkProfiler:
 def forward_pass(model, x) -> Callable[[], object]:
     """One forward pass of ``model`` on ``x`` (run under ``torch.no_grad``)."""
     return lambda: model(x)
-
-
-def training_step(model, x) -> Callable[[], None]:
-    """One training step of ``model`` (in train mode) on ``x``: the gradients cleared (set to
-    None, as ``optimizer.zero_grad()`` does), the forward pass, the mean of its output as the
-    loss, and the backward pass. No optimizer step: it would cost every policy the same. The
-    first output of a model that returns several (GoogLeNet's and Inception's auxiliary
-    logits in train mode) is the one whose mean is taken; the others still run forward."""
-    parameters = [p for p in model.parameters() if p.requires_grad]
-
-    def step() -> None:
-        for parameter in parameters:
-            parameter.grad = None
-        output = model(x)
-        if not hasattr(output, "backward"):
-            output = output[0]
-        output.float().mean().backward()
-
-    return step
 
 
 def pick_counts(choice, backward: Sequence, layers: pd.DataFrame) -> dict[str, int]:

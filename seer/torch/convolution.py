@@ -111,14 +111,13 @@ GUARD_PYTORCH_HOST_MS = 0.03
 GUARD_HOST_MS = 0.01
 GUARD_LEGACY_HOST_MS = 0.03
 GUARD_LAUNCH_MS = 0.0055
-#: The same model for a layer of an eager training step (:func:`decide_step`): PyTorch's host time
-#: per layer is :data:`GUARD_PYTORCH_STEP_HOST_MS` (an ``nn.Conv2d``'s forward and backward); a
-#: swapped module costs :data:`GUARD_STEP_MODULE_MS` more (its autograd function, and PyTorch's two
-#: gradients computed apart), and each backward pass that runs a chosen algorithm (cuDNN's legacy
-#: call) :data:`GUARD_BACKWARD_HOST_MS` more, with :data:`GUARD_LAUNCH_MS` per launch beyond the
-#: first. Medians over four layers and both math modes on the H200 machine, measured by
-#: benchmarks/training_host_cost.py (benchmarks/results/h200-training-host-cost/).
-GUARD_PYTORCH_STEP_HOST_MS = 0.185
+#: In an eager training step (:func:`decide_step`), a swapped module costs
+#: :data:`GUARD_STEP_MODULE_MS` more host time per call than PyTorch's ``nn.Conv2d`` (forward and
+#: backward: its autograd function, and PyTorch's two gradients computed apart), and each backward
+#: pass that runs a chosen algorithm (cuDNN's legacy call) :data:`GUARD_BACKWARD_HOST_MS` more,
+#: with :data:`GUARD_LAUNCH_MS` per launch beyond the first. Medians over four layers and both
+#: math modes on the H200 machine, measured by benchmarks/training_host_cost.py
+#: (benchmarks/results/h200-training-host-cost/; PyTorch's own module took 0.185 ms).
 GUARD_STEP_MODULE_MS = 0.25
 GUARD_BACKWARD_HOST_MS = 0.25
 
@@ -296,43 +295,41 @@ class PredictedPass(Choice):
         return f"seer {self.pass_}"
 
 
-def decide_step(choice: Predicted, backward: Sequence["PredictedPass | None"], layers: Iterable[ConvShape]) -> None:
-    """Decide every layer of an eager training step: which of its passes (forward, dgrad, wgrad)
-    run seer's pick. A layer takes the longer of its host and GPU times. Among the passes whose
-    pick surely beats PyTorch's own on the GPU (``seer predict``'s rule), the subset that makes
-    the layer shortest runs seer's picks, host time counted (:data:`GUARD_PYTORCH_STEP_HOST_MS`
-    and kin); the others stay PyTorch's. Overrides each choice's own per-pass guard."""
-    from itertools import combinations
-
+def decide_step(choice: Predicted, backward: Sequence["PredictedPass | None"], layers: Iterable[ConvShape],
+                host_ms: float, wall_ms: float) -> None:
+    """Decide every layer of an eager training step at once (``layers``: one per call): which of
+    its passes (forward, dgrad, wgrad) run seer's pick, given the step under PyTorch's own
+    convolutions: ``host_ms`` to enqueue it and ``wall_ms`` per step back to back
+    (:func:`eager_step_times`). As :meth:`Predicted.decide_pass` does for a forward pass, the
+    picks that surely beat PyTorch's own on the GPU (``seer predict``'s rule) are weighed for
+    the whole step (:func:`pass_picks`), each costing its host time (:func:`extra_host_ms`, and
+    :data:`GUARD_STEP_MODULE_MS` per swapped module, shared by its picks); the others stay
+    PyTorch's. Overrides each choice's own per-pass guard."""
     passes = [c for c in backward if c is not None]
-    distinct = set(layers)
-    choice.prepare(distinct)
+    calls = Counter(layers)
+    choice.prepare(calls)
     for pass_choice in passes:
-        pass_choice.prepare(distinct)
-    for layer in distinct:
-        options, pytorch_gpu = [], 0.0
+        pass_choice.prepare(calls)
+    candidates = []
+    for layer, count in calls.items():
+        options = []
         guesses = [(choice, choice.guesses.get(layer), cudnn_heuristic_choice(layer, choice.math))]
         guesses += [(p, p.guesses.get(layer), None) for p in passes]
         for chooser, guess, heuristic in guesses:
-            if guess is None:
-                continue
-            if guess.pytorch_fastest == guess.pytorch_fastest:
-                pytorch_gpu += guess.pytorch_fastest
-            if keeps_pick(guess, heuristic, captured=True):
-                options.append((chooser, guess, extra_host_ms(guess.pick, layer, chooser.math)))
-        best, best_ms = (), max(GUARD_PYTORCH_STEP_HOST_MS, pytorch_gpu)
-        for size in range(1, len(options) + 1):
-            for subset in combinations(options, size):
-                host = GUARD_PYTORCH_STEP_HOST_MS + GUARD_STEP_MODULE_MS + sum(extra for _, _, extra in subset)
-                gpu = pytorch_gpu - sum(g.pytorch_fastest - g.pick_slowest for _, g, _ in subset)
-                if max(host, gpu) < best_ms:
-                    best, best_ms = subset, max(host, gpu)
-        chosen = {id(chooser) for chooser, _, _ in best}
+            if guess is not None and keeps_pick(guess, heuristic, captured=True):
+                gain = guess.pytorch_fastest - guess.pick_slowest
+                if gain == gain:  # else nothing to weigh it against
+                    options.append((chooser, gain, extra_host_ms(guess.pick, layer, chooser.math)))
+        for chooser, gain, extra in options:
+            candidates.append(((id(chooser), layer), count * gain,
+                               count * (extra + GUARD_STEP_MODULE_MS / len(options))))
+    chosen = pass_picks(candidates, host_ms, wall_ms)
+    for layer in calls:
         if choice.picks.get(layer) is not None:
-            choice._decided[layer] = choice._keep(layer, id(choice) in chosen)
+            choice._decided[layer] = choice._keep(layer, (id(choice), layer) in chosen)
         for pass_choice in passes:
             guess = pass_choice.guesses.get(layer)
-            pass_choice.picks[layer] = guess.pick if guess is not None and id(pass_choice) in chosen else None
+            pass_choice.picks[layer] = guess.pick if guess is not None and (id(pass_choice), layer) in chosen else None
 
 
 def pass_picks(candidates: Iterable[tuple[object, float, float]], host_ms: float, wall_ms: float) -> set:
@@ -373,6 +370,52 @@ def eager_pass_times(model: nn.Module, example: torch.Tensor, passes: int = 10) 
                 model(example)
             torch.cuda.synchronize()
             walls.append((perf_counter() - started) / passes)
+    return median(hosts) * 1e3, median(walls) * 1e3
+
+
+def training_step(model: nn.Module, x: torch.Tensor):
+    """One training step of ``model`` on ``x``, as a callable: the gradients cleared (set to
+    None, as ``optimizer.zero_grad()`` does), the forward pass, the mean of its output as the
+    loss, and the backward pass; no optimizer step. The first output of a model that returns
+    several (GoogLeNet's and Inception's auxiliary logits in train mode) makes the loss."""
+    parameters = [p for p in model.parameters() if p.requires_grad]
+
+    def step() -> None:
+        for parameter in parameters:
+            parameter.grad = None
+        output = model(x)
+        if not hasattr(output, "backward"):
+            output = output[0]
+        output.float().mean().backward()
+
+    return step
+
+
+def eager_step_times(model: nn.Module, example: torch.Tensor, steps: int = 5) -> tuple[float, float]:
+    """An eager training step (:func:`training_step`) of a copy of ``model`` in train mode on
+    ``example`` (the model's own state and gradients are left alone): the host ms to enqueue
+    one step (GPU idle at its start), and the wall ms per step of ``steps`` back to back;
+    medians of a few repetitions, after a warm-up."""
+    import copy
+    from statistics import median
+    from time import perf_counter
+
+    step = training_step(copy.deepcopy(model).train(), example)
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    hosts, walls = [], []
+    for _ in range(5):
+        started = perf_counter()
+        step()
+        hosts.append(perf_counter() - started)
+        torch.cuda.synchronize()
+    for _ in range(3):
+        started = perf_counter()
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+        walls.append((perf_counter() - started) / steps)
     return median(hosts) * 1e3, median(walls) * 1e3
 
 
@@ -1197,19 +1240,22 @@ def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_s
         if guard and torch.cuda.is_available():  # the guard asks cuDNN, on the GPU
             example = _example(model, input_shape)
             if training and not cuda_graphs:
-                decide_step(choice, backward, layers)
+                step_example = _example(model, input_shape, training=True)
+                if step_example is not None:
+                    decide_step(choice, backward, layers, *eager_step_times(model, step_example))
             elif example is not None and not cuda_graphs:
                 choice.decide_pass(layers, *eager_pass_times(model, example))
             keep = left_to_pytorch(choice, calls, backward)
     return swap_in(model, choice, nvtx, keep, backward)
 
 
-def _example(model: nn.Module, input_shape: Sequence[int]) -> torch.Tensor | None:
+def _example(model: nn.Module, input_shape: Sequence[int], training: bool = False) -> torch.Tensor | None:
     """A random input of ``input_shape`` for timing ``model`` as it is: where the model is in
-    eval mode (a pass then changes no state) with fp32 parameters on a GPU, else None. Its
-    own generator leaves the global random state alone."""
+    eval mode (a pass then changes no state; ``training``: any mode, since a copy is timed) with
+    fp32 parameters on a GPU, else None. Its own generator leaves the global random state alone."""
     parameter = next(model.parameters(), None)
-    if model.training or parameter is None or not parameter.is_cuda or parameter.dtype != torch.float32:
+    if (model.training and not training) or parameter is None or not parameter.is_cuda \
+            or parameter.dtype != torch.float32:
         return None
     generator = torch.Generator(device=parameter.device).manual_seed(0)
     return torch.randn(tuple(input_shape), generator=generator, device=parameter.device)
