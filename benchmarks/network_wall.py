@@ -108,7 +108,7 @@ def ceiling(overall: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def plot(overall: pd.DataFrame, path: Path) -> None:
+def plot(overall: pd.DataFrame, path: Path, unit: str = "pass") -> None:
     """One panel per (batch, math): seer's time over PyTorch's better policy per network, eager
     and captured in a CUDA graph, with the spread of the eager windows as an error bar."""
     import matplotlib
@@ -128,7 +128,7 @@ def plot(overall: pd.DataFrame, path: Path) -> None:
                 xerr=part["spread"] if "spread" in part else None, error_kw={"lw": 0.8})
         ax.barh(y + 0.2, part["seer_ratio_graph"], height=0.4, label="CUDA graph")
         ax.axvline(1.0, color="k", lw=0.8)
-        ax.set(title=f"batch {batch}, {math}", xlabel="seer / PyTorch's better policy (wall time per pass)",
+        ax.set(title=f"batch {batch}, {math}", xlabel=f"seer / PyTorch's better policy (wall time per {unit})",
                yticks=y, yticklabels=part["network"], xlim=(0.5, 1.5))
         ax.grid(axis="x", alpha=0.3)
     np.atleast_1d(axes)[0].legend(loc="lower right", fontsize=8)
@@ -160,7 +160,7 @@ def main(argv=None) -> int:
         parts.append(ceiling(overall))
     text = "\n".join(parts)
     if args.plot and "seer" in policies:
-        plot(run_with(overall, "seer"), args.plot)
+        plot(run_with(overall, "seer"), args.plot, unit)
     if args.out:
         args.out.write_text(text)
     else:

@@ -401,6 +401,10 @@ def _add_train(sub) -> None:
                         "model in the models directory, and recalibrate; the algorithms' models stay as they are")
     _add_pass(p, "the convolution pass whose algorithms to model: fwd (the forward, default), bwd_data or "
                  "bwd_filter (the backward passes; saved under GPU/PASS/)")
+    p.add_argument("--first-stage", choices=("auto", "census", "runs"), default="auto",
+                   help="what the first stage (support and workspace) learns from: cuDNN's census answers, or "
+                        "the training runs' own; auto (default): the census for the forward, the runs for a "
+                        "backward pass (docs/backward.md says why)")
     p.add_argument("--transfer-from", metavar="SOURCE_GPU",
                    help="carry SOURCE_GPU's trained forward model over to GPU instead of fitting trees: keep its "
                         "trees, and fit on GPU's own runs a time scale per algorithm, PyTorch's own choice and the "
@@ -438,8 +442,9 @@ def _cmd_train(args) -> int:
     if args.transfer_from:
         return _train_transfer(spec, args, root)
     with StepProgress("training", err_console) as progress:
+        use_census = {"auto": None, "census": True, "runs": False}[args.first_stage]
         model = training.train(args.data_dir / spec.name, spec, progress=progress.update, trees=args.trees,
-                               kernel_paths=args.kernel_paths, pass_=args.pass_)
+                               kernel_paths=args.kernel_paths, pass_=args.pass_, use_census=use_census)
     destination = persist.model_dir(root, spec.name, args.pass_)
     paths = persist.save(model, destination)
     for math, info in model.card["maths"].items():

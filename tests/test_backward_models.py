@@ -81,7 +81,7 @@ def backward_models(tmp_path_factory, backward_census):
     write_parts(table[table["shape_id"].isin(keep)].drop(columns="pass"), DatasetDir(data / "h200").measurements)
     write_parts(census, DatasetDir(data / "h200").census)
     model = training.train(data / "h200", get_gpu_spec("h200"), maths=["fma"], selector=small_selector(),
-                           pass_=PASS)
+                           pass_=PASS, use_census=True)
     root = tmp_path_factory.mktemp("models")
     persist.save(model, persist.model_dir(root, "h200", PASS))
     return root

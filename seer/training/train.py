@@ -86,7 +86,7 @@ def training_inputs(table: pd.DataFrame, census: pd.DataFrame, math: str, split:
 
 
 def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAMES,
-          selector: AlgorithmSelector | None = None, progress: Progress | None = None, use_census: bool = True,
+          selector: AlgorithmSelector | None = None, progress: Progress | None = None, use_census: bool | None = None,
           trees: str = "compact", kernel_paths: int = 0, pass_: str = "fwd") -> Model:
     """Fit one selector and one SEER model per math mode on the dataset's train split, for
     the algorithms of one pass (:data:`seer.algorithms.PASSES`).
@@ -97,8 +97,14 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
     ``kernel_paths`` its ``max_kernel_paths``, both of the default selector; a given
     ``selector`` keeps its own. The first stage learns from the census's answers of
     ``pass_`` (``seer collect --census --algo backward`` asks the backward passes'), where
-    it has any. SEER's model is the forward's: a backward pass's model has no baseline.
+    it has any. ``use_census`` None: the census for the forward, the training runs for a
+    backward pass (on the H200, backward models whose first stage learnt from the census
+    admitted algorithms whose times they had never learnt, and picked some up to 1,000x slower
+    than the fastest: docs/backward.md). SEER's model is the forward's: a backward pass's
+    model has no baseline.
     """
+    if use_census is None:
+        use_census = pass_ == "fwd"
     if pass_ not in PASSES:
         raise InputError(f"unknown pass {pass_!r}; choose one of: {', '.join(PASSES)}", field="pass")
     if trees not in CANDIDATE_SETS:
