@@ -1210,7 +1210,8 @@ def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_s
     algorithms (:class:`PredictedPass`, the models of ``gpu``'s backward passes), through
     cuDNN's legacy calls; ``deterministic`` (default: what
     ``torch.are_deterministic_algorithms_enabled()`` says) leaves out those whose repeated
-    calls may differ.
+    calls may differ. Given ``input_shape`` on a GPU, a training step of a copy of the model is
+    timed first and the three passes' picks are weighed for the whole step (:func:`decide_step`).
     """
     if seer_model is None:
         from seer.predict.persist import load_model
