@@ -273,26 +273,24 @@ def with_sparse_rows(predictions: pd.DataFrame, frame: pd.DataFrame, sparsity: n
     (:mod:`seer.predict.guard`'s rule: the upper bound of its 80% interval lies below the lower
     bound of what would be recommended otherwise, PyTorch's choice or the dense pick). The rows of
     layers of sparsity 0 are left as they are; ``algorithms`` (names) limits the kernels."""
-    from seer.algorithms import get_algorithm
+    from seer.algorithms import algorithm_names
 
     sparsity = np.asarray(sparsity, dtype=float)
     kernels = [k for k in model.kernels if algorithms is None or k in algorithms]
-    layer = predictions["layer"].to_numpy()
-    n = len(frame)
-    # The best dense cuDNN time per layer: what PyTorch could run instead, whatever the input holds.
-    cudnn = predictions["algo"].map(lambda a: isinstance(a, str) and get_algorithm(a).source == "cudnn",
-                                    na_action="ignore").fillna(False).astype(bool).to_numpy()
-    best_dense = np.full(n, np.inf)
-    np.minimum.at(best_dense, layer[cudnn], predictions["predicted_ms"].to_numpy(dtype=float)[cudnn])
-    best_dense[~np.isfinite(best_dense)] = np.nan
     sparse = sparsity > 0
     out = predictions.copy()
     out[BREAK_EVEN_COLUMN] = np.nan
     if not sparse.any() or not kernels:
         return out
+    layer = predictions["layer"].to_numpy()
+    # The best dense cuDNN time per layer: what PyTorch could run instead, whatever the input holds.
+    cudnn = predictions["algo"].isin(algorithm_names("cudnn")).fillna(False).to_numpy(dtype=bool)
+    best_dense = np.full(len(frame), np.inf)
+    np.minimum.at(best_dense, layer[cudnn], predictions["predicted_ms"].to_numpy(dtype=float)[cudnn])
+    best_dense[~np.isfinite(best_dense)] = np.nan
     columns = [model.kernels.index(k) for k in kernels]
-    times = model.times(frame, sparsity)[:, columns]
-    bounds = model.bounds(model.times(frame, sparsity))[:, columns]
+    every = model.times(frame, sparsity)
+    times, bounds = every[:, columns], model.bounds(every)[:, columns]
     picked = SparseTimeModel(model.gpu, {k: model.coefficients[k] for k in kernels},
                              {k: model.quantiles[k] for k in kernels}, model.card)
     out[BREAK_EVEN_COLUMN] = picked.break_even(frame, best_dense)[layer]
