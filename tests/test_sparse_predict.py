@@ -105,6 +105,10 @@ def test_training_the_sparse_model_writes_what_is_shipped(tmp_path, capsys):
     assert fresh.card["data"] == shipped.card["data"] and fresh.card["rows"] == shipped.card["rows"]
     for algo in shipped.kernels:
         np.testing.assert_allclose(fresh.coefficients[algo], shipped.coefficients[algo], rtol=1e-6, atol=1e-9)
+    # Trained again on the same data, the file does not change, its date included.
+    first = (tmp_path / "h200" / SPARSE_FILE).read_bytes()
+    assert run(capsys, "train", "--gpu", "h200", "--sparse", "--data-dir", ROOT / "data", "--models-dir", tmp_path)[0] == 0
+    assert (tmp_path / "h200" / SPARSE_FILE).read_bytes() == first
 
 
 @pytest.mark.parametrize("damage", [

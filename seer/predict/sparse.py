@@ -203,6 +203,16 @@ def save_sparse_model(model: SparseTimeModel, folder: Path) -> Path:
     """Write ``model`` to ``folder``/:data:`SPARSE_FILE`; its path."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / SPARSE_FILE
+    try:
+        before = load_sparse_model(folder)
+    except InputError:  # a damaged file is replaced
+        before = None
+    if before is not None and (before.coefficients, before.quantiles) == (model.coefficients, model.quantiles) and \
+            {k: v for k, v in before.card.items() if k != "trained_at"} == \
+            {k: v for k, v in model.card.items() if k != "trained_at"}:
+        # Retraining on unchanged data changes no file: the date of the first such training stays.
+        model = SparseTimeModel(model.gpu, model.coefficients, model.quantiles,
+                                {**model.card, "trained_at": before.card.get("trained_at")})
     path.write_text(model.to_json())
     return path
 
