@@ -118,6 +118,9 @@ def test_training_the_sparse_model_writes_what_is_shipped(tmp_path, capsys):
     lambda d: d["coefficients"]["SEER_SPARSE_GATHER"].pop(),
     lambda d: d["quantiles"]["SEER_SPARSE_GATHER"].__setitem__("80", [1.0, -1.0]),
     lambda d: d["coefficients"].__setitem__("os.system", [1.0] * len(TERMS)),
+    lambda d: d["coefficients"]["SEER_SPARSE_GATHER"].__setitem__(0, 10 ** 400),
+    lambda d: d["coefficients"]["SEER_SPARSE_GATHER"].__setitem__(0, float("inf")),
+    lambda d: d["quantiles"]["SEER_SPARSE_GATHER"]["95"].__setitem__(0, float("nan")),
     lambda d: d.__setitem__("version", 2),
     lambda d: d.__setitem__("terms", ["constant_ms"]),
 ])
@@ -125,6 +128,9 @@ def test_a_damaged_sparse_model_file_is_refused_in_one_sentence(damage, tmp_path
     document = json.loads((SHIPPED / SPARSE_FILE).read_text())
     damage(document)
     (tmp_path / SPARSE_FILE).write_text(json.dumps(document))
+    with pytest.raises(InputError, match="sparse model file"):
+        load_sparse_model(tmp_path)
+    (tmp_path / SPARSE_FILE).write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(InputError, match="sparse model file"):
         load_sparse_model(tmp_path)
     assert load_sparse_model(tmp_path / "none") is None

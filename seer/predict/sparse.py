@@ -235,8 +235,11 @@ def load_sparse_model(folder: Path) -> SparseTimeModel | None:
     if not path.is_file() or path.stat().st_size > _MAX_BYTES:
         raise InputError("not a valid sparse model file (not a regular file under 1 MiB)", path=path)
     try:
-        document = json.loads(path.read_text(encoding="utf-8"), parse_constant=lambda c: None)
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        # NaN and infinity read as None (refused below); an integer of over 20 digits as NaN (refused),
+        # not as a number too large for a float.
+        document = json.loads(path.read_text(encoding="utf-8"), parse_constant=lambda c: None,
+                              parse_int=lambda t: int(t) if len(t.lstrip("-")) <= 20 else math.nan)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise InputError(f"not a valid sparse model file ({type(exc).__name__})", path=path) from None
     if (type(document) is not dict or document.get("format") != FORMAT
             or document.get("version") != FORMAT_VERSION or document.get("terms") != list(TERMS)):
