@@ -409,6 +409,9 @@ def _add_train(sub) -> None:
                    help="carry SOURCE_GPU's trained forward model over to GPU instead of fitting trees: keep its "
                         "trees, and fit on GPU's own runs a time scale per algorithm, PyTorch's own choice and the "
                         "intervals (for a GPU with few measured layers; see docs/evaluation.md)")
+    p.add_argument("--sparse", action="store_true",
+                   help="fit only the model of seer's sparse kernels' times from DATA_DIR/GPU/sparse_measurements "
+                        "(docs/sparse.md) and save it as GPU/sparse.json; the other models stay as they are")
     p.set_defaults(func=_cmd_train)
 
 
@@ -430,6 +433,10 @@ def _cmd_train(args) -> int:
 
     spec = get_gpu_spec(args.gpu)
     root = persist.models_root(args.models_dir)
+    if args.sparse:
+        if args.pass_ != "fwd":
+            raise InputError("--sparse fits the forward's sparse kernels", field="pass")
+        return _train_sparse(spec, args.data_dir, root)
     if args.policies_only:
         if args.pass_ != "fwd":
             raise InputError("--policies-only refits the forward model's policies; train a backward pass whole",
@@ -454,6 +461,24 @@ def _cmd_train(args) -> int:
         err_console.log(f"{math}: {info['shapes']} training shapes; first stage from {first_stage}; "
                         f"regressors chosen by CV: {chosen}")
     err_console.log(f"wrote {', '.join(p.name for p in paths)} and {persist.CARD_FILE} in {destination}")
+    return 0
+
+
+def _train_sparse(spec, data_dir: Path, root: Path) -> int:
+    from seer.dataset.build import read_sparse_measurements
+    from seer.predict import persist
+    from seer.predict.sparse import fit_sparse_model, save_sparse_model
+
+    source = data_dir / spec.name / "sparse_measurements"
+    if not source.is_dir():
+        raise InputError("no sparse measurements here; collect them with `seer collect --algo cudnn,sparse "
+                         "--sparsity default` and `seer parse`", path=source)
+    model = fit_sparse_model(read_sparse_measurements(source), spec.name, source)
+    path = save_sparse_model(model, persist.model_dir(root, spec.name))
+    for algo, info in model.card["leave_one_layer_out"].items():
+        err_console.log(f"{algo}: {info['runs']} runs on {info['layers']} layers, leave-one-layer-out MAPE "
+                        f"{info['loo_mape_percent']:.1f}%")
+    err_console.log(f"wrote {path}")
     return 0
 
 

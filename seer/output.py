@@ -51,6 +51,10 @@ STDOUT = "-"
 #: Columns of a prediction frame that hold one value per layer, besides ``layer``, the labels
 #: and the layer fields (:data:`seer.layers.shapes.LAYER_COLUMNS`); every other column holds
 #: one value per (layer, algorithm).
+#: Columns beside the labels that hold numbers, written to JSON as numbers (null where empty): an
+#: input's share of zeros (a layer file's ``sparsity``) and the break-even sparsity
+#: (:mod:`seer.predict.sparse`).
+NUMBER_LABELS = ("sparsity", "break_even_sparsity")
 PER_LAYER_COLUMNS = ("math", "extrapolated", "pick_near_best", *PYTORCH_COLUMNS)
 
 
@@ -573,8 +577,8 @@ def layer_json(predictions: pd.DataFrame) -> list[str]:
     parts, pick_done = [], False
     for column in columns:
         if column in per_layer:
-            cells = ([_label_json(v) for v in first[column].to_numpy(dtype=object).tolist()] if column in labels
-                     else _json_cells(first[column]))
+            cells = ([_label_json(v) for v in first[column].to_numpy(dtype=object).tolist()]
+                     if column in labels and column not in NUMBER_LABELS else _json_cells(first[column]))
             key = json.dumps(column) + ":"
             parts.append([key + cell for cell in cells])
         elif not pick_done:

@@ -637,7 +637,7 @@ def test_columns_seer_does_not_use_label_the_layers_in_file_order():
 @pytest.mark.parametrize("column, words", [
     ("stride", "give stride_h and stride_w"), ("Pad_H", "the column is pad_h"), ("kernal_w", "did you mean kernel_w?"),
     ("algo", "seer's output uses it"), ("layer", "seer's output numbers"), ("", "a column has no name"),
-    ("Sparsity", "an input's sparsity is not modelled yet")])
+    ("Sparsity", "the column is sparsity"), ("sparsty", "did you mean sparsity?")])
 def test_a_label_column_that_reads_like_a_layer_field_or_an_output_column_is_refused(column, words):
     text = f"batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w,{column}\n1,3,8,8,8,1,1,2\n"
     with pytest.raises(InputError) as info:

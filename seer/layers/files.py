@@ -47,6 +47,7 @@ import csv
 import difflib
 import io
 import itertools
+import math
 import os
 import re
 import sys
@@ -433,10 +434,12 @@ _RESERVED = {"layer": "seer's output numbers the layers in it", "math": "seer's 
              "algorithms": "seer's output uses it", "calls": "seer's output uses it",
              "stride": "give stride_h and stride_w", "padding": "give pad_h and pad_w",
              "pad": "give pad_h and pad_w", "dilation": "give dilation_h and dilation_w",
-             "group": "the column is groups",
-             # An input's share of zeros changes some algorithms' times; no model of seer's knows it
-             # yet, so a layer that gives it would get a dense input's times without a word.
-             "sparsity": "seer's models predict dense inputs only; an input's sparsity is not modelled yet"}
+             "group": "the column is groups"}
+#: The input's share of zeros, in [0, 1) (empty: 0): not a layer field (the dense algorithms'
+#: times do not depend on it), but what seer's sparse kernels' times do (seer.predict.sparse).
+SPARSITY_COLUMN = "sparsity"
+#: A sparsity cell: a plain decimal number (an exponent allowed), ASCII only.
+_SPARSITY = re.compile(r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?", re.ASCII)
 
 
 def label_columns(frame: pd.DataFrame) -> list[str]:
@@ -592,12 +595,14 @@ def _check_label(name: str, number: int, path: str) -> None:
     misspelt layer column (which would otherwise silently take its default)."""
     if not name:
         raise InputError("a column has no name", path=path, line=number, field="header")
+    if name == SPARSITY_COLUMN:
+        return
     folded = name.lower().replace("-", "_").replace(" ", "_")
     reason = _RESERVED.get(folded)
-    if reason is None and folded != name and folded in _CSV_COLUMNS:
+    if reason is None and folded != name and folded in (*_CSV_COLUMNS, SPARSITY_COLUMN):
         reason = f"the column is {folded}"
     if reason is None:
-        close = difflib.get_close_matches(folded, _CSV_COLUMNS, n=1, cutoff=0.8)
+        close = difflib.get_close_matches(folded, (*_CSV_COLUMNS, SPARSITY_COLUMN), n=1, cutoff=0.8)
         reason = f"did you mean {close[0]}?" if close else None
     if reason is not None:
         raise InputError(f"column {_quoted(name)} cannot label layers: {reason} (a layer CSV's columns are "
@@ -729,9 +734,28 @@ def _csv_frame(contents: list[str], numbers: list[int], columns: list[str], path
                 raise InputError(f"is {values[name][i]}, but the layer's other fields give {frame[name].iloc[i]}",
                                  path=path, line=numbers[i], field=_alias_of(name, columns))
     for j, name in enumerate(columns):
-        if name == "name" or name not in _CSV_COLUMNS:
+        if name == SPARSITY_COLUMN:
+            frame[name] = pd.Series(_sparsity_cells(table[:, j], numbers, path), index=index, dtype=float)
+        elif name == "name" or name not in _CSV_COLUMNS:
             frame[name] = pd.Series(table[:, j], index=index, dtype=object)
     return frame
+
+
+def _sparsity_cells(cells: np.ndarray, numbers: list[int], path: str) -> np.ndarray:
+    """A ``sparsity`` column's cells as floats in [0, 1), empty as 0; InputError naming the
+    first bad cell's line."""
+    out = np.zeros(len(cells))
+    for i, cell in enumerate(cells):
+        text = str(cell).strip(_CELL_BLANKS)
+        if not text:
+            continue
+        value = float(text) if len(text) <= _LONGEST_CELL and _SPARSITY.fullmatch(text) else math.nan
+        if not 0 <= value < 1:  # NaN fails too
+            raise InputError(f"sparsity must be a number from 0 to below 1 (the share of the input's values that "
+                             f"are zero; empty: 0), got {_quoted(text)}", path=path, line=numbers[i],
+                             field=SPARSITY_COLUMN)
+        out[i] = value
+    return out
 
 
 def _digit_values(digits: np.ndarray) -> np.ndarray:

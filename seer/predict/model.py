@@ -23,6 +23,7 @@ from seer.errors import InputError
 from seer.layers.shapes import LAYER_COLUMNS, ConvShape, ShapeError, check_layer_frame, layer_frame
 from seer.predict.predictors import AlgorithmPredictor, AnswerTimePredictor, SeerFamilyPredictor
 from seer.predict.guard import GUARD_LEVEL, GUARD_POLICY, guard_policy, recommended
+from seer.predict.sparse import SparseTimeModel, with_sparse_rows
 from seer.predict.uncertainty import interval_bounds, interval_kind
 from seer.schema import INTERVAL_COLUMNS, INTERVAL_LEVELS, OBJECTIVES, PREDICTION_COLUMNS, PYTORCH_COLUMNS
 
@@ -46,6 +47,9 @@ class Model:
     answer_times : dict of str to AnswerTimePredictor
         Per math mode, the times of cuDNN's algorithms from cuDNN's own answers, where loaded
         (``load_model(..., cudnn_answers=True)``): used when :meth:`predict` is given them.
+    sparse : SparseTimeModel or None
+        The sparse kernels' times (:mod:`seer.predict.sparse`), where the GPU has that model:
+        used for layers whose frame gives a ``sparsity`` above 0.
     """
 
     gpu: str
@@ -53,6 +57,7 @@ class Model:
     predictors: dict[str, AlgorithmPredictor]
     baselines: dict[str, SeerFamilyPredictor] = field(default_factory=dict)
     answer_times: dict[str, AnswerTimePredictor] = field(default_factory=dict)
+    sparse: SparseTimeModel | None = None
 
     @property
     def maths(self) -> list[str]:
@@ -100,6 +105,10 @@ class Model:
         ``memo``: the answers of layers an earlier call predicted with the same arguments
         (:class:`PredictionMemo`; ``seer predict`` keeps one across its chunks); a layer found
         there is not predicted again, and the new ones are added. Not used with ``workspaces``.
+        Where ``layers`` is a frame with a ``sparsity`` column (the share of the input's values
+        that are zero, in [0, 1); empty is 0) and the model has :attr:`sparse`, the layers above 0
+        also get rows for seer's sparse kernels, and every row gets ``break_even_sparsity``
+        (:func:`seer.predict.sparse.with_sparse_rows`); by time only.
         """
         if objective not in OBJECTIVES:
             raise InputError(f"unknown objective {objective!r}; choose one of: {', '.join(OBJECTIVES)}",
@@ -128,7 +137,12 @@ class Model:
                                    lambda new: self._layer_answers(new, math, algorithms, objective))
         times, scores, energies, bounds, near_best, pytorch, extrapolated = (values[inverse] for values in answers)
         out = ranked(frame, math, predictor.algorithms, times, scores, extrapolated, energies, bounds, near_best)
-        return with_pytorch(out, pytorch, guarded=objective == "time")
+        out = with_pytorch(out, pytorch, guarded=objective == "time")
+        sparsity = layer_sparsity(layers)
+        if sparsity is not None and self.sparse is not None and objective == "time" and self.pass_ == "fwd":
+            kernels = None if algorithms is None else _algorithm_names(algorithms)
+            out = with_sparse_rows(out, frame, sparsity, self.sparse, kernels)
+        return out
 
     def _layer_answers(self, layers: pd.DataFrame, math: str, algorithms: Sequence[str] | None, objective: str,
                        workspaces: pd.DataFrame | None = None) -> tuple[np.ndarray, ...]:
@@ -224,6 +238,21 @@ class PredictionMemo:
         for array, values in zip(self._arrays, answers):
             array[start:start + keep] = values[:keep]
         self._position.update(zip(keys[:keep], range(start, start + keep)))
+
+
+def layer_sparsity(layers: Layers) -> np.ndarray | None:
+    """The ``sparsity`` column of a layer frame as floats (empty: 0), None where there is none;
+    InputError for a value outside [0, 1)."""
+    if not isinstance(layers, pd.DataFrame) or "sparsity" not in layers.columns:
+        return None
+    values = pd.to_numeric(layers["sparsity"].replace("", np.nan), errors="coerce").to_numpy(dtype=float)
+    given = layers["sparsity"].notna().to_numpy() & (layers["sparsity"].astype(str).str.strip() != "").to_numpy()
+    bad = given & ~((values >= 0) & (values < 1))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise InputError(f"layer {i}: sparsity must be a number in [0, 1), got {layers['sparsity'].iloc[i]!r}",
+                         field="sparsity")
+    return np.where(given, values, 0.0)
 
 
 def _check_answers(times: np.ndarray, energies: np.ndarray, algorithms: list[str], model: str) -> None:

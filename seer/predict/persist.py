@@ -43,6 +43,7 @@ from seer.algorithms import PASSES
 from seer.errors import InputError
 from seer.layers.shapes import ConvShape
 from seer.predict.model import Model
+from seer.predict.sparse import SPARSE_FILE, load_sparse_model
 from seer.predict.predictors import AlgorithmPredictor, AnswerTimePredictor, Part, SeerFamilyPredictor, StateError
 from seer.predict.trees import TreeError
 
@@ -391,6 +392,12 @@ def load(directory: Path, maths: Sequence[str] | None = None, families: Sequence
             raise InputError("model file's answer-informed times do not fit the model of the same math mode",
                              path=directory / model_file("answers", math))
     model = Model(card["gpu"], card, parts["ours"], parts["seer"], parts["answers"])
+    if model.pass_ == "fwd":
+        # The sparse kernels' model, where the GPU has one: a small checked JSON file beside the card.
+        model.sparse = load_sparse_model(directory)
+        if model.sparse is not None and model.sparse.gpu != card["gpu"]:
+            raise InputError(f"sparse model is for GPU {model.sparse.gpu!r}, the card for {card['gpu']!r}",
+                             path=directory / SPARSE_FILE)
     # Each part checks its own state, but not that it fits the others (a tree over more features
     # than the model computes): one layer predicted now turns such a file into one sentence
     # here, not a traceback in the middle of a user's predictions.

@@ -1,0 +1,375 @@
+"""The time of seer's sparse kernels (``SEER_SPARSE_*``) on inputs with a share of zeros.
+
+A small physical model per kernel, learnt from the sparse measurements of one GPU
+(``data/<gpu>/sparse_measurements``):
+
+    time_ms = a + b·(input elements) + c·(output elements) + d·(1 − sparsity)·(dense multiply-adds)
+              + e·(list walks)
+
+where a list walk is one (output position, 4 output channels, tap, block of 32 input channels):
+what ``gather`` visits whether or not the block holds a non-zero. The coefficients are
+non-negative (each term is work that costs time), fitted by non-negative least squares on
+the relative error. Each kernel's 80% and 95% intervals are the quantiles of log(measured /
+predicted) over leave-one-layer-out fits (as :mod:`seer.predict.uncertainty` does with
+held-out layers). Only the last term depends on the sparsity, so a kernel's time falls
+linearly with it and the break-even sparsity against a dense time has a closed form.
+
+The model is stored as a small JSON file, ``models/<gpu>/sparse.json``; loading parses JSON
+and checks every value's type and range, and builds nothing else.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from seer.errors import InputError
+from seer.schema import INTERVAL_COLUMNS, INTERVAL_LEVELS
+
+#: The model file in a GPU's models folder.
+SPARSE_FILE = "sparse.json"
+FORMAT, FORMAT_VERSION = "seer-sparse-model", 1
+#: The sparse kernels modelled, in the order their rows are listed.
+SPARSE_KERNELS: tuple[str, ...] = ("SEER_SPARSE_GATHER", "SEER_SPARSE_SCATTER", "SEER_SPARSE_POINTWISE")
+#: The model's terms, in the order of its coefficients (sizes in millions, work in billions,
+#: so that the coefficients are of similar scale).
+TERMS: tuple[str, ...] = ("constant_ms", "ms_per_million_input_elements", "ms_per_million_output_elements",
+                          "ms_per_billion_nonzero_multiply_adds", "ms_per_billion_list_walks")
+#: The highest sparsity a break-even is looked for below: above it almost nothing is left.
+BREAK_EVEN_LIMIT = 0.999
+#: The column of a layer's break-even sparsity in predictions.
+BREAK_EVEN_COLUMN = "break_even_sparsity"
+#: The largest model file read.
+_MAX_BYTES = 1 << 20
+
+
+def _sizes(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    f = {c: frame[c].to_numpy(dtype=float) for c in ("batch", "in_ch", "out_ch", "groups", "in_d", "in_h", "in_w",
+                                                     "kernel_d", "kernel_h", "kernel_w", "out_d", "out_h", "out_w")}
+    taps = f["kernel_d"] * f["kernel_h"] * f["kernel_w"]
+    positions = f["batch"] * f["out_d"] * f["out_h"] * f["out_w"]
+    per_group = f["in_ch"] / f["groups"]
+    return {"input": f["batch"] * f["in_ch"] * f["in_d"] * f["in_h"] * f["in_w"],
+            "output": positions * f["out_ch"],
+            "macs": positions * f["out_ch"] * per_group * taps,
+            "walks": positions * np.ceil(f["out_ch"] / 4) * taps * np.ceil(per_group / 32)}
+
+
+def features(frame: pd.DataFrame, sparsity: np.ndarray) -> np.ndarray:
+    """The model's terms (:data:`TERMS`) per layer of ``frame`` (the layer columns) at ``sparsity``."""
+    s = _sizes(frame)
+    density = 1.0 - np.asarray(sparsity, dtype=float)
+    return np.column_stack([np.ones(len(frame)), s["input"] / 1e6, s["output"] / 1e6,
+                            density * s["macs"] / 1e9, s["walks"] / 1e9])
+
+
+def runs_on(algo: str, frame: pd.DataFrame) -> np.ndarray:
+    """Which layers of ``frame`` the kernel takes: ``pointwise`` only 1x1, stride 1, unpadded,
+    ungrouped ones (``seer.gpu.sparse_kernels.pointwise_refusal``); the others every layer."""
+    if algo != "SEER_SPARSE_POINTWISE":
+        return np.ones(len(frame), dtype=bool)
+    ones = (frame[["kernel_d", "kernel_h", "kernel_w", "stride_d", "stride_h", "stride_w", "groups"]] == 1).all(axis=1)
+    return (ones & (frame[["pad_d", "pad_h", "pad_w"]] == 0).all(axis=1)).to_numpy()
+
+
+def _fit(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Non-negative coefficients minimising the squared relative error of x @ w against y."""
+    from scipy.optimize import nnls  # training only: prediction never imports scipy
+
+    w, _ = nnls(x / y[:, None], np.ones(len(y)))
+    return w
+
+
+@dataclass
+class SparseTimeModel:
+    """Per sparse kernel: the coefficients of :data:`TERMS`, and the quantiles of
+    log(measured / predicted) that bound its times (by level, low and high)."""
+
+    gpu: str
+    coefficients: dict[str, list[float]]
+    quantiles: dict[str, dict[str, list[float]]]  # algo -> {"80": [low, high], "95": [...]}
+    card: dict
+
+    @property
+    def kernels(self) -> list[str]:
+        return [k for k in SPARSE_KERNELS if k in self.coefficients]
+
+    def times(self, frame: pd.DataFrame, sparsity: np.ndarray) -> np.ndarray:
+        """Predicted ms (layers x :attr:`kernels`), NaN where a kernel does not take a layer."""
+        x = features(frame, sparsity)
+        out = np.full((len(frame), len(self.kernels)), np.nan)
+        for j, algo in enumerate(self.kernels):
+            out[:, j] = np.where(runs_on(algo, frame), x @ np.asarray(self.coefficients[algo]), np.nan)
+        return out
+
+    def bounds(self, times: np.ndarray) -> np.ndarray:
+        """The bounds of ``times`` (:meth:`times`' array): (layers, kernels, levels, 2)."""
+        offsets = np.array([[self.quantiles[a][str(level)] for level in INTERVAL_LEVELS] for a in self.kernels])
+        return times[:, :, None, None] * np.exp(offsets)[None]
+
+    def break_even(self, frame: pd.DataFrame, dense_ms: np.ndarray) -> np.ndarray:
+        """Per layer: the lowest sparsity at which a sparse kernel's predicted time lies below
+        ``dense_ms`` (the best dense algorithm's predicted time, which does not depend on the
+        input's zeros), rounded up to 0.001; NaN where none does below :data:`BREAK_EVEN_LIMIT`."""
+        dense_ms = np.asarray(dense_ms, dtype=float)
+        at_zero = features(frame, np.zeros(len(frame)))
+        best = np.full(len(frame), np.inf)
+        for algo in self.kernels:
+            w = np.asarray(self.coefficients[algo])
+            fixed = at_zero[:, [0, 1, 2, 4]] @ w[[0, 1, 2, 4]]  # the part that does not shrink with zeros
+            per_density = at_zero[:, 3] * w[3]  # time(s) = fixed + (1 - s) * per_density
+            with np.errstate(divide="ignore", invalid="ignore"):
+                # time(s) < dense  <=>  s > 1 - (dense - fixed) / per_density
+                level = np.where(per_density > 0, 1.0 - (dense_ms - fixed) / per_density,
+                                 np.where(fixed < dense_ms, 0.0, np.inf))
+            level = np.where(fixed + per_density < dense_ms, 0.0, level)
+            best = np.where(runs_on(algo, frame), np.minimum(best, level), best)
+        # The lowest level on a 0.001 grid whose time is strictly below: the next step up.
+        rounded = np.floor(best * 1000 + 1e-9) / 1000 + 0.001
+        rounded = np.where(best <= 0, 0.0, np.round(rounded, 3))
+        return np.where(np.isfinite(dense_ms) & (rounded < BREAK_EVEN_LIMIT), rounded, np.nan)
+
+    def to_json(self) -> str:
+        return json.dumps({"format": FORMAT, "version": FORMAT_VERSION, "gpu": self.gpu, "terms": list(TERMS),
+                           "coefficients": self.coefficients, "quantiles": self.quantiles, "card": self.card},
+                          indent=1, sort_keys=False) + "\n"
+
+
+def sparse_training_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The ``ok`` runs of the sparse kernels in a sparse measurements table, sparsity above 0."""
+    keep = table["algo"].isin(SPARSE_KERNELS) & (table["status"] == "ok") & (table["sparsity"] > 0)
+    return table[keep & (table["time_ms"] > 0)].reset_index(drop=True)
+
+
+def leave_one_layer_out(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` (:func:`sparse_training_rows`) with ``predicted_ms``: each layer's times
+    predicted by the kernel's model fitted on the other layers (by ``dense_shape_id``)."""
+    out = rows.assign(predicted_ms=np.nan)
+    for algo, group in rows.groupby("algo"):
+        x = features(group, group["sparsity"].to_numpy())
+        y = group["time_ms"].to_numpy(dtype=float)
+        layer = group["dense_shape_id"].to_numpy()
+        for held in np.unique(layer):
+            train = layer != held
+            out.loc[group.index[~train], "predicted_ms"] = x[~train] @ _fit(x[train], y[train])
+    return out
+
+
+def fit_sparse_model(table: pd.DataFrame, gpu: str, source: Path | None = None) -> SparseTimeModel:
+    """Fit :class:`SparseTimeModel` on a sparse measurements table
+    (:func:`seer.dataset.build.read_sparse_measurements`); ``source`` is the table's folder,
+    whose files' SHA-256 the card records."""
+    rows = sparse_training_rows(table)
+    if rows.empty:
+        raise InputError("no ok runs of seer's sparse kernels in the sparse measurements", field="sparse")
+    held = leave_one_layer_out(rows)
+    coefficients, quantiles, errors = {}, {}, {}
+    for algo in SPARSE_KERNELS:
+        group = held[held["algo"] == algo]
+        if group.empty:
+            continue
+        y = group["time_ms"].to_numpy(dtype=float)
+        coefficients[algo] = [float(v) for v in _fit(features(group, group["sparsity"].to_numpy()), y)]
+        log_ratio = np.log(y / group["predicted_ms"].to_numpy())
+        quantiles[algo] = {str(level): [float(np.quantile(log_ratio, (1 - level / 100) / 2)),
+                                        float(np.quantile(log_ratio, 1 - (1 - level / 100) / 2))]
+                           for level in INTERVAL_LEVELS}
+        ape = np.abs(group["predicted_ms"].to_numpy() / y - 1)
+        errors[algo] = {"runs": int(len(group)), "layers": int(group["dense_shape_id"].nunique()),
+                        "loo_mape_percent": round(float(100 * ape.mean()), 2),
+                        "loo_median_ape_percent": round(float(100 * np.median(ape)), 2)}
+    files = sorted(p for p in Path(source).iterdir() if p.is_file()) if source is not None else []
+    card = {"trained_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "data": {str(p.name): hashlib.sha256(p.read_bytes()).hexdigest() for p in files},
+            "rows": int(len(rows)), "layers": int(rows["dense_shape_id"].nunique()),
+            "sparsity_levels": sorted(float(v) for v in rows["sparsity"].unique()),
+            "patterns": sorted(str(v) for v in rows["sparsity_pattern"].unique()),
+            "maths": sorted(str(v) for v in rows["math"].unique()) if "math" in rows else [],
+            "fit": "non-negative least squares on the relative error, per kernel",
+            "intervals": "quantiles of log(measured / predicted) over leave-one-layer-out fits",
+            "leave_one_layer_out": errors}
+    return SparseTimeModel(gpu, coefficients, quantiles, card)
+
+
+def save_sparse_model(model: SparseTimeModel, folder: Path) -> Path:
+    """Write ``model`` to ``folder``/:data:`SPARSE_FILE`; its path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / SPARSE_FILE
+    try:
+        before = load_sparse_model(folder)
+    except InputError:  # a damaged file is replaced
+        before = None
+    if before is not None and (before.coefficients, before.quantiles) == (model.coefficients, model.quantiles) and \
+            {k: v for k, v in before.card.items() if k != "trained_at"} == \
+            {k: v for k, v in model.card.items() if k != "trained_at"}:
+        # Retraining on unchanged data changes no file: the date of the first such training stays.
+        model = SparseTimeModel(model.gpu, model.coefficients, model.quantiles,
+                                {**model.card, "trained_at": before.card.get("trained_at")})
+    path.write_text(model.to_json())
+    return path
+
+
+def _number(value, what: str, path: Path, low: float = -math.inf) -> float:
+    # bool is an int to Python: refused, like anything that is not a finite number.
+    if type(value) not in (int, float) or not math.isfinite(value) or value < low:
+        raise InputError(f"not a valid sparse model file: {what} is {value!r}", path=path)
+    return float(value)
+
+
+def load_sparse_model(folder: Path) -> SparseTimeModel | None:
+    """The sparse model in a GPU's models folder, checked; None where there is none.
+
+    Loading parses JSON and checks each value's exact type: nothing in the file can build
+    any object but lists of floats, or run code."""
+    path = Path(folder) / SPARSE_FILE
+    if not path.exists():
+        return None
+    if not path.is_file() or path.stat().st_size > _MAX_BYTES:
+        raise InputError("not a valid sparse model file (not a regular file under 1 MiB)", path=path)
+    try:
+        # NaN and infinity read as None (refused below); an integer of over 20 digits as NaN (refused),
+        # not as a number too large for a float.
+        document = json.loads(path.read_text(encoding="utf-8"), parse_constant=lambda c: None,
+                              parse_int=lambda t: int(t) if len(t.lstrip("-")) <= 20 else math.nan)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise InputError(f"not a valid sparse model file ({type(exc).__name__})", path=path) from None
+    if (type(document) is not dict or document.get("format") != FORMAT
+            or document.get("version") != FORMAT_VERSION or document.get("terms") != list(TERMS)):
+        raise InputError(f"not a sparse model file of format {FORMAT} version {FORMAT_VERSION}; retrain with "
+                         "`seer train --gpu GPU --sparse`", path=path)
+    gpu, coefficients, quantiles, card = (document.get(k) for k in ("gpu", "coefficients", "quantiles", "card"))
+    if type(gpu) is not str or type(coefficients) is not dict or type(quantiles) is not dict or type(card) is not dict:
+        raise InputError("not a valid sparse model file: gpu, coefficients, quantiles or card missing", path=path)
+    if not coefficients or set(coefficients) - set(SPARSE_KERNELS) or set(quantiles) != set(coefficients):
+        raise InputError("not a valid sparse model file: its kernels are not seer's sparse kernels", path=path)
+    checked_w, checked_q = {}, {}
+    for algo in coefficients:
+        w = coefficients[algo]
+        if type(w) is not list or len(w) != len(TERMS):
+            raise InputError(f"not a valid sparse model file: {algo}'s coefficients", path=path)
+        checked_w[algo] = [_number(v, f"a coefficient of {algo}", path, low=0.0) for v in w]
+        if sum(checked_w[algo]) <= 0:
+            raise InputError(f"not a valid sparse model file: {algo}'s coefficients are all 0", path=path)
+        q = quantiles[algo]
+        if type(q) is not dict or set(q) != {str(level) for level in INTERVAL_LEVELS}:
+            raise InputError(f"not a valid sparse model file: {algo}'s quantiles", path=path)
+        checked_q[algo] = {}
+        for level, pair in q.items():
+            if type(pair) is not list or len(pair) != 2:
+                raise InputError(f"not a valid sparse model file: {algo}'s {level}% quantiles", path=path)
+            low, high = (_number(v, f"a quantile of {algo}", path) for v in pair)
+            if low > high:
+                raise InputError(f"not a valid sparse model file: {algo}'s {level}% quantiles are reversed", path=path)
+            checked_q[algo][level] = [low, high]
+    return SparseTimeModel(gpu, checked_w, checked_q, card)
+
+
+def _is_dense_algo(algo) -> bool:
+    return isinstance(algo, str) and not algo.startswith("SEER_SPARSE_")
+
+
+def with_sparse_rows(predictions: pd.DataFrame, frame: pd.DataFrame, sparsity: np.ndarray,
+                     model: SparseTimeModel, algorithms: Sequence[str] | None = None) -> pd.DataFrame:
+    """``predictions`` (:meth:`seer.predict.model.Model.predict`'s frame for ``frame``) with,
+    for each layer whose ``sparsity`` is above 0, a row per sparse kernel that takes it, ranked
+    among the layer's rows by predicted time, and :data:`BREAK_EVEN_COLUMN` per layer.
+
+    A sparse kernel placed first becomes ``recommended`` only where it is surely faster
+    (:mod:`seer.predict.guard`'s rule: the upper bound of its 80% interval lies below the lower
+    bound of what would be recommended otherwise, PyTorch's choice or the dense pick). The rows of
+    layers of sparsity 0 are left as they are; ``algorithms`` (names) limits the kernels."""
+    from seer.algorithms import algorithm_names
+
+    sparsity = np.asarray(sparsity, dtype=float)
+    kernels = [k for k in model.kernels if algorithms is None or k in algorithms]
+    sparse = sparsity > 0
+    out = predictions.copy()
+    out[BREAK_EVEN_COLUMN] = np.nan
+    if not sparse.any() or not kernels:
+        return out
+    layer = predictions["layer"].to_numpy()
+    # The best dense cuDNN time per layer: what PyTorch could run instead, whatever the input holds.
+    cudnn = predictions["algo"].isin(algorithm_names("cudnn")).fillna(False).to_numpy(dtype=bool)
+    best_dense = np.full(len(frame), np.inf)
+    np.minimum.at(best_dense, layer[cudnn], predictions["predicted_ms"].to_numpy(dtype=float)[cudnn])
+    best_dense[~np.isfinite(best_dense)] = np.nan
+    columns = [model.kernels.index(k) for k in kernels]
+    every = model.times(frame, sparsity)
+    times, bounds = every[:, columns], model.bounds(every)[:, columns]
+    picked = SparseTimeModel(model.gpu, {k: model.coefficients[k] for k in kernels},
+                             {k: model.quantiles[k] for k in kernels}, model.card)
+    out[BREAK_EVEN_COLUMN] = picked.break_even(frame, best_dense)[layer]
+    chosen = np.flatnonzero(sparse)
+    in_sparse = np.isin(layer, chosen)
+    pieces = [out[~in_sparse]]
+    for i, rows in out[in_sparse].groupby("layer", sort=True):
+        pieces.append(_layer_with_sparse(rows, kernels, times[i], bounds[i]))
+    result = pd.concat(pieces, ignore_index=True)
+    # Back in layer order; a layer's rows stay in rank order (a stable sort).
+    result = result.iloc[np.argsort(result["layer"].to_numpy(), kind="stable")].reset_index(drop=True)
+    for column in ("algo", "recommended"):  # concat of rows made one by one loses the dtypes
+        result[column] = result[column].astype("string")
+    result["rank"] = result["rank"].astype("Int64")
+    return result
+
+
+def _layer_with_sparse(rows: pd.DataFrame, kernels: list[str], times: np.ndarray, bounds: np.ndarray) -> pd.DataFrame:
+    """One layer's prediction rows with its sparse kernels' rows merged in by predicted time,
+    ranks renumbered, and the guarded recommendation where a sparse kernel comes first."""
+    from seer.predict.guard import GUARD_LEVEL
+    from seer.schema import PYTORCH_CHOICE
+
+    dense = rows[rows["algo"].notna()]
+    template = rows.iloc[[0]]
+    new = []
+    for j, algo in enumerate(kernels):
+        if not np.isfinite(times[j]):
+            continue
+        row = template.copy()
+        row["algo"] = algo
+        row["predicted_ms"] = times[j]
+        for c, column in enumerate(INTERVAL_COLUMNS):
+            row[column] = bounds[j, c // 2, c % 2]
+        row["predicted_mj"] = np.nan
+        new.append(row)
+    if not new:
+        return rows
+    extra = pd.concat(new).sort_values("predicted_ms", kind="stable")
+    # Each sparse row goes before the first dense row (in the dense ranking) that is slower.
+    order, d, dense_ms, extra_ms = [], 0, dense["predicted_ms"].to_numpy(dtype=float), extra["predicted_ms"].to_numpy()
+    for k in range(len(extra)):
+        while d < len(dense) and dense_ms[d] <= extra_ms[k]:
+            order.append(("d", d))
+            d += 1
+        order.append(("s", k))
+    order.extend(("d", m) for m in range(d, len(dense)))
+    merged = pd.concat([(dense if kind == "d" else extra).iloc[[k]] for kind, k in order])
+    merged["rank"] = pd.array(np.arange(1, len(merged) + 1), dtype="Int64")
+    first = merged.iloc[0]
+    if _is_dense_algo(first["algo"]):
+        return merged
+    # A sparse kernel comes first: it replaces what would be recommended otherwise (the dense
+    # pick or PyTorch's choice) only where its interval lies wholly below that one's.
+    before = template["recommended"].iloc[0]
+    before = before if isinstance(before, str) else None
+    if before is not None and before != PYTORCH_CHOICE and (dense["algo"] == before).any():
+        reference = dense[dense["algo"] == before].iloc[0]
+        low, point = reference[f"predicted_ms_low{GUARD_LEVEL}"], reference["predicted_ms"]
+    else:
+        low, point = template[f"pytorch_low{GUARD_LEVEL}"].iloc[0], template["pytorch_ms"].iloc[0]
+    high = first[f"predicted_ms_high{GUARD_LEVEL}"]
+    if np.isfinite(high) and np.isfinite(low):
+        surely = high < low
+    else:  # no bounds: the point times decide, as the guard does; nothing to compare: the pick stands
+        surely = not np.isfinite(point) or first["predicted_ms"] < point
+    merged["recommended"] = first["algo"] if surely else before
+    merged["pick_near_best"] = np.nan  # calibrated on dense picks only
+    return merged

@@ -1,0 +1,227 @@
+"""Sparse inputs on the prediction side: the ``sparsity`` column of layer files, the shipped
+model of seer's sparse kernels' times (``models/h200/sparse.json``), the break-even sparsity,
+and ``seer predict`` with and without the column."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from seer.cli import main
+from seer.errors import InputError
+from seer.layers.files import label_columns, read_layers
+from seer.predict import persist
+from seer.predict.sparse import (BREAK_EVEN_COLUMN, SPARSE_FILE, TERMS, SparseTimeModel, features,
+                                 fit_sparse_model, load_sparse_model, sparse_training_rows)
+
+ROOT = Path(__file__).resolve().parents[1]
+SPARSE_DATA = ROOT / "data" / "h200" / "sparse_measurements"
+SHIPPED = ROOT / "models" / "h200"
+HEADER = "batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w,stride_h,stride_w,pad_h,pad_w,sparsity\n"
+# Three ResNet-50 layers at 800x1216 (seer/data/networks/resnet50_800x1216.csv).
+CONV1, POINT, THREE = "1,3,64,800,1216,7,7,2,2,3,3", "1,64,64,200,304,1,1,1,1,0,0", "1,256,256,50,76,3,3,1,1,1,1"
+
+
+def _three() -> pd.DataFrame:
+    """The layer frame of the 3x3 layer, no labels."""
+    return read_layers(io.StringIO(HEADER.replace(",sparsity", "") + f"{THREE}\n"), name="a.csv")
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# -- the column -----------------------------------------------------------------------------
+def test_the_sparsity_column_is_read_as_a_share_of_zeros_and_labels_the_layers():
+    text = HEADER + f"{CONV1},0.9\n{POINT},\n{THREE}, .5 \n{THREE},1e-2\n{THREE},0\n"
+    frame = read_layers(io.StringIO(text), name="a.csv")
+    assert frame["sparsity"].tolist() == [0.9, 0.0, 0.5, 0.01, 0.0]
+    assert label_columns(frame) == ["sparsity"]  # carried into the predictions, like name
+
+
+@pytest.mark.parametrize("cell", ["1", "1.0", "1.5", "-0.1", "abc", "0x1", "nan", "inf", "0.5.1", "\uff10.5", "5%",
+                                  "0.9e", "1e5"])
+def test_a_bad_sparsity_is_one_line_naming_file_line_and_field(cell, tmp_path, capsys):
+    text = HEADER + f"{CONV1},0.5\n{POINT},{cell}\n"
+    with pytest.raises(InputError) as info:
+        read_layers(io.StringIO(text), name="a.csv")
+    assert info.value.line == 3 and info.value.field == "sparsity" and "from 0 to below 1" in info.value.message
+    source = tmp_path / "bad.csv"
+    source.write_text(text, encoding="utf-8")
+    code, _, err = run(capsys, "predict", source, "--gpu", "h200", "--math", "fma")
+    assert code == 2 and "Traceback" not in err and err.count("\n") == 1, err
+    assert f"{source}:3: sparsity:" in err
+
+
+def test_the_python_api_takes_sparsity_in_a_frame_and_refuses_a_bad_one():
+    model = persist.load_model("h200", math="fma")
+    frame = _three()
+    out = model.predict(frame.assign(sparsity=[0.99]), "fma")
+    assert out["algo"].str.startswith("SEER_SPARSE_").any() and BREAK_EVEN_COLUMN in out
+    with pytest.raises(InputError, match="sparsity must be a number in"):
+        model.predict(frame.assign(sparsity=[1.0]), "fma")
+    # Without the column, nothing changes: no sparse rows, no break-even column.
+    plain = model.predict(frame, "fma")
+    assert not plain["algo"].str.startswith("SEER_SPARSE_").any() and BREAK_EVEN_COLUMN not in plain
+
+
+# -- the shipped model ----------------------------------------------------------------------
+def test_the_shipped_model_reproduces_the_measurements_within_its_stated_error():
+    model = load_sparse_model(SHIPPED)
+    assert model is not None and model.gpu == "h200"
+    files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in SPARSE_DATA.iterdir() if p.is_file()}
+    assert model.card["data"] == files  # provenance: the committed data it learnt from
+
+    from seer.dataset.build import read_sparse_measurements
+
+    rows = sparse_training_rows(read_sparse_measurements(SPARSE_DATA))
+    assert len(rows) == model.card["rows"]
+    for algo in model.kernels:
+        mine = rows[rows["algo"] == algo]
+        j = model.kernels.index(algo)
+        predicted = model.times(mine, mine["sparsity"].to_numpy())[:, j]
+        ape = np.abs(predicted / mine["time_ms"].to_numpy() - 1)
+        # Fitted on all the layers, it does at least as well as left one layer out (the stated error).
+        assert 100 * ape.mean() <= model.card["leave_one_layer_out"][algo]["loo_mape_percent"] + 0.5, algo
+        low, high = model.quantiles[algo]["95"]
+        ratio = mine["time_ms"].to_numpy() / predicted
+        assert np.mean((ratio >= np.exp(low)) & (ratio <= np.exp(high))) >= 0.9, algo
+    assert model.card["leave_one_layer_out"]["SEER_SPARSE_GATHER"]["loo_mape_percent"] < 20
+
+
+def test_training_the_sparse_model_writes_what_is_shipped(tmp_path, capsys):
+    code, _, err = run(capsys, "train", "--gpu", "h200", "--sparse", "--data-dir", ROOT / "data",
+                       "--models-dir", tmp_path)
+    assert code == 0, err
+    fresh, shipped = load_sparse_model(tmp_path / "h200"), load_sparse_model(SHIPPED)
+    assert fresh.card["data"] == shipped.card["data"] and fresh.card["rows"] == shipped.card["rows"]
+    for algo in shipped.kernels:
+        np.testing.assert_allclose(fresh.coefficients[algo], shipped.coefficients[algo], rtol=1e-6, atol=1e-9)
+    # Trained again on the same data, the file does not change, its date included.
+    first = (tmp_path / "h200" / SPARSE_FILE).read_bytes()
+    assert run(capsys, "train", "--gpu", "h200", "--sparse", "--data-dir", ROOT / "data", "--models-dir", tmp_path)[0] == 0
+    assert (tmp_path / "h200" / SPARSE_FILE).read_bytes() == first
+
+
+@pytest.mark.parametrize("damage", [
+    lambda d: d["coefficients"]["SEER_SPARSE_GATHER"].__setitem__(0, "1"),
+    lambda d: d["coefficients"]["SEER_SPARSE_GATHER"].__setitem__(0, -1.0),
+    lambda d: d["coefficients"]["SEER_SPARSE_GATHER"].__setitem__(0, True),
+    lambda d: d["coefficients"]["SEER_SPARSE_GATHER"].pop(),
+    lambda d: d["quantiles"]["SEER_SPARSE_GATHER"].__setitem__("80", [1.0, -1.0]),
+    lambda d: d["coefficients"].__setitem__("os.system", [1.0] * len(TERMS)),
+    lambda d: d["coefficients"]["SEER_SPARSE_GATHER"].__setitem__(0, 10 ** 400),
+    lambda d: d["coefficients"]["SEER_SPARSE_GATHER"].__setitem__(0, float("inf")),
+    lambda d: d["quantiles"]["SEER_SPARSE_GATHER"]["95"].__setitem__(0, float("nan")),
+    lambda d: d.__setitem__("version", 2),
+    lambda d: d.__setitem__("terms", ["constant_ms"]),
+])
+def test_a_damaged_sparse_model_file_is_refused_in_one_sentence(damage, tmp_path):
+    document = json.loads((SHIPPED / SPARSE_FILE).read_text())
+    damage(document)
+    (tmp_path / SPARSE_FILE).write_text(json.dumps(document))
+    with pytest.raises(InputError, match="sparse model file"):
+        load_sparse_model(tmp_path)
+    (tmp_path / SPARSE_FILE).write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(InputError, match="sparse model file"):
+        load_sparse_model(tmp_path)
+    assert load_sparse_model(tmp_path / "none") is None
+
+
+# -- the break-even sparsity --------------------------------------------------------------
+def _synthetic(constant: float, per_billion: float) -> SparseTimeModel:
+    """gather only: time = constant + (1 - sparsity) * per_billion * dense multiply-adds (in billions)."""
+    w = [constant, 0.0, 0.0, per_billion, 0.0]
+    return SparseTimeModel("h200", {"SEER_SPARSE_GATHER": w},
+                           {"SEER_SPARSE_GATHER": {"80": [-0.1, 0.1], "95": [-0.2, 0.2]}}, {})
+
+
+def test_break_even_is_the_lowest_sparsity_whose_predicted_time_is_below_the_dense_one():
+    frame = _three()
+    macs = features(frame, np.zeros(1))[0, 3]  # billions of dense multiply-adds
+    model = _synthetic(0.01, 1.0)
+    dense = 0.01 + 0.1995 * macs  # the sparse time equals it at sparsity 0.8005
+    level = model.break_even(frame, np.array([dense]))[0]
+    assert level == pytest.approx(0.801)
+    times = model.times(frame.loc[[0, 0]], np.array([level, level - 0.001]))[:, 0]
+    assert times[0] < dense <= times[1]
+    assert model.break_even(frame, np.array([0.02 + macs]))[0] == 0.0  # faster even on a dense input
+    assert np.isnan(model.break_even(frame, np.array([0.009]))[0])  # its fixed cost alone is slower
+    assert np.isnan(model.break_even(frame, np.array([0.01 + 0.0005 * macs]))[0])  # only above 0.999
+    assert np.isnan(model.break_even(frame, np.array([np.nan]))[0])  # no dense time to beat
+
+
+# -- seer predict ---------------------------------------------------------------------------
+def test_predict_adds_the_sparse_kernels_and_the_break_even_to_sparse_layers_only(tmp_path, capsys):
+    plain, sparse = tmp_path / "plain.csv", tmp_path / "sparse.csv"
+    plain.write_text(HEADER.replace(",sparsity", "") + f"{CONV1}\n{POINT}\n{THREE}\n")
+    sparse.write_text(HEADER + f"{CONV1},0\n{POINT},0.9\n{THREE},0.99\n")
+    outs = {}
+    for source in (plain, sparse):
+        out = tmp_path / f"{source.stem}-pred.csv"
+        code, _, err = run(capsys, "predict", source, "--gpu", "h200", "--math", "fma", "-o", out)
+        assert code == 0, err
+        outs[source.stem] = out
+    before, after = (pd.read_csv(outs[k], keep_default_na=False) for k in ("plain", "sparse"))
+    assert list(after.columns) == ["layer", "sparsity", BREAK_EVEN_COLUMN, *before.columns[1:]]
+    # The dense layer: every value as without the column.
+    dense = after[after["layer"] == 0].drop(columns=["sparsity", BREAK_EVEN_COLUMN])
+    assert dense.to_csv(index=False) == before[before["layer"] == 0].to_csv(index=False)
+    assert after.loc[after["layer"] == 0, BREAK_EVEN_COLUMN].eq("").all()
+    for layer in (1, 2):
+        rows = after[after["layer"] == layer]
+        kernels = set(rows["algo"][rows["algo"].str.startswith("SEER_SPARSE_")])
+        assert kernels == {"SEER_SPARSE_GATHER", "SEER_SPARSE_SCATTER", *(("SEER_SPARSE_POINTWISE",) if layer == 1
+                                                                           else ())}
+        assert rows["rank"].tolist() == list(range(1, len(rows) + 1))
+        assert rows[~rows["algo"].isin(kernels)]["algo"].tolist() == before[before["layer"] == layer]["algo"].tolist()
+        sparse_rows = rows[rows["algo"].isin(kernels)]
+        assert (sparse_rows["predicted_ms_low80"].astype(float) < sparse_rows["predicted_ms"].astype(float)).all()
+        recommended = rows["recommended"].iloc[0]
+        if recommended in kernels:  # only where surely faster than PyTorch's choice
+            chosen = rows[rows["algo"] == recommended].iloc[0]
+            assert float(chosen["predicted_ms_high80"]) < float(rows["pytorch_low80"].iloc[0])
+    # At 0.99, the 3x3 layer's gather is predicted faster than every cuDNN algorithm (measured: from 0.9).
+    three = after[after["layer"] == 2]
+    assert three["algo"].iloc[0] == "SEER_SPARSE_GATHER" and 0.8 < float(three[BREAK_EVEN_COLUMN].iloc[0]) < 0.99
+    assert after.loc[after["layer"] == 1, BREAK_EVEN_COLUMN].eq("").all()  # a narrow 1x1: none
+
+
+def test_a_file_whose_layers_are_all_dense_predicts_as_without_the_column(tmp_path, capsys):
+    plain, zeros = tmp_path / "plain.csv", tmp_path / "zeros.csv"
+    plain.write_text(HEADER.replace(",sparsity", "") + f"{CONV1}\n{POINT}\n{THREE}\n")
+    zeros.write_text(HEADER + f"{CONV1},0\n{POINT},\n{THREE},0.0\n")
+    texts = {}
+    for source in (plain, zeros):
+        for fmt in ("csv", "json"):
+            out = tmp_path / f"{source.stem}-pred.{fmt}"
+            assert run(capsys, "predict", source, "--gpu", "h200", "--math", "fma", "-o", out)[0] == 0
+            texts[source.stem, fmt] = out.read_text()
+    frame = pd.read_csv(io.StringIO(texts["zeros", "csv"]), dtype=str, keep_default_na=False)
+    assert frame.drop(columns=["sparsity", BREAK_EVEN_COLUMN]).to_csv(index=False) == \
+        pd.read_csv(io.StringIO(texts["plain", "csv"]), dtype=str, keep_default_na=False).to_csv(index=False)
+    objects = json.loads(texts["zeros", "json"])
+    for o in objects:
+        del o["sparsity"], o[BREAK_EVEN_COLUMN]
+    assert objects == json.loads(texts["plain", "json"])
+
+
+def test_the_h100_has_no_sparse_model_and_the_column_changes_nothing_there():
+    model = persist.load_model("h100", math="fma")
+    assert model.sparse is None
+    frame = _three()
+    assert model.predict(frame.assign(sparsity=[0.99]), "fma").equals(model.predict(frame, "fma"))
+
+
+def test_fitting_needs_sparse_runs():
+    with pytest.raises(InputError, match="no ok runs"):
+        fit_sparse_model(pd.DataFrame({"algo": ["IMPLICIT_GEMM"], "status": ["ok"], "sparsity": [0.5],
+                                       "time_ms": [1.0]}), "h200")
