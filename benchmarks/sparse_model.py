@@ -21,7 +21,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from seer.algorithms import algorithm_names
 from seer.dataset.build import read_measurements, read_sparse_measurements
