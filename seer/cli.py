@@ -720,7 +720,13 @@ def _cmd_predict(args) -> int:
         writer = PredictionWriter(handle, format_for(args.out, args.format), args.rows) if handle is not None else None
         offset = 0
         memo = PredictionMemo()  # a later chunk's layers met before are not predicted again
+        unranked_sparsity = model.sparse is None or model.pass_ != "fwd" or args.objective != "time"
         for chunk in iter_layer_chunks(layers, PREDICT_CHUNK, name=_source_name(args.file)):
+            if unranked_sparsity and _has_sparse_layers(chunk):
+                unranked_sparsity = False  # said once
+                err_console.print(f"seer: note: the sparsity column ranks seer's sparse kernels only in the forward "
+                                  f"pass, by time, on a GPU with their model (h200); here ({_model_label(model)}, "
+                                  f"{args.objective}) it changes no prediction", soft_wrap=True)
             answers = cudnn_workspaces(chunk, args.math) if args.cudnn_answers else None
             predictions = with_labels(model.predict(chunk, args.math, algorithms, args.objective, answers, memo),
                                       chunk, offset)
@@ -741,6 +747,14 @@ def _cmd_predict(args) -> int:
     else:
         _print_summary(console, _model_label(model), args.math, summary, args.out)
     return 0
+
+
+def _has_sparse_layers(chunk) -> bool:
+    """Whether a chunk of layers gives some layer a sparsity above 0."""
+    from seer.predict.model import layer_sparsity
+
+    sparsity = layer_sparsity(chunk)
+    return sparsity is not None and bool((sparsity > 0).any())
 
 
 def _model_label(model) -> str:
@@ -1198,6 +1212,11 @@ def _add_network(sub) -> None:
                    "bwd_filter (wgrad) of every convolution found, or all: the training step, each layer's three "
                    "passes (a training step runs no dgrad for a convolution whose input needs no gradient, such "
                    "as the first, which the totals still count)")
+    p.add_argument("--sparsity", metavar="S|FILE",
+                   help="the share of zeros in each convolution's input, so that seer's sparse kernels are ranked "
+                        "too (a GPU with their model: h200): one value in [0, 1) for every layer, or a CSV file "
+                        "with name and sparsity per module, as seer.torch.input_sparsity measures them on real "
+                        "data (modules not in it: dense); the forward pass only (docs/sparse.md)")
     p.add_argument("--models-dir", type=Path, default=None, help=MODELS_DIR_HELP)
     p.set_defaults(func=_cmd_network)
 
@@ -1237,6 +1256,17 @@ def _cmd_network(args) -> int:
         # "all" ranks every algorithm of the model, whatever its pass.
         algorithms = None if args.pass_ != "fwd" and args.algo.strip().lower() == "all" else _algorithms(args.algo)
         model = load_model(args.gpu, math=args.math, models_dir=args.models_dir, pass_=args.pass_)
+    if args.sparsity is not None:
+        if args.pass_ != "fwd" or args.objective != "time":
+            raise InputError("--sparsity ranks seer's sparse kernels in the forward pass, by time: leave out "
+                             + ("--pass" if args.pass_ != "fwd" else "--objective"), field="sparsity")
+        if model.sparse is None:
+            raise InputError(f"{model.gpu} has no model of seer's sparse kernels (docs/sparse.md: h200 has one)",
+                             field="sparsity")
+        if args.algo.strip().lower() == "all":  # every algorithm, and the sparse kernels beside them
+            from seer.algorithms import algorithm_names
+
+            algorithms = [*algorithms, *algorithm_names("sparse")]
     with ExitStack() as files:
         # Opened first, so that an unusable path fails before any work; renamed into place at the end.
         handles = {key: sys.stdout if path == STDOUT else files.enter_context(AtomicOutput(path))
@@ -1269,7 +1299,12 @@ def _cmd_network(args) -> int:
             console = err_console if STDOUT in (args.out, args.layers_out) else out_console
             _print_network_step(console, args, found, model.gpu, result)
             return 0
-        result = predict_network(model, found.layers, args.math, algorithms, args.objective)
+        layers = found.layers
+        if args.sparsity is not None:
+            from seer.networks.network_time import with_sparsity
+
+            layers = with_sparsity(layers, args.sparsity)
+        result = predict_network(model, layers, args.math, algorithms, args.objective)
         if "out" in handles:
             NetworkWriter(handles["out"], format_for(args.out, args.format)).write(
                 result, found.skipped, {"model": args.model, "input": list(found.input_shape), "gpu": model.gpu,

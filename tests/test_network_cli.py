@@ -169,3 +169,56 @@ def test_a_networks_training_step_totals_each_pass_and_the_step(tmp_path, capsys
     _refused(code, err, "no trained fwd, bwd_data, bwd_filter model for GPU 'h100'")
     code, _, err = run(capsys, "network", NET, "--input", INPUT, "--pass", "all", "--objective", "energy")
     _refused(code, err, "--objective is for one pass")
+
+
+def test_a_networks_sparsity_ranks_seers_sparse_kernels_where_the_gpu_has_their_model(tmp_path, capsys):
+    out = tmp_path / "net.json"
+    code, shown, _ = run(capsys, "network", "torch_nets:resnet50", "--input", "1x3x224x224", "--gpu", "h200",
+                         "--math", "fma", "--sparsity", "0.99", "-o", out)
+    assert code == 0 and "SEER_SPARSE_GATHER everywhere" in shown
+    about = json.loads(out.read_text())
+    totals = {row["policy"]: row for row in about["totals"]}
+    assert totals["SEER_SPARSE_GATHER"]["layers_run"] == 53  # every layer of ResNet-50 takes it
+    # At 99% zeros seer's picks gain from the sparse kernels: without them the network predicts slower.
+    code, _, _ = run(capsys, "network", "torch_nets:resnet50", "--input", "1x3x224x224", "--gpu", "h200",
+                     "--math", "fma", "-o", tmp_path / "dense.json")
+    dense = {row["policy"]: row for row in json.loads((tmp_path / "dense.json").read_text())["totals"]}
+    assert totals[SEER_PICKS]["predicted_ms"] < dense[SEER_PICKS]["predicted_ms"]
+    assert "SEER_SPARSE_GATHER" not in dense
+
+
+def test_a_sparsity_file_gives_each_named_module_its_own(tmp_path, capsys):
+    given = tmp_path / "sparsity.csv"
+    given.write_text("name,sparsity\nlayer4.1.conv2,0.99\n")
+    out = tmp_path / "net.csv"
+    code, _, _ = run(capsys, "network", "torch_nets:resnet50", "--input", "1x3x224x224", "--gpu", "h200",
+                     "--math", "fma", "--sparsity", given, "-o", out)
+    assert code == 0
+    rows = pd.read_csv(out)
+    sparse = rows[rows["algo"].astype(str).str.startswith("SEER_SPARSE_")]
+    assert set(sparse["name"]) == {"layer4.1.conv2"}  # the others stay dense
+
+
+@pytest.mark.parametrize("text, words", [
+    ("name,sparsity\nlayer4.1.conv2,1.5\n", "sparsity.csv:2: sparsity: sparsity must be a share of zeros in [0, 1)"),
+    ("name,sparsity\nlayer9.conv2,0.9\n", "sparsity.csv:2: name: the network has no convolution module named"),
+    ("name,sparsity\nconv1,0.5\nconv1,0.6\n", "sparsity.csv:3: name: 'conv1' is given twice"),
+    ("module,sparsity\nconv1,0.5\n", "needs the columns name and sparsity; missing name"),
+])
+def test_a_bad_sparsity_file_is_one_line_and_exit_2(tmp_path, capsys, text, words):
+    given = tmp_path / "sparsity.csv"
+    given.write_text(text)
+    code, _, err = run(capsys, "network", "torch_nets:resnet50", "--input", "1x3x224x224", "--gpu", "h200",
+                       "--sparsity", given)
+    _refused(code, err, words)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--sparsity", "1", "--gpu", "h200"], "--sparsity must be a share of zeros in [0, 1) or a CSV file"),
+    (["--sparsity", "0.9", "--gpu", "h100"], "h100 has no model of seer's sparse kernels"),
+    (["--sparsity", "0.9", "--gpu", "h200", "--pass", "bwd_data"], "--sparsity ranks seer's sparse kernels in the forward"),
+    (["--sparsity", "no-such-file.csv", "--gpu", "h200"], "no such file"),
+])
+def test_sparsity_mistakes_are_one_line_and_exit_2(capsys, argv, words):
+    code, _, err = run(capsys, "network", "torch_nets:resnet50", "--input", "1x3x224x224", *argv)
+    _refused(code, err, words)

@@ -225,3 +225,21 @@ def test_fitting_needs_sparse_runs():
     with pytest.raises(InputError, match="no ok runs"):
         fit_sparse_model(pd.DataFrame({"algo": ["IMPLICIT_GEMM"], "status": ["ok"], "sparsity": [0.5],
                                        "time_ms": [1.0]}), "h200")
+
+
+@pytest.mark.parametrize("argv", [["--gpu", "h100"], ["--gpu", "h200", "--objective", "energy"],
+                                  ["--gpu", "h200", "--pass", "bwd_data"]])
+def test_a_sparsity_that_ranks_nothing_says_so_once(argv, tmp_path, capsys):
+    source = tmp_path / "layers.csv"
+    source.write_text(HEADER + f"{THREE},0.99\n{THREE},0.95\n")
+    code, _, err = run(capsys, "predict", source, "--math", "fma", *argv, "-o", tmp_path / "out.csv")
+    assert code == 0 and err.count("the sparsity column ranks seer's sparse kernels only") == 1, err
+    ranked = pd.read_csv(tmp_path / "out.csv")
+    assert not ranked["algo"].astype(str).str.startswith("SEER_SPARSE_").any()
+
+
+def test_a_sparsity_that_ranks_the_sparse_kernels_needs_no_note(tmp_path, capsys):
+    source = tmp_path / "layers.csv"
+    source.write_text(HEADER + f"{THREE},0.99\n")
+    code, _, err = run(capsys, "predict", source, "--math", "fma", "--gpu", "h200", "-o", tmp_path / "out.csv")
+    assert code == 0 and "ranks seer's sparse kernels only" not in err

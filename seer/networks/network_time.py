@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from seer.errors import InputError
 from seer.layers.shapes import LAYER_COLUMNS
 from seer.predict.model import Model, best_per_layer
 from seer.schema import PYTORCH_CHOICE
@@ -69,6 +71,49 @@ def predict_network(model: Model, layers: pd.DataFrame, math: str = "default",
     picks["total_ms"] = picks["calls"] * picks["best_ms"]
     totals = _totals(predictions, picks, len(layers), guarded=objective == "time")
     return NetworkPrediction(predictions, picks.reset_index(drop=True), totals, math)
+
+
+def with_sparsity(layers: pd.DataFrame, spec: str) -> pd.DataFrame:
+    """``layers`` (a network's layer frame, with ``name``) with a ``sparsity`` column from
+    ``spec``: one share of zeros in [0, 1) for every layer, or a CSV file with ``name`` and
+    ``sparsity`` columns (what ``seer.torch.input_sparsity(model, batch).layers`` measures on
+    real data), whose modules' layers take their value and the others 0 (dense). InputError,
+    naming the file, line and field, for a value out of range, a module the network does not
+    have, or a module given twice."""
+    try:
+        value = float(spec)
+    except ValueError:
+        value = None
+    if value is not None:
+        if not 0 <= value < 1:
+            raise InputError(f"--sparsity must be a share of zeros in [0, 1) or a CSV file, got {spec!r}",
+                             field="sparsity")
+        return layers.assign(sparsity=value)
+    path = Path(spec)
+    try:
+        given = pd.read_csv(path, dtype={"name": str}, keep_default_na=False)
+    except FileNotFoundError:
+        raise InputError("no such file (--sparsity takes a share of zeros or a CSV file)", path=path) from None
+    except (OSError, ValueError, pd.errors.ParserError) as exc:
+        raise InputError(f"cannot read it as CSV: {str(exc).splitlines()[0]}", path=path) from None
+    missing = [c for c in ("name", "sparsity") if c not in given.columns]
+    if missing:
+        raise InputError(f"needs the columns name and sparsity; missing {', '.join(missing)}", path=path)
+    values = pd.to_numeric(given["sparsity"], errors="coerce").to_numpy(dtype=float)
+    known = set(layers["name"].astype(str))
+    seen: set[str] = set()
+    for row, (name, value) in enumerate(zip(given["name"], values), start=2):  # line 1 is the header
+        if not 0 <= value < 1:
+            raise InputError(f"sparsity must be a share of zeros in [0, 1), got {given['sparsity'].iloc[row - 2]!r}",
+                             path=path, line=row, field="sparsity")
+        if name not in known:
+            raise InputError(f"the network has no convolution module named {name!r}", path=path, line=row,
+                             field="name")
+        if name in seen:
+            raise InputError(f"{name!r} is given twice", path=path, line=row, field="name")
+        seen.add(name)
+    by_name = dict(zip(given["name"], values))
+    return layers.assign(sparsity=[by_name.get(str(n), 0.0) for n in layers["name"]])
 
 
 def _calls_and_names(layers: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
