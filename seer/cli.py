@@ -1398,6 +1398,8 @@ def _print_network(console, args, shape, gpu: str, found, result) -> None:
 
 
 def _add_profile_network(sub) -> None:
+    from seer.schema import STEP_OPTIMIZERS
+
     p = sub.add_parser(
         "profile-network", help="time every convolution and the forward pass of PyTorch models on this GPU, "
                                 "per input size and policy, with the algorithm that ran verified",
@@ -1438,10 +1440,13 @@ def _add_profile_network(sub) -> None:
     p.add_argument("--passes-only", action="store_true",
                    help="time whole passes only (eager, CUDA graph, bursts), not each convolution")
     p.add_argument("--training", action="store_true",
-                   help="time training steps instead (train mode: forward, mean of the output, backward; no "
-                        "optimizer step): eager and CUDA-graph wall time per step, policies in turns; seer's "
+                   help="time training steps instead (train mode: forward, mean of the output, backward, and "
+                        "--optimizer's step): eager and CUDA-graph wall time per step, policies in turns; seer's "
                         "policies run its forward, dgrad and wgrad picks (the GPU's backward models, e.g. --gpu "
                         "h200). Writes OUT/steps.csv")
+    p.add_argument("--optimizer", choices=STEP_OPTIMIZERS, default="none",
+                   help="with --training, end each step with an optimizer step: none (default) or sgd (with "
+                        "momentum); every policy pays the same for it. Give each its own --out")
     p.add_argument("--tables-only", action="store_true", help="measure nothing: rebuild the tables and plots")
     p.add_argument("--no-tables", action="store_true",
                    help="only record: leave the tables and plots to `--tables-only` or `seer merge` (as shards do)")
@@ -1462,6 +1467,8 @@ def _cmd_profile_network(args) -> int:
     from seer.schema import parse_math_modes
 
     spec = get_gpu_spec(args.gpu)
+    if args.optimizer != "none" and not args.training:
+        raise InputError("--optimizer ends a training step: give --training too", field="optimizer")
     policies = parse_policies(args.algo)
     maths = parse_math_modes(args.math)
     shard_index, shard_count = parse_shard(args.shard)
@@ -1501,7 +1508,7 @@ def _cmd_profile_network(args) -> int:
                          step="training" if args.training else "forward")
         options = ProfileOptions(out_dir=args.out, gpu=spec.name, models_dir=args.models_dir,
                                  dataset_dir=args.data_dir / spec.name, budget_ms=args.budget_ms,
-                                 retrace=args.retrace, layer_times=not args.passes_only,
+                                 retrace=args.retrace, layer_times=not args.passes_only, optimizer=args.optimizer,
                                  tag=default_tag(shard_index, shard_count),
                                  argv=list(args.argv))
         started = time.perf_counter()

@@ -113,6 +113,10 @@ PROFILE_STATUSES: dict[str, str] = {
                         "or none where its CUPTI trace had counted them",
 }
 
+#: Optimizers a timed training step may end with (``seer profile-network --training --optimizer``):
+#: none, or SGD with momentum (:func:`seer.torch.convolution.training_step`).
+STEP_OPTIMIZERS = ("none", "sgd")
+
 # -- splits -------------------------------------------------------------------------------
 #: The ``split`` column's values and how reports name them.
 SPLITS: dict[str, str] = {"train": "training", "test1": "Test-set-I", "test2": "Test-set-II"}

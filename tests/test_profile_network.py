@@ -243,3 +243,36 @@ def test_training_step_records_make_steps_csv_alone(tmp_path):
     assert steps.set_index("policy").loc["seer", "eager_ms"] == 44.0 and len(steps) == 2
     assert len(read_steps(tmp_path)) == 2
     assert read_profile(tmp_path)[0].empty  # forward passes are not mixed with steps
+
+
+def test_a_training_step_may_end_with_an_sgd_step():
+    torch = pytest.importorskip("torch")
+    from seer.torch.convolution import training_step
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(), torch.nn.LazyLinear(2))
+    x = torch.randn(2, 3, 8, 8)
+    model(x)  # the lazy layer takes its shape
+    before = [p.detach().clone() for p in model.parameters()]
+    training_step(model, x)()
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # no optimizer: weights stay
+    training_step(model, x, "sgd")()
+    assert not any(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    with pytest.raises(InputError, match="unknown optimizer 'adam'"):
+        training_step(model, x, "adam")
+
+
+def test_steps_recorded_with_another_optimizer_are_measured_again(tmp_path):
+    from seer.collect.store import RunStore
+    from seer.networks.profile_network import NetworkProfiler, ProfileOptions
+
+    store = RunStore(tmp_path, tag="t", kinds=KINDS)
+    base = {"network": "resnet50", "input": "32x3x224x224", "math": "fma", "status": "ok"}
+    store.append("step_times", [{**base, "policy": "seer"},  # before there was a choice: no optimizer
+                                {**base, "policy": "heuristic", "optimizer": "sgd"}])
+    store.close()
+    profiler = NetworkProfiler.__new__(NetworkProfiler)  # no GPU here: only the bookkeeping
+    profiler.store = RunStore(tmp_path, kinds=KINDS)
+    for optimizer, done in (("none", "seer"), ("sgd", "heuristic")):
+        profiler.options = ProfileOptions(out_dir=tmp_path, optimizer=optimizer)
+        assert profiler.done_steps() == {("resnet50", "32x3x224x224", "fma", done)}

@@ -17,8 +17,8 @@ The kernels of each distinct convolution (without bias) are traced with CUPTI an
 against the algorithm forced there (:mod:`seer.networks.kernel_evidence`); under PyTorch's policies
 they name the algorithms PyTorch may have run.
 
-A training step (train mode: forward, a loss, backward; no optimizer step, which costs every
-policy the same) is timed as a user runs it only: eager wall time of back-to-back steps and
+A training step (train mode: forward, a loss, backward, and an optimizer step where asked,
+which costs every policy the same) is timed as a user runs it only: eager wall time of back-to-back steps and
 replays of the step captured in a CUDA graph (``step_times`` records, ``steps.csv``). seer's
 policies there run its forward, backward-data and backward-filter picks
 (``seer.torch.apply(..., training=True)``), so they need the GPU's backward models.
@@ -76,7 +76,7 @@ OVERALL_COLUMNS = (*PASS_KEY, "size", "batch", "status", "forward_ms", "forward_
 #: Columns of steps.csv, in order (one row per network, input, math and policy): wall times of a
 #: training step, and how many layers' forward and backward picks replaced PyTorch's.
 STEPS_COLUMNS = (*PASS_KEY, "size", "batch", "status", *WALL_COLUMNS, "fwd_picks", "bwd_data_picks",
-                 "bwd_filter_picks", "conv_layers", "collected_at", "error")
+                 "bwd_filter_picks", "conv_layers", "optimizer", "collected_at", "error")
 #: Columns of layers.csv, in order (one row per network, input, math, policy and conv module).
 LAYERS_COLUMNS = (*PASS_KEY, "size", "name", "calls", *LAYER_FIELDS, "algo", "predicted_ms", "measured_ms",
                   "spread", "reps", "verified", "candidates", "kernels", "fallback")
@@ -161,6 +161,7 @@ class ProfileOptions:
     layer_times: bool = True  # time and trace each convolution too (not only whole passes)
     tag: str = field(default_factory=default_tag)
     argv: list[str] = field(default_factory=list)
+    optimizer: str = "none"  # ends a training step (seer.torch.convolution.STEP_OPTIMIZERS)
 
 
 @contextmanager
@@ -231,6 +232,16 @@ class NetworkProfiler:
             choices.append(choice)
         return tuple(choices)
 
+    def done_steps(self) -> set[tuple]:
+        """Keys of the training steps recorded with this run's optimizer (a record without one, made
+        before there was a choice, had none)."""
+        steps = self.store.read("step_times", PASS_KEY)
+        if steps.empty:
+            return set()
+        optimizer = steps["optimizer"].fillna("none") if "optimizer" in steps else pd.Series("none", index=steps.index)
+        steps = steps[optimizer == self.options.optimizer]
+        return set(steps[list(PASS_KEY)].itertuples(index=False, name=None))
+
     def done(self) -> set[tuple]:
         done = self.store.done_keys("pass_times", PASS_KEY)
         if self.options.retrace and self.tracer is not None:
@@ -239,7 +250,7 @@ class NetworkProfiler:
 
     def run(self, jobs: Sequence[Job]) -> int:
         """Profile every job's policies not yet recorded; returns how many were measured."""
-        done = {"forward": self.done(), "training": self.store.done_keys("step_times", PASS_KEY)}
+        done = {"forward": self.done(), "training": self.done_steps()}
         self.measured = 0
         for job in jobs:
             todo = [p for p in job.policies if (job.network, job.input, job.math, p) not in done[job.step]]
@@ -314,7 +325,7 @@ class NetworkProfiler:
             wall = dict(walls[policy])
             problem = wall.pop("wall_error", None)
             record = {**self._pass_base(job, policy), "status": "error" if problem else "ok", **wall,
-                      "conv_layers": int(len(layers))}
+                      "conv_layers": int(len(layers)), "optimizer": self.options.optimizer}
             if problem:
                 record["error"] = problem
             record.update(self._pick_counts.get(policy, {}))
@@ -389,7 +400,8 @@ class NetworkProfiler:
         passes = None
         from seer.torch.convolution import training_step
 
-        run = training_step if job.step == "training" else forward_pass
+        optimizer = self.options.optimizer
+        run = (lambda m, x: training_step(m, x, optimizer)) if job.step == "training" else forward_pass
         with torch.no_grad() if job.step == "forward" else torch.enable_grad():
             for policy in policies:  # each policy's model, warm-up (plans, autotuning) and CUDA graph
                 try:

@@ -45,7 +45,7 @@ from torch import nn
 from seer.algorithms import Algorithm, get_algorithm, select_algorithms
 from seer.errors import InputError
 from seer.layers.shapes import ConvShape, ShapeError
-from seer.schema import PYTORCH_CHOICE, get_math_mode
+from seer.schema import PYTORCH_CHOICE, STEP_OPTIMIZERS, get_math_mode
 from seer.torch.layers import layer_of_call
 
 #: What runs a layer where no algorithm is chosen, or the chosen one cannot run.
@@ -373,12 +373,17 @@ def eager_pass_times(model: nn.Module, example: torch.Tensor, passes: int = 10) 
     return median(hosts) * 1e3, median(walls) * 1e3
 
 
-def training_step(model: nn.Module, x: torch.Tensor):
+def training_step(model: nn.Module, x: torch.Tensor, optimizer: str = "none"):
     """One training step of ``model`` on ``x``, as a callable: the gradients cleared (set to
     None, as ``optimizer.zero_grad()`` does), the forward pass, the mean of its output as the
-    loss, and the backward pass; no optimizer step. The first output of a model that returns
-    several (GoogLeNet's and Inception's auxiliary logits in train mode) makes the loss."""
+    loss, the backward pass, and, with ``optimizer="sgd"``, an SGD step with momentum (lr 1e-3,
+    so that the weights barely move). The first output of a model that returns several
+    (GoogLeNet's and Inception's auxiliary logits in train mode) makes the loss."""
+    if optimizer not in STEP_OPTIMIZERS:
+        raise InputError(f"unknown optimizer {optimizer!r}; choose one of: {', '.join(STEP_OPTIMIZERS)}",
+                         field="optimizer")
     parameters = [p for p in model.parameters() if p.requires_grad]
+    sgd = torch.optim.SGD(parameters, lr=1e-3, momentum=0.9) if optimizer == "sgd" else None
 
     def step() -> None:
         for parameter in parameters:
@@ -387,6 +392,8 @@ def training_step(model: nn.Module, x: torch.Tensor):
         if not hasattr(output, "backward"):
             output = output[0]
         output.float().mean().backward()
+        if sgd is not None:
+            sgd.step()
 
     return step
 
