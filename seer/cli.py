@@ -603,6 +603,7 @@ def _cmd_calibrate(args) -> int:
 #: at once. tests/test_predict_cli.py keeps each in step with the constant in brackets.
 MATH_MODE_CHOICES = ("fma", "default")  # seer.schema.MATH_MODE_NAMES
 OBJECTIVE_CHOICES = ("time", "energy")  # seer.schema.OBJECTIVES
+STEP_OPTIMIZER_CHOICES = ("none", "sgd")  # seer.schema.STEP_OPTIMIZERS
 FORMAT_CHOICES = ("csv", "json")  # seer.output.FORMATS
 ROWS_CHOICES = ("algorithm", "layer")  # seer.output.ROWS
 
@@ -1398,8 +1399,6 @@ def _print_network(console, args, shape, gpu: str, found, result) -> None:
 
 
 def _add_profile_network(sub) -> None:
-    from seer.schema import STEP_OPTIMIZERS
-
     p = sub.add_parser(
         "profile-network", help="time every convolution and the forward pass of PyTorch models on this GPU, "
                                 "per input size and policy, with the algorithm that ran verified",
@@ -1444,7 +1443,7 @@ def _add_profile_network(sub) -> None:
                         "--optimizer's step): eager and CUDA-graph wall time per step, policies in turns; seer's "
                         "policies run its forward, dgrad and wgrad picks (the GPU's backward models, e.g. --gpu "
                         "h200). Writes OUT/steps.csv")
-    p.add_argument("--optimizer", choices=STEP_OPTIMIZERS, default="none",
+    p.add_argument("--optimizer", choices=STEP_OPTIMIZER_CHOICES, default="none",
                    help="with --training, end each step with an optimizer step: none (default) or sgd (with "
                         "momentum); every policy pays the same for it. Give each its own --out")
     p.add_argument("--tables-only", action="store_true", help="measure nothing: rebuild the tables and plots")

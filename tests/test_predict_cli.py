@@ -442,9 +442,10 @@ def test_a_missing_layer_file_is_refused_at_once_in_the_readers_words(tmp_path, 
 
 def test_building_the_parser_loads_no_numerical_library_and_its_choices_stay_in_step():
     from seer import cli
-    from seer.schema import MATH_MODE_NAMES, OBJECTIVES
+    from seer.schema import MATH_MODE_NAMES, OBJECTIVES, STEP_OPTIMIZERS
 
     assert cli.MATH_MODE_CHOICES == MATH_MODE_NAMES and cli.OBJECTIVE_CHOICES == OBJECTIVES
+    assert cli.STEP_OPTIMIZER_CHOICES == STEP_OPTIMIZERS
     assert cli.FORMAT_CHOICES == output.FORMATS and cli.ROWS_CHOICES == output.ROWS
     probe = "import sys, seer.cli; seer.cli.build_parser(); print(sorted({'numpy', 'pandas', 'numba'} & set(sys.modules)))"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
