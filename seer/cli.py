@@ -736,6 +736,8 @@ def _cmd_predict(args) -> int:
             summary.add(predictions)
             if show_all or (summary.layers <= TABLE_LAYERS and not args.out and args.table == "auto"):
                 best = best_per_layer(predictions)
+                if "break_even_sparsity" in predictions:  # per layer, beside the pick
+                    best = best.join(predictions.groupby("layer")["break_even_sparsity"].first())
                 shown.append(chunk.set_index(best.index).join(best))
             offset += len(chunk)
             progress.advance(len(chunk))
@@ -1040,6 +1042,11 @@ def _print_table(console, gpu: str, math: str, rows, objective: str = "time", la
     if named:
         table.add_column("name", overflow="fold")
     table.add_column("shape", min_width=12)
+    # Layers on sparse inputs: their share of zeros, and where a sparse kernel would start to win.
+    sparse = "sparsity" in rows and "break_even_sparsity" in rows and bool((rows["sparsity"] > 0).any())
+    if sparse:
+        table.add_column("zeros", no_wrap=True)
+        table.add_column("break-even", no_wrap=True)
     sure = not energy and "pick_near_best" in rows and rows["pick_near_best"].notna().any()
     headers = ("least energy", "ms", "mJ", "runner-up", "ms", "mJ") if energy else (
         "fastest", "ms", *(("near best",) if sure else ()), "runner-up", "ms")
@@ -1058,11 +1065,18 @@ def _print_table(console, gpu: str, math: str, rows, objective: str = "time", la
             cells.insert(3, "" if pd.isna(row["pick_near_best"]) else f"{row['pick_near_best']:.0%}")
         if guarded:
             cells += _guard_cells(row)
+        if sparse:
+            even = row["break_even_sparsity"]
+            cells[1:1] = [f"{row['sparsity']:.0%}" if row["sparsity"] > 0 else "",
+                          "none" if pd.isna(even) else f"{even:.1%}"]
         table.add_row(str(i), *name, *cells)
     console.print(table, crop=False)  # never cut a number off at the edge
     if f"best_low{TABLE_LEVEL}" in rows and rows[f"best_low{TABLE_LEVEL}"].notna().any():
         console.print(f"ms \\[low, high]: the time's {TABLE_LEVEL}% interval" + (
             "; near best: the chance that the pick measures within 1% of the fastest" if sure else "") + ".")
+    if sparse:
+        console.print("zeros: the share of the layer's input that is zero (the sparsity column); break-even: the "
+                      "least share at which one of seer's sparse kernels is predicted faster than cuDNN's best.")
     if guarded:
         kept = int((rows["recommended"] == PYTORCH_CHOICE).sum())
         console.print(f"PyTorch ms: PyTorch's own choice (default mode), predicted. use: the pick where its "

@@ -243,3 +243,27 @@ def test_a_sparsity_that_ranks_the_sparse_kernels_needs_no_note(tmp_path, capsys
     source.write_text(HEADER + f"{THREE},0.99\n")
     code, _, err = run(capsys, "predict", source, "--math", "fma", "--gpu", "h200", "-o", tmp_path / "out.csv")
     assert code == 0 and "ranks seer's sparse kernels only" not in err
+
+
+def test_the_table_shows_each_layers_zeros_and_break_even(tmp_path, capsys):
+    source = tmp_path / "layers.csv"
+    source.write_text(HEADER + f"{THREE},0.99\n{THREE},\n")
+    code, out, _ = run(capsys, "predict", source, "--math", "fma", "--gpu", "h200")
+    assert code == 0 and "zeros" in out and "break-even" in out and "99%" in out, out
+    lines = [line for line in out.splitlines() if line.lstrip().startswith(("0 ", "1 "))]
+    assert "99%" in lines[0] and "99%" not in lines[1], lines  # the dense layer shows no share of zeros
+    # A file with no sparse layer keeps the table it had.
+    source.write_text(HEADER + f"{THREE},\n")
+    code, out, _ = run(capsys, "predict", source, "--math", "fma", "--gpu", "h200")
+    assert code == 0 and "break-even" not in out
+
+
+def test_a_dense_layers_break_even_does_not_depend_on_the_other_layers(tmp_path, capsys):
+    values = []
+    for text in (f"{THREE},0\n", f"{THREE},0\n{POINT},0.9\n"):
+        source = tmp_path / "layers.csv"
+        source.write_text(HEADER + text)
+        assert run(capsys, "predict", source, "--math", "fma", "--gpu", "h200", "-o", tmp_path / "out.csv")[0] == 0
+        rows = pd.read_csv(tmp_path / "out.csv")
+        values.append(rows.loc[rows["layer"] == 0, "break_even_sparsity"].iloc[0])
+    assert values[0] == values[1] and 0 < values[0] < 1, values

@@ -293,7 +293,7 @@ def with_sparse_rows(predictions: pd.DataFrame, frame: pd.DataFrame, sparsity: n
     sparse = sparsity > 0
     out = predictions.copy()
     out[BREAK_EVEN_COLUMN] = np.nan
-    if not sparse.any() or not kernels:
+    if not kernels:
         return out
     layer = predictions["layer"].to_numpy()
     # The best dense cuDNN time per layer: what PyTorch could run instead, whatever the input holds.
@@ -306,7 +306,11 @@ def with_sparse_rows(predictions: pd.DataFrame, frame: pd.DataFrame, sparsity: n
     times, bounds = every[:, columns], model.bounds(every)[:, columns]
     picked = SparseTimeModel(model.gpu, {k: model.coefficients[k] for k in kernels},
                              {k: model.quantiles[k] for k in kernels}, model.card)
+    # Every layer's, dense ones too (the share of zeros at which a sparse kernel would pay), so that
+    # a layer's value does not depend on the other layers of the file.
     out[BREAK_EVEN_COLUMN] = picked.break_even(frame, best_dense)[layer]
+    if not sparse.any():
+        return out
     chosen = np.flatnonzero(sparse)
     in_sparse = np.isin(layer, chosen)
     pieces = [out[~in_sparse]]
