@@ -347,30 +347,35 @@ def pass_picks(candidates: Iterable[tuple[object, float, float]], host_ms: float
     return chosen
 
 
-def eager_pass_times(model: nn.Module, example: torch.Tensor, passes: int = 10) -> tuple[float, float]:
-    """``model``'s eager forward pass on ``example`` under ``torch.no_grad()``: the host ms to
-    enqueue one pass (GPU idle at its start), and the wall ms per pass of ``passes`` back to
-    back; medians of a few repetitions, after a warm-up."""
+def _host_and_wall_ms(call, repeats: int) -> tuple[float, float]:
+    """The host ms to enqueue one ``call`` (GPU idle at its start), and the wall ms per call of
+    ``repeats`` back to back; medians of a few repetitions, after a warm-up."""
     from statistics import median
     from time import perf_counter
 
-    with torch.no_grad():
-        for _ in range(3):
-            model(example)
+    for _ in range(3):
+        call()
+    torch.cuda.synchronize()
+    hosts, walls = [], []
+    for _ in range(5):
+        started = perf_counter()
+        call()
+        hosts.append(perf_counter() - started)
         torch.cuda.synchronize()
-        hosts, walls = [], []
-        for _ in range(5):
-            started = perf_counter()
-            model(example)
-            hosts.append(perf_counter() - started)
-            torch.cuda.synchronize()
-        for _ in range(3):
-            started = perf_counter()
-            for _ in range(passes):
-                model(example)
-            torch.cuda.synchronize()
-            walls.append((perf_counter() - started) / passes)
+    for _ in range(3):
+        started = perf_counter()
+        for _ in range(repeats):
+            call()
+        torch.cuda.synchronize()
+        walls.append((perf_counter() - started) / repeats)
     return median(hosts) * 1e3, median(walls) * 1e3
+
+
+def eager_pass_times(model: nn.Module, example: torch.Tensor, passes: int = 10) -> tuple[float, float]:
+    """``model``'s eager forward pass on ``example`` under ``torch.no_grad()``: the host ms to
+    enqueue one pass, and the wall ms per pass of ``passes`` back to back (:func:`_host_and_wall_ms`)."""
+    with torch.no_grad():
+        return _host_and_wall_ms(lambda: model(example), passes)
 
 
 def training_step(model: nn.Module, x: torch.Tensor, optimizer: str = "none"):
@@ -401,29 +406,10 @@ def training_step(model: nn.Module, x: torch.Tensor, optimizer: str = "none"):
 def eager_step_times(model: nn.Module, example: torch.Tensor, steps: int = 5) -> tuple[float, float]:
     """An eager training step (:func:`training_step`) of a copy of ``model`` in train mode on
     ``example`` (the model's own state and gradients are left alone): the host ms to enqueue
-    one step (GPU idle at its start), and the wall ms per step of ``steps`` back to back;
-    medians of a few repetitions, after a warm-up."""
+    one step, and the wall ms per step of ``steps`` back to back (:func:`_host_and_wall_ms`)."""
     import copy
-    from statistics import median
-    from time import perf_counter
 
-    step = training_step(copy.deepcopy(model).train(), example)
-    for _ in range(3):
-        step()
-    torch.cuda.synchronize()
-    hosts, walls = [], []
-    for _ in range(5):
-        started = perf_counter()
-        step()
-        hosts.append(perf_counter() - started)
-        torch.cuda.synchronize()
-    for _ in range(3):
-        started = perf_counter()
-        for _ in range(steps):
-            step()
-        torch.cuda.synchronize()
-        walls.append((perf_counter() - started) / steps)
-    return median(hosts) * 1e3, median(walls) * 1e3
+    return _host_and_wall_ms(training_step(copy.deepcopy(model).train(), example), steps)
 
 
 def keeps_pick(guess: LayerGuess, heuristic: str | None, captured: bool = False,
