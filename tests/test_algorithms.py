@@ -109,6 +109,25 @@ def test_the_engine_table_realises_every_legacy_run_recorded():
     assert set(runs["algo"]) == {a.name for a in ALGORITHMS if a.engines is not None}
 
 
+def _traced_launches(dataset, table, keep) -> pd.DataFrame:
+    """One row per traced call of the algorithms ``keep`` accepts in ``dataset``: its launches,
+    the kind of its layer (dense, grouped, depthwise), what ``Algorithm.launches`` says (``table``)
+    and their ``ratio``."""
+    from seer.layers.shapes import ConvShape
+
+    traced = read_parts(dataset / "traced_kernels", columns=["shape_id", "math", "algo", "launches"])
+    traced = traced[traced["algo"].map(keep)]
+    launches = traced.groupby(["shape_id", "math", "algo"], as_index=False)["launches"].sum()
+    fields = ["shape_id", "math", "algo", "groups", "in_ch"]
+    calls = launches.merge(table[fields].drop_duplicates(fields[:3]), on=fields[:3])
+    calls["kind"] = ["dense" if g == 1 else "depthwise" if g == c else "grouped"
+                     for g, c in zip(calls["groups"], calls["in_ch"])]
+    calls["table"] = [get_algorithm(a).launches.of(ConvShape.square(1, c, 8, c, 1, groups=g), m)
+                      for a, m, g, c in zip(calls["algo"], calls["math"], calls["groups"], calls["in_ch"])]
+    calls["ratio"] = calls["launches"] / calls["table"]
+    return calls
+
+
 @pytest.mark.slow
 def test_the_launch_table_is_the_median_of_the_traced_launches(table):
     """Algorithm.launches against every traced call of the H100 dataset: per algorithm, math
@@ -116,19 +135,8 @@ def test_the_launch_table_is_the_median_of_the_traced_launches(table):
     factor of two of most of them."""
     from conftest import DATASET
 
-    from seer.layers.shapes import ConvShape
-
-    traced = read_parts(DATASET / "traced_kernels", columns=["shape_id", "math", "algo", "launches"])
-    traced = traced[traced["algo"].map(lambda a: get_algorithm(a).source != "pytorch")]  # seer never runs them
-    launches = traced.groupby(["shape_id", "math", "algo"], as_index=False)["launches"].sum()
-    fields = ["shape_id", "math", "algo", "groups", "in_ch"]
-    layers = table[fields].drop_duplicates(fields[:3])
-    calls = launches.merge(layers, on=fields[:3])
-    calls["kind"] = ["dense" if g == 1 else "depthwise" if g == c else "grouped"
-                     for g, c in zip(calls["groups"], calls["in_ch"])]
-    calls["table"] = [get_algorithm(a).launches.of(ConvShape.square(1, c, 8, c, 1, groups=g), m)
-                      for a, m, g, c in zip(calls["algo"], calls["math"], calls["groups"], calls["in_ch"])]
-    calls["ratio"] = calls["launches"] / calls["table"]
+    # seer never runs PyTorch's policies
+    calls = _traced_launches(DATASET, table, lambda a: get_algorithm(a).source != "pytorch")
     summary = calls.groupby(["algo", "math", "kind"])["ratio"].agg(
         median="median", within_2x=lambda r: ((r >= 0.5) & (r <= 2)).mean(), n="size")
     assert len(summary) >= 30
@@ -144,20 +152,10 @@ def test_the_backward_launch_table_is_the_median_of_the_h200s_traced_launches():
     the H200 dataset: where a call launches many kernels (a loop over the groups), the table's
     count is the median of the traced counts; elsewhere within 5x of it."""
     from seer.dataset.build import read_measurements
-    from seer.layers.shapes import ConvShape
 
     h200 = REPO / "data" / "h200"
-    traced = read_parts(h200 / "traced_kernels", columns=["shape_id", "math", "algo", "launches"])
-    traced = traced[traced["algo"].map(lambda a: get_algorithm(a).pass_ != "fwd" and get_algorithm(a).source == "cudnn")]
-    launches = traced.groupby(["shape_id", "math", "algo"], as_index=False)["launches"].sum()
-    fields = ["shape_id", "math", "algo", "groups", "in_ch"]
-    layers = read_measurements(h200 / "measurements", columns=fields).drop_duplicates(fields[:3])
-    calls = launches.merge(layers, on=fields[:3])
-    calls["kind"] = ["dense" if g == 1 else "depthwise" if g == c else "grouped"
-                     for g, c in zip(calls["groups"], calls["in_ch"])]
-    calls["table"] = [get_algorithm(a).launches.of(ConvShape.square(1, c, 8, c, 1, groups=g), m)
-                      for a, m, g, c in zip(calls["algo"], calls["math"], calls["groups"], calls["in_ch"])]
-    calls["ratio"] = calls["launches"] / calls["table"]
+    table = read_measurements(h200 / "measurements", columns=["shape_id", "math", "algo", "groups", "in_ch"])
+    calls = _traced_launches(h200, table, lambda a: get_algorithm(a).pass_ != "fwd" and get_algorithm(a).source == "cudnn")
     summary = calls.groupby(["algo", "math", "kind"]).agg(median=("ratio", "median"), launches=("launches", "median"))
     assert len(summary) >= 60
     loops = summary["launches"] > 8
