@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import sys
 from pathlib import Path
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -25,6 +26,26 @@ import pytest  # noqa: E402
 DATA = Path(__file__).parent / "data"
 REPO = Path(__file__).resolve().parents[1]
 DATASET = REPO / "data" / "h100"
+#: The stand-in for the GPU worker (tests/fake_worker.py), and the probe of an H100 it answers with.
+FAKE = [sys.executable, str(Path(__file__).with_name("fake_worker.py"))]
+H100_PROBE = {"device_name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "memory_bytes": 85520809984,
+              "cuda_runtime_version": "13.0", "cudnn_version": "9.19.0", "driver_version": "580.159.04"}
+
+
+@pytest.fixture
+def fake_worker(monkeypatch, tmp_path):
+    """Collections run the stand-in worker on a probed H100; returns the temporary folder their
+    scratch folders go to, of the test's own, where they can be counted."""
+    import tempfile
+
+    from seer.collect import children, orchestrate
+
+    monkeypatch.setattr(children, "worker_command", lambda: FAKE)
+    monkeypatch.setattr(orchestrate, "probe_device", lambda workdir: dict(H100_PROBE))
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    return temp
 
 
 def benchmark_module(name: str):

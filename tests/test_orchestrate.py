@@ -31,22 +31,9 @@ from seer.layers.grids import GridShape
 from seer.layers.shapes import ConvShape
 from seer.metrics import GROUP_COLUMNS
 from seer.schema import CENSUS_COLUMNS, CENSUS_KEY, GROUP_KEY, RUN_KEY
+from conftest import FAKE, H100_PROBE
 
-FAKE = [sys.executable, str(Path(__file__).with_name("fake_worker.py"))]
-H100_PROBE = {"device_name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "memory_bytes": 85520809984,
-              "cuda_runtime_version": "13.0", "cudnn_version": "9.19.0", "driver_version": "580.159.04"}
 ALGOS = ["IMPLICIT_GEMM", "GEMM", "FFT"]
-
-
-@pytest.fixture
-def fake_worker(monkeypatch, tmp_path):
-    monkeypatch.setattr(children, "worker_command", lambda: FAKE)
-    monkeypatch.setattr(orchestrate, "probe_device", lambda workdir: dict(H100_PROBE))
-    # Scratch folders go to a temp directory of the test's own, where they can be counted.
-    temp = tmp_path / "temp"
-    temp.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(temp))
-    return temp
 
 
 def _shapes(n=3):

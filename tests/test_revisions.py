@@ -14,7 +14,7 @@ from seer.collect.store import RunStore, profile_records
 from seer.dataset.build import latest_timing_records
 from seer.metrics import thread_flops
 from seer.schema import RUN_KEY
-from test_orchestrate import _options, fake_worker  # noqa: F401  (the fixture)
+from test_orchestrate import _options
 
 REVISION = get_algorithm("SEER_IMPLICIT_GEMM").revision
 

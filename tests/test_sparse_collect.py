@@ -4,8 +4,6 @@ with the protocol-compatible stand-in for the GPU worker (tests/fake_worker.py).
 GPU: tests/test_gpu_collect.py."""
 
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -14,7 +12,6 @@ import pytest
 from seer.algorithms import (ALGORITHM_GROUPS, REGISTRY, SPARSE_ALGORITHMS, algorithm_names, get_algorithm, is_sparse, pass_of,
                              select_algorithms)
 from seer.cli import main
-from seer.collect import children, orchestrate
 from seer.collect.orchestrate import CollectOptions, Collector
 from seer.collect.plan import build_plan, without
 from seer.collect.protocol import ShapeWork
@@ -26,9 +23,6 @@ from seer.layers.shapes import ConvShape
 from seer.layers.sparsity import DEFAULT_LEVELS, parse_levels, parse_patterns, sparse_shape_id
 from seer.schema import MEASUREMENT_COLUMNS, RUN_KEY, SPARSE_COLUMNS, SPARSE_MEASUREMENT_COLUMNS, DatasetDir
 
-FAKE = [sys.executable, str(Path(__file__).with_name("fake_worker.py"))]
-H100_PROBE = {"device_name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "memory_bytes": 85520809984,
-              "cuda_runtime_version": "13.0", "cudnn_version": "9.19.0", "driver_version": "580.159.04"}
 SPARSE = ["SEER_SPARSE_GATHER", "SEER_SPARSE_SCATTER", "SEER_SPARSE_POINTWISE"]
 CUDNN = ["IMPLICIT_GEMM", "GEMM"]
 
@@ -140,17 +134,6 @@ def test_the_plan_times_cudnn_and_the_sparse_kernels_on_sparse_shapes_and_only_c
 
 
 # -- collection with the stand-in worker -------------------------------------------------
-@pytest.fixture
-def fake_worker(monkeypatch, tmp_path):
-    import tempfile
-
-    monkeypatch.setattr(children, "worker_command", lambda: FAKE)
-    monkeypatch.setattr(orchestrate, "probe_device", lambda workdir: dict(H100_PROBE))
-    temp = tmp_path / "temp"
-    temp.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(temp))
-
-
 def _options(folder, **kw):
     base = dict(gpu=get_gpu_spec("h100"), shapes=_shapes(), maths=["fma", "default"], algos=[*CUDNN, *SPARSE],
                 dataset_dir=folder, profile_shapes=0, item_timeout_s=30.0, sparsity=(0.0, 0.9),
