@@ -266,18 +266,12 @@ class NetworkProfiler:
     # -- one job ----------------------------------------------------------------------
     def _run_job(self, job: Job, policies: Sequence[str]) -> int:
         from seer.torch.convolution import restore
-        from seer.torch.layers import build_model, conv_calls
 
         torch = self.torch
-        try:
-            model = build_model(job.network, device="cuda")
-            # A pass on the meta device, the model's parameters set aside: the layers as seer predicts them.
-            layers = conv_calls(model, job.input_shape).layers.reset_index(drop=True)
-        except InputError as exc:  # the model refuses this input: recorded, and the next job goes on
-            for policy in policies:
-                self.store.append("pass_times", [self._failed(job, policy, "error", exc)])
-            self.progress(f"  error: {exc}")
+        built = self._model_and_layers(job, policies)
+        if built is None:
             return len(policies)
+        model, layers = built
         predictions = self.seer_model(job.math).predict(layers, job.math) if len(layers) else None
         self._choices = {}
         x = torch.randn(job.input_shape, device="cuda")
@@ -307,17 +301,11 @@ class NetworkProfiler:
 
     def _run_training_job(self, job: Job, policies: Sequence[str]) -> int:
         """A training step under each policy: wall times only (eager and CUDA graph, in turns)."""
-        from seer.torch.layers import build_model, conv_calls
-
         torch = self.torch
-        try:
-            model = build_model(job.network, device="cuda").train()
-            layers = conv_calls(model, job.input_shape).layers.reset_index(drop=True)
-        except InputError as exc:  # e.g. Inception-v3's auxiliary head in train mode needs 299x299: recorded, next job
-            for policy in policies:
-                self.store.append("step_times", [self._failed(job, policy, "error", exc)])
-            self.progress(f"  error: {exc}")
+        built = self._model_and_layers(job, policies)
+        if built is None:
             return len(policies)
+        model, layers = built
         self._choices = {}
         x = torch.randn(job.input_shape, device="cuda")
         walls = self._walls(model, x, job, policies, layers)
@@ -337,6 +325,23 @@ class NetworkProfiler:
         self._pick_counts = {}
         torch.cuda.empty_cache()
         return len(policies)
+
+    def _model_and_layers(self, job: Job, policies: Sequence[str]):
+        """The job's model on the GPU (in train mode for a training step) and its layers, found by a
+        pass on the meta device (the layers as seer predicts them); or None, every policy's record
+        saying why, where the model refuses the input (Inception-v3's auxiliary head in train mode
+        needs 299x299), so that the next job goes on."""
+        from seer.torch.layers import build_model, conv_calls
+
+        try:
+            model = build_model(job.network, device="cuda").train(job.step == "training")
+            return model, conv_calls(model, job.input_shape).layers.reset_index(drop=True)
+        except InputError as exc:
+            kind = "step_times" if job.step == "training" else "pass_times"
+            for policy in policies:
+                self.store.append(kind, [self._failed(job, policy, "error", exc)])
+            self.progress(f"  error: {exc}")
+            return None
 
     def _failed(self, job: Job, policy: str, status: str, exc: BaseException) -> dict:
         return {**self._pass_base(job, policy), "status": status,
