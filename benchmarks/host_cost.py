@@ -12,6 +12,12 @@ per layer and way.
 The host time of one more kernel launch is measured on a grouped layer, on which cuDNN's
 IMPLICIT_GEMM launches a kernel per group (the slope of host time against the groups), and
 what the legacy call (GEMM) costs beyond PyTorch's module on a grouped layer of ResNeXt-50.
+
+    python benchmarks/host_cost.py --sparse --out benchmarks/results/h200-sparse-host-cost.json
+
+times instead what seer's sparse kernel (``SEER_SPARSE_GATHER``, through CuPy) costs the host
+beyond PyTorch's module, on inputs with 99% zeros: the figure of the guard's
+``GUARD_SPARSE_HOST_MS``.
 """
 
 from __future__ import annotations
@@ -159,6 +165,39 @@ def launch_cost(torch, math: str, calls: int, reps: int) -> tuple[list[dict], fl
     return rows, per_launch, gemm_us - module_us
 
 
+#: Layers on which the sparse kernel's host time is measured (batch 1, as the sparse experiments).
+SPARSE_LAYERS = (
+    ("3x3 1x512x28x28->512", ConvShape.square(1, 512, 28, 512, 3, padding=1)),
+    ("1x1 1x1024x14x14->256", ConvShape.square(1, 1024, 14, 256, 1)),
+    ("3x3 s2 1x256x56x56->256", ConvShape.square(1, 256, 56, 256, 3, stride=2, padding=1)),
+)
+
+
+def sparse_cost(torch, math: str, calls: int, reps: int, sparsity: float = 0.99) -> tuple[list[dict], float]:
+    """The rows (PyTorch's module and the forced sparse kernel per layer of :data:`SPARSE_LAYERS`,
+    on an input with ``sparsity`` zeros) and the median host microseconds the kernel costs beyond
+    PyTorch's module."""
+    import statistics
+
+    rows, extra = [], []
+    for label, shape in SPARSE_LAYERS:
+        x = torch.randn(shape.input_dims, device="cuda")
+        x[torch.rand_like(x) < sparsity] = 0
+        conv = _conv_module(torch, shape)
+        module_us = host_us(torch, lambda: conv(x), calls, reps)
+        holder = torch.nn.Sequential(conv)
+        from seer.torch.convolution import force
+
+        force(holder, "SEER_SPARSE_GATHER", math=math)
+        holder(x)  # its runner built and its kernels compiled
+        sparse_us = host_us(torch, lambda: holder(x), calls, reps)
+        extra.append(sparse_us - module_us)
+        for way, us in (("nn.Conv module", module_us), ("SeerConv SEER_SPARSE_GATHER (cupy)", sparse_us)):
+            rows.append({"layer": label, "way": way, "host_us": round(us, 2)})
+            print(f"{label:32s} {way:55s} {us:8.1f} us", flush=True)
+    return rows, statistics.median(extra)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--algorithm", default="IMPLICIT_PRECOMP_GEMM")
@@ -166,11 +205,26 @@ def main(argv=None) -> int:
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--sparse", action="store_true",
+                        help="time seer's sparse kernel against PyTorch's module instead (SPARSE_LAYERS)")
     args = parser.parse_args(argv)
 
     import torch
 
     torch.backends.cudnn.allow_tf32 = get_math_mode(args.math).tensor_cores
+    command = "python benchmarks/host_cost.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.sparse:
+        with torch.no_grad():
+            rows, extra = sparse_cost(torch, args.math, args.calls, args.reps)
+        print(f"seer's sparse kernel beyond PyTorch's module: {extra:.1f} us per call")
+        doc = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+               "cudnn": torch.backends.cudnn.version(), "python": platform.python_version(), "math": args.math,
+               "calls": args.calls, "reps": args.reps, "sparsity": 0.99, "command": command, "results": rows,
+               "sparse_extra_us": round(extra, 2)}
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(doc, indent=1) + "\n")
+        return 0
     results = []
     with torch.no_grad():
         for label, shape in LAYERS:
@@ -189,7 +243,7 @@ def main(argv=None) -> int:
            "cudnn_frontend": frontend_version(),
            "cudnn": torch.backends.cudnn.version(), "python": platform.python_version(),
            "algorithm": args.algorithm, "math": args.math, "calls": args.calls, "reps": args.reps,
-           "command": "python benchmarks/host_cost.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+           "command": command,
            "results": results, "launches": launch_rows, "per_launch_us": round(per_launch, 2),
            "legacy_extra_us": round(legacy_extra, 2)}
     if args.out:

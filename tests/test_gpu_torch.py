@@ -458,3 +458,86 @@ def test_apply_times_the_pass_and_weighs_every_layer_of_it(cuda):
         warnings.simplefilter("always")
         got = model(x)
     assert _relative_error(got, expected) < 1e-2
+
+
+# -- seer's sparse kernels in PyTorch ------------------------------------------------------
+#: The kernel each sparse algorithm's call must launch (pointwise runs cuSPARSE's own).
+SPARSE_KERNELS = {"SEER_SPARSE_GATHER": "seer_sparse_gather", "SEER_SPARSE_SCATTER": "seer_sparse_scatter"}
+
+
+def _relu_net(cuda):
+    """Every layer kind the sparse kernels take, each after a ReLU but the first."""
+    torch.manual_seed(0)
+    nn = torch.nn
+    return nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 64, 3, stride=2, padding=1),
+                         nn.ReLU(), nn.Conv2d(64, 128, 1), nn.ReLU(),
+                         nn.Conv2d(128, 128, 3, padding=2, dilation=2, groups=4), nn.ReLU(),
+                         nn.Conv2d(128, 64, 1)).to(cuda).eval()
+
+
+@pytest.mark.parametrize("algo", algorithm_names("sparse"))
+def test_a_forced_sparse_kernel_gives_pytorchs_output_and_its_kernels_say_so(cuda, tracer, algo):
+    model = _relu_net(cuda)
+    x = torch.randn(2, 3, 32, 32, device=cuda)
+    with torch.no_grad():
+        expected = model(x)
+        force(model, algo, math="fma")
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            got = model(x)
+        assert _relative_error(got, expected) < 1e-5
+        convs = seer_convolutions(model)
+        ran = {name for name, m in convs.items() if m.last_algorithm == algo}
+        takes = {"4", "8"} if algo == "SEER_SPARSE_POINTWISE" else set(convs)  # pointwise: 1x1 stride 1 only
+        assert ran == takes, ran
+        for name, m in convs.items():
+            assert set(m.paths.values()) == ({"cupy"} if name in ran else set()), (name, m.paths)
+            if name not in ran:
+                assert m.last_algorithm == PYTORCH and m.fallbacks, name
+        inputs = _inputs(model, x)
+        for name in ran:
+            module = convs[name]
+            bias, module.bias = module.bias, None
+            names = [k.name for k in tracer.trace(lambda: module(inputs[name]))]
+            module.bias = bias
+            assert names and not any("cudnn" in n or "xmma" in n or "implicit_convolve" in n for n in names), names
+            if algo in SPARSE_KERNELS:
+                assert any(SPARSE_KERNELS[algo] in n for n in names), names
+
+
+def test_apply_runs_the_sparse_kernel_where_a_calibration_batch_shows_enough_zeros(cuda, tracer):
+    nn = torch.nn
+    torch.manual_seed(0)
+    # The first layer's outputs, about N(0, 1), thresholded at 2.33: about 1% non-zero after.
+    model = nn.Sequential(nn.Conv2d(3, 512, 3, padding=1, bias=False), nn.Threshold(2.33, 0.0),
+                          nn.Conv2d(512, 512, 3, padding=1)).to(cuda).eval()
+    nn.init.normal_(model[0].weight, std=27 ** -0.5)
+    x = torch.randn(1, 3, 28, 28, device=cuda)
+    with torch.no_grad():
+        expected = model(x)
+        apply(model, "h200", "fma", input_shape=tuple(x.shape), calibration=x)
+        got = model(x)
+    convs = seer_convolutions(model)
+    choice = convs["2"].seer_choice
+    assert 0.97 < choice.sparsity < 1.0, choice.sparsity
+    assert convs["2"].last_algorithm == "SEER_SPARSE_GATHER", (choice.guesses, convs["2"].fallbacks)
+    assert _relative_error(got, expected) < 1e-5
+    module = convs["2"]
+    inner = model[1](model[0](x))
+    with torch.no_grad():
+        names = [k.name for k in tracer.trace(lambda: module(inner))]
+    assert any("seer_sparse_gather" in n for n in names), names
+
+
+def test_a_sparse_kernel_refuses_to_be_captured_in_a_cuda_graph(cuda):
+    model = _relu_net(cuda)
+    force(model, "SEER_SPARSE_GATHER", math="fma")
+    x = torch.randn(2, 3, 32, 32, device=cuda)
+    with torch.no_grad():
+        model(x)  # warmed up: runners built
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with pytest.raises(RuntimeError, match="cannot be captured in a CUDA graph"):
+            with torch.cuda.graph(graph):
+                model(x)
+    torch.cuda.synchronize()

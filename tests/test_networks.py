@@ -381,3 +381,18 @@ def test_matches_torchvision(case):
 def test_the_torchvision_capture_covers_every_table_checked_against_it():
     assert len(CAPTURE["cases"]) == 19 and CAPTURE["torchvision"]
     assert {c["network"] for c in CAPTURE["cases"]} <= set(NETWORKS)
+
+
+def test_the_sparse_seeds_networks_and_grid():
+    from seer.layers.grids import SPARSE_SEED_BATCHES, resolve_grids, sparse_seed_grid
+    from seer.layers.known_networks import SPARSE_SEED_EXTRA, SPARSE_SEED_NETWORKS
+
+    # torchvision's counts: 1 + 3 per bottleneck + 4 downsamples; 1 + 2 per dense layer + 3 transitions.
+    assert {n: len(network_layers(n, 1)) for n in SPARSE_SEED_EXTRA} == {"resnet101": 104, "densenet169": 168,
+                                                                       "densenet201": 200}
+    assert set(SPARSE_SEED_EXTRA).isdisjoint(NETWORKS) and set(SPARSE_SEED_NETWORKS) <= set(NETWORKS) | set(SPARSE_SEED_EXTRA)
+    shapes = sparse_seed_grid()
+    per_batch = {b: len({s for s in shapes if s.batch == b}) for b in SPARSE_SEED_BATCHES}
+    assert per_batch == {1: 139, 2: 139, 4: 139, 8: 139}  # DenseNets share their first blocks, ResNets all shapes
+    assert [s.shape for s in resolve_grids("sparse-seed")] == shapes
+    assert {s.grid for s in resolve_grids("sparse-seed")} == {"sparse-seed"}

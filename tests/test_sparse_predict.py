@@ -121,7 +121,7 @@ def test_training_the_sparse_model_writes_what_is_shipped(tmp_path, capsys):
     lambda d: d["coefficients"]["SEER_SPARSE_GATHER"].__setitem__(0, 10 ** 400),
     lambda d: d["coefficients"]["SEER_SPARSE_GATHER"].__setitem__(0, float("inf")),
     lambda d: d["quantiles"]["SEER_SPARSE_GATHER"]["95"].__setitem__(0, float("nan")),
-    lambda d: d.__setitem__("version", 2),
+    lambda d: d.__setitem__("version", 1),  # the format before the serial terms
     lambda d: d.__setitem__("terms", ["constant_ms"]),
 ])
 def test_a_damaged_sparse_model_file_is_refused_in_one_sentence(damage, tmp_path):
@@ -139,7 +139,7 @@ def test_a_damaged_sparse_model_file_is_refused_in_one_sentence(damage, tmp_path
 # -- the break-even sparsity --------------------------------------------------------------
 def _synthetic(constant: float, per_billion: float) -> SparseTimeModel:
     """gather only: time = constant + (1 - sparsity) * per_billion * dense multiply-adds (in billions)."""
-    w = [constant, 0.0, 0.0, per_billion, 0.0]
+    w = [constant, 0.0, 0.0, per_billion] + [0.0] * (len(TERMS) - 4)
     return SparseTimeModel("h200", {"SEER_SPARSE_GATHER": w},
                            {"SEER_SPARSE_GATHER": {"80": [-0.1, 0.1], "95": [-0.2, 0.2]}}, {})
 
@@ -157,6 +157,12 @@ def test_break_even_is_the_lowest_sparsity_whose_predicted_time_is_below_the_den
     assert np.isnan(model.break_even(frame, np.array([0.009]))[0])  # its fixed cost alone is slower
     assert np.isnan(model.break_even(frame, np.array([0.01 + 0.0005 * macs]))[0])  # only above 0.999
     assert np.isnan(model.break_even(frame, np.array([np.nan]))[0])  # no dense time to beat
+    # The serial walk of one thread shrinks with the zeros too: the break-even counts both such terms.
+    serial = features(frame, np.zeros(1))[0, 5]
+    both = SparseTimeModel("h200", {"SEER_SPARSE_GATHER": [0.01, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0]},
+                           {"SEER_SPARSE_GATHER": {"80": [-0.1, 0.1], "95": [-0.2, 0.2]}}, {})
+    dense = 0.01 + 0.1995 * (macs + serial)
+    assert both.break_even(frame, np.array([dense]))[0] == pytest.approx(0.801)
 
 
 # -- seer predict ---------------------------------------------------------------------------

@@ -307,3 +307,109 @@ def test_a_module_stays_pytorchs_only_where_every_pass_leaves_it_to_pytorch():
     assert left_to_pytorch(Never(), calls) == {"a", "b"}
     assert left_to_pytorch(Never(), calls, (Never(), Never())) == {"a", "b"}
     assert left_to_pytorch(Never(), calls, (None, Fixed("BWD_FILTER_ALGO_1", pass_="bwd_filter"))) == set()
+
+
+# -- sparse inputs: seer's sparse kernels where the input holds enough zeros -----------------
+def _h200_fma():
+    from seer.predict.persist import load_model
+
+    return load_model("h200", math="fma")
+
+
+@pytest.fixture
+def no_heuristic(monkeypatch):
+    """The guard asks cuDNN's heuristic on the GPU; here it names none."""
+    import seer.torch.convolution as convolution
+
+    monkeypatch.setattr(convolution, "cudnn_heuristic_choice", lambda layer, math: None)
+
+
+def test_a_sparse_input_runs_gather_only_where_seer_predict_recommends_it(no_heuristic):
+    from seer.layers.shapes import layer_frame
+    from seer.torch.convolution import GUARD_SPARSE_HOST_MS, SparseInput, extra_host_ms
+
+    model = _h200_fma()
+    layer = ConvShape.square(1, 512, 28, 512, 3, stride=1, padding=1)
+    captured = Predicted(model, "fma", captured=True)
+    frame = layer_frame([layer])
+    for level in (0.5, 0.9, 0.99):
+        frame["sparsity"] = level
+        recommended = model.predict(frame, "fma", algorithms=[*captured._ranked, "SEER_SPARSE_GATHER"])["recommended"]
+        # Captured in CUDA graphs (no host time), the choice is seer predict's recommendation.
+        expected = recommended.iloc[0] if recommended.iloc[0] == "SEER_SPARSE_GATHER" else captured.algorithm(layer)
+        assert SparseInput(captured, level).algorithm(layer) == expected
+    assert SparseInput(captured, 0.99).algorithm(layer) == "SEER_SPARSE_GATHER"
+    assert SparseInput(captured, 0.5).algorithm(layer) == captured.algorithm(layer)  # dense wins at half zeros
+    # Unguarded, the predicted fastest runs; the guard's host cost is the sparse kernels' own.
+    assert SparseInput(Predicted(model, "fma", guard=False), 0.99).algorithm(layer) == "SEER_SPARSE_GATHER"
+    assert extra_host_ms("SEER_SPARSE_GATHER", layer, "fma") == GUARD_SPARSE_HOST_MS
+
+
+def _sparse_net():
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 64, 3, padding=1), torch.nn.ReLU(),
+                               torch.nn.Conv2d(64, 512, 1), torch.nn.ReLU(),
+                               torch.nn.Conv2d(512, 512, 3, padding=1))
+
+
+def test_apply_gives_modules_with_zeros_in_their_input_a_sparse_choice(no_heuristic):
+    from seer.torch.convolution import SparseInput
+
+    model = _sparse_net()
+    apply(model, "h200", "fma", input_shape=(1, 3, 28, 28), sparsity={"4": 0.99, "2": 0.0})
+    modules = seer_convolutions(model)
+    assert isinstance(modules["4"].seer_choice, SparseInput) and modules["4"].seer_choice.sparsity == 0.99
+    assert isinstance(modules["2"].seer_choice, Predicted)  # no zeros: the dense choice
+    layer = ConvShape.square(1, 512, 28, 512, 3, stride=1, padding=1)
+    assert modules["4"].seer_choice.algorithm(layer) == "SEER_SPARSE_GATHER"
+    assert "zeros" in modules["4"].extra_repr()
+    with warnings.catch_warnings():  # on the CPU, PyTorch's convolution runs (and says why)
+        warnings.simplefilter("ignore")
+        assert model(torch.randn(1, 3, 28, 28)).shape == (1, 512, 28, 28)
+
+
+def test_a_calibration_batch_measures_each_modules_zeros():
+    from seer.torch import input_sparsity
+    from seer.torch.convolution import SparseInput, module_sparsity
+
+    torch.manual_seed(0)
+    model = _sparse_net().eval()
+    batch = torch.randn(2, 3, 28, 28)
+    measured = module_sparsity(input_sparsity(model, batch))
+    assert measured["0"] == 0 and 0.3 < measured["2"] < 0.7 and 0.3 < measured["4"] < 0.7
+    apply(model, "h200", "fma", calibration=batch)
+    modules = seer_convolutions(model)
+    assert isinstance(modules["2"].seer_choice, SparseInput) and modules["2"].seer_choice.sparsity == measured["2"]
+    assert isinstance(modules["0"].seer_choice, Predicted)
+
+
+def test_sparsity_mistakes_are_input_errors():
+    from seer.torch.convolution import module_sparsity
+
+    with pytest.raises(InputError, match="module 4: sparsity must be a number in \\[0, 1\\)"):
+        apply(_sparse_net(), "h200", "fma", sparsity={"4": 1.0})
+    with pytest.raises(InputError, match="not both"):
+        apply(_sparse_net(), "h200", "fma", sparsity={"4": 0.9}, calibration=torch.randn(1, 3, 8, 8))
+    with pytest.raises(InputError, match="h100 models have no model of seer's sparse kernels"):
+        apply(_sparse_net(), "h100", "fma", sparsity={"4": 0.9})
+    with pytest.raises(InputError, match="map module names"):
+        module_sparsity(0.9)
+    import pandas as pd
+
+    assert module_sparsity(pd.DataFrame({"name": ["a", "a", "b"], "sparsity": [0.9, 0.5, 0.0]})) == {"a": 0.5, "b": 0.0}
+    with pytest.raises(InputError, match="lacks sparsity"):
+        module_sparsity(pd.DataFrame({"name": ["a"]}))
+
+
+def test_sparse_kernels_run_contiguous_nchw_only_and_are_ranked_on_sparse_inputs_only(no_heuristic):
+    from seer.algorithms import get_algorithm
+    from seer.torch.convolution import _refusal
+
+    layer = ConvShape.square(1, 64, 28, 64, 3, stride=1, padding=1)
+    assert "NC[D]HW" in _refusal(get_algorithm("SEER_SPARSE_GATHER"), layer, "nhwc")
+    assert _refusal(get_algorithm("SEER_SPARSE_GATHER"), layer, "nchw") is None
+    choice = Predicted(_h200_fma(), "fma", algorithms="cudnn,sparse")
+    assert choice.sparse_kernels == ("SEER_SPARSE_GATHER", "SEER_SPARSE_SCATTER", "SEER_SPARSE_POINTWISE")
+    assert choice.algorithm(layer) is None or choice.algorithm(layer) in algorithm_names("cudnn")
+    with pytest.raises(InputError, match="at least one dense algorithm"):
+        Predicted(_h200_fma(), "fma", algorithms="sparse")
+    assert Fixed("SEER_SPARSE_GATHER", "fma").name == "SEER_SPARSE_GATHER"  # force() takes them

@@ -87,10 +87,11 @@ def test_resnet50_written_in_the_tests_matches_seers_network_table():
 
 #: Convolution calls of torchvision's models at 224x224 (inception_v3: 299x299), counted by hand
 #: from their definitions: ResNet 1 + 3 per bottleneck (2 per basic block) + 1 per downsampling
-#: stage; DenseNet-121 1 + 2 per dense layer (58) + 3 transitions; GoogLeNet 3 + 6 per module (9);
+#: stage; DenseNet-121 1 + 2 per dense layer (58) + 3 transitions (DenseNet-169 82, -201 98 dense layers); GoogLeNet 3 + 6 per module (9);
 #: SqueezeNet 1.1 1 + 3 per fire module (8) + the classifier's; Inception-v3 94 (34 of them 1xN/Nx1).
 TORCHVISION_CALLS = {"resnet18": 20, "resnet50": 53, "resnet152": 155, "vgg16": 13, "vgg19": 16, "alexnet": 5,
-                     "densenet121": 120, "googlenet": 57, "squeezenet1_1": 26, "inception_v3": 94}
+                     "densenet121": 120, "googlenet": 57, "squeezenet1_1": 26, "inception_v3": 94,
+                     "resnet101": 104, "densenet169": 168, "densenet201": 200}
 
 
 @pytest.mark.parametrize("name", sorted(TORCHVISION_CALLS))

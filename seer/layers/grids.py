@@ -28,6 +28,9 @@ Named grids:
 ``test-set-ii``
     Layers of other networks (see :data:`seer.layers.known_networks.TEST_SET_II_NETWORKS`) that are not
     in the two grids above: the held-out Test-set-II.
+``sparse-seed``
+    The layers of the cuSNN seed's sparse experiments: DenseNet-121/169/201 and
+    ResNet-101/152 at 224x224, batches 1, 2, 4 and 8 (timed on sparse inputs).
 ``quick``
     Twenty small shapes for tests and smoke runs.
 
@@ -246,6 +249,16 @@ def networks_grid(batches: Sequence[int] = NETWORK_BATCHES,
     layers = [layer for batch in batches for name in names
               for layer in networks.network_layers(name, batch)]
     return networks.unique_shapes(layers)
+
+
+#: The batches of the cuSNN seed's per-layer table.
+SPARSE_SEED_BATCHES = (1, 2, 4, 8)
+
+
+def sparse_seed_grid(batches: Sequence[int] = SPARSE_SEED_BATCHES) -> list[ConvShape]:
+    """Unique layer shapes of the cuSNN seed's networks (DenseNet-121/169/201, ResNet-101/152,
+    224x224) at its batches: the layers its sparse experiments time (``--sparsity``)."""
+    return networks_grid(batches, networks.SPARSE_SEED_NETWORKS)
 
 
 def test_set_ii_grid(batches: Sequence[int] = NETWORK_BATCHES) -> list[ConvShape]:
@@ -469,6 +482,7 @@ NAMED_GRIDS = {
     "census": census_grid,
     "networks": networks_grid,
     "test-set-ii": test_set_ii_grid,
+    "sparse-seed": sparse_seed_grid,
     "quick": quick_grid,
     "general": general_grid,
     "3d": grid_3d,

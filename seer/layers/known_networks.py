@@ -579,6 +579,16 @@ _SPECS = [
 ]
 #: Every registered network, keyed by lowercase name.
 NETWORKS: dict[str, NetworkSpec] = {spec.name: spec for spec in _SPECS}
+#: The networks of the cuSNN seed's sparse experiments (``../seeds/001``: DenseNet-121/169/201,
+#: ResNet-101/152) that :data:`NETWORKS` lacks; neither training nor Test-set-II networks, they
+#: make the ``sparse-seed`` grid only.
+SPARSE_SEED_EXTRA: dict[str, NetworkSpec] = {spec.name: spec for spec in (
+    NetworkSpec("resnet101", 224, "torchvision resnet101 (v1.5)", _resnet("bottleneck", (3, 4, 23, 3))),
+    NetworkSpec("densenet169", 224, "torchvision densenet169", _densenet(32, (6, 12, 32, 32))),
+    NetworkSpec("densenet201", 224, "torchvision densenet201", _densenet(32, (6, 12, 48, 32))),
+)}
+#: The cuSNN seed's networks, in its order.
+SPARSE_SEED_NETWORKS: tuple[str, ...] = ("densenet121", "densenet169", "densenet201", "resnet101", "resnet152")
 #: The networks whose layers make up the training grid.
 TRAINING_NETWORKS: tuple[str, ...] = (
     "resnet50", "resnet152", "vgg16", "densenet121", "alexnet", "googlenet")
@@ -588,9 +598,9 @@ TEST_SET_II_NETWORKS: tuple[str, ...] = (
 
 
 def _convs(name: str, image_width: int | None) -> tuple[NetworkSpec, list[_Conv]]:
-    spec = NETWORKS.get(name.lower()) if isinstance(name, str) else None
+    spec = (NETWORKS.get(name.lower()) or SPARSE_SEED_EXTRA.get(name.lower())) if isinstance(name, str) else None
     if spec is None:
-        raise ValueError(f"unknown network {name!r}; known networks: {', '.join(NETWORKS)}")
+        raise ValueError(f"unknown network {name!r}; known networks: {', '.join([*NETWORKS, *SPARSE_SEED_EXTRA])}")
     width = spec.default_width if image_width is None else image_width
     if isinstance(width, bool) or not isinstance(width, int) or width <= 0:
         raise ValueError(f"image_width must be a positive integer, got {image_width!r}")

@@ -4,15 +4,19 @@ A small physical model per kernel, learnt from the sparse measurements of one GP
 (``data/<gpu>/sparse_measurements``):
 
     time_ms = a + b·(input elements) + c·(output elements) + d·(1 − sparsity)·(dense multiply-adds)
-              + e·(list walks)
+              + e·(list walks) + f·(1 − sparsity)·(taps · input channels per group)
+              + g·(taps · blocks of 32 input channels per group)
 
 where a list walk is one (output position, 4 output channels, tap, block of 32 input channels):
-what ``gather`` visits whether or not the block holds a non-zero. The coefficients are
+what ``gather`` visits whether or not the block holds a non-zero. The last two terms are what one
+thread walks in series (the non-zeros and the blocks under its filter): they set the time of
+layers too small to fill the GPU (a 7x7 map with 1,000 input channels), where the work in
+parallel does not. The coefficients are
 non-negative (each term is work that costs time), fitted by non-negative least squares on
 the relative error. Each kernel's 80% and 95% intervals are the quantiles of log(measured /
 predicted) over leave-one-layer-out fits (as :mod:`seer.predict.uncertainty` does with
-held-out layers). Only the last term depends on the sparsity, so a kernel's time falls
-linearly with it and the break-even sparsity against a dense time has a closed form.
+held-out layers). Only the terms with (1 − sparsity) depend on it, so a kernel's time
+falls linearly with it and the break-even sparsity against a dense time has a closed form.
 
 The model is stored as a small JSON file, ``models/<gpu>/sparse.json``; loading parses JSON
 and checks every value's type and range, and builds nothing else.
@@ -36,13 +40,16 @@ from seer.schema import INTERVAL_COLUMNS, INTERVAL_LEVELS
 
 #: The model file in a GPU's models folder.
 SPARSE_FILE = "sparse.json"
-FORMAT, FORMAT_VERSION = "seer-sparse-model", 1
+FORMAT, FORMAT_VERSION = "seer-sparse-model", 2
 #: The sparse kernels modelled, in the order their rows are listed.
 SPARSE_KERNELS: tuple[str, ...] = ("SEER_SPARSE_GATHER", "SEER_SPARSE_SCATTER", "SEER_SPARSE_POINTWISE")
 #: The model's terms, in the order of its coefficients (sizes in millions, work in billions,
 #: so that the coefficients are of similar scale).
 TERMS: tuple[str, ...] = ("constant_ms", "ms_per_million_input_elements", "ms_per_million_output_elements",
-                          "ms_per_billion_nonzero_multiply_adds", "ms_per_billion_list_walks")
+                          "ms_per_billion_nonzero_multiply_adds", "ms_per_billion_list_walks",
+                          "ms_per_thousand_nonzero_serial_reads", "ms_per_thousand_serial_blocks")
+#: The terms that shrink with the input's zeros (times (1 − sparsity)); the others do not.
+DENSITY_TERMS = (3, 5)
 #: The highest sparsity a break-even is looked for below: above it almost nothing is left.
 BREAK_EVEN_LIMIT = 0.999
 #: The column of a layer's break-even sparsity in predictions.
@@ -60,7 +67,8 @@ def _sizes(frame: pd.DataFrame) -> dict[str, np.ndarray]:
     return {"input": f["batch"] * f["in_ch"] * f["in_d"] * f["in_h"] * f["in_w"],
             "output": positions * f["out_ch"],
             "macs": positions * f["out_ch"] * per_group * taps,
-            "walks": positions * np.ceil(f["out_ch"] / 4) * taps * np.ceil(per_group / 32)}
+            "walks": positions * np.ceil(f["out_ch"] / 4) * taps * np.ceil(per_group / 32),
+            "serial_reads": taps * per_group, "serial_blocks": taps * np.ceil(per_group / 32)}
 
 
 def features(frame: pd.DataFrame, sparsity: np.ndarray) -> np.ndarray:
@@ -68,7 +76,8 @@ def features(frame: pd.DataFrame, sparsity: np.ndarray) -> np.ndarray:
     s = _sizes(frame)
     density = 1.0 - np.asarray(sparsity, dtype=float)
     return np.column_stack([np.ones(len(frame)), s["input"] / 1e6, s["output"] / 1e6,
-                            density * s["macs"] / 1e9, s["walks"] / 1e9])
+                            density * s["macs"] / 1e9, s["walks"] / 1e9,
+                            density * s["serial_reads"] / 1e3, s["serial_blocks"] / 1e3])
 
 
 def runs_on(algo: str, frame: pd.DataFrame) -> np.ndarray:
@@ -124,8 +133,9 @@ class SparseTimeModel:
         best = np.full(len(frame), np.inf)
         for algo in self.kernels:
             w = np.asarray(self.coefficients[algo])
-            fixed = at_zero[:, [0, 1, 2, 4]] @ w[[0, 1, 2, 4]]  # the part that does not shrink with zeros
-            per_density = at_zero[:, 3] * w[3]  # time(s) = fixed + (1 - s) * per_density
+            shrinks = np.isin(np.arange(len(TERMS)), DENSITY_TERMS)
+            fixed = at_zero[:, ~shrinks] @ w[~shrinks]  # the part that does not shrink with zeros
+            per_density = at_zero[:, shrinks] @ w[shrinks]  # time(s) = fixed + (1 - s) * per_density
             with np.errstate(divide="ignore", invalid="ignore"):
                 # time(s) < dense  <=>  s > 1 - (dense - fixed) / per_density
                 level = np.where(per_density > 0, 1.0 - (dense_ms - fixed) / per_density,

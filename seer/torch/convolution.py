@@ -34,7 +34,7 @@ from __future__ import annotations
 import threading
 import warnings
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seer.algorithms import Algorithm, get_algorithm, select_algorithms
+from seer.algorithms import SPARSE_SOURCE, Algorithm, get_algorithm, select_algorithms
 from seer.errors import InputError
 from seer.layers.shapes import ConvShape, ShapeError
 from seer.schema import PYTORCH_CHOICE, STEP_OPTIMIZERS, get_math_mode
@@ -111,6 +111,10 @@ GUARD_PYTORCH_HOST_MS = 0.03
 GUARD_HOST_MS = 0.01
 GUARD_LEGACY_HOST_MS = 0.03
 GUARD_LAUNCH_MS = 0.0055
+#: One of seer's sparse kernels (:class:`SparseInput`) costs this much more host time per call
+#: than PyTorch's: CuPy arrays over PyTorch's tensors, the lists' buffers from CuPy's pool, and
+#: its launches (``benchmarks/host_cost.py --sparse``).
+GUARD_SPARSE_HOST_MS = 0.10
 #: In an eager training step (:func:`decide_step`), a swapped module costs
 #: :data:`GUARD_STEP_MODULE_MS` more host time per call than PyTorch's ``nn.Conv2d`` (forward and
 #: backward: its autograd function, and PyTorch's two gradients computed apart), and each backward
@@ -166,9 +170,15 @@ class Predicted(Choice):
     def __post_init__(self) -> None:
         self.math = get_math_mode(self.math).name
         try:
-            self._ranked = select_algorithms(self.algorithms)
+            ranked = select_algorithms(self.algorithms)
         except KeyError as exc:
             raise InputError(exc.args[0], field="algorithms") from None
+        # seer's sparse kernels are ranked only for inputs known to hold zeros (SparseInput).
+        self.sparse_kernels = tuple(a for a in ranked if get_algorithm(a).source == SPARSE_SOURCE)
+        self._ranked = [a for a in ranked if a not in self.sparse_kernels]
+        if not self._ranked:
+            raise InputError("name at least one dense algorithm to pick among (the sparse kernels run only on "
+                             "layers whose input sparsity is given)", field="algorithms")
         self._lock = threading.Lock()
         self.guesses: dict[ConvShape, LayerGuess] = {}
         self.guarded: dict[ConvShape, tuple[str, float, str, float]] = {}
@@ -239,6 +249,67 @@ class Predicted(Choice):
 
     def describe(self) -> str:
         return "seer"
+
+
+#: The sparse kernel seer.torch ranks unless told otherwise: the other two wait for the GPU in
+#: every call (they count the non-zeros on the host), which stalls an eager network's pipeline.
+DEFAULT_SPARSE_KERNELS = ("SEER_SPARSE_GATHER",)
+
+
+@dataclass
+class SparseInput(Choice):
+    """The choice for a module whose input holds a known share of zeros (``sparsity``, as
+    :func:`seer.torch.input_sparsity` measures it on a calibration batch): one of seer's
+    sparse ``kernels`` where ``seer predict`` ranks it fastest at that sparsity and it is
+    surely faster than what ``dense`` would run there (the upper bound of its interval below
+    the lower bound of the dense pick's, or of PyTorch's own choice's where ``dense`` leaves
+    the layer to PyTorch), its host time counted unless captured; else ``dense``'s choice.
+    ``guesses`` keeps, per layer, the sparse kernel's and the alternative's predicted times."""
+
+    dense: Predicted
+    sparsity: float
+    kernels: tuple[str, ...] = DEFAULT_SPARSE_KERNELS
+
+    def __post_init__(self) -> None:
+        self.math = self.dense.math
+        self.picks: dict[ConvShape, str | None] = {}
+        self.guesses: dict[ConvShape, LayerGuess] = {}
+
+    def algorithm(self, layer: ConvShape) -> str | None:
+        if layer not in self.picks:
+            self.picks[layer] = self._sparse_pick(layer)
+        return self.picks[layer] or self.dense.algorithm(layer)
+
+    def _sparse_pick(self, layer: ConvShape) -> str | None:
+        from seer.gpu.answers import cudnn_workspaces
+        from seer.layers.shapes import layer_frame
+        from seer.predict.guard import GUARD_LEVEL
+
+        frame = layer_frame([layer])
+        frame["sparsity"] = self.sparsity
+        answers = cudnn_workspaces([layer], self.math) if torch.cuda.is_available() else None
+        rows = self.dense.model.predict(frame, self.math, algorithms=[*self.dense._ranked, *self.kernels],
+                                        workspaces=answers)
+        first = rows.iloc[0]
+        if first["algo"] not in self.kernels:  # a dense algorithm is faster at this sparsity
+            return None
+        if not self.dense.guard:
+            return str(first["algo"])
+        before = self.dense.algorithm(layer)
+        alternative = rows[rows["algo"] == before] if before is not None else rows.iloc[:0]
+        if len(alternative):
+            other_ms, other_low = alternative["predicted_ms"].iloc[0], alternative[f"predicted_ms_low{GUARD_LEVEL}"].iloc[0]
+        else:
+            other_ms, other_low = first["pytorch_ms"], first[f"pytorch_low{GUARD_LEVEL}"]
+        guess = LayerGuess(str(first["algo"]), float(first["predicted_ms"]),
+                           float(first[f"predicted_ms_high{GUARD_LEVEL}"]), float(other_ms), float(other_low))
+        self.guesses[layer] = guess
+        wins = keeps_pick(guess, None, captured=self.dense.captured,
+                          extra_ms=extra_host_ms(guess.pick, layer, self.math))
+        return guess.pick if wins else None
+
+    def describe(self) -> str:
+        return f"seer, input {self.sparsity:.3g} zeros"
 
 
 @dataclass
@@ -438,6 +509,8 @@ def extra_host_ms(algorithm: str, layer: ConvShape, math: str) -> float:
     """Host ms per call that running ``algorithm`` on ``layer`` costs beyond PyTorch's own call
     (the guard's model: :data:`GUARD_HOST_MS` and kin)."""
     algo = get_algorithm(algorithm)
+    if algo.source == SPARSE_SOURCE:  # its launches are in the measured figure
+        return GUARD_SPARSE_HOST_MS
     if algo.pass_ != "fwd":
         path = GUARD_BACKWARD_HOST_MS
     else:
@@ -573,6 +646,63 @@ class _OwnRunner(_Runner):
         self._launch.enqueue(x.data_ptr(), w.data_ptr(), y.data_ptr(), stream)
 
 
+class _SparseRunner(_Runner):
+    """One of seer's sparse kernels (:mod:`seer.gpu.sparse_kernels`) through CuPy, on PyTorch's
+    tensors (no copy) and current stream. The kernel lists the input's non-zeros in every call,
+    in buffers from CuPy's memory pool, so a call allocates and cannot be captured in a CUDA
+    graph; ``scatter`` and ``pointwise`` also wait for the GPU (they count the non-zeros on the
+    host)."""
+
+    path = "cupy"
+
+    def __init__(self, layer, layout, device, dims, algo: Algorithm, math: str) -> None:
+        import cupy
+
+        from seer.gpu import sparse_kernels
+
+        super().__init__(layer, layout, device, dims)
+        kind = algo.name.removeprefix("SEER_SPARSE_").lower()
+        self._cupy, self._kernel = cupy, getattr(sparse_kernels, kind)
+        with cupy.cuda.Device(self.device_index):
+            sparse_kernels.compile_for(kind, layer)  # no call waits for the compiler
+        self._streams: dict[int, object] = {}
+
+    def _array(self, t: torch.Tensor):
+        cp = self._cupy
+        memory = cp.cuda.UnownedMemory(t.data_ptr(), t.numel() * t.element_size(), t, self.device_index)
+        return cp.ndarray(tuple(t.shape), cp.float32, cp.cuda.MemoryPointer(memory, 0))
+
+    def launch(self, x, w, y) -> None:
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("seer's sparse kernels cannot be captured in a CUDA graph: each call lists the "
+                               "input's non-zeros in buffers it allocates")
+        pointer = torch.cuda.current_stream(self.device).cuda_stream
+        stream = self._streams.get(pointer)
+        if stream is None:
+            stream = self._streams[pointer] = _cupy_stream(self._cupy, pointer, self.device_index)
+        with self._cupy.cuda.Device(self.device_index), stream:
+            self._kernel(self.layer, self._array(x), self._array(w), self._array(y))
+
+
+class _StreamHandle:
+    """A CUDA stream by its handle, as the CUDA stream protocol hands it over."""
+
+    def __init__(self, pointer: int) -> None:
+        self.pointer = pointer
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return 0, self.pointer
+
+
+def _cupy_stream(cupy, pointer: int, device: int):
+    """CuPy's view of PyTorch's stream ``pointer``: through the CUDA stream protocol where CuPy
+    takes it (``ExternalStream`` is deprecated there), else as an external stream."""
+    if hasattr(cupy.cuda.Stream, "from_external"):
+        with cupy.cuda.Device(device):
+            return cupy.cuda.Stream.from_external(_StreamHandle(pointer))
+    return cupy.cuda.ExternalStream(pointer, device)
+
+
 class _BackwardRunner:
     """Runs one layer's backward-data (dx from w and dy) or backward-filter (dw from x and dy)
     pass by one cuDNN algorithm, through cuDNN's legacy call (no graph-API engines are known
@@ -695,6 +825,8 @@ def _runner(layer: ConvShape, algo: Algorithm, math: str, layout: str, device: t
     if runner is None:
         if algo.source == "cupy":
             runner = _OwnRunner(layer, layout, device, dims, algo, math)
+        elif algo.source == SPARSE_SOURCE:
+            runner = _SparseRunner(layer, layout, device, dims, algo, math)
         else:
             runner, problem = None, None
             if algo.engines is not None:
@@ -1090,6 +1222,16 @@ class _SeerConv:
 def _refusal(algo: Algorithm | None, layer: ConvShape, layout: str) -> str | None:
     """Why seer's own kernel ``algo`` cannot run ``layer`` in ``layout`` (its launch plan's
     rule), else None."""
+    if algo is not None and algo.source == SPARSE_SOURCE:
+        if layout != "nchw":
+            return "seer's sparse kernels take contiguous NC[D]HW tensors only"
+        if algo.name == "SEER_SPARSE_POINTWISE":
+            try:
+                from seer.gpu.sparse_kernels import pointwise_refusal
+            except ImportError:  # no CuPy: the runner says so
+                return None
+            return pointwise_refusal(layer)
+        return None
     if algo is None or algo.source != "cupy":
         return None
     from seer.hardware.kernel_plans import unsupported_reason
@@ -1146,29 +1288,64 @@ def _swap(model: nn.Module, make) -> None:
 
 
 def swap_in(model: nn.Module, choice: Choice, nvtx: bool = False, keep: Iterable[str] = (),
-            backward: tuple = (None, None)) -> nn.Module:
+            backward: tuple = (None, None), per_module: Mapping[str, Choice] | None = None) -> nn.Module:
     """Run what ``choice`` names on every ``nn.Conv1d/2d/3d`` of ``model`` but those named in
     ``keep``, which stay PyTorch's own modules (swapped in place; returned); ``backward``:
-    the choices of the backward-data and backward-filter passes (None: PyTorch's gradients)."""
+    the choices of the backward-data and backward-filter passes (None: PyTorch's gradients);
+    ``per_module``: a module's own forward choice instead of ``choice``, by module name."""
     if type(model) in SWAPS:
         raise InputError("give the model that holds the convolution, not the convolution itself", field="model")
-    keep = set(keep)
-    _swap(model, lambda m, name: SWAPS[type(m)].from_conv(m, choice, name, nvtx, backward)
+    keep, per_module = set(keep), per_module or {}
+    _swap(model, lambda m, name: SWAPS[type(m)].from_conv(m, per_module.get(name, choice), name, nvtx, backward)
           if type(m) in SWAPS and name not in keep else None)
     return model
 
 
-def left_to_pytorch(choice: Choice, calls: pd.DataFrame, backward: Iterable[Choice | None] = ()) -> set[str]:
+def left_to_pytorch(choice: Choice, calls: pd.DataFrame, backward: Iterable[Choice | None] = (),
+                    per_module: Mapping[str, Choice] | None = None) -> set[str]:
     """Names of the modules all of whose calls (``conv_calls(...).layers``: a ``name`` and the
-    layer fields per call) ``choice`` and the ``backward`` choices leave to PyTorch: they need
-    not be swapped at all. A name may be a module whose own code calls ``F.conv*d``, which is
-    never swapped anyway."""
-    choices = [choice, *(c for c in backward if c is not None)]
+    layer fields per call) ``choice`` (or the module's own in ``per_module``) and the
+    ``backward`` choices leave to PyTorch: they need not be swapped at all. A name may be a
+    module whose own code calls ``F.conv*d``, which is never swapped anyway."""
+    backward, per_module = [c for c in backward if c is not None], per_module or {}
     decided: dict[str, set] = {}
     for row in calls.to_dict("records"):
         layer = ConvShape.from_mapping(row)
+        choices = [per_module.get(row["name"], choice), *backward]
         decided.setdefault(row["name"], set()).update(c.algorithm(layer) for c in choices)
     return {name for name, picks in decided.items() if picks == {None}}
+
+
+def module_sparsity(sparsity) -> dict[str, float]:
+    """Each module's input sparsity from what ``apply(..., sparsity=)`` takes: a mapping of
+    module name to share of zeros, or :func:`seer.torch.input_sparsity`'s calls (or their
+    ``layers`` frame: ``name`` and ``sparsity`` columns), where a module seen on several
+    inputs takes the least of its shares. Each share must lie in [0, 1)."""
+    from seer.layers.calls import ConvCalls
+
+    if isinstance(sparsity, ConvCalls):
+        sparsity = sparsity.layers
+    if isinstance(sparsity, pd.DataFrame):
+        missing = {"name", "sparsity"} - set(sparsity.columns)
+        if missing:
+            raise InputError(f"the sparsity frame needs columns name and sparsity; it lacks {', '.join(sorted(missing))}",
+                             field="sparsity")
+        pairs = list(zip(sparsity["name"], sparsity["sparsity"]))
+    elif isinstance(sparsity, Mapping):
+        pairs = list(sparsity.items())
+    else:
+        raise InputError(f"sparsity must map module names to shares of zeros (or be input_sparsity's calls), "
+                         f"not {type(sparsity).__name__}", field="sparsity")
+    levels: dict[str, float] = {}
+    for name, value in pairs:
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            value = float("nan")
+        if not 0 <= value < 1:
+            raise InputError(f"module {name}: sparsity must be a number in [0, 1), got {value!r}", field="sparsity")
+        levels[str(name)] = min(value, levels.get(str(name), value))
+    return levels
 
 
 def force(model: nn.Module, algorithm: str, math: str = "default", nvtx: bool = False, *,
@@ -1185,7 +1362,7 @@ def force(model: nn.Module, algorithm: str, math: str = "default", nvtx: bool = 
 def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_shape: Sequence[int] | None = None,
           models_dir=None, seer_model=None, nvtx: bool = False, algorithms: str = "cudnn",
           guard: bool = True, cuda_graphs: bool = False, training: bool = False,
-          deterministic: bool | None = None) -> nn.Module:
+          deterministic: bool | None = None, sparsity=None, calibration: torch.Tensor | None = None) -> nn.Module:
     """Run seer's predicted-fastest algorithm on every ``nn.Conv1d/2d/3d`` of ``model``.
 
     The pick is among ``algorithms``: cuDNN's by default (what PyTorch itself runs), or
@@ -1205,6 +1382,13 @@ def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_s
     ``torch.are_deterministic_algorithms_enabled()`` says) leaves out those whose repeated
     calls may differ. Given ``input_shape`` on a GPU, a training step of a copy of the model is
     timed first and the three passes' picks are weighed for the whole step (:func:`decide_step`).
+
+    ``calibration`` (a batch of real inputs) or ``sparsity`` (what :func:`module_sparsity`
+    takes) gives each module's share of zero input values: a module above 0 then runs one of
+    seer's sparse kernels (``SEER_SPARSE_GATHER``, or those ``algorithms`` names) where it is
+    surely faster at that share (:class:`SparseInput`; ``gpu`` needs a sparse model). The
+    share is measured once, on the calibration batch: the choice stays when later inputs
+    hold fewer zeros.
     """
     if seer_model is None:
         from seer.predict.persist import load_model
@@ -1212,6 +1396,7 @@ def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_s
         # On a GPU, cuDNN answers for the layers (Predicted asks it): the models of its answers load too.
         seer_model = load_model(gpu, math=math, models_dir=models_dir, cudnn_answers=torch.cuda.is_available())
     choice = Predicted(seer_model, math, algorithms=algorithms, guard=guard, captured=cuda_graphs)
+    per_module = _sparse_choices(model, choice, gpu, sparsity, calibration)
     backward: tuple = (None, None)
     if training:
         from seer.predict.persist import load_model
@@ -1239,8 +1424,27 @@ def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_s
                     decide_step(choice, backward, layers, *eager_step_times(model, step_example))
             elif example is not None and not cuda_graphs:
                 choice.decide_pass(layers, *eager_pass_times(model, example))
-            keep = left_to_pytorch(choice, calls, backward)
-    return swap_in(model, choice, nvtx, keep, backward)
+            keep = left_to_pytorch(choice, calls, backward, per_module)
+    return swap_in(model, choice, nvtx, keep, backward, per_module)
+
+
+def _sparse_choices(model: nn.Module, choice: Predicted, gpu: str, sparsity, calibration) -> dict[str, Choice]:
+    """:class:`SparseInput` choices of the modules whose input holds zeros (``apply``'s
+    ``sparsity`` or ``calibration``), by module name."""
+    if calibration is not None:
+        if sparsity is not None:
+            raise InputError("give apply a calibration batch or each module's sparsity, not both", field="sparsity")
+        from seer.torch.layers import input_sparsity
+
+        sparsity = input_sparsity(model, calibration)
+    if sparsity is None:
+        return {}
+    levels = module_sparsity(sparsity)
+    if choice.model.sparse is None:
+        raise InputError(f"the {gpu} models have no model of seer's sparse kernels (models/<gpu>/sparse.json): "
+                         f"leave out sparsity and calibration, or use a GPU that has one", field="sparsity")
+    kernels = choice.sparse_kernels or DEFAULT_SPARSE_KERNELS
+    return {name: SparseInput(choice, level, kernels) for name, level in levels.items() if level > 0}
 
 
 def _example(model: nn.Module, input_shape: Sequence[int], training: bool = False) -> torch.Tensor | None:
