@@ -12,7 +12,7 @@ layers at 800x1216 (the data the shipped model was first fitted on).
 1. **Measured**: per layer and level, the best sparse kernel against the best cuDNN algorithm;
    each layer's break-even sparsity (where the best sparse kernel's time crosses the best cuDNN
    time, linear between the two grid levels around the crossing); by layer kind and batch, the
-   share of layers with a break-even at or below 0.9. ``layers.csv`` holds the seed's table
+   share of layers with a break-even at or below 0.9. ``seed-table.csv`` holds the seed's table
    (IMPLICIT_GEMM, IMPLICIT_PRECOMP_GEMM, GEMM and the sparse kernels per layer and level).
 2. **Predicted, held out**: a sparse-kernel model fitted without the layers it is tested on
    (``--fit-on``: ResNet-50's layers only, as shipped before these data, and ResNet-50's with
@@ -22,7 +22,7 @@ layers at 800x1216 (the data the shipped model was first fitted on).
    (each side at its best measured algorithm), and the break-even error.
 3. **Energy**: where both were read (``--energy``), the best sparse kernel's energy per call
    against the best cuDNN algorithm's, from the raw records.
-Writes ``summary.json``, ``summary.md`` and ``layers.csv``; ``--plot`` draws the ratio of the
+Writes ``summary.json``, ``summary.md`` and ``seed-table.csv``; ``--plot`` draws the ratio of the
 best sparse kernel to the best cuDNN algorithm against sparsity per layer kind.
 """
 
@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     columns = ["dense_shape_id", "kind", "batch", "in_ch", "in_h", "out_ch", "kernel_h", "stride_h", "sparsity",
                *SEED_DENSE, "best_cudnn_ms", *[k for k in SPARSE_KERNELS if k in table_rows], "best_sparse_ms"]
-    table_rows[columns].round(5).to_csv(args.out / "layers.csv", index=False)
+    table_rows[columns].round(5).to_csv(args.out / "seed-table.csv", index=False)
 
     # 2. Held out: the sparse model fitted without the tested layers; dense times from seer's model.
     from seer.predict.persist import load_model
