@@ -8,7 +8,8 @@ times with :func:`seer.networks.network_time.predict_network`, or ``seer network
 share of zero input values.
 
 On a GPU, :func:`apply` runs seer's predicted-fastest cuDNN algorithm on every convolution
-of a model and :func:`force` one algorithm everywhere (:mod:`seer.torch.convolution`);
+of a model (and seer's sparse kernel where a calibration batch shows enough zeros) and
+:func:`force` one algorithm everywhere (:mod:`seer.torch.convolution`);
 ``seer profile-network`` measures the result.
 """
 

@@ -113,7 +113,8 @@ GUARD_LEGACY_HOST_MS = 0.03
 GUARD_LAUNCH_MS = 0.0055
 #: One of seer's sparse kernels (:class:`SparseInput`) costs this much more host time per call
 #: than PyTorch's: CuPy arrays over PyTorch's tensors, the lists' buffers from CuPy's pool, and
-#: its launches (``benchmarks/host_cost.py --sparse``).
+#: its launches; the median over three layers on the H200 machine (``benchmarks/host_cost.py --sparse``,
+#: benchmarks/results/h200-sparse-host-cost.json).
 GUARD_SPARSE_HOST_MS = 0.10
 #: In an eager training step (:func:`decide_step`), a swapped module costs
 #: :data:`GUARD_STEP_MODULE_MS` more host time per call than PyTorch's ``nn.Conv2d`` (forward and
