@@ -123,6 +123,8 @@ def test_training_the_sparse_model_writes_what_is_shipped(tmp_path, capsys):
     lambda d: d["quantiles"]["SEER_SPARSE_GATHER"]["95"].__setitem__(0, float("nan")),
     lambda d: d.__setitem__("version", 1),  # the format before the serial terms
     lambda d: d.__setitem__("terms", ["constant_ms"]),
+    lambda d: d["card"]["ranges"].__setitem__("batch", [1, "8"]),
+    lambda d: d["card"]["ranges"].__setitem__("__class__", [1, 8]),
 ])
 def test_a_damaged_sparse_model_file_is_refused_in_one_sentence(damage, tmp_path):
     document = json.loads((SHIPPED / SPARSE_FILE).read_text())
@@ -166,6 +168,22 @@ def test_break_even_is_the_lowest_sparsity_whose_predicted_time_is_below_the_den
 
 
 # -- seer predict ---------------------------------------------------------------------------
+def test_a_layer_outside_what_the_sparse_model_learnt_has_its_sparse_rows_marked_extrapolated():
+    model = persist.load_model("h200", math="fma")
+    assert model.sparse.card["ranges"]["batch"] == [1.0, 8.0] and model.sparse.card["ranges"]["groups"] == [1.0, 1.0]
+    frame = pd.DataFrame([dict(zip(HEADER.strip().split(","), map(float, f"{THREE},0.95".split(","))))] * 3)
+    frame = frame.astype({c: "int64" for c in frame.columns if c != "sparsity"})
+    frame.loc[1, "batch"] = 32  # a batch it never saw
+    frame.loc[2, "sparsity"] = 0.3  # fewer zeros than any it saw
+    rows = model.predict(frame, "fma")
+    sparse = rows[rows["algo"].astype(str).str.startswith("SEER_SPARSE_")]
+    dense = rows[~rows["algo"].astype(str).str.startswith("SEER_SPARSE_")]
+    marked = sparse.groupby("layer")["extrapolated"].all()
+    assert not marked[0] and marked[1] and marked[2]
+    # The dense rows keep the forward model's own mark.
+    assert not dense.groupby("layer")["extrapolated"].any()[[0, 2]].any()
+
+
 def test_predict_adds_the_sparse_kernels_and_the_break_even_to_sparse_layers_only(tmp_path, capsys):
     plain, sparse = tmp_path / "plain.csv", tmp_path / "sparse.csv"
     plain.write_text(HEADER.replace(",sparsity", "") + f"{CONV1}\n{POINT}\n{THREE}\n")

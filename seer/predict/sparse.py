@@ -71,6 +71,19 @@ def _sizes(frame: pd.DataFrame) -> dict[str, np.ndarray]:
             "serial_reads": taps * per_group, "serial_blocks": taps * np.ceil(per_group / 32)}
 
 
+#: What the card's ``ranges`` bound: a layer outside any of them is an extrapolation.
+RANGE_FIELDS = ("batch", "in_ch", "out_ch", "groups", "dims", "in_pixels", "taps", "sparsity")
+
+
+def _range_values(frame: pd.DataFrame, sparsity: np.ndarray) -> dict[str, np.ndarray]:
+    f = {c: frame[c].to_numpy(dtype=float) for c in ("batch", "in_ch", "out_ch", "groups", "in_d", "in_h", "in_w",
+                                                     "kernel_d", "kernel_h", "kernel_w")}
+    dims = frame["dims"].to_numpy(dtype=float) if "dims" in frame else np.where(f["in_d"] > 1, 3.0, 2.0)
+    return {"batch": f["batch"], "in_ch": f["in_ch"], "out_ch": f["out_ch"], "groups": f["groups"], "dims": dims,
+            "in_pixels": f["in_d"] * f["in_h"] * f["in_w"], "taps": f["kernel_d"] * f["kernel_h"] * f["kernel_w"],
+            "sparsity": np.asarray(sparsity, dtype=float)}
+
+
 def features(frame: pd.DataFrame, sparsity: np.ndarray) -> np.ndarray:
     """The model's terms (:data:`TERMS`) per layer of ``frame`` (the layer columns) at ``sparsity``."""
     s = _sizes(frame)
@@ -117,6 +130,20 @@ class SparseTimeModel:
         out = np.full((len(frame), len(self.kernels)), np.nan)
         for j, algo in enumerate(self.kernels):
             out[:, j] = np.where(runs_on(algo, frame), x @ np.asarray(self.coefficients[algo]), np.nan)
+        return out
+
+    def outside(self, frame: pd.DataFrame, sparsity: np.ndarray) -> np.ndarray:
+        """Per layer: whether it lies outside what the model learnt from (the card's
+        :data:`RANGE_FIELDS` ranges; a layer of more groups or another dimensionality than any
+        it saw): its sparse rows are marked ``extrapolated``. A card without ranges marks none."""
+        ranges = self.card.get("ranges")
+        if not ranges:
+            return np.zeros(len(frame), dtype=bool)
+        values = _range_values(frame, sparsity)
+        out = np.zeros(len(frame), dtype=bool)
+        for name, (low, high) in ranges.items():
+            v = values[name]
+            out |= (v < low - 1e-9) | (v > high + 1e-9)
         return out
 
     def bounds(self, times: np.ndarray) -> np.ndarray:
@@ -203,6 +230,8 @@ def fit_sparse_model(table: pd.DataFrame, gpu: str, source: Path | None = None) 
             "sparsity_levels": sorted(float(v) for v in rows["sparsity"].unique()),
             "patterns": sorted(str(v) for v in rows["sparsity_pattern"].unique()),
             "maths": sorted(str(v) for v in rows["math"].unique()) if "math" in rows else [],
+            "ranges": {name: [float(v.min()), float(v.max())]
+                       for name, v in _range_values(rows, rows["sparsity"].to_numpy()).items()},
             "fit": "non-negative least squares on the relative error, per kernel",
             "intervals": "quantiles of log(measured / predicted) over leave-one-layer-out fits",
             "leave_one_layer_out": errors}
@@ -260,6 +289,11 @@ def load_sparse_model(folder: Path) -> SparseTimeModel | None:
         raise InputError("not a valid sparse model file: gpu, coefficients, quantiles or card missing", path=path)
     if not coefficients or set(coefficients) - set(SPARSE_KERNELS) or set(quantiles) != set(coefficients):
         raise InputError("not a valid sparse model file: its kernels are not seer's sparse kernels", path=path)
+    ranges = card.get("ranges", {})
+    if type(ranges) is not dict or set(ranges) - set(RANGE_FIELDS) or any(
+            type(pair) is not list or len(pair) != 2 or any(type(v) not in (int, float) for v in pair)
+            for pair in ranges.values()):
+        raise InputError("not a valid sparse model file: its card's ranges", path=path)
     checked_w, checked_q = {}, {}
     for algo in coefficients:
         w = coefficients[algo]
@@ -324,8 +358,9 @@ def with_sparse_rows(predictions: pd.DataFrame, frame: pd.DataFrame, sparsity: n
     chosen = np.flatnonzero(sparse)
     in_sparse = np.isin(layer, chosen)
     pieces = [out[~in_sparse]]
+    outside = model.outside(frame, sparsity)
     for i, rows in out[in_sparse].groupby("layer", sort=True):
-        pieces.append(_layer_with_sparse(rows, kernels, times[i], bounds[i]))
+        pieces.append(_layer_with_sparse(rows, kernels, times[i], bounds[i], bool(outside[i])))
     result = pd.concat(pieces, ignore_index=True)
     # Back in layer order; a layer's rows stay in rank order (a stable sort).
     result = result.iloc[np.argsort(result["layer"].to_numpy(), kind="stable")].reset_index(drop=True)
@@ -335,9 +370,12 @@ def with_sparse_rows(predictions: pd.DataFrame, frame: pd.DataFrame, sparsity: n
     return result
 
 
-def _layer_with_sparse(rows: pd.DataFrame, kernels: list[str], times: np.ndarray, bounds: np.ndarray) -> pd.DataFrame:
+def _layer_with_sparse(rows: pd.DataFrame, kernels: list[str], times: np.ndarray, bounds: np.ndarray,
+                       outside: bool = False) -> pd.DataFrame:
     """One layer's prediction rows with its sparse kernels' rows merged in by predicted time,
-    ranks renumbered, and the guarded recommendation where a sparse kernel comes first."""
+    ranks renumbered, and the guarded recommendation where a sparse kernel comes first; the
+    sparse rows are ``extrapolated`` where the dense ones are or the layer is ``outside`` the
+    sparse model's ranges."""
     from seer.predict.guard import GUARD_LEVEL
     from seer.schema import PYTORCH_CHOICE
 
@@ -353,6 +391,7 @@ def _layer_with_sparse(rows: pd.DataFrame, kernels: list[str], times: np.ndarray
         for c, column in enumerate(INTERVAL_COLUMNS):
             row[column] = bounds[j, c // 2, c % 2]
         row["predicted_mj"] = np.nan
+        row["extrapolated"] = bool(row["extrapolated"].iloc[0]) or outside
         new.append(row)
     if not new:
         return rows
