@@ -1,6 +1,10 @@
 """How well the sparse kernels' model predicts, leaving each layer out (CPU).
 
-    python benchmarks/sparse_model.py --gpu h200 --out benchmarks/results/h200-sparse-model
+    python benchmarks/sparse_model.py --gpu h200 --grid file:resnet50_800x1216 --out benchmarks/results/h200-sparse-model
+
+(Each held-out layer refits the whole model, its own leave-one-out included: the time grows with
+the square of the layers, so ``--grid`` keeps one grid's; ``benchmarks/sparse_seed.py`` tests whole
+networks left out instead.)
 
 On the GPU's sparse measurements (``data/<gpu>/sparse_measurements``), per layer
 (``dense_shape_id``): the model (:mod:`seer.predict.sparse`) fitted on the other layers
@@ -42,10 +46,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu", default="h200")
     parser.add_argument("--data-dir", type=Path, default=Path("data"))
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--grid", help="only this grid's layers (the table's grid column, e.g. file:resnet50_800x1216)")
     args = parser.parse_args(argv)
 
     source = args.data_dir / args.gpu / "sparse_measurements"
     table = read_sparse_measurements(source)
+    if args.grid:
+        table = table[table["grid"] == args.grid].reset_index(drop=True)
     rows = sparse_training_rows(table)
     held = leave_one_layer_out(rows)
     full = fit_sparse_model(table, args.gpu, source)  # its intervals: quantiles of these same residuals
@@ -133,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
                                               "measured_with_break_even": sum(m is not None for m in measured),
                                               "predicted_with_break_even": sum(g is not None for g in guess)}
 
-    result = {"command": "python benchmarks/sparse_model.py --gpu " + args.gpu + " --out " + str(args.out),
+    result = {"command": "python benchmarks/sparse_model.py --gpu " + args.gpu
+                         + (f" --grid {args.grid}" if args.grid else "") + " --out " + str(args.out),
               "gpu": args.gpu, "training": full.card, "coefficients": full.coefficients,
               "leave_one_layer_out": kernels, "break_even": per_layer, "break_even_agreement": agreement,
               "grid_levels": levels}
@@ -142,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
 
     lines = [f"# The sparse kernels' model, {args.gpu}: leave one layer out", "",
              f"`{result['command']}` (CPU), on `data/{args.gpu}/sparse_measurements` ({full.card['rows']} ok runs of "
-             f"the sparse kernels, {full.card['layers']} layers of ResNet-50 at 800x1216, batch 1; sparsity "
+             f"the sparse kernels, {full.card['layers']} layers of grid {args.grid or 'every grid'}; sparsity "
              f"{', '.join(f'{v:g}' for v in levels)}; patterns {', '.join(full.card['patterns'])}).", "",
              "| kernel | runs | layers | MAPE | median APE | 90th pct APE | 80% / 95% interval held* | "
              "held out** |", "|---|---|---|---|---|---|---|---|"]

@@ -389,6 +389,8 @@ def test_sparsity_mistakes_are_input_errors():
         apply(_sparse_net(), "h200", "fma", sparsity={"4": 1.0})
     with pytest.raises(InputError, match="not both"):
         apply(_sparse_net(), "h200", "fma", sparsity={"4": 0.9}, calibration=torch.randn(1, 3, 8, 8))
+    with pytest.raises(InputError, match="cannot be captured in CUDA graphs"):
+        apply(_sparse_net(), "h200", "fma", sparsity={"4": 0.9}, cuda_graphs=True)
     with pytest.raises(InputError, match="h100 models have no model of seer's sparse kernels"):
         apply(_sparse_net(), "h100", "fma", sparsity={"4": 0.9})
     with pytest.raises(InputError, match="map module names"):

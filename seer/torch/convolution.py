@@ -1396,6 +1396,9 @@ def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_s
 
         # On a GPU, cuDNN answers for the layers (Predicted asks it): the models of its answers load too.
         seer_model = load_model(gpu, math=math, models_dir=models_dir, cudnn_answers=torch.cuda.is_available())
+    if cuda_graphs and (sparsity is not None or calibration is not None):
+        raise InputError("seer's sparse kernels cannot be captured in CUDA graphs (each call allocates its lists of "
+                         "non-zeros): leave out cuda_graphs, or sparsity and calibration", field="sparsity")
     choice = Predicted(seer_model, math, algorithms=algorithms, guard=guard, captured=cuda_graphs)
     per_module = _sparse_choices(model, choice, gpu, sparsity, calibration)
     backward: tuple = (None, None)
