@@ -80,19 +80,25 @@ def _inputs(model, x) -> dict:
     return seen
 
 
+def _forced(model, x, algo: str, tolerance: float = 1e-5) -> tuple[dict, set]:
+    """Force ``algo`` on ``model`` (no gradients), check its output on ``x`` against PyTorch's own
+    within ``tolerance``; the seer convolutions and the names of those that ran ``algo``."""
+    expected = model(x)
+    force(model, algo, math="fma")
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        got = model(x)
+    assert _relative_error(got, expected) < tolerance
+    convs = seer_convolutions(model)
+    return convs, {name for name, m in convs.items() if m.last_algorithm == algo}
+
+
 @pytest.mark.parametrize("algo", [a for a in algorithm_names() if a not in algorithm_names("pytorch")])
 def test_forced_algorithm_runs_and_its_kernels_say_so(cuda, evidence, tracer, algo):
     model = _every_kind(cuda)
     x = torch.randn(2, 3, 32, 32, device=cuda)
     with torch.no_grad():
-        expected = model(x)
-        force(model, algo, math="fma")
-        with warnings.catch_warnings(record=True):
-            warnings.simplefilter("always")
-            got = model(x)
-        assert _relative_error(got, expected) < TOLERANCE.get(algo, 1e-5)
-        convs = seer_convolutions(model)
-        ran = {name for name, m in convs.items() if m.last_algorithm == algo}
+        convs, ran = _forced(model, x, algo, TOLERANCE.get(algo, 1e-5))
         for name, m in convs.items():
             if name not in ran:  # PyTorch ran it, and the module says why
                 assert m.last_algorithm == PYTORCH and m.fallbacks, name
@@ -121,14 +127,7 @@ def test_channels_last_runs_in_its_own_layout(cuda, tracer, algo):
     model = _every_kind(cuda).to(memory_format=torch.channels_last)
     x = torch.randn(2, 3, 32, 32, device=cuda).to(memory_format=torch.channels_last)
     with torch.no_grad():
-        expected = model(x)
-        force(model, algo, math="fma")
-        with warnings.catch_warnings(record=True):
-            warnings.simplefilter("always")
-            got = model(x)
-        assert _relative_error(got, expected) < 1e-5
-        convs = seer_convolutions(model)
-        ran = {name for name, m in convs.items() if m.last_algorithm == algo}
+        convs, ran = _forced(model, x, algo)
         assert {"shared.conv", "one_by_seven", "dilated", "reflect"} <= ran, ran
         if algo.startswith("SEER"):  # 3, 4 or 1 input channels per group: refused, and said why
             assert all(convs[n].fallbacks and n not in ran for n in ("stem", "grouped", "depthwise"))
@@ -480,14 +479,7 @@ def test_a_forced_sparse_kernel_gives_pytorchs_output_and_its_kernels_say_so(cud
     model = _relu_net(cuda)
     x = torch.randn(2, 3, 32, 32, device=cuda)
     with torch.no_grad():
-        expected = model(x)
-        force(model, algo, math="fma")
-        with warnings.catch_warnings(record=True):
-            warnings.simplefilter("always")
-            got = model(x)
-        assert _relative_error(got, expected) < 1e-5
-        convs = seer_convolutions(model)
-        ran = {name for name, m in convs.items() if m.last_algorithm == algo}
+        convs, ran = _forced(model, x, algo)
         takes = {"4", "8"} if algo == "SEER_SPARSE_POINTWISE" else set(convs)  # pointwise: 1x1 stride 1 only
         assert ran == takes, ran
         for name, m in convs.items():
