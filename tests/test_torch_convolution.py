@@ -415,3 +415,28 @@ def test_sparse_kernels_run_contiguous_nchw_only_and_are_ranked_on_sparse_inputs
     with pytest.raises(InputError, match="at least one dense algorithm"):
         Predicted(_h200_fma(), "fma", algorithms="sparse")
     assert Fixed("SEER_SPARSE_GATHER", "fma").name == "SEER_SPARSE_GATHER"  # force() takes them
+
+
+def test_the_sparse_network_benchmark_gives_each_convolution_but_the_first_its_share_of_zeros():
+    import sys
+    from pathlib import Path
+
+    benchmarks = Path(__file__).resolve().parents[1] / "benchmarks"
+    sys.path.insert(0, str(benchmarks))
+    try:
+        from sparse_network import sparsify
+    finally:
+        sys.path.remove(str(benchmarks))
+    from seer.torch import input_sparsity
+    from seer.torch.convolution import module_sparsity
+
+    torch.manual_seed(0)
+    model = _sparse_net().eval()
+    x = torch.randn(2, 3, 28, 28)
+    handles = sparsify(model, x, 0.95)
+    measured = module_sparsity(input_sparsity(model, x))
+    assert measured["0"] == 0  # the image is left as it is
+    assert measured["2"] == pytest.approx(0.95, abs=0.002) and measured["4"] == pytest.approx(0.95, abs=0.002)
+    for h in handles:
+        h.remove()
+    assert module_sparsity(input_sparsity(model, x))["4"] < 0.7  # the ReLU's own zeros again
