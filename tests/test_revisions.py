@@ -72,3 +72,21 @@ def test_thread_flops_count_fp32_fp16_and_fp64_and_what_older_profiles_lack_adds
     assert thread_flops(counts).tolist() == [23.0, 23.0 + 3 + 4 + 10 + 6 + 7]
     # A required counter missing is not papered over.
     assert np.isnan(thread_flops(counts.assign(inst_ffma=np.nan)).iloc[0])
+
+
+def test_a_run_timed_again_without_its_energy_keeps_the_earlier_reading(tmp_path):
+    store = RunStore(tmp_path / "h200")
+    run = {"shape_id": "0123456789ab", "math": "fma", "grid": "g", "status": "ok"}
+    reading = {"power_w": 300.0, "energy_mj": 1.5, "energy_window_s": 1.0, "energy_counter_steps": 10}
+    store.append("timing", [
+        run | {"algo": "GEMM", "time_ms": 5.0, "collected_at": "2026-11-27T10:00:00+00:00"} | reading,
+        run | {"algo": "GEMM", "time_ms": 4.9, "collected_at": "2026-11-27T11:00:00+00:00"},  # traced, no energy
+        run | {"algo": "IMPLICIT_GEMM", "time_ms": 2.0, "collected_at": "2026-11-27T10:00:00+00:00"} | reading,
+        run | {"algo": "IMPLICIT_GEMM", "status": "error", "time_ms": None,
+               "collected_at": "2026-11-27T11:00:00+00:00"},  # failed since: nothing to read
+        run | {"algo": "FFT", "time_ms": 3.0, "collected_at": "2026-11-27T10:00:00+00:00"},  # never read
+    ])
+    table = latest_timing_records(store).set_index("algo")
+    assert table.loc["GEMM", "time_ms"] == 4.9  # the latest timing
+    assert table.loc["GEMM", ["power_w", "energy_mj", "energy_counter_steps"]].tolist() == [300.0, 1.5, 10]
+    assert np.isnan(table.loc["IMPLICIT_GEMM", "energy_mj"]) and np.isnan(table.loc["FFT", "energy_mj"])

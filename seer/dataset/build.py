@@ -244,13 +244,37 @@ def trace_rollup(traced: pd.DataFrame) -> pd.DataFrame:
 def latest_timing_records(store: RunStore) -> pd.DataFrame:
     """The latest timing record of each run, each labelled with its shape's first grid. A run
     whose latest record measured an earlier revision of seer's kernels is left out (the raw
-    records keep it): it timed other code."""
+    records keep it): it timed other code. A run whose latest record read no energy keeps the
+    reading of its latest record that did (:func:`_with_earlier_energy`)."""
     history = store.read("timing")  # oldest first
     if history.empty:
         return history
     records = latest_records(history, RUN_KEY)
-    records = records[current_revision(records)]
+    records = _with_earlier_energy(records[current_revision(records)].reset_index(drop=True), history)
     return records.assign(grid=records["shape_id"].map(first_grids(history)))
+
+
+def _with_earlier_energy(records: pd.DataFrame, history: pd.DataFrame) -> pd.DataFrame:
+    """``records`` (the latest of each run) with the energy reading of the run's latest record
+    that has one, where the latest itself has none: a run timed again without reading its energy
+    (``--retry untraced``, to trace it) keeps the reading an earlier record of the same code made.
+    Only successful runs of the kernel revision in force, read and latest alike."""
+    from seer.gpu.energy import ENERGY_FIELDS
+
+    if "energy_mj" not in history.columns or records.empty:
+        return records
+    read = history[history["energy_mj"].notna() & (history["status"] == "ok")]
+    read = latest_records(read[current_revision(read)], RUN_KEY)
+    if read.empty:
+        return records
+    fields = [f for f in ENERGY_FIELDS if f in history.columns]
+    earlier = records[list(RUN_KEY)].merge(read[[*RUN_KEY, *fields]], on=list(RUN_KEY), how="left")
+    fill = (records["energy_mj"].isna() & (records["status"] == "ok") & earlier["energy_mj"].notna()).to_numpy()
+    if fill.any():
+        records = records.copy()
+        for field in fields:
+            records.loc[fill, field] = earlier.loc[fill, field].to_numpy()
+    return records
 
 
 def split_sparse_records(records: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

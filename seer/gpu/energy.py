@@ -25,6 +25,10 @@ SETTLE_S = 0.25
 CHUNK_MS = 10.0
 
 
+#: The fields of one energy reading in a timing record (:meth:`EnergyReading.as_row`).
+ENERGY_FIELDS = ("power_w", "energy_mj", "energy_window_s", "energy_counter_steps")
+
+
 @dataclass(frozen=True)
 class EnergyReading:
     power_w: float  # average over the window
@@ -33,8 +37,7 @@ class EnergyReading:
     counter_steps: int
 
     def as_row(self) -> dict:
-        return {"power_w": self.power_w, "energy_mj": self.energy_mj, "energy_window_s": self.window_s,
-                "energy_counter_steps": self.counter_steps}
+        return dict(zip(ENERGY_FIELDS, (self.power_w, self.energy_mj, self.window_s, self.counter_steps)))
 
 
 def current_device_handle(pynvml):
