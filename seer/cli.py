@@ -721,13 +721,14 @@ def _cmd_predict(args) -> int:
         writer = PredictionWriter(handle, format_for(args.out, args.format), args.rows) if handle is not None else None
         offset = 0
         memo = PredictionMemo()  # a later chunk's layers met before are not predicted again
-        unranked_sparsity = model.sparse is None or model.pass_ != "fwd" or args.objective != "time"
+        unranked_sparsity = model.sparse is None or model.pass_ != "fwd" or (
+            args.objective != "time" and not model.sparse.power)
         for chunk in iter_layer_chunks(layers, PREDICT_CHUNK, name=_source_name(args.file)):
             if unranked_sparsity and _has_sparse_layers(chunk):
                 unranked_sparsity = False  # said once
                 err_console.print(f"seer: note: the sparsity column ranks seer's sparse kernels only in the forward "
-                                  f"pass, by time, on a GPU with their model (h200); here ({_model_label(model)}, "
-                                  f"{args.objective}) it changes no prediction", soft_wrap=True)
+                                  f"pass, on a GPU with their model (h200; by energy where it has their power); here "
+                                  f"({_model_label(model)}, {args.objective}) it changes no prediction", soft_wrap=True)
             answers = cudnn_workspaces(chunk, args.math) if args.cudnn_answers else None
             predictions = with_labels(model.predict(chunk, args.math, algorithms, args.objective, answers, memo),
                                       chunk, offset)
@@ -1272,11 +1273,14 @@ def _cmd_network(args) -> int:
         algorithms = None if args.pass_ != "fwd" and args.algo.strip().lower() == "all" else _algorithms(args.algo)
         model = load_model(args.gpu, math=args.math, models_dir=args.models_dir, pass_=args.pass_)
     if args.sparsity is not None:
-        if args.pass_ != "fwd" or args.objective != "time":
-            raise InputError("--sparsity ranks seer's sparse kernels in the forward pass, by time: leave out "
-                             + ("--pass" if args.pass_ != "fwd" else "--objective"), field="sparsity")
+        if args.pass_ != "fwd":
+            raise InputError("--sparsity ranks seer's sparse kernels in the forward pass: leave out --pass",
+                             field="sparsity")
         if model.sparse is None:
             raise InputError(f"{model.gpu} has no model of seer's sparse kernels (docs/sparse.md: h200 has one)",
+                             field="sparsity")
+        if args.objective != "time" and not model.sparse.power:
+            raise InputError(f"{model.gpu}'s model of seer's sparse kernels has no power model: leave out --objective",
                              field="sparsity")
         if args.algo.strip().lower() == "all":  # every algorithm, and the sparse kernels beside them
             from seer.algorithms import algorithm_names

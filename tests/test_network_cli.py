@@ -193,6 +193,20 @@ def test_a_networks_sparsity_ranks_seers_sparse_kernels_where_the_gpu_has_their_
     assert "SEER_SPARSE_GATHER" not in picks["dense"]
 
 
+def test_a_networks_sparsity_ranks_the_sparse_kernels_by_energy_too(tmp_path, capsys):
+    out = tmp_path / "net.json"
+    code, _, err = run(capsys, "network", "torch_nets:resnet50", "--input", "1x3x224x224", "--gpu", "h200",
+                       "--math", "fma", "--sparsity", "0.99", "--objective", "energy", "-o", out)
+    assert code == 0, err
+    about = json.loads(out.read_text())
+    assert {row["policy"] for row in about["totals"]} >= {"SEER_SPARSE_GATHER", "seer"}
+    picks = [layer["pick"] for layer in about["layers"]]
+    assert "SEER_SPARSE_GATHER" in picks  # the least energy on some layers at 99% zeros
+    for layer in about["layers"]:  # ranked by predicted energy, the sparse kernels among the dense
+        energies = [a["predicted_mj"] for a in sorted(layer["algorithms"], key=lambda a: a["rank"])]
+        assert energies == sorted(energies)
+
+
 def test_a_sparsity_file_gives_each_named_module_its_own(tmp_path, capsys):
     given = tmp_path / "sparsity.csv"
     given.write_text("name,sparsity\nlayer4.1.conv2,0.99\n")

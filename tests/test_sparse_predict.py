@@ -124,6 +124,9 @@ def test_training_the_sparse_model_writes_what_is_shipped(tmp_path, capsys):
     lambda d: d.__setitem__("version", 1),  # the format before the serial terms
     lambda d: d.__setitem__("terms", ["constant_ms"]),
     lambda d: d["card"]["ranges"].__setitem__("batch", [1, "8"]),
+    lambda d: d["power"]["SEER_SPARSE_GATHER"].__setitem__("range_w", [300.0, 100.0]),
+    lambda d: d["power"]["SEER_SPARSE_GATHER"].__setitem__("coefficients", [1.0]),
+    lambda d: d["power"].__setitem__("SEER_DIRECT", {"coefficients": [1.0, 0.0], "range_w": [1.0, 2.0]}),
     lambda d: d["card"]["ranges"].__setitem__("__class__", [1, 8]),
 ])
 def test_a_damaged_sparse_model_file_is_refused_in_one_sentence(damage, tmp_path):
@@ -168,6 +171,27 @@ def test_break_even_is_the_lowest_sparsity_whose_predicted_time_is_below_the_den
 
 
 # -- seer predict ---------------------------------------------------------------------------
+def test_by_energy_the_sparse_kernels_rank_by_predicted_time_times_their_power():
+    model = persist.load_model("h200", math="fma")
+    assert set(model.sparse.power) == {"SEER_SPARSE_GATHER", "SEER_SPARSE_SCATTER", "SEER_SPARSE_POINTWISE"}
+    frame = pd.DataFrame([dict(zip(HEADER.strip().split(","), map(float, f"{THREE},{level}".split(","))))
+                          for level in (0.5, 0.99)]).astype({c: "int64" for c in HEADER.strip().split(",")[:-1]})
+    rows = model.predict(frame, "fma", objective="energy")
+    sparse = rows[rows["algo"].astype(str).str.startswith("SEER_SPARSE_")]
+    assert len(sparse) and sparse["predicted_mj"].notna().all()
+    gather = sparse[sparse["algo"] == "SEER_SPARSE_GATHER"].iloc[0]
+    (a, b), (low, high) = (model.sparse.power["SEER_SPARSE_GATHER"][k] for k in ("coefficients", "range_w"))
+    watts = min(max(a + b * np.log10(gather["predicted_ms"]), low), high)
+    assert gather["predicted_mj"] == pytest.approx(gather["predicted_ms"] * watts)
+    for _, layer in rows.groupby("layer"):  # each layer ranked by energy, the sparse rows among the dense
+        ranked = layer.dropna(subset=["predicted_mj"]).sort_values("rank")
+        assert ranked["predicted_mj"].is_monotonic_increasing
+        first = ranked.iloc[0]
+        assert (layer["recommended"] == first["algo"]).all()  # by energy, the pick itself
+    assert rows[rows["layer"] == 1].sort_values("rank")["algo"].iloc[0] == "SEER_SPARSE_GATHER"  # 99% zeros
+    assert rows[rows["layer"] == 0].sort_values("rank")["algo"].iloc[0] != "SEER_SPARSE_GATHER"
+
+
 def test_a_layer_outside_what_the_sparse_model_learnt_has_its_sparse_rows_marked_extrapolated():
     model = persist.load_model("h200", math="fma")
     assert model.sparse.card["ranges"]["batch"] == [1.0, 8.0] and model.sparse.card["ranges"]["groups"] == [1.0, 1.0]
@@ -251,8 +275,7 @@ def test_fitting_needs_sparse_runs():
                                        "time_ms": [1.0]}), "h200")
 
 
-@pytest.mark.parametrize("argv", [["--gpu", "h100"], ["--gpu", "h200", "--objective", "energy"],
-                                  ["--gpu", "h200", "--pass", "bwd_data"]])
+@pytest.mark.parametrize("argv", [["--gpu", "h100"], ["--gpu", "h200", "--pass", "bwd_data"]])
 def test_a_sparsity_that_ranks_nothing_says_so_once(argv, tmp_path, capsys):
     source = tmp_path / "layers.csv"
     source.write_text(HEADER + f"{THREE},0.99\n{THREE},0.95\n")
@@ -265,8 +288,11 @@ def test_a_sparsity_that_ranks_nothing_says_so_once(argv, tmp_path, capsys):
 def test_a_sparsity_that_ranks_the_sparse_kernels_needs_no_note(tmp_path, capsys):
     source = tmp_path / "layers.csv"
     source.write_text(HEADER + f"{THREE},0.99\n")
-    code, _, err = run(capsys, "predict", source, "--math", "fma", "--gpu", "h200", "-o", tmp_path / "out.csv")
-    assert code == 0 and "ranks seer's sparse kernels only" not in err
+    for objective in ("time", "energy"):  # by energy too: the H200's sparse model has their power
+        code, _, err = run(capsys, "predict", source, "--math", "fma", "--gpu", "h200", "--objective", objective,
+                           "-o", tmp_path / "out.csv")
+        assert code == 0 and "ranks seer's sparse kernels only" not in err
+        assert pd.read_csv(tmp_path / "out.csv")["algo"].astype(str).str.startswith("SEER_SPARSE_").any()
 
 
 def test_the_table_shows_each_layers_zeros_and_break_even(tmp_path, capsys):

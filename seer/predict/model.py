@@ -108,7 +108,7 @@ class Model:
         Where ``layers`` is a frame with a ``sparsity`` column (the share of the input's values
         that are zero, in [0, 1); empty is 0) and the model has :attr:`sparse`, the layers above 0
         also get rows for seer's sparse kernels, and every row gets ``break_even_sparsity``
-        (:func:`seer.predict.sparse.with_sparse_rows`); by time only.
+        (:func:`seer.predict.sparse.with_sparse_rows`); by energy, the kernels with a power model.
         """
         if objective not in OBJECTIVES:
             raise InputError(f"unknown objective {objective!r}; choose one of: {', '.join(OBJECTIVES)}",
@@ -139,9 +139,10 @@ class Model:
         out = ranked(frame, math, predictor.algorithms, times, scores, extrapolated, energies, bounds, near_best)
         out = with_pytorch(out, pytorch, guarded=objective == "time")
         sparsity = layer_sparsity(layers)
-        if sparsity is not None and self.sparse is not None and objective == "time" and self.pass_ == "fwd":
+        if sparsity is not None and self.sparse is not None and self.pass_ == "fwd" and (
+                objective == "time" or self.sparse.power):
             kernels = None if algorithms is None else _algorithm_names(algorithms)
-            out = with_sparse_rows(out, frame, sparsity, self.sparse, kernels)
+            out = with_sparse_rows(out, frame, sparsity, self.sparse, kernels, objective)
         return out
 
     def _layer_answers(self, layers: pd.DataFrame, math: str, algorithms: Sequence[str] | None, objective: str,

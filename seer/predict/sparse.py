@@ -29,7 +29,7 @@ import hashlib
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -119,10 +119,23 @@ class SparseTimeModel:
     coefficients: dict[str, list[float]]
     quantiles: dict[str, dict[str, list[float]]]  # algo -> {"80": [low, high], "95": [...]}
     card: dict
+    #: Per kernel with enough energy readings: average power (W) = a + b·log10(time in ms), held
+    #: within the range of watts read ({"coefficients": [a, b], "range_w": [low, high]}).
+    power: dict = field(default_factory=dict)
 
     @property
     def kernels(self) -> list[str]:
         return [k for k in SPARSE_KERNELS if k in self.coefficients]
+
+    def energies(self, times: np.ndarray) -> np.ndarray:
+        """Predicted mJ per call for :meth:`times`' array (ms x W), NaN for a kernel without a power model."""
+        out = np.full(times.shape, np.nan)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for j, algo in enumerate(self.kernels):
+                if algo in self.power:
+                    (a, b), (low, high) = self.power[algo]["coefficients"], self.power[algo]["range_w"]
+                    out[:, j] = times[:, j] * np.clip(a + b * np.log10(times[:, j]), low, high)
+        return out
 
     def times(self, frame: pd.DataFrame, sparsity: np.ndarray) -> np.ndarray:
         """Predicted ms (layers x :attr:`kernels`), NaN where a kernel does not take a layer."""
@@ -176,8 +189,8 @@ class SparseTimeModel:
 
     def to_json(self) -> str:
         return json.dumps({"format": FORMAT, "version": FORMAT_VERSION, "gpu": self.gpu, "terms": list(TERMS),
-                           "coefficients": self.coefficients, "quantiles": self.quantiles, "card": self.card},
-                          indent=1, sort_keys=False) + "\n"
+                           "coefficients": self.coefficients, "quantiles": self.quantiles, "power": self.power,
+                           "card": self.card}, indent=1, sort_keys=False) + "\n"
 
 
 def sparse_training_rows(table: pd.DataFrame) -> pd.DataFrame:
@@ -198,6 +211,42 @@ def leave_one_layer_out(rows: pd.DataFrame) -> pd.DataFrame:
             train = layer != held
             out.loc[group.index[~train], "predicted_ms"] = x[~train] @ _fit(x[train], y[train])
     return out
+
+
+#: The fewest energy readings of a kernel for a power model of it.
+MIN_POWER_READINGS = 10
+
+
+def _fit_power(time_ms: np.ndarray, power_w: np.ndarray) -> dict:
+    """Least squares of power on log10(time): longer calls keep more of the GPU busy."""
+    x = np.column_stack([np.ones(len(time_ms)), np.log10(time_ms)])
+    a, b = np.linalg.lstsq(x, power_w, rcond=None)[0]
+    return {"coefficients": [float(a), float(b)], "range_w": [float(power_w.min()), float(power_w.max())]}
+
+
+def fit_power(rows: pd.DataFrame) -> tuple[dict, dict]:
+    """Per sparse kernel with :data:`MIN_POWER_READINGS` energy readings in ``rows``
+    (:func:`sparse_training_rows`): its power model, and the leave-one-layer-out error of energy per
+    call (from the measured time, so that it is the power model's alone)."""
+    power, errors = {}, {}
+    if "energy_mj" not in rows:
+        return power, errors
+    read = rows[rows["energy_mj"].notna() & (rows["power_w"] > 0)]
+    for algo, group in read.groupby("algo"):
+        if len(group) < MIN_POWER_READINGS or group["dense_shape_id"].nunique() < 2:
+            continue
+        t, w, layer = (group[c].to_numpy() for c in ("time_ms", "power_w", "dense_shape_id"))
+        t, w = t.astype(float), w.astype(float)
+        power[algo] = _fit_power(t, w)
+        ape = []
+        for held in np.unique(layer):
+            model = _fit_power(t[layer != held], w[layer != held])
+            (a, b), (low, high) = model["coefficients"], model["range_w"]
+            guess = np.clip(a + b * np.log10(t[layer == held]), low, high)
+            ape.extend(np.abs(guess / w[layer == held] - 1))
+        errors[algo] = {"readings": int(len(group)), "layers": int(len(np.unique(layer))),
+                        "loo_power_mape_percent": round(float(100 * np.mean(ape)), 2)}
+    return power, errors
 
 
 def fit_sparse_model(table: pd.DataFrame, gpu: str, source: Path | None = None) -> SparseTimeModel:
@@ -235,7 +284,12 @@ def fit_sparse_model(table: pd.DataFrame, gpu: str, source: Path | None = None) 
             "fit": "non-negative least squares on the relative error, per kernel",
             "intervals": "quantiles of log(measured / predicted) over leave-one-layer-out fits",
             "leave_one_layer_out": errors}
-    return SparseTimeModel(gpu, coefficients, quantiles, card)
+    power, power_errors = fit_power(rows)
+    if power:
+        card["power"] = {"fit": "least squares of watts on log10(ms) per kernel, held within the watts read; "
+                                "energy per call = predicted ms x predicted watts",
+                         "leave_one_layer_out": power_errors}
+    return SparseTimeModel(gpu, coefficients, quantiles, card, power)
 
 
 def save_sparse_model(model: SparseTimeModel, folder: Path) -> Path:
@@ -246,12 +300,13 @@ def save_sparse_model(model: SparseTimeModel, folder: Path) -> Path:
         before = load_sparse_model(folder)
     except InputError:  # a damaged file is replaced
         before = None
-    if before is not None and (before.coefficients, before.quantiles) == (model.coefficients, model.quantiles) and \
+    if before is not None and (before.coefficients, before.quantiles, before.power) == \
+            (model.coefficients, model.quantiles, model.power) and \
             {k: v for k, v in before.card.items() if k != "trained_at"} == \
             {k: v for k, v in model.card.items() if k != "trained_at"}:
         # Retraining on unchanged data changes no file: the date of the first such training stays.
         model = SparseTimeModel(model.gpu, model.coefficients, model.quantiles,
-                                {**model.card, "trained_at": before.card.get("trained_at")})
+                                {**model.card, "trained_at": before.card.get("trained_at")}, model.power)
     path.write_text(model.to_json())
     return path
 
@@ -313,7 +368,20 @@ def load_sparse_model(folder: Path) -> SparseTimeModel | None:
             if low > high:
                 raise InputError(f"not a valid sparse model file: {algo}'s {level}% quantiles are reversed", path=path)
             checked_q[algo][level] = [low, high]
-    return SparseTimeModel(gpu, checked_w, checked_q, card)
+    power = document.get("power", {})
+    if type(power) is not dict or set(power) - set(checked_w):
+        raise InputError("not a valid sparse model file: its power models", path=path)
+    checked_p = {}
+    for algo, entry in power.items():
+        if type(entry) is not dict or set(entry) != {"coefficients", "range_w"} or any(
+                type(entry[k]) is not list or len(entry[k]) != 2 for k in entry):
+            raise InputError(f"not a valid sparse model file: {algo}'s power model", path=path)
+        low, high = (_number(v, f"a power bound of {algo}", path, low=0.0) for v in entry["range_w"])
+        if low > high:
+            raise InputError(f"not a valid sparse model file: {algo}'s power bounds are reversed", path=path)
+        checked_p[algo] = {"coefficients": [_number(v, f"a power coefficient of {algo}", path)
+                                            for v in entry["coefficients"]], "range_w": [low, high]}
+    return SparseTimeModel(gpu, checked_w, checked_q, card, checked_p)
 
 
 def _is_dense_algo(algo) -> bool:
@@ -321,19 +389,23 @@ def _is_dense_algo(algo) -> bool:
 
 
 def with_sparse_rows(predictions: pd.DataFrame, frame: pd.DataFrame, sparsity: np.ndarray,
-                     model: SparseTimeModel, algorithms: Sequence[str] | None = None) -> pd.DataFrame:
+                     model: SparseTimeModel, algorithms: Sequence[str] | None = None,
+                     objective: str = "time") -> pd.DataFrame:
     """``predictions`` (:meth:`seer.predict.model.Model.predict`'s frame for ``frame``) with,
     for each layer whose ``sparsity`` is above 0, a row per sparse kernel that takes it, ranked
-    among the layer's rows by predicted time, and :data:`BREAK_EVEN_COLUMN` per layer.
+    among the layer's rows by predicted time (``objective="energy"``: by predicted energy per
+    call, the kernels with a power model only), and :data:`BREAK_EVEN_COLUMN` per layer (by time).
 
-    A sparse kernel placed first becomes ``recommended`` only where it is surely faster
+    A sparse kernel placed first by time becomes ``recommended`` only where it is surely faster
     (:mod:`seer.predict.guard`'s rule: the upper bound of its 80% interval lies below the lower
-    bound of what would be recommended otherwise, PyTorch's choice or the dense pick). The rows of
-    layers of sparsity 0 are left as they are; ``algorithms`` (names) limits the kernels."""
+    bound of what would be recommended otherwise, PyTorch's choice or the dense pick); by energy,
+    it is recommended as the dense pick is, unguarded. The rows of layers of sparsity 0 are left
+    as they are; ``algorithms`` (names) limits the kernels."""
     from seer.algorithms import algorithm_names
 
     sparsity = np.asarray(sparsity, dtype=float)
-    kernels = [k for k in model.kernels if algorithms is None or k in algorithms]
+    energy = objective == "energy"
+    kernels = [k for k in model.kernels if (algorithms is None or k in algorithms) and (not energy or k in model.power)]
     sparse = sparsity > 0
     out = predictions.copy()
     out[BREAK_EVEN_COLUMN] = np.nan
@@ -348,6 +420,7 @@ def with_sparse_rows(predictions: pd.DataFrame, frame: pd.DataFrame, sparsity: n
     columns = [model.kernels.index(k) for k in kernels]
     every = model.times(frame, sparsity)
     times, bounds = every[:, columns], model.bounds(every)[:, columns]
+    energies = model.energies(every)[:, columns] if energy else None
     picked = SparseTimeModel(model.gpu, {k: model.coefficients[k] for k in kernels},
                              {k: model.quantiles[k] for k in kernels}, model.card)
     # Every layer's, dense ones too (the share of zeros at which a sparse kernel would pay), so that
@@ -360,7 +433,8 @@ def with_sparse_rows(predictions: pd.DataFrame, frame: pd.DataFrame, sparsity: n
     pieces = [out[~in_sparse]]
     outside = model.outside(frame, sparsity)
     for i, rows in out[in_sparse].groupby("layer", sort=True):
-        pieces.append(_layer_with_sparse(rows, kernels, times[i], bounds[i], bool(outside[i])))
+        pieces.append(_layer_with_sparse(rows, kernels, times[i], bounds[i], bool(outside[i]),
+                                         None if energies is None else energies[i]))
     result = pd.concat(pieces, ignore_index=True)
     # Back in layer order; a layer's rows stay in rank order (a stable sort).
     result = result.iloc[np.argsort(result["layer"].to_numpy(), kind="stable")].reset_index(drop=True)
@@ -371,11 +445,11 @@ def with_sparse_rows(predictions: pd.DataFrame, frame: pd.DataFrame, sparsity: n
 
 
 def _layer_with_sparse(rows: pd.DataFrame, kernels: list[str], times: np.ndarray, bounds: np.ndarray,
-                       outside: bool = False) -> pd.DataFrame:
-    """One layer's prediction rows with its sparse kernels' rows merged in by predicted time,
-    ranks renumbered, and the guarded recommendation where a sparse kernel comes first; the
-    sparse rows are ``extrapolated`` where the dense ones are or the layer is ``outside`` the
-    sparse model's ranges."""
+                       outside: bool = False, energies: np.ndarray | None = None) -> pd.DataFrame:
+    """One layer's prediction rows with its sparse kernels' rows merged in by predicted time (by
+    predicted energy where ``energies`` are given), ranks renumbered, and the recommendation
+    where a sparse kernel comes first (guarded by time); the sparse rows are ``extrapolated``
+    where the dense ones are or the layer is ``outside`` the sparse model's ranges."""
     from seer.predict.guard import GUARD_LEVEL
     from seer.schema import PYTORCH_CHOICE
 
@@ -390,16 +464,19 @@ def _layer_with_sparse(rows: pd.DataFrame, kernels: list[str], times: np.ndarray
         row["predicted_ms"] = times[j]
         for c, column in enumerate(INTERVAL_COLUMNS):
             row[column] = bounds[j, c // 2, c % 2]
-        row["predicted_mj"] = np.nan
+        row["predicted_mj"] = np.nan if energies is None else energies[j]
         row["extrapolated"] = bool(row["extrapolated"].iloc[0]) or outside
         new.append(row)
     if not new:
         return rows
-    extra = pd.concat(new).sort_values("predicted_ms", kind="stable")
-    # Each sparse row goes before the first dense row (in the dense ranking) that is slower.
-    order, d, dense_ms, extra_ms = [], 0, dense["predicted_ms"].to_numpy(dtype=float), extra["predicted_ms"].to_numpy()
+    key = "predicted_ms" if energies is None else "predicted_mj"
+    extra = pd.concat(new).sort_values(key, kind="stable")
+    # Each sparse row goes before the first dense row (in the dense ranking) that is slower (costlier).
+    order, d = [], 0
+    dense_key = np.nan_to_num(dense[key].to_numpy(dtype=float), nan=np.inf)
+    extra_key = extra[key].to_numpy(dtype=float)
     for k in range(len(extra)):
-        while d < len(dense) and dense_ms[d] <= extra_ms[k]:
+        while d < len(dense) and dense_key[d] <= extra_key[k]:
             order.append(("d", d))
             d += 1
         order.append(("s", k))
@@ -408,6 +485,10 @@ def _layer_with_sparse(rows: pd.DataFrame, kernels: list[str], times: np.ndarray
     merged["rank"] = pd.array(np.arange(1, len(merged) + 1), dtype="Int64")
     first = merged.iloc[0]
     if _is_dense_algo(first["algo"]):
+        return merged
+    if energies is not None:  # by energy the pick is recommended unguarded, as a dense one is
+        merged["recommended"] = first["algo"]
+        merged["pick_near_best"] = np.nan
         return merged
     # A sparse kernel comes first: it replaces what would be recommended otherwise (the dense
     # pick or PyTorch's choice) only where its interval lies wholly below that one's.
