@@ -185,14 +185,27 @@ def _sparsity(levels_text: str, patterns_text: str, algos: list[str], census: bo
     return levels, patterns
 
 
+#: What ``seer collect`` says of a session that the time limit (``--stop-after``) ended.
+TIME_LIMIT_NOTE = "stopped at the time limit (--stop-after); work may be left: run the same command to resume"
+
+
 def _collect_on_gpus(args, gpu_name: str) -> int:
     """``seer collect --gpus``: the shards over this host's GPUs (:mod:`seer.collect.gpus`), then the tables."""
     from seer.collect.gpus import shard_command
+    from seer.collect.orchestrate import now
+    from seer.collect.store import RunStore
 
+    started = now()
     failed = _shards_on_gpus(args.gpus, shard_command(args.argv), args.data_dir / gpu_name / "raw",
                              None if args.stop_after is None else args.stop_after * 60)
     if failed is None:
         return EXIT_INTERRUPTED
+    # A shard that the time limit ended exits as one that finished: its session says which it was.
+    stopped = sorted({s.get("shard", "?") for s in RunStore(args.data_dir / gpu_name).sessions()
+                      if s.get("started_at", "") >= started and s.get("stopped_at_time_limit")},
+                     key=lambda shard: int(shard.split("/")[0]) if shard.split("/")[0].isdigit() else 0)
+    if stopped:
+        err_console.log(f"shards {', '.join(stopped)} {TIME_LIMIT_NOTE}")
     code = 0 if args.no_parse else _parse(args.data_dir, gpu_name)
     return 1 if failed else code
 
@@ -290,6 +303,8 @@ def _cmd_collect(args) -> int:
         err_console.log(f"recorded {counts['timing_rows']} timings in {session['timing_seconds']} s, "
                         f"{counts['profiled_runs']} profiled runs ({counts['kernels']} kernels) in "
                         f"{session['profiling_seconds']} s")
+    if session.get("stopped_at_time_limit"):
+        err_console.log(TIME_LIMIT_NOTE)
     if not args.no_parse:
         return _parse(args.data_dir, spec.name)
     return 0

@@ -106,3 +106,25 @@ def test_profile_network_gpus_mistakes_are_one_line(capsys, tmp_path, argv, word
     err = capsys.readouterr().err
     assert words in err and "Traceback" not in err
     assert not (tmp_path / "o").exists()
+
+
+def test_shards_that_the_time_limit_ended_are_named(tmp_path, capsys, monkeypatch):
+    """A shard that --stop-after ended exits 0 like a finished one; its session says so, and the
+    collection over the GPUs names it (sessions from earlier runs do not count)."""
+    import seer.cli
+    from seer.collect.orchestrate import now
+    from seer.collect.store import RunStore
+
+    store = RunStore(tmp_path / "h100")
+    store.log_session({"shard": "3/4", "started_at": "2020-01-01T00:00:00+00:00", "stopped_at_time_limit": True})
+
+    def shards(gpus_text, command, saved, stop_after_s=None):  # stands in for the processes on the GPUs
+        for shard, stopped in (("1/4", False), ("2/4", True), ("4/4", True)):
+            store.log_session({"shard": shard, "started_at": now(), "stopped_at_time_limit": stopped})
+        return 0
+
+    monkeypatch.setattr(seer.cli, "_shards_on_gpus", shards)
+    code = main(["collect", "--gpu", "h100", "--data-dir", str(tmp_path), "--grid", "quick", "--gpus", "0,1",
+                 "--no-parse", "--stop-after", "1"])
+    err = capsys.readouterr().err
+    assert code == 0 and "shards 2/4, 4/4 stopped at the time limit" in err and "3/4" not in err, err
