@@ -90,3 +90,20 @@ def test_a_run_timed_again_without_its_energy_keeps_the_earlier_reading(tmp_path
     assert table.loc["GEMM", "time_ms"] == 4.9  # the latest timing
     assert table.loc["GEMM", ["power_w", "energy_mj", "energy_counter_steps"]].tolist() == [300.0, 1.5, 10]
     assert np.isnan(table.loc["IMPLICIT_GEMM", "energy_mj"]) and np.isnan(table.loc["FFT", "energy_mj"])
+
+
+def test_a_run_timed_again_without_cupti_keeps_the_earlier_trace(tmp_path):
+    from seer.dataset.build import traced_kernels_table
+
+    store = RunStore(tmp_path / "h200")
+    run = {"shape_id": "0123456789ab", "math": "fma", "grid": "g", "status": "ok", "algo": "GEMM"}
+    kernels = [["gemm_kernel", 1, 5000, 128, 256, 64, 0]]  # name, launches, ns, blocks, threads, registers, shared
+    store.append("timing", [
+        run | {"time_ms": 5.0, "trace_status": "ok", "traced_kernels": kernels, "collected_at": "2026-11-27T10:00:00+00:00"},
+        run | {"time_ms": 4.9, "trace_status": "unavailable", "trace_detail": "cupti-python is not installed",
+               "collected_at": "2026-11-27T11:00:00+00:00"},
+    ])
+    table = latest_timing_records(store)
+    assert table["time_ms"].tolist() == [4.9] and table["trace_status"].tolist() == ["ok"]
+    assert table["traced_kernels"].iloc[0] == kernels
+    assert traced_kernels_table(table)["kernel_name"].tolist() == ["gemm_kernel"]

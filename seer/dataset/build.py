@@ -53,6 +53,7 @@ from seer.dataset.excel import seer_sheets, write_excel
 from seer.dataset.provenance import provenance
 from seer.dataset.tables import read_parts, write_parts
 from seer.errors import InputError
+from seer.gpu.energy import ENERGY_FIELDS
 from seer.hardware.gpus import GPUSpec
 from seer.hardware.occupancy import blocks_per_sm, waves
 from seer.layers.files import write_layers
@@ -244,36 +245,52 @@ def trace_rollup(traced: pd.DataFrame) -> pd.DataFrame:
 def latest_timing_records(store: RunStore) -> pd.DataFrame:
     """The latest timing record of each run, each labelled with its shape's first grid. A run
     whose latest record measured an earlier revision of seer's kernels is left out (the raw
-    records keep it): it timed other code. A run whose latest record read no energy keeps the
-    reading of its latest record that did (:func:`_with_earlier_energy`)."""
+    records keep it): it timed other code. A run whose latest record read no energy, or traced no
+    kernels, keeps those of its latest record that did (:func:`_with_earlier_readings`)."""
     history = store.read("timing")  # oldest first
     if history.empty:
         return history
     records = latest_records(history, RUN_KEY)
-    records = _with_earlier_energy(records[current_revision(records)].reset_index(drop=True), history)
+    records = _with_earlier_readings(records[current_revision(records)].reset_index(drop=True), history)
     return records.assign(grid=records["shape_id"].map(first_grids(history)))
 
 
-def _with_earlier_energy(records: pd.DataFrame, history: pd.DataFrame) -> pd.DataFrame:
-    """``records`` (the latest of each run) with the energy reading of the run's latest record
-    that has one, where the latest itself has none: a run timed again without reading its energy
-    (``--retry untraced``, to trace it) keeps the reading an earlier record of the same code made.
-    Only successful runs of the kernel revision in force, read and latest alike."""
-    from seer.gpu.energy import ENERGY_FIELDS
+#: The readings of a timing record that a later record of the same run may lack (timed again
+#: for another reason): (the column that says a record has it, the fields it brings).
+CARRIED_READINGS = (("energy_mj", ENERGY_FIELDS), ("trace_status", ("trace_status", "trace_detail", "traced_kernels")))
 
-    if "energy_mj" not in history.columns or records.empty:
-        return records
-    read = history[history["energy_mj"].notna() & (history["status"] == "ok")]
-    read = latest_records(read[current_revision(read)], RUN_KEY)
-    if read.empty:
-        return records
-    fields = [f for f in ENERGY_FIELDS if f in history.columns]
-    earlier = records[list(RUN_KEY)].merge(read[[*RUN_KEY, *fields]], on=list(RUN_KEY), how="left")
-    fill = (records["energy_mj"].isna() & (records["status"] == "ok") & earlier["energy_mj"].notna()).to_numpy()
-    if fill.any():
-        records = records.copy()
-        for field in fields:
-            records.loc[fill, field] = earlier.loc[fill, field].to_numpy()
+
+def _with_earlier_readings(records: pd.DataFrame, history: pd.DataFrame) -> pd.DataFrame:
+    """``records`` (the latest of each run) with the energy reading and the kernel trace of the
+    run's latest record that has each, where the latest itself has none: a run timed again
+    without reading its energy (``--retry untraced``, to trace it) keeps the reading, and one timed
+    again without CUPTI keeps its trace, that an earlier record of the same code made. Only
+    successful runs of the kernel revision in force, earlier and latest alike."""
+    for marker, fields in CARRIED_READINGS:
+        if marker not in history.columns or records.empty:
+            continue
+        has = history[marker].notna() if marker == "energy_mj" else history[marker].eq("ok")
+        read = history[has & (history["status"] == "ok")]
+        read = latest_records(read[current_revision(read)], RUN_KEY)
+        if read.empty:
+            continue
+        present = [f for f in fields if f in history.columns]
+        earlier = records[list(RUN_KEY)].merge(read[[*RUN_KEY, *present]], on=list(RUN_KEY), how="left")
+        lacks = records[marker].isna() if marker == "energy_mj" else records[marker].ne("ok")
+        fill = (lacks & (records["status"] == "ok") & earlier[marker].notna()).to_numpy()
+        if fill.any():
+            records = records.copy()
+            for field in present:
+                values = earlier.loc[fill, field].to_numpy()
+                if field not in records.columns:
+                    records[field] = pd.Series([None] * len(records), dtype=object)
+                column = records[field]
+                if pd.api.types.is_numeric_dtype(column):
+                    records.loc[fill, field] = values.astype(float)
+                elif column.dtype == object:  # the traced kernels: a list of dicts per record
+                    records.loc[fill, field] = pd.Series(list(values), index=records.index[fill], dtype=object)
+                else:  # text, in the column's own string type
+                    records.loc[fill, field] = pd.array(values, dtype=column.dtype)
     return records
 
 
