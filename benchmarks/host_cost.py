@@ -66,6 +66,18 @@ def host_us(torch, call, calls: int, reps: int) -> float:
     return statistics.median(samples)
 
 
+def write_report(torch, args, command: str, **fields) -> None:
+    """The machine, the run's settings (``args``: math, calls, reps), ``command`` and ``fields``,
+    as JSON at ``args.out`` where one is given."""
+    if not args.out:
+        return
+    doc = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
+           "python": platform.python_version(), "math": args.math, "calls": args.calls, "reps": args.reps,
+           "command": command, **fields}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=1) + "\n")
+
+
 def _conv_module(torch, shape: ConvShape):
     """PyTorch's own module of ``shape``, with a bias, on the GPU."""
     conv_type = {2: torch.nn.Conv2d, 3: torch.nn.Conv3d}[len(shape.input_dims) - 2]
@@ -217,13 +229,7 @@ def main(argv=None) -> int:
         with torch.no_grad():
             rows, extra = sparse_cost(torch, args.math, args.calls, args.reps)
         print(f"seer's sparse kernel beyond PyTorch's module: {extra:.1f} us per call")
-        doc = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-               "cudnn": torch.backends.cudnn.version(), "python": platform.python_version(), "math": args.math,
-               "calls": args.calls, "reps": args.reps, "sparsity": 0.99, "command": command, "results": rows,
-               "sparse_extra_us": round(extra, 2)}
-        if args.out:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(doc, indent=1) + "\n")
+        write_report(torch, args, command, sparsity=0.99, results=rows, sparse_extra_us=round(extra, 2))
         return 0
     results = []
     with torch.no_grad():
@@ -239,16 +245,8 @@ def main(argv=None) -> int:
     print(f"host time per kernel launch: {per_launch:.2f} us; the legacy call beyond PyTorch's: {legacy_extra:.1f} us")
     from seer.gpu.cudnn_graph import frontend_version
 
-    doc = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-           "cudnn_frontend": frontend_version(),
-           "cudnn": torch.backends.cudnn.version(), "python": platform.python_version(),
-           "algorithm": args.algorithm, "math": args.math, "calls": args.calls, "reps": args.reps,
-           "command": command,
-           "results": results, "launches": launch_rows, "per_launch_us": round(per_launch, 2),
-           "legacy_extra_us": round(legacy_extra, 2)}
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    write_report(torch, args, command, cudnn_frontend=frontend_version(), algorithm=args.algorithm, results=results,
+                 launches=launch_rows, per_launch_us=round(per_launch, 2), legacy_extra_us=round(legacy_extra, 2))
     return 0
 
 

@@ -21,7 +21,7 @@ layers at 800x1216 (the data the shipped model was first fitted on).
    its measured time is within 1% of the fastest; regret), the sparse-or-dense decision alone
    (each side at its best measured algorithm), and the break-even error.
 3. **Energy**: where both were read (``--energy``), the best sparse kernel's energy per call
-   against the best cuDNN algorithm's, from the raw records.
+   against the best cuDNN algorithm's.
 Writes ``summary.json``, ``summary.md`` and ``seed-table.csv``; ``--plot`` draws the ratio of the
 best sparse kernel to the best cuDNN algorithm against sparsity per layer kind.
 """
@@ -160,21 +160,11 @@ def evaluate(model, seed: pd.DataFrame, layers: pd.DataFrame, per_level: pd.Data
     return out
 
 
-def energy_summary(raw: Path, grid_shapes: set) -> dict:
+def energy_summary(seed: pd.DataFrame) -> dict:
     """Best sparse kernel against best cuDNN algorithm in energy per call, where both were read."""
-    import lzma
-
-    records = []
-    for path in sorted(raw.glob("timing-*.jsonl.xz")):
-        with lzma.open(path, "rt") as f:
-            for line in f:
-                if '"energy_mj"' in line:
-                    r = json.loads(line)
-                    if r.get("energy_mj") is not None and r.get("dense_shape_id") in grid_shapes:
-                        records.append(r)
-    if not records:
+    frame = seed[seed["energy_mj"].notna()]
+    if frame.empty:
         return {}
-    frame = pd.DataFrame(records).sort_values("collected_at").drop_duplicates(["shape_id", "algo"], keep="last")
     cudnn = set(algorithm_names("cudnn"))
     out = {}
     for level in sorted(frame["sparsity"].unique()):
@@ -286,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         print(label, json.dumps({k: v for k, v in held_out[label].items() if k != "by_sparsity"}), flush=True)
 
     # 3. Energy.
-    energy = energy_summary(args.data_dir / args.gpu / "raw", set(layers.index))
+    energy = energy_summary(seed)
     by_energy = energy_picks(seed, args.gpu)
 
     result = {"command": f"python benchmarks/sparse_seed.py --gpu {args.gpu} --out {args.out}"

@@ -16,8 +16,6 @@ What each costs beyond PyTorch's module is what seer's guard for eager training 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import sys
 import warnings
 from pathlib import Path
@@ -27,7 +25,7 @@ from seer.layers.shapes import ConvShape
 from seer.schema import get_math_mode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from host_cost import host_us  # noqa: E402 - the same clock as the forward's benchmark
+from host_cost import host_us, write_report  # noqa: E402 - the same clock and report as the forward's benchmark
 
 #: (label, layer): batch 1, so the GPU is never the bottleneck; a plain 3x3, a 1x1, a grouped
 #: and a depthwise layer (where cuDNN's FFT and Winograd algorithms loop over the groups).
@@ -105,14 +103,8 @@ def main(argv=None) -> int:
                             "beyond_pytorch_us": round(us - baseline, 2),
                             "backward_ran": list(ran) if ran else None})
             print(f"{label:22s} {way:60s} {us:8.1f} us {us - baseline:+8.1f} {ran or ''}", flush=True)
-    doc = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-           "cudnn": torch.backends.cudnn.version(), "python": platform.python_version(), "math": args.math,
-           "calls": args.calls, "reps": args.reps,
-           "command": "python benchmarks/training_host_cost.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-           "results": results}
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    write_report(torch, args, "python benchmarks/training_host_cost.py "
+                 + " ".join(argv if argv is not None else sys.argv[1:]), results=results)
     return 0
 
 

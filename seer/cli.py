@@ -201,9 +201,9 @@ def _collect_on_gpus(args, gpu_name: str) -> int:
     if failed is None:
         return EXIT_INTERRUPTED
     # A shard that the time limit ended exits as one that finished: its session says which it was.
-    stopped = sorted({s.get("shard", "?") for s in RunStore(args.data_dir / gpu_name).sessions()
+    stopped = sorted({s["shard"] for s in RunStore(args.data_dir / gpu_name).sessions()
                       if s.get("started_at", "") >= started and s.get("stopped_at_time_limit")},
-                     key=lambda shard: int(shard.split("/")[0]) if shard.split("/")[0].isdigit() else 0)
+                     key=lambda shard: int(shard.split("/")[0]))
     if stopped:
         err_console.log(f"shards {', '.join(stopped)} {TIME_LIMIT_NOTE}")
     code = 0 if args.no_parse else _parse(args.data_dir, gpu_name)

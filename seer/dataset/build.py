@@ -256,8 +256,9 @@ def latest_timing_records(store: RunStore) -> pd.DataFrame:
 
 
 #: The readings of a timing record that a later record of the same run may lack (timed again
-#: for another reason): (the column that says a record has it, the fields it brings).
-CARRIED_READINGS = (("energy_mj", ENERGY_FIELDS), ("trace_status", ("trace_status", "trace_detail", "traced_kernels")))
+#: for another reason): the column that says whether a record has it, its test, and the fields it brings.
+CARRIED_READINGS = (("energy_mj", pd.Series.notna, ENERGY_FIELDS),
+                    ("trace_status", lambda status: status.eq("ok"), ("trace_status", "trace_detail", "traced_kernels")))
 
 
 def _with_earlier_readings(records: pd.DataFrame, history: pd.DataFrame) -> pd.DataFrame:
@@ -266,31 +267,29 @@ def _with_earlier_readings(records: pd.DataFrame, history: pd.DataFrame) -> pd.D
     without reading its energy (``--retry untraced``, to trace it) keeps the reading, and one timed
     again without CUPTI keeps its trace, that an earlier record of the same code made. Only
     successful runs of the kernel revision in force, earlier and latest alike."""
-    for marker, fields in CARRIED_READINGS:
-        if marker not in history.columns or records.empty:
+    if records.empty:
+        return records
+    for marker, has, fields in CARRIED_READINGS:
+        if marker not in history.columns:
             continue
-        has = history[marker].notna() if marker == "energy_mj" else history[marker].eq("ok")
-        read = history[has & (history["status"] == "ok")]
+        read = history[has(history[marker]) & (history["status"] == "ok")]
         read = latest_records(read[current_revision(read)], RUN_KEY)
         if read.empty:
             continue
-        present = [f for f in fields if f in history.columns]
+        present = [f for f in fields if f in history.columns]  # records hold history's columns
         earlier = records[list(RUN_KEY)].merge(read[[*RUN_KEY, *present]], on=list(RUN_KEY), how="left")
-        lacks = records[marker].isna() if marker == "energy_mj" else records[marker].ne("ok")
-        fill = (lacks & (records["status"] == "ok") & earlier[marker].notna()).to_numpy()
-        if fill.any():
-            records = records.copy()
-            for field in present:
-                values = earlier.loc[fill, field].to_numpy()
-                if field not in records.columns:
-                    records[field] = pd.Series([None] * len(records), dtype=object)
-                column = records[field]
-                if pd.api.types.is_numeric_dtype(column):
-                    records.loc[fill, field] = values.astype(float)
-                elif column.dtype == object:  # the traced kernels: a list of dicts per record
-                    records.loc[fill, field] = pd.Series(list(values), index=records.index[fill], dtype=object)
-                else:  # text, in the column's own string type
-                    records.loc[fill, field] = pd.array(values, dtype=column.dtype)
+        fill = (~has(records[marker]) & (records["status"] == "ok") & earlier[marker].notna()).to_numpy()
+        if not fill.any():
+            continue
+        records = records.copy()
+        for field in present:
+            values, column = earlier.loc[fill, field].to_numpy(), records[field]
+            if pd.api.types.is_numeric_dtype(column):
+                records.loc[fill, field] = values.astype(float)
+            elif column.dtype == object:  # the traced kernels: a list of entries per record
+                records.loc[fill, field] = pd.Series(list(values), index=records.index[fill], dtype=object)
+            else:  # text, in the column's own string type
+                records.loc[fill, field] = pd.array(values, dtype=column.dtype)
     return records
 
 
