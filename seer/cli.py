@@ -85,7 +85,8 @@ def _add_collect(sub) -> None:
     p.add_argument("--shard", default="1/1", help="i/n: collect only shard i of n of the grid (default 1/1)")
     p.add_argument("--gpus", metavar="all|0,1,...",
                    help="collect on several GPUs of this host at once: one process per GPU, each taking the next "
-                        "of 4 shards per GPU as it frees; all, or device numbers (default: the current GPU only)")
+                        "of 4 shards per GPU as it frees (fewer on a small grid: a shard has at least 100 shapes); all, "
+                        "or device numbers (default: the current GPU only)")
     p.add_argument("--profile-shapes", type=_profile_shapes, default=None, metavar="N|all",
                    help="profile under ncu every successful run of N shapes chosen evenly over the "
                         "grid; 0 for timing only (default: all)")
@@ -189,15 +190,16 @@ def _sparsity(levels_text: str, patterns_text: str, algos: list[str], census: bo
 TIME_LIMIT_NOTE = "stopped at the time limit (--stop-after); work may be left: run the same command to resume"
 
 
-def _collect_on_gpus(args, gpu_name: str) -> int:
-    """``seer collect --gpus``: the shards over this host's GPUs (:mod:`seer.collect.gpus`), then the tables."""
+def _collect_on_gpus(args, gpu_name: str, shapes: int) -> int:
+    """``seer collect --gpus``: the grid's ``shapes`` shapes in shards over this host's GPUs
+    (:mod:`seer.collect.gpus`), then the tables."""
     from seer.collect.gpus import shard_command
     from seer.collect.orchestrate import now
     from seer.collect.store import RunStore
 
     started = now()
     failed = _shards_on_gpus(args.gpus, shard_command(args.argv), args.data_dir / gpu_name / "raw",
-                             None if args.stop_after is None else args.stop_after * 60)
+                             None if args.stop_after is None else args.stop_after * 60, shapes=shapes)
     if failed is None:
         return EXIT_INTERRUPTED
     # A shard that the time limit ended exits as one that finished: its session says which it was.
@@ -210,18 +212,23 @@ def _collect_on_gpus(args, gpu_name: str) -> int:
     return 1 if failed else code
 
 
-def _shards_on_gpus(gpus_text: str, command, saved: Path, stop_after_s: float | None = None) -> int | None:
+def _shards_on_gpus(gpus_text: str, command, saved: Path, stop_after_s: float | None = None,
+                    shapes: int | None = None) -> int | None:
     """Run ``command``'s shards over the GPUs ``--gpus`` names, one process per GPU at a time
-    (:func:`seer.collect.gpus.collect_on_gpus`); say what failed. Returns how many shards failed,
-    or None after Ctrl-C (having said where everything finished is saved)."""
-    from seer.collect.gpus import SHARDS_PER_GPU, collect_on_gpus, parse_gpus
+    (:func:`seer.collect.gpus.collect_on_gpus`; for a collection of ``shapes`` shapes, fewer shards
+    where it is small); say what failed. Returns how many shards failed, or None after Ctrl-C
+    (having said where everything finished is saved)."""
+    from seer.collect.gpus import SHARDS_PER_GPU, collect_on_gpus, parse_gpus, shards_per_gpu
     from seer.collect.scratch import scratch_folder
 
     gpus = parse_gpus(gpus_text)
-    err_console.log(f"running on {len(gpus)} GPUs ({', '.join(gpus)}), one process each")
+    per_gpu = SHARDS_PER_GPU if shapes is None else shards_per_gpu(shapes, len(gpus))
+    err_console.log(f"running on {len(gpus)} GPUs ({', '.join(gpus)}), one process each, "
+                    f"{len(gpus) * per_gpu} shards")
     try:
         with scratch_folder() as folder:
-            outcomes = collect_on_gpus(command, gpus, folder, err_console, stop_after_s=stop_after_s)
+            outcomes = collect_on_gpus(command, gpus, folder, err_console, shards_per_gpu=per_gpu,
+                                       stop_after_s=stop_after_s)
     except KeyboardInterrupt:
         err_console.print(f"Interrupted. Everything finished is saved in {saved}; run the same command to resume.")
         return None
@@ -230,7 +237,7 @@ def _shards_on_gpus(gpus_text: str, command, saved: Path, stop_after_s: float | 
         err_console.print(f"shard {outcome.shard} failed on GPU {outcome.gpu} (exit {outcome.returncode}, "
                           f"{outcome.attempts} attempts):\n{outcome.log_tail}", soft_wrap=True)
     err_console.log(f"{len(outcomes) - len(failed)} of {len(outcomes)} shards done"
-                    + ("" if len(outcomes) == len(gpus) * SHARDS_PER_GPU else "; the rest were not started (time limit)"))
+                    + ("" if len(outcomes) == len(gpus) * per_gpu else "; the rest were not started (time limit)"))
     return len(failed)
 
 
@@ -267,7 +274,7 @@ def _cmd_collect(args) -> int:
     if args.gpus:
         if (shard_index, shard_count) != (1, 1):
             raise InputError("--gpus cuts the grid into shards itself: leave out --shard", field="shard")
-        return _collect_on_gpus(args, spec.name)
+        return _collect_on_gpus(args, spec.name, len(shapes))
     retry = tuple(s.strip() for s in args.retry.split(",") if s.strip())
     options = CollectOptions(
         gpu=spec, shapes=shapes, maths=maths, algos=algos,

@@ -10,7 +10,8 @@ import pytest
 from rich.console import Console
 
 from seer.cli import main
-from seer.collect.gpus import ATTEMPTS, collect_on_gpus, parse_gpus, shard_command
+from seer.collect.gpus import (ATTEMPTS, MIN_SHAPES_PER_SHARD, SHARDS_PER_GPU, collect_on_gpus, parse_gpus,
+                              shard_command, shards_per_gpu)
 from seer.errors import EXIT_INTERRUPTED, InputError
 
 
@@ -29,6 +30,36 @@ def test_each_shard_runs_the_users_command_with_its_shard():
     assert command(2, 8, None)[1:] == ["-m", "seer", "collect", "--gpu", "h100", "--grid", "seer", "--shard", "2/8",
                                        "--no-parse"]
     assert command(3, 8, 1.5)[-2:] == ["--stop-after", "1.500"]
+
+
+def test_a_small_grid_gets_fewer_and_longer_shards():
+    """Each shard's process pays seconds to start, so a shard gets at least MIN_SHAPES_PER_SHARD
+    shapes while the GPUs have more than one shard each; a big grid gets SHARDS_PER_GPU per GPU."""
+    assert shards_per_gpu(8000, 4) == SHARDS_PER_GPU == 4
+    assert shards_per_gpu(200, 4) == 1 and shards_per_gpu(200, 2) == 1 and shards_per_gpu(200, 1) == 2
+    assert shards_per_gpu(5, 4) == 1 and shards_per_gpu(0, 1) == 1
+    for shapes in (1, 150, 399, 400, 1000, 1999, 2000, 10**6):
+        for gpus in (1, 2, 4, 8):
+            per_gpu = shards_per_gpu(shapes, gpus)
+            assert 1 <= per_gpu <= SHARDS_PER_GPU
+            assert per_gpu == 1 or shapes / (gpus * per_gpu) >= MIN_SHAPES_PER_SHARD
+
+
+def test_seer_collect_cuts_its_grid_by_its_size(tmp_path, monkeypatch):
+    import seer.collect.gpus
+
+    seen = []
+
+    def on_gpus(command, gpus, folder, console, shards_per_gpu, stop_after_s=None):  # no processes
+        seen.append((gpus, shards_per_gpu, command(1, len(gpus) * shards_per_gpu, None)))
+        return []
+
+    monkeypatch.setattr(seer.collect.gpus, "collect_on_gpus", on_gpus)
+    for limit, per_gpu in (("250", 1), ("1000", 4)):
+        assert main(["collect", "--gpu", "h100", "--data-dir", str(tmp_path), "--grid", "random", "--gpus", "0,1",
+                     "--limit-shapes", limit, "--no-parse"]) == 0
+        gpus, shards, command = seen[-1]
+        assert gpus == ["0", "1"] and shards == per_gpu and command[-3:] == ["--shard", f"1/{2 * per_gpu}", "--no-parse"]
 
 
 def _stand_in(record, fail_once=None, exit_code=3):
@@ -118,7 +149,7 @@ def test_shards_that_the_time_limit_ended_are_named(tmp_path, capsys, monkeypatc
     store = RunStore(tmp_path / "h100")
     store.log_session({"shard": "3/4", "started_at": "2020-01-01T00:00:00+00:00", "stopped_at_time_limit": True})
 
-    def shards(gpus_text, command, saved, stop_after_s=None):  # stands in for the processes on the GPUs
+    def shards(gpus_text, command, saved, stop_after_s=None, shapes=None):  # stands in for the processes on the GPUs
         for shard, stopped in (("1/4", False), ("2/4", True), ("4/4", True)):
             store.log_session({"shard": shard, "started_at": now(), "stopped_at_time_limit": stopped})
         return 0

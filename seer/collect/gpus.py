@@ -2,7 +2,8 @@
 process per GPU at a time.
 
 The grid is cut into ``shards_per_gpu`` times as many shards as there are GPUs
-(``--shard i/n``, as a SLURM job array cuts it); each GPU takes the next shard from one
+(``--shard i/n``, as a SLURM job array cuts it; fewer for a small grid: :func:`shards_per_gpu`);
+each GPU takes the next shard from one
 queue as soon as it is free, so a slower GPU or a longer shard holds no other back. Each
 process is pinned to its GPU (``CUDA_VISIBLE_DEVICES``, numbered in PCI order as NVML
 numbers them), writes its shard's own resumable files and runs its own worker, which
@@ -32,8 +33,19 @@ from seer.progress import CollectionProgress
 #: Shards per GPU: enough that the GPUs finish close together, few enough that each
 #: process's start (imports, the plan, the device probe: seconds) stays small beside its work.
 SHARDS_PER_GPU = 4
+#: The fewest shapes a collection's shard gets while it has more than one per GPU. Each shard's
+#: process spends about 16 s before and around its timings (Python's and PyTorch's imports, the
+#: probe, its worker's first cuDNN calls: ``benchmarks/results/h200-collect-gpus/``), about what
+#: 30 backward layers take to time; four shards per GPU on a 200-layer grid spent half their time so.
+MIN_SHAPES_PER_SHARD = 100
 #: Times a shard is started before its failure is reported instead of retried.
 ATTEMPTS = 2
+
+
+def shards_per_gpu(shapes: int, gpus: int) -> int:
+    """Shards per GPU for a collection of ``shapes`` shapes over ``gpus`` GPUs: :data:`SHARDS_PER_GPU`,
+    fewer where shards would hold under :data:`MIN_SHAPES_PER_SHARD` shapes, and at least one."""
+    return max(1, min(SHARDS_PER_GPU, shapes // max(1, gpus * MIN_SHAPES_PER_SHARD)))
 
 
 def parse_gpus(text: str) -> list[str]:
