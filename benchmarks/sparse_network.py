@@ -20,6 +20,13 @@ pre-hook keeps only the values above that input's ``s``-quantile, measured once 
 input with the earlier layers already thinned (a fixed threshold, as a trained network's activations
 give). Both policies run the same
 hooks, so their cost is in both times. Writes ``results.csv`` and ``summary.md``.
+
+    python benchmarks/sparse_network.py --merge RUN_DIR... --out benchmarks/results/h200-sparse-network
+
+(CPU) joins the ``results.csv`` of runs made side by side (a (network, batch) per GPU) into one table,
+and sets beside it the bound that the sparse kernels' per-layer times give: each network's convolution
+GPU time (burst timing, ``data/GPU/sparse_measurements/sparse-seed.parquet``) with the best cuDNN
+algorithm on every layer, and with the faster of it and the best sparse kernel, at each measured level.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from pathlib import Path
 from statistics import median
 
 import pandas as pd
+from sparse_seed import measured_frame
 
 
 def _convolutions(model):
@@ -83,6 +91,59 @@ def pass_times(models: dict, x, windows: int, passes: int) -> dict[str, float]:
     return {name: median(v) for name, v in samples.items()}
 
 
+def layer_bound(networks: list[str], batches: list[int], levels: list[float], gpu: str) -> pd.DataFrame:
+    """Per network, batch and level: its convolutions' summed GPU ms with the best cuDNN algorithm on
+    each (measured per layer on the ``sparse-seed`` grid), and with the faster of that and the best
+    sparse kernel at the level; how many of its convolutions the sparse kernel wins. A network's
+    repeated layer counts each time it runs."""
+    from seer.dataset.build import read_sparse_measurements
+    from seer.layers.known_networks import network_layers
+
+    table = read_sparse_measurements(Path("data") / gpu / "sparse_measurements")
+    per_level, _ = measured_frame(table[(table["math"] == "fma") & (table["grid"] == "sparse-seed")])
+    per_level = per_level.set_index(["dense_shape_id", "sparsity"])
+    rows = []
+    for network in networks:
+        for batch in batches:
+            ids = [layer.shape.shape_id for layer in network_layers(network, batch)]
+            for level in levels:
+                best = per_level.xs(level, level="sparsity").reindex(ids)
+                both = best[["best_cudnn_ms", "best_sparse_ms"]].min(axis=1)
+                rows.append({"network": network, "batch": batch, "level": level, "convolutions": len(ids),
+                             "timed": int(best["best_cudnn_ms"].notna().sum()),
+                             "cudnn_ms": round(best["best_cudnn_ms"].sum(), 4),
+                             "with_sparse_ms": round(both.sum(), 4),
+                             "sparse_wins": int((best["best_sparse_ms"] < best["best_cudnn_ms"]).sum()),
+                             "ratio": round(both.sum() / best["best_cudnn_ms"].sum(), 4)})
+    return pd.DataFrame(rows)
+
+
+def _markdown(frame: pd.DataFrame) -> list[str]:
+    return (["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+            + ["| " + " | ".join(str(v) for v in row) + " |" for row in frame.itertuples(index=False)])
+
+
+def merge(runs: list[Path], out: Path, gpu: str, argv: list[str]) -> int:
+    """``--merge``: the runs' tables as one, and the per-layer bound beside them (module docstring)."""
+    frame = pd.concat([pd.read_csv(run / "results.csv") for run in runs], ignore_index=True)
+    frame = frame.sort_values(["network", "batch", "level"], key=lambda c: c.map(
+        lambda v: -1.0 if v == "relu" else float(v)) if c.name == "level" else c, kind="stable")
+    out.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(out / "results.csv", index=False)
+    levels = sorted({float(v) for v in frame["level"] if v != "relu"})
+    bound = layer_bound(sorted(set(frame["network"])), sorted(set(frame["batch"])), levels, gpu)
+    bound.to_csv(out / "layer-bound.csv", index=False)
+    lines = [f"# Whole networks with seer's sparse kernel ({gpu})", "",
+             f"`python benchmarks/sparse_network.py {' '.join(argv)}`, joining the runs' `results.csv`; each run's "
+             "command and machine are in the folder's README.", "",
+             "## As a user runs them: eager wall ms and energy per forward pass", "", *_markdown(frame), "",
+             "## The bound from per-layer times: convolution GPU ms, best cuDNN algorithm on every layer against "
+             "the faster of it and the best sparse kernel", "", *_markdown(bound), ""]
+    (out / "summary.md").write_text("\n".join(lines))
+    print("\n".join(lines))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--networks", nargs="+", default=["densenet121", "densenet169", "densenet201", "resnet101",
@@ -96,7 +157,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--passes", type=int, default=20)
     parser.add_argument("--energy-s", type=float, default=1.0, help="seconds of passes per energy reading (0: none)")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--merge", type=Path, nargs="+", metavar="RUN_DIR",
+                        help="join these runs' results.csv into --out, with the per-layer bound (CPU)")
     args = parser.parse_args(argv)
+    if args.merge:
+        return merge(args.merge, args.out, args.gpu, argv if argv is not None else sys.argv[1:])
 
     import torch
 

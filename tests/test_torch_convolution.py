@@ -440,3 +440,21 @@ def test_the_sparse_network_benchmark_gives_each_convolution_but_the_first_its_s
     for h in handles:
         h.remove()
     assert module_sparsity(input_sparsity(model, x))["4"] < 0.7  # the ReLU's own zeros again
+
+
+def test_the_sparse_network_tables_join_the_runs_and_rebuild_the_committed_ones(tmp_path, monkeypatch):
+    """``sparse_network.py --merge``: the committed runs' tables joined, with the bound from the per-layer
+    times, give the committed tables again."""
+    import pandas as pd
+    from conftest import REPO, benchmark_module
+
+    committed = REPO / "benchmarks" / "results" / "h200-sparse-network"
+    monkeypatch.chdir(REPO)
+    runs = sorted((committed / "runs").iterdir())
+    assert benchmark_module("sparse_network").main(["--merge", *map(str, runs), "--out", str(tmp_path)]) == 0
+    for name in ("results.csv", "layer-bound.csv"):
+        assert (tmp_path / name).read_text() == (committed / name).read_text(), name
+    joined = pd.read_csv(tmp_path / "results.csv")
+    assert len(joined) == sum(len(pd.read_csv(run / "results.csv")) for run in runs) == 40
+    bound = pd.read_csv(tmp_path / "layer-bound.csv")
+    assert (bound["timed"] == bound["convolutions"]).all() and (bound["ratio"] <= 1).all()
