@@ -7,12 +7,12 @@ The times are of the same policy on every GPU: the algorithm ``cudnn.benchmark``
 under strict FP32 (no TF32), fp32 NCHW, for 3x3 convolutions of stride 1 and padding 1 (the
 only layers the public data has):
 
-- four public GPUs from NeuSight's training data (``../shared/external/neusight-conv/``,
+- four public GPUs from NeuSight's training data (``data/external/neusight-conv/``,
   MIT licence, its SOURCE.md): Tesla V100 PCIe 32GB, T4, P100 PCIe 16GB, P4; PyTorch 2.1,
   cuDNN 8.9.2; one call between CUDA events, mean of the 5 fastest of 25, which overstates
   kernels shorter than a few tens of microseconds (``timing`` = ``single-call``);
-- seer's H100 (``data/h100``): ``PYTORCH_BENCHMARK`` under ``fma`` on the layers of that
-  form; PyTorch 2.11, cuDNN 9.19; the collector's bursts (``timing`` = ``burst``).
+- seer's H100 and H200 (``data/h100``, ``data/h200``): ``PYTORCH_BENCHMARK`` under ``fma`` on the
+  layers of that form; PyTorch 2.11, cuDNN 9.19; the collector's bursts (``timing`` = ``burst``).
 
 Leaving each GPU out in turn, two predictions of its times:
 
@@ -20,13 +20,18 @@ Leaving each GPU out in turn, two predictions of its times:
   the layers both measured (public GPUs only: seer's H100 layers are others);
 - **roofline scaling**: the same, times the ratio of the layer's roofline floors on the two
   GPUs (FP32 peak or DRAM bandwidth, whichever binds);
+- **best constant ratio**: a layer's time on another GPU times the one ratio that gives the
+  least MAPE on the left-out GPU's own layers (an oracle: it reads the times it predicts, so
+  no scaling by one figure per GPU pair can do better);
 - **pair model**: boosted trees learning how a layer's time moves from one GPU to another
   (log2 of the ratio beyond the roofline floors' ratio, from both GPUs' features), fitted on
   the pairs of the other public GPUs, then applied to each other GPU's measured times;
 - **spec model**: boosted trees over seer's shape features computed with each GPU's spec
   (roofline floors, waves, tiles) and the spec itself (SMs, clock, FP32 peak, DRAM
   bandwidth, L2, shared memory per SM), learning log2(time / roofline floor) from the
-  other GPUs' layers.
+  other GPUs' layers; beside it, the same model fitted on 4/5 of the left-out GPU's own layers
+  and judged on the rest (5-fold): what the features tell of a GPU's times when that GPU is
+  known, the floor for one left out.
 
 MAPE per left-out GPU. Nothing here is a product model: it says what such a model may reach.
 """
@@ -41,6 +46,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from sklearn.ensemble import HistGradientBoostingRegressor
+from sklearn.model_selection import KFold
 
 from seer.hardware.gpus import get_gpu_spec
 from seer.predict.predictors import cross_gpu_inputs
@@ -49,6 +55,8 @@ from seer.training.cross_gpu import PUBLIC_FILES
 
 #: NeuSight's files and seer's spec of each board.
 PUBLIC = PUBLIC_FILES
+#: seer's own measured GPUs.
+SEER_GPUS = ("h100", "h200")
 
 
 def public_times(folder: Path) -> pd.DataFrame:
@@ -95,6 +103,25 @@ def mape(predicted: np.ndarray, measured: np.ndarray) -> float:
     return round(float(np.mean(np.abs(predicted / measured - 1)) * 100), 2)
 
 
+def _regressor() -> HistGradientBoostingRegressor:
+    return HistGradientBoostingRegressor(max_iter=400, learning_rate=0.05, max_leaf_nodes=31, random_state=0)
+
+
+def best_constant_mape(source_ms: np.ndarray, target_ms: np.ndarray) -> float:
+    """The least MAPE of ``source_ms`` times one constant against ``target_ms``: the constant is
+    searched over the quantiles of the layers' ratios (the MAPE is convex in it)."""
+    candidates = np.quantile(target_ms / source_ms, np.linspace(0.005, 0.995, 397))
+    return min(mape(source_ms * c, target_ms) for c in candidates)
+
+
+def within_gpu_mape(X: np.ndarray, y: np.ndarray, floor: np.ndarray, measured: np.ndarray) -> float:
+    """The spec model's 5-fold MAPE on one GPU's own layers (rows of ``X`` all that GPU's)."""
+    predicted = np.empty(len(y))
+    for train, test in KFold(5, shuffle=True, random_state=0).split(X):
+        predicted[test] = _regressor().fit(X[train], y[train]).predict(X[test])
+    return mape(2.0 ** (predicted + floor) * 1e3, measured)
+
+
 def evaluate(times: pd.DataFrame) -> list[dict]:
     X, floor = features(times)
     y = np.log2(times["time_ms"].to_numpy() / 1e3) - floor
@@ -102,15 +129,15 @@ def evaluate(times: pd.DataFrame) -> list[dict]:
     key = ["batch", "in_ch", "out_ch", "in_h"]
     for held in pd.unique(times["gpu"]):
         test = (times["gpu"] == held).to_numpy()
-        model = HistGradientBoostingRegressor(max_iter=400, learning_rate=0.05, max_leaf_nodes=31,
-                                              random_state=0).fit(X[~test], y[~test])
+        model = _regressor().fit(X[~test], y[~test])
         predicted = 2.0 ** (model.predict(X[test]) + floor[test]) * 1e3
         measured = times.loc[test, "time_ms"].to_numpy()
         row = {"left_out": held, "layers": int(test.sum()), "timing": times.loc[test, "timing"].iloc[0],
                "spec_model_mape": mape(predicted, measured),
-               "spec_model_median_ape": round(float(np.median(np.abs(predicted / measured - 1)) * 100), 2)}
+               "spec_model_median_ape": round(float(np.median(np.abs(predicted / measured - 1)) * 100), 2),
+               "within_gpu_5fold_mape": within_gpu_mape(X[test], y[test], floor[test], measured)}
         target = get_gpu_spec(held)
-        scaling, roofline = {}, {}
+        scaling, roofline, constant = {}, {}, {}
         with_floor = times.assign(floor=floor)
         for other in pd.unique(times["gpu"]):
             if other == held:
@@ -124,8 +151,10 @@ def evaluate(times: pd.DataFrame) -> list[dict]:
             # The layer's roofline floor on each GPU (FP32 peak or DRAM bandwidth, whichever binds).
             floors = 2.0 ** (both["floor"].to_numpy() - both["floor_other"].to_numpy())
             roofline[other] = mape(both["time_ms_other"].to_numpy() * floors, both["time_ms"].to_numpy())
+            constant[other] = best_constant_mape(both["time_ms_other"].to_numpy(), both["time_ms"].to_numpy())
         row["peak_scaling_mape_by_source_gpu"] = scaling
         row["roofline_scaling_mape_by_source_gpu"] = roofline
+        row["best_constant_mape_by_source_gpu"] = constant
         row["pair_model_mape_by_source_gpu"] = pair_model(times, X, floor, held) if scaling else {}
         rows.append(row)
     return rows
@@ -151,7 +180,7 @@ def pair_model(times: pd.DataFrame, X: np.ndarray, floor: np.ndarray, held: str)
     target GPU's features and the source's, learning log2(target / source time) beyond the
     ratio of their roofline floors, from the pairs of GPUs without ``held``; then ``held``'s
     times predicted from each other GPU's measured ones. MAPE per source GPU."""
-    gpus = [g for g in pd.unique(times["gpu"]) if (times["gpu"] == g).sum() > 1000]  # the public GPUs
+    gpus = list(pd.unique(times.loc[times["source"] == "neusight", "gpu"]))  # the public GPUs, with common layers
     others = [g for g in gpus if g != held]
     train = _pairs(times, X, floor, others, others)
     t, s = train["position"].to_numpy(), train["position_source"].to_numpy()
@@ -161,11 +190,12 @@ def pair_model(times: pd.DataFrame, X: np.ndarray, floor: np.ndarray, held: str)
         return np.hstack([X[t], X[s] - X[t]])
 
     target = np.log2(seconds[t] / seconds[s]) - (floor[t] - floor[s])
-    model = HistGradientBoostingRegressor(max_iter=400, learning_rate=0.05, max_leaf_nodes=31,
-                                          random_state=0).fit(inputs(t, s), target)
+    model = _regressor().fit(inputs(t, s), target)
     out = {}
     for source in others:
         test = _pairs(times, X, floor, [source], [held])
+        if len(test) < 100:  # seer's GPUs measured other layers than the public ones
+            continue
         t, s = test["position"].to_numpy(), test["position_source"].to_numpy()
         predicted = seconds[s] * 2.0 ** (model.predict(inputs(t, s)) + floor[t] - floor[s])
         out[source] = mape(predicted, seconds[t])
@@ -173,28 +203,31 @@ def pair_model(times: pd.DataFrame, X: np.ndarray, floor: np.ndarray, held: str)
 
 
 def markdown(rows: list[dict], header: str) -> str:
-    lines = [header, "", "| left-out GPU | layers | timing | spec model MAPE % (median) | FP32-peak scaling MAPE % "
-             "from each other GPU | roofline scaling, same | pair model, same |", "|---|---|---|---|---|---|---|"]
+    lines = [header, "", "| left-out GPU | layers | timing | spec model MAPE % (median) | spec model, 5-fold on the "
+             "GPU's own layers | FP32-peak scaling MAPE % from each other GPU | roofline scaling, same | best constant "
+             "ratio, same | pair model, same |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         cells = [", ".join(f"{g} {v:.1f}" for g, v in r[k].items()) or "(no common layers)"
                  for k in ("peak_scaling_mape_by_source_gpu", "roofline_scaling_mape_by_source_gpu",
-                           "pair_model_mape_by_source_gpu")]
+                           "best_constant_mape_by_source_gpu", "pair_model_mape_by_source_gpu")]
         lines.append(f"| {r['left_out']} | {r['layers']} | {r['timing']} | {r['spec_model_mape']:.1f} "
-                     f"({r['spec_model_median_ape']:.1f}) | {cells[0]} | {cells[1]} | {cells[2]} |")
+                     f"({r['spec_model_median_ape']:.1f}) | {r['within_gpu_5fold_mape']:.1f} | {cells[0]} | {cells[1]} "
+                     f"| {cells[2]} | {cells[3]} |")
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--public", type=Path, default=Path("../shared/external/neusight-conv"))
+    parser.add_argument("--public", type=Path, default=Path("data/external/neusight-conv"))
     parser.add_argument("--data-dir", type=Path, default=Path("data"))
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    times = pd.concat([public_times(args.public), seer_times(args.data_dir)], ignore_index=True)
+    times = pd.concat([public_times(args.public), *(seer_times(args.data_dir, gpu) for gpu in SEER_GPUS)],
+                      ignore_index=True)
     rows = evaluate(times)
     header = (f"Cross-GPU prediction, leaving each GPU out (3x3 convolutions, stride 1, padding 1, fp32, strict FP32, "
               f"the time of cudnn.benchmark's choice); `python benchmarks/cross_gpu.py --out {args.out}`. Public "
-              f"GPUs: NeuSight's data (single-call timing); h100: seer's (burst timing).")
+              f"GPUs: NeuSight's data (single-call timing); {', '.join(SEER_GPUS)}: seer's (burst timing).")
     args.out.mkdir(parents=True, exist_ok=True)
     text = markdown(rows, header)
     (args.out / "cross-gpu.md").write_text(text)
