@@ -458,3 +458,31 @@ def test_the_sparse_network_tables_join_the_runs_and_rebuild_the_committed_ones(
     assert len(joined) == sum(len(pd.read_csv(run / "results.csv")) for run in runs) == 40
     bound = pd.read_csv(tmp_path / "layer-bound.csv")
     assert (bound["timed"] == bound["convolutions"]).all() and (bound["ratio"] <= 1).all()
+
+
+@pytest.mark.parametrize("dims, groups, stride, dilation", [(1, 1, 2, 1), (2, 1, 1, 1), (2, 4, 2, 2), (3, 2, 1, 1)])
+@pytest.mark.parametrize("needs", [(True, True, True), (True, False, False), (False, True, True), (True, True, False)])
+def test_pytorchs_gradients_come_from_one_backward_call_and_equal_the_nn_grad_functions(dims, groups, stride,
+                                                                                          dilation, needs):
+    """Where no backward algorithm was chosen, a seer convolution takes all its gradients from PyTorch's one
+    backward operator: the same values as ``torch.nn.grad``'s functions and the bias's sum, and none
+    that autograd did not ask for."""
+    from seer.torch.convolution import _GRADIENTS, _backward, _Call
+
+    torch.manual_seed(0)
+    size = (9,) * dims
+    x, weight = torch.randn(2, 8, *size), torch.randn(8, 8 // groups, *(3,) * dims)
+    call = _Call(dims, (stride,) * dims, (1,) * dims, (dilation,) * dims, groups)
+    y = torch.nn.functional.__dict__[f"conv{dims}d"](x, weight, None, call.stride, call.padding, call.dilation, groups)
+    grad_y = torch.randn_like(y)
+    grad_x, grad_w, grad_b = _backward(call, x, weight, grad_y, needs, has_bias=True)
+    input_fn, weight_fn = _GRADIENTS[dims]
+    args = (call.stride, call.padding, call.dilation, groups)
+    assert (grad_x is None) != needs[0] and (grad_w is None) != needs[1] and (grad_b is None) != needs[2]
+    if needs[0]:
+        assert torch.allclose(grad_x, input_fn(x.shape, weight, grad_y, *args), rtol=1e-5, atol=1e-5)
+    if needs[1]:
+        assert torch.allclose(grad_w, weight_fn(x, weight.shape, grad_y, *args), rtol=1e-5, atol=1e-4)
+    if needs[2]:
+        assert torch.allclose(grad_b, grad_y.sum(dim=[0, *range(2, grad_y.dim())]), rtol=1e-5, atol=1e-5)
+    assert _backward(call, x, weight, grad_y, (True, True, True), has_bias=False)[2] is None

@@ -19,7 +19,8 @@ Where the chosen algorithm cannot run (cuDNN does not support it for the layer, 
 kernel plan refuses it, CuPy is missing, a tensor is not fp32, not on a GPU, or in neither
 layout), PyTorch's own convolution runs instead and the module warns once per reason;
 :attr:`SeerConv2d.fallbacks` keeps the reasons.
-Gradients, where asked for, come from PyTorch's own ``torch.nn.grad`` functions, or, for a
+Gradients, where asked for, come from PyTorch's own backward operator
+(``aten.convolution_backward``, all three in one call, as ``nn.Conv2d``'s own), or, for a
 module given backward choices (``apply(..., training=True)``: :class:`PredictedPass` per
 backward pass), from the chosen cuDNN backward-data and backward-filter algorithms through
 cuDNN's legacy calls (:class:`_BackwardRunner`), on PyTorch's stream and allocator.
@@ -889,9 +890,16 @@ def _layout(x: torch.Tensor, weight: torch.Tensor, dims: int) -> str | None:
 def _backward(call: _Call, x, weight, grad_y, needs_input_grad, has_bias, runners=(None, None)):
     """The gradients of input, weight and bias: by the backward ``runners`` (dgrad, wgrad)
     where given, else by PyTorch's own functions."""
+    dgrad, wgrad = runners
+    if dgrad is None and wgrad is None:
+        # All three from PyTorch's one backward operator, as its own nn.Conv does: one dispatch
+        # instead of one per gradient, which counts in an eager step's host time.
+        wanted = [bool(needs_input_grad[0]), bool(needs_input_grad[1]), has_bias and bool(needs_input_grad[2])]
+        return tuple(torch.ops.aten.convolution_backward(
+            grad_y, x, weight, [weight.shape[0]] if wanted[2] else None, list(call.stride), list(call.padding),
+            list(call.dilation), False, [0] * call.dims, call.groups, wanted))
     grad_input_fn, grad_weight_fn = _GRADIENTS[call.dims]
     args = (call.stride, call.padding, call.dilation, call.groups)
-    dgrad, wgrad = runners
     grad_x = grad_w = None
     if needs_input_grad[0]:
         grad_x = dgrad(weight, grad_y, x) if dgrad is not None else grad_input_fn(x.shape, weight, grad_y, *args)
