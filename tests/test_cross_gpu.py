@@ -99,3 +99,19 @@ def test_an_unknown_gpu_is_the_users_mistake(layers, capsys):
     assert main(["predict", str(layers), "--gpu", "nosuch", "--math", "fma"]) == 2
     err = capsys.readouterr().err
     assert "unknown GPU 'nosuch'" in err and "a100" in err and "Traceback" not in err
+
+
+def test_the_best_constant_ratio_baseline_is_the_least_mape_of_any_one_ratio():
+    """benchmarks/cross_gpu.py's oracle baseline: exact where the two GPUs differ by one ratio, and
+    never worse than the median ratio or than the plain scaling it bounds."""
+    import numpy as np
+    from conftest import benchmark_module
+
+    cross_gpu = benchmark_module("cross_gpu")
+    rng = np.random.default_rng(0)
+    source = np.exp(rng.normal(-2, 1.5, 2000))
+    assert cross_gpu.best_constant_mape(source, 1.7 * source) < 0.2
+    target = source * 0.8 * np.exp(rng.normal(0, 0.2, len(source)))
+    best = cross_gpu.best_constant_mape(source, target)
+    for ratio in (np.median(target / source), 0.8, 1.0):
+        assert best <= cross_gpu.mape(source * ratio, target)
