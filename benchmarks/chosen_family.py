@@ -19,25 +19,17 @@ from pathlib import Path
 
 import pandas as pd
 
+from seer.algorithms import kernels_family
 from seer.dataset.build import read_measurements
 from seer.dataset.tables import read_parts
 from seer.schema import DatasetDir
 from seer.training.cross_gpu import PUBLIC_FILES
 
 
-def family(kernel_names) -> str:
-    text = " ".join(kernel_names).lower()
-    for word, name in (("winograd", "winograd"), ("fft", "fft"), ("im2col", "gemm"), ("explicit_convolve", "gemm"),
-                       ("direct", "direct")):
-        if word in text:
-            return name
-    return "implicit_gemm"
-
-
 def seer_families(dataset: Path) -> pd.DataFrame:
     traced = read_parts(DatasetDir(dataset).traced_kernels, columns=["shape_id", "math", "algo", "kernel_name"])
     traced = traced[(traced["algo"] == "PYTORCH_BENCHMARK") & (traced["math"] == "fma")]
-    families = traced.groupby("shape_id")["kernel_name"].agg(list).map(family).rename("family")
+    families = traced.groupby("shape_id")["kernel_name"].agg(list).map(kernels_family).rename("family")
     layers = read_measurements(DatasetDir(dataset).measurements, ["shape_id", "kernel_h", "stride_h", "pad_h", "groups",
                                                                   "dims", "kernel_w", "stride_w", "pad_w"])
     layers = layers.drop_duplicates("shape_id").set_index("shape_id")
@@ -67,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         raw = pd.read_csv(args.public / name)
         raw = raw[(raw["Kernel_Szie"] == 3) & (raw["Stride"] == 1) & (raw["Padding"] == 1)]
         results[gpu] = {"cudnn": "8.9.2", "3x3 stride 1 padding 1": shares(
-            raw["Kernels"].fillna("").map(lambda k: family(k.split(";"))))}
+            raw["Kernels"].fillna("").map(lambda k: kernels_family(k.split(";"))))}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "chosen-family.json").write_text(json.dumps(results, indent=1) + "\n")
     lines = ["# The family of PyTorch's cudnn.benchmark choice, strict FP32", "",

@@ -136,6 +136,20 @@ PASS_TITLES: dict[str, str] = {"fwd": "", "bwd_data": "backward data (dgrad)", "
 
 #: How an algorithm computes the convolution.
 FAMILIES: tuple[str, ...] = ("implicit_gemm", "gemm", "direct", "fft", "winograd", "policy")
+#: Words in a kernel's name that say its family, in the order they decide: where a policy's call
+#: ran kernels of several (a transform and a GEMM), the first listed names it.
+KERNEL_FAMILY_WORDS: tuple[tuple[str, str], ...] = (
+    ("winograd", "winograd"), ("fft", "fft"), ("im2col", "gemm"), ("explicit_convolve", "gemm"), ("direct", "direct"))
+
+
+def kernels_family(kernel_names) -> str:
+    """The family (:data:`FAMILIES`) of a call from the names of the kernels it ran: the first of
+    :data:`KERNEL_FAMILY_WORDS` that a name holds, else implicit GEMM."""
+    text = " ".join(kernel_names).lower()
+    for word, name in KERNEL_FAMILY_WORDS:
+        if word in text:
+            return name
+    return "implicit_gemm"
 
 ALGORITHMS: tuple[Algorithm, ...] = (
     Algorithm("IMPLICIT_GEMM", "cudnn", 0, "IG", 0,

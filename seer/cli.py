@@ -590,7 +590,10 @@ def _cmd_train_cross_gpu(args) -> int:
         progress.update(1, 1, "done")
     for gpu, info in json.loads(card_path.read_text())["gpus"].items():
         err_console.log(f"{gpu}: {info['rows']} rows ({info['source']}, {info['timing']} timing); left out of the "
-                        f"fit, MAPE {info['left_out_mape_percent']:.1f}%")
+                        f"fit, MAPE {info['left_out_mape_percent']:.1f}%"
+                        + (f"; likely family right on {info['left_out_family_agreement_percent']:.1f}% (the commonest: "
+                           f"{info['commonest_family_agreement_percent']:.1f}%)"
+                           if "left_out_family_agreement_percent" in info else ""))
     err_console.log(f"wrote {card_path} and {persist.CROSS_GPU_FILE}")
     return 0
 
@@ -679,6 +682,10 @@ def _add_predict(sub) -> None:
     p.add_argument("--cudnn-answers", action="store_true",
                    help="ask this machine's GPU (cuDNN, from descriptors: nothing runs) whether each of cuDNN's "
                         "algorithms takes each layer, instead of predicting it (needs a GPU and cuDNN)")
+    p.add_argument("--cudnn", type=int, default=None, metavar="MAJOR",
+                   help="for a GPU without per-algorithm models (the cross-GPU model): the cuDNN major version "
+                        f"whose likely algorithm family to predict (default {DEFAULT_CUDNN_MAJOR}; the public "
+                        "GPUs' timings are cuDNN 8's)")
     _add_pass(p, "the convolution pass to predict: fwd (the forward, default), bwd_data (the input's "
                  "gradient, dgrad) or bwd_filter (the filter's gradient, wgrad), each with its own algorithms; "
                  "all: the training step, one row per layer with each pass's algorithm to use and its time, "
@@ -692,6 +699,9 @@ def _add_predict(sub) -> None:
 
 #: Layers a terminal table shows before ``seer predict`` switches to a summary.
 TABLE_LAYERS = 50
+#: The cuDNN major version whose algorithm family ``seer predict --gpu NAME`` gives for a GPU never
+#: measured, unless ``--cudnn`` says otherwise: PyTorch 2's wheels bring cuDNN 9.
+DEFAULT_CUDNN_MAJOR = 9
 #: Layers predicted at a time: enough to amortise the per-call work, few enough that a
 #: chunk's predictions stay small in memory.
 PREDICT_CHUNK = 1 << 15
@@ -713,6 +723,9 @@ def _cmd_predict(args) -> int:
     from seer.predict.persist import load_model
 
     if args.pass_ == ALL_PASSES:
+        if args.cudnn is not None:
+            raise InputError("--cudnn names the cuDNN version for a GPU without per-algorithm models (the "
+                             "cross-GPU model), which predicts the forward only", field="cudnn")
         return _predict_training_step(args)
     if args.cudnn_answers and args.pass_ != "fwd":
         raise InputError("--cudnn-answers asks cuDNN about the forward's algorithms only", field="cudnn-answers")
@@ -722,6 +735,9 @@ def _cmd_predict(args) -> int:
     if (args.gpu and args.pass_ == "fwd" and args.gpu.strip().lower() not in persist.available(root)
             and persist.has_cross_gpu(root)):
         return _predict_unmeasured_gpu(args)
+    if args.cudnn is not None:
+        raise InputError("--cudnn names the cuDNN version for a GPU without per-algorithm models (the cross-GPU "
+                         "model); seer's models of this GPU learnt its own cuDNN's algorithms", field="cudnn")
     # "all" ranks every algorithm of the model, whatever its pass.
     algorithms = None if args.algo.strip().lower() == "all" else _algorithms(args.algo)
     model = load_model(args.gpu, math=args.math, models_dir=args.models_dir, pass_=args.pass_,
@@ -937,9 +953,15 @@ def _predict_unmeasured_gpu(args) -> int:
                              f"(the cross-GPU model)", field=option)
     model, card = load_cross_gpu(args.models_dir)
     measured = spec.name in model.gpus
+    cudnn = DEFAULT_CUDNN_MAJOR if args.cudnn is None else args.cudnn
+    majors = card["family"]["cudnn_majors"]
+    if cudnn not in majors:
+        raise InputError(f"the cross-GPU model learnt the algorithm families of cuDNN {' and '.join(map(str, majors))} "
+                         f"only, not {cudnn}", field="cudnn")
     frames, offset = [], 0
     for chunk in iter_layer_chunks(args.file, name=_source_name(args.file)):
         ms, bounds = model.predict(chunk[list(LAYER_COLUMNS)], spec)
+        family, family_p = model.likely_family(chunk[list(LAYER_COLUMNS)], spec, cudnn)
         frame = pd.DataFrame({"layer": np.arange(offset, offset + len(chunk))})
         for column in label_columns(chunk):
             frame[column] = chunk[column].to_numpy()
@@ -949,6 +971,7 @@ def _predict_unmeasured_gpu(args) -> int:
         frame["policy"], frame["predicted_ms"] = "PYTORCH_BENCHMARK", ms
         for level in INTERVAL_LEVELS:
             frame[f"predicted_ms_low{level}"], frame[f"predicted_ms_high{level}"] = bounds[level].T
+        frame["cudnn_major"], frame["likely_family"], frame["likely_family_probability"] = cudnn, family, family_p
         frames.append(frame)
         offset += len(chunk)
     out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -962,25 +985,41 @@ def _predict_unmeasured_gpu(args) -> int:
     seen = ", ".join(f"{g} ({i['source']})" for g, i in card["gpus"].items())
     where = ("measured, PyTorch's choice only" if measured else "never measured")
     if len(out) <= TABLE_LAYERS and args.out is None:
-        table = Table("layer", "shape", "ms", f"[low, high] {TABLE_LEVEL}%", box=box.SIMPLE_HEAD, pad_edge=False,
+        table = Table("layer", "shape", "ms", f"[low, high] {TABLE_LEVEL}%", f"likely family (cuDNN {cudnn})",
+                      box=box.SIMPLE_HEAD, pad_edge=False,
                       title=f"{spec.name} ({where}), fma math: time of PyTorch's cudnn.benchmark choice, predicted")
         for row in out.itertuples():
             table.add_row(str(row.layer), describe(row._asdict()), f"{row.predicted_ms:.3g}",
                           f"[{getattr(row, f'predicted_ms_low{TABLE_LEVEL}'):.3g}, "
-                          f"{getattr(row, f'predicted_ms_high{TABLE_LEVEL}'):.3g}]")
+                          f"{getattr(row, f'predicted_ms_high{TABLE_LEVEL}'):.3g}]",
+                          f"{row.likely_family} ({row.likely_family_probability:.0%})")
         console.print(table, crop=False)
     else:
         console.print(f"{spec.name} ({where}), fma math: {len(out)} layers predicted by the cross-GPU model"
                       f"{_written_to(args.out)}", soft_wrap=True)
     console.print(f"seer has no per-algorithm models of {spec.name}: the cross-GPU model predicts the time of the "
                   f"algorithm PyTorch's cudnn.benchmark picks, from the GPU's spec; it learnt from {seen}. Left out "
-                  f"of its fit, a GPU's times were off by {_cross_gpu_errors(card)} on average (MAPE).", soft_wrap=True)
+                  f"of its fit, a GPU's times were off by {_cross_gpu_errors(card)} on average (MAPE), and the "
+                  f"likely family matched the measured one on {_cross_gpu_family_agreement(card)} of its layers; "
+                  f"cuDNN {cudnn}'s families come from {', '.join(_gpus_of_cudnn(card, cudnn))} alone.",
+                  soft_wrap=True)
     return 0
 
 
 def _cross_gpu_errors(card: dict) -> str:
     errors = [info["left_out_mape_percent"] for info in card["gpus"].values()]
     return f"{min(errors):.0f}-{max(errors):.0f}%"
+
+
+def _cross_gpu_family_agreement(card: dict) -> str:
+    shares = [info["left_out_family_agreement_percent"] for info in card["gpus"].values()
+              if "left_out_family_agreement_percent" in info]
+    return f"{min(shares):.1f}-{max(shares):.1f}%"
+
+
+def _gpus_of_cudnn(card: dict, major: int) -> list[str]:
+    """The GPUs of the cross-GPU model's card measured under cuDNN ``major``."""
+    return [gpu for gpu, info in card["gpus"].items() if any(v.split(".")[0] == str(major) for v in info["cudnn"])]
 
 
 #: The environment variable that sets how many threads numpy's OpenBLAS starts.
@@ -1721,7 +1760,7 @@ def _cmd_gpus(args) -> int:
 
     for spec in load_gpu_specs().values():
         parts = [forward(spec.name) if spec.name in trained["fwd"] else
-                 "forward: PyTorch's cudnn.benchmark choice (cross-GPU model)" if cross_gpu else ""]
+                 "forward: PyTorch's cudnn.benchmark choice and its likely family (cross-GPU model)" if cross_gpu else ""]
         backward = [PASS_NAMES[p] for p in PASSES[1:] if spec.name in trained[p]]
         parts.append(f"{', '.join(backward)}: every algorithm" if backward else "")
         what = "; ".join(p for p in parts if p)

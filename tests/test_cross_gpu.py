@@ -37,6 +37,21 @@ def test_training_rows_keep_their_source_and_timing():
     assert (by_gpu.loc[["t4", "p4"], "source"] == "neusight").all()
     public = rows[rows["source"] == "neusight"]
     assert (public[["kernel_h", "stride_h", "pad_h"]] == [3, 1, 1]).all().all() and (public["time_ms"] > 0).all()
+    # Each row's family from the kernels it ran: the public rows list theirs, seer's were traced.
+    assert public["family"].notna().all() and set(rows["family"].dropna()) <= {"implicit_gemm", "gemm", "direct",
+                                                                                "fft", "winograd"}
+    assert rows.loc[rows["source"] == "seer", "family"].notna().mean() > 0.99
+    assert (public["family"] == "winograd").mean() > 0.5  # cuDNN 8.9.2 on these GPUs: Winograd on most 3x3 layers
+
+
+def test_a_calls_family_comes_from_its_kernels_names():
+    from seer.algorithms import kernels_family
+
+    assert kernels_family(["sm80_xmma_fprop_implicit_gemm_f32f32_tf32f32_f32_nchwkcrs_nchw"]) == "implicit_gemm"
+    assert kernels_family(["generateWinogradTilesKernel", "winograd3x3Kernel"]) == "winograd"
+    assert kernels_family(["im2col4d_kernel", "sgemm_largek"]) == "gemm"
+    assert kernels_family(["fft2d_r2c_32x32", "cgemm", "fft2d_c2r_32x32"]) == "fft"
+    assert kernels_family([]) == "implicit_gemm"
 
 
 @pytest.mark.slow
@@ -47,6 +62,9 @@ def test_trained_again_it_gives_the_shipped_model_and_a_left_out_error_per_gpu(t
     assert card["sha256"] == shipped["sha256"]  # the same data, the same model file
     for gpu, info in card["gpus"].items():
         assert 5 < info["left_out_mape_percent"] < 40, gpu  # a GPU never seen: tens of percent, not exact
+        # The likely family, left out: better than always guessing the commonest family of its cuDNN version.
+        assert info["left_out_family_agreement_percent"] > info["commonest_family_agreement_percent"], gpu
+    assert card["family"]["cudnn_majors"] == [8, 9]
     low, high = card["interval_log2_bounds"]["80"]
     assert low < 0 < high and card["interval_log2_bounds"]["95"][0] < low
 
@@ -62,6 +80,14 @@ def test_an_unmeasured_gpu_gets_one_time_per_layer_with_its_interval(layers, tmp
         assert (frame[f"predicted_ms_low{level}"] < frame["predicted_ms"]).all()
         assert (frame["predicted_ms"] < frame[f"predicted_ms_high{level}"]).all()
     assert "never measured" in capsys.readouterr().out
+    # Its likely algorithm family under cuDNN 9 (the default) with its probability; the 1x1 layer runs an implicit GEMM.
+    assert (frame["cudnn_major"] == 9).all() and frame["likely_family"].isin(["implicit_gemm", "fft", "direct"]).all()
+    assert ((0 < frame["likely_family_probability"]) & (frame["likely_family_probability"] <= 1)).all()
+    assert frame.loc[2, "likely_family"] == "implicit_gemm"
+    # The T4 under cuDNN 8, as its public timings ran: Winograd on its 3x3 layers, as measured there on most.
+    assert main(["predict", str(layers), "--gpu", "t4", "--math", "fma", "--cudnn", "8",
+                 "-o", str(tmp_path / "t4-8.csv")]) == 0
+    assert (pd.read_csv(tmp_path / "t4-8.csv")["likely_family"].iloc[:2] == "winograd").all()
     # Faster on a faster GPU: the same layers on the T4 (public timings: measured) take longer.
     assert main(["predict", str(layers), "--gpu", "t4", "--math", "fma", "-o", str(tmp_path / "t4.json")]) == 0
     t4 = pd.DataFrame(json.loads((tmp_path / "t4.json").read_text()))
@@ -75,6 +101,7 @@ def test_an_unmeasured_gpu_gets_one_time_per_layer_with_its_interval(layers, tmp
     ([], "strict FP32 only: use --math fma"),
     (["--math", "fma", "--rows", "layer", "-o", "x.csv"], "--rows ranks algorithms"),
     (["--math", "fma", "--algo", "cudnn"], "--algo ranks algorithms"),
+    (["--math", "fma", "--cudnn", "7"], "families of cuDNN 8 and 9 only, not 7"),
 ])
 def test_what_the_cross_gpu_model_cannot_do_is_refused_in_one_line(layers, capsys, extra, words):
     assert main(["predict", str(layers), "--gpu", "l4", *extra]) == 2
@@ -93,6 +120,13 @@ def test_a_changed_model_file_is_refused(tmp_path, layers, capsys):
         persist.load_cross_gpu(tmp_path)
     assert main(["predict", str(layers), "--gpu", "a10", "--math", "fma", "--models-dir", str(tmp_path)]) == 2
     assert "SHA-256" in capsys.readouterr().err
+
+
+def test_cudnn_is_refused_where_seer_has_the_gpus_own_models(layers, capsys):
+    for extra in ([], ["--pass", "all"]):
+        assert main(["predict", str(layers), "--gpu", "h200", "--math", "fma", "--cudnn", "9", *extra]) == 2
+        err = capsys.readouterr().err
+        assert "--cudnn names the cuDNN version for a GPU without per-algorithm models" in err and "Traceback" not in err
 
 
 def test_an_unknown_gpu_is_the_users_mistake(layers, capsys):

@@ -29,7 +29,7 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 import pandas as pd
 
-from seer.algorithms import algorithm_names
+from seer.algorithms import FAMILIES, algorithm_names
 from seer.hardware.gpus import GPUSpec, spec_from_fields
 from seer.hardware.kernel_plans import runs_layers
 from seer.layers.shapes import LAYER_COLUMNS, is_seer_layer, layer_frame
@@ -1210,11 +1210,13 @@ class CrossGpuPredictor(Part):
     with a spec: boosted trees over the shape features computed with the GPU's spec and the spec's
     own figures, learning log2(time / the layer's roofline floor) from every GPU with measurements.
     ``gpus`` are those it learnt from; ``intervals`` the log2 errors' bounds per level (percent),
-    measured on GPUs left out of the fit."""
+    measured on GPUs left out of the fit; ``family`` the family of the algorithm that choice runs,
+    from the same inputs and the cuDNN major version (:meth:`likely_family`)."""
 
     regressor: BoostedRegressor
     gpus: list[str]
     intervals: dict[str, list[float]]
+    family: BoostedClassifier
 
     def predict(self, layers: pd.DataFrame, spec: GPUSpec) -> tuple[np.ndarray, dict[int, np.ndarray]]:
         """Predicted ms per layer, and per interval level its (low, high) bounds in ms."""
@@ -1224,6 +1226,14 @@ class CrossGpuPredictor(Part):
         bounds = {int(level): np.stack([2.0 ** (log2_s + low) * 1e3, 2.0 ** (log2_s + high) * 1e3], axis=1)
                   for level, (low, high) in self.intervals.items()}
         return ms, bounds
+
+    def likely_family(self, layers: pd.DataFrame, spec: GPUSpec, cudnn_major: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per layer, the likeliest family of the algorithm the choice runs under that cuDNN major
+        version, and its probability."""
+        X, _ = cross_gpu_inputs(layers, spec)
+        proba = self.family.predict_proba(np.hstack([X, np.full((len(X), 1), float(cudnn_major))]))
+        best = proba.argmax(axis=1)
+        return np.asarray(self.family.classes, dtype=object)[best], proba[np.arange(len(best)), best]
 
     @classmethod
     def from_state(cls, state: dict) -> "CrossGpuPredictor":
@@ -1240,4 +1250,8 @@ class CrossGpuPredictor(Part):
                    and all(isinstance(b, (int, float)) and abs(b) < 64 for b in v) and v[0] <= 0 <= v[1]
                    for k, v in intervals.items()):
             raise StateError(f"{where}: intervals must give [low, high] log2 bounds around 0 per level")
-        return cls(regressor, list(gpus), {k: [float(b) for b in v] for k, v in intervals.items()})
+        family = _require(state, "family", BoostedClassifier, where)
+        if family.n_inputs != expected + 1 or not set(family.classes) <= set(FAMILIES):
+            raise StateError(f"{where}: its family trees must read the {expected} inputs and the cuDNN major version, "
+                             f"and name families of {FAMILIES}")
+        return cls(regressor, list(gpus), {k: [float(b) for b in v] for k, v in intervals.items()}, family)

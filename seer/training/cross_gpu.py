@@ -8,6 +8,13 @@ tens of microseconds). Each row keeps its ``source`` and ``timing``. Boosted tre
 log2(time / roofline floor) from the shape features computed with each GPU's spec and the spec's
 figures (:class:`seer.predict.predictors.CrossGpuPredictor`). Its error on a GPU it never saw is
 measured by leaving each GPU out in turn; the intervals are the quantiles of those errors.
+
+Beside the time, the family of the algorithm that choice runs (implicit GEMM, Winograd, FFT, ...,
+:func:`seer.algorithms.kernels_family` of the kernels it ran: CUPTI's traces for seer's rows, the
+kernels each public row lists): boosted trees over the same inputs and the cuDNN major version,
+which decides the family more than the GPU does (``benchmarks/results/chosen-family/``). Its
+agreement on a GPU left out is measured the same way, beside always guessing the commonest family
+of the other GPUs with that cuDNN version.
 """
 
 from __future__ import annotations
@@ -18,9 +25,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from sklearn.ensemble import HistGradientBoostingRegressor
+from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
 
+from seer.algorithms import kernels_family
 from seer.dataset.build import read_measurements
+from seer.dataset.tables import read_parts
 from seer.errors import InputError
 from seer.hardware.gpus import get_gpu_spec
 from seer.layers.shapes import LAYER_COLUMNS, layer_frame
@@ -38,9 +47,18 @@ def regressor() -> HistGradientBoostingRegressor:
     return HistGradientBoostingRegressor(max_iter=400, learning_rate=0.05, max_leaf_nodes=31, random_state=0)
 
 
+def classifier() -> HistGradientBoostingClassifier:
+    return HistGradientBoostingClassifier(max_iter=200, learning_rate=0.1, max_leaf_nodes=31, random_state=0)
+
+
+def cudnn_major(versions: pd.Series) -> np.ndarray:
+    """The major number of each cuDNN version string (``"9.19.0"`` -> 9)."""
+    return versions.astype(str).str.split(".").str[0].astype(int).to_numpy()
+
+
 def public_times(folder: Path) -> pd.DataFrame:
     """NeuSight's rows as layers (3x3, stride 1, padding 1) with ``gpu``, ``time_ms``, ``source``,
-    ``timing`` and ``cudnn_version``."""
+    ``timing``, ``cudnn_version`` and ``family`` (from the kernels the row lists)."""
     frames = []
     for name, gpu in PUBLIC_FILES.items():
         path = folder / name
@@ -53,20 +71,28 @@ def public_times(folder: Path) -> pd.DataFrame:
             "in_h": raw["Input_Size"], "in_w": raw["Input_Size"], "kernel_h": 3, "kernel_w": 3, "pad_h": 1,
             "pad_w": 1}))
         frames.append(layers.assign(gpu=gpu, time_ms=raw["Latency"].to_numpy(dtype=float), source="neusight",
-                                    timing="single-call", cudnn_version="8.9.2"))
+                                    timing="single-call", cudnn_version="8.9.2",
+                                    family=raw["Kernels"].fillna("").map(lambda k: kernels_family(k.split(";")))
+                                    .to_numpy()))
     return pd.concat(frames, ignore_index=True)
 
 
 def seer_times(data_root: Path) -> pd.DataFrame:
-    """seer's ``PYTORCH_BENCHMARK`` runs under ``fma`` of every GPU dataset under ``data_root``."""
+    """seer's ``PYTORCH_BENCHMARK`` runs under ``fma`` of every GPU dataset under ``data_root``, with the
+    ``family`` of the kernels CUPTI traced for each (missing where the run was not traced)."""
     frames = []
     for folder in sorted(p for p in data_root.iterdir() if (p / "measurements").is_dir()):
-        runs = read_measurements(DatasetDir(folder).measurements,
-                                 [*LAYER_COLUMNS, "gpu", "algo", "math", "status", "time_ms", "cudnn_version"],
-                                 passes=("fwd",))
+        dataset = DatasetDir(folder)
+        runs = read_measurements(dataset.measurements, [*LAYER_COLUMNS, "shape_id", "gpu", "algo", "math", "status",
+                                                        "time_ms", "cudnn_version"], passes=("fwd",))
         ok = runs[(runs["algo"] == POLICY) & (runs["math"] == MATH) & (runs["status"] == "ok")]
         if len(ok):
-            frames.append(ok.drop(columns=["algo", "math", "status"]).assign(source="seer", timing="burst"))
+            traced = read_parts(dataset.traced_kernels, columns=["shape_id", "math", "algo", "kernel_name"])
+            traced = traced[(traced["algo"] == POLICY) & (traced["math"] == MATH)]
+            families = traced.groupby("shape_id")["kernel_name"].agg(list).map(kernels_family)
+            frames.append(ok.drop(columns=["algo", "math", "status"])
+                          .assign(source="seer", timing="burst", family=ok["shape_id"].map(families).to_numpy())
+                          .drop(columns="shape_id"))
     if not frames:
         raise InputError(f"no {POLICY} runs under {MATH} math in any dataset", path=data_root)
     out = pd.concat(frames, ignore_index=True)
@@ -121,8 +147,36 @@ def fit(rows: pd.DataFrame) -> tuple[CrossGpuPredictor, dict]:
         # The predicted time's bounds: measured = predicted / 2**error.
         low, high = _weighted_quantile(-pooled, weights, [tail, 1 - tail])
         intervals[str(level)] = [min(float(low), 0.0), max(float(high), 0.0)]
-    model = CrossGpuPredictor(to_part(regressor().fit(X, y)), [str(g) for g in gpus], intervals)
-    return model, {"policy": POLICY, "math": MATH, "gpus": per_gpu, "interval_log2_bounds": intervals}
+    family, family_card = _fit_family(rows, X, per_gpu)
+    model = CrossGpuPredictor(to_part(regressor().fit(X, y)), [str(g) for g in gpus], intervals, to_part(family))
+    return model, {"policy": POLICY, "math": MATH, "gpus": per_gpu, "interval_log2_bounds": intervals,
+                   "family": family_card}
+
+
+def _fit_family(rows: pd.DataFrame, X: np.ndarray, per_gpu: dict) -> tuple[HistGradientBoostingClassifier, dict]:
+    """The family classifier fitted on every row with a family; per GPU left out (into ``per_gpu``)
+    its agreement with the measured families, and that of always guessing the commonest family of
+    the other GPUs with the same cuDNN major version."""
+    known = rows["family"].notna().to_numpy()
+    inputs = np.hstack([X, cudnn_major(rows["cudnn_version"])[:, None]])
+    family, major = rows["family"].to_numpy(dtype=object), cudnn_major(rows["cudnn_version"])
+    for gpu in per_gpu:
+        held = (rows["gpu"] == gpu).to_numpy() & known
+        train = known & (rows["gpu"] != gpu).to_numpy()
+        if not held.any():
+            continue
+        predicted = classifier().fit(inputs[train], family[train].astype(str)).predict(inputs[held])
+        same_major = train & (major == major[held][0])
+        commonest = pd.Series(family[same_major if same_major.any() else train]).mode()[0]
+        per_gpu[gpu] |= {"family_rows": int(held.sum()),
+                         "left_out_family_agreement_percent": round(float(np.mean(predicted == family[held]) * 100), 1),
+                         "commonest_family_agreement_percent": round(float(np.mean(family[held] == commonest) * 100), 1)}
+    model = classifier().fit(inputs[known], family[known].astype(str))
+    shares = {str(m): {str(k): round(float(v) * 100, 1) for k, v in
+                       pd.Series(family[known & (major == m)]).value_counts(normalize=True).items()}
+              for m in sorted(set(major[known]))}
+    return model, {"rows": int(known.sum()), "cudnn_majors": sorted(int(m) for m in set(major[known])),
+                   "percent_by_cudnn_major": shares}
 
 
 def _weighted_quantile(values: np.ndarray, weights: np.ndarray, quantiles) -> np.ndarray:
