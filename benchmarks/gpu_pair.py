@@ -7,7 +7,8 @@ NC[D]HW): how often the fastest algorithm is the same, what the second GPU loses
 first one's fastest, and the ratio of their times by arithmetic intensity (FLOPs per byte of
 input, filter and output). Then the models: on the second GPU's held-out layers (Test-set-II),
 the first GPU's shipped model picking for the second against the second's own model, and each
-model's time error there. Writes ``gpu-pair.json`` and ``.md``.
+model's time error there, pooled and per algorithm; beside them, the first GPU's model on the
+first GPU's own held-out layers, the error it carries over from. Writes ``gpu-pair.json`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -88,40 +89,46 @@ def measured(first: pd.DataFrame, second: pd.DataFrame, layers: pd.DataFrame, na
     return out
 
 
-def models(second: pd.DataFrame, layers: pd.DataFrame, names: tuple[str, str], models_dir: Path | None,
-           candidates: dict[str, Path]) -> dict:
+def scored(model, math: str, wide: pd.DataFrame, layers: pd.DataFrame) -> dict:
+    """``model``'s picks among cuDNN's algorithms on the layers of ``wide`` (measured ms per layer
+    and algorithm) and its time error, pooled and per algorithm."""
+    shapes = layers.loc[wide.index, list(LAYER_COLUMNS)].reset_index(drop=True)
+    fastest = wide.min(axis=1).to_numpy()
+    predictions = model.predict(shapes, math, algorithms="cudnn")
+    picks = predictions.drop_duplicates("layer").set_index("layer")["algo"].reindex(range(len(wide)))
+    picks.index = wide.index
+    took = chosen_times(wide, picks)
+    ran = np.isfinite(took)
+    scores = selection_metrics(wide, picks)
+    ranked = predictions.dropna(subset=["algo"])
+    truth = wide.to_numpy()[ranked["layer"].to_numpy(), wide.columns.get_indexer(ranked["algo"].to_numpy())]
+    known = np.isfinite(truth)
+    ape = pd.Series(np.abs(ranked["predicted_ms"].to_numpy()[known] / truth[known] - 1))
+    per_algorithm = ape.groupby(ranked["algo"].to_numpy()[known]).mean() * 100
+    return {"layers": int(len(wide)), "top1_percent": scores["top1_pct"], "picks_not_run": scores["picks_not_run"],
+            "mean_regret_percent": scores["mean_regret_pct"], "total_ratio": float(took[ran].sum() / fastest[ran].sum()),
+            "time_mape_percent": float(100 * ape.mean()), "time_median_ape_percent": float(100 * ape.median()),
+            "time_mape_percent_per_algorithm": {str(a): float(v) for a, v in per_algorithm.items()}}
+
+
+def models(first: pd.DataFrame, second: pd.DataFrame, layers: pd.DataFrame, names: tuple[str, str],
+           models_dir: Path | None, candidates: dict[str, Path]) -> dict:
     """The first GPU's model, the second's shipped one and other ``candidates`` of the second's
-    (label: models directory), picking (cuDNN's algorithms) for the second's Test-set-II."""
-    test = second[second["split"] == "test2"]
+    (label: models directory), picking (cuDNN's algorithms) for the second's Test-set-II; and,
+    under ``own``, the first GPU's model on the first GPU's Test-set-II."""
     out = {}
+    algos = algorithm_names("cudnn")
     for math in MATHS:
-        algos = algorithm_names("cudnn")
-        wide = wide_times(test, math, algos)
+        wide = wide_times(second[second["split"] == "test2"], math, algos)
         if wide.empty:
             continue
-        shapes = layers.loc[wide.index, list(LAYER_COLUMNS)].reset_index(drop=True)
-        fastest = wide.min(axis=1).to_numpy()
         out[math] = {"layers": int(len(wide))}
         sets = {f"{gpu} model": (gpu, models_dir) for gpu in names} | {
             label: (names[1], folder) for label, folder in candidates.items()}
         for label, (gpu, folder) in sets.items():
-            model = load_model(gpu, math=math, models_dir=folder)
-            predictions = model.predict(shapes, math, algorithms="cudnn")
-            picks = predictions.drop_duplicates("layer").set_index("layer")["algo"].reindex(range(len(wide)))
-            picks.index = wide.index
-            took = chosen_times(wide, picks)
-            ran = np.isfinite(took)
-            scores = selection_metrics(wide, picks)
-            ranked = predictions.dropna(subset=["algo"])
-            truth = wide.to_numpy()[ranked["layer"].to_numpy(), wide.columns.get_indexer(ranked["algo"].to_numpy())]
-            known = np.isfinite(truth)
-            ape = np.abs(ranked["predicted_ms"].to_numpy()[known] / truth[known] - 1)
-            out[math][label] = {
-                "top1_percent": scores["top1_pct"],
-                "picks_not_run": scores["picks_not_run"],
-                "mean_regret_percent": scores["mean_regret_pct"],
-                "total_ratio": float(took[ran].sum() / fastest[ran].sum()),
-                "time_mape_percent": float(100 * ape.mean()), "time_median_ape_percent": float(100 * np.median(ape))}
+            out[math][label] = scored(load_model(gpu, math=math, models_dir=folder), math, wide, layers)
+        own = wide_times(first[first["split"] == "test2"], math, algos)
+        out[math]["own"] = scored(load_model(names[0], math=math, models_dir=models_dir), math, own, layers)
     return out
 
 
@@ -157,11 +164,25 @@ def markdown(results: dict) -> str:
               "median APE |", "|---|---|---|---|---|---|---|---|---|"]
     for math, r in results["models"].items():
         for name, v in r.items():
-            if name == "layers":
+            if name in ("layers", "own"):
                 continue
             lines.append(f"| {math} | {name} | {r['layers']} | {v['top1_percent']:.1f}% | "
                          f"{v['mean_regret_percent']:.2f}% | {v['total_ratio']:.4f} | {v['picks_not_run']} | "
                          f"{v['time_mape_percent']:.1f}% | {v['time_median_ape_percent']:.1f}% |")
+    lines += ["", f"## {a}'s model on {b} against {a}'s model on {a}: what carrying it over costs", "",
+              f"Time MAPE per cuDNN algorithm: {a}'s shipped model on {b}'s Test-set-II (above) and on {a}'s own "
+              f"Test-set-II, where its error was measured; and the picks' mean regret on each.", "",
+              f"| math | algorithm | on {b} | on {a} | points more |", "|---|---|---|---|---|"]
+    for math, r in results["models"].items():
+        there, own = r[f"{a} model"], r["own"]
+        for algo, mape in there["time_mape_percent_per_algorithm"].items():
+            home = own["time_mape_percent_per_algorithm"].get(algo, float("nan"))
+            lines.append(f"| {math} | {algo} | {mape:.1f}% | {home:.1f}% | {mape - home:+.1f} |")
+        lines.append(f"| {math} | all, pooled ({there['layers']} and {own['layers']} layers) | "
+                     f"{there['time_mape_percent']:.1f}% | {own['time_mape_percent']:.1f}% | "
+                     f"{there['time_mape_percent'] - own['time_mape_percent']:+.1f} |")
+        lines.append(f"| {math} | the picks' mean regret | {there['mean_regret_percent']:.2f}% | "
+                     f"{own['mean_regret_percent']:.2f}% | {there['mean_regret_percent'] - own['mean_regret_percent']:+.2f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -188,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {"gpus": list(names), "command": "python benchmarks/gpu_pair.py " + " ".join(argv or sys.argv[1:]),
                "provenance": "; ".join(provenance),
                "measured": measured(*tables, layers, names),
-               "models": models(tables[1], layers, names, args.models_dir,
+               "models": models(*tables, layers, names, args.models_dir,
                                 dict(c.split("=", 1) for c in args.candidate))}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "gpu-pair.json").write_text(json.dumps(results, indent=2) + "\n")
