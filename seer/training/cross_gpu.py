@@ -157,9 +157,9 @@ def _fit_family(rows: pd.DataFrame, X: np.ndarray, per_gpu: dict) -> tuple[HistG
     """The family classifier fitted on every row with a family; per GPU left out (into ``per_gpu``)
     its agreement with the measured families, and that of always guessing the commonest family of
     the other GPUs with the same cuDNN major version."""
-    known = rows["family"].notna().to_numpy()
-    inputs = np.hstack([X, cudnn_major(rows["cudnn_version"])[:, None]])
-    family, major = rows["family"].to_numpy(dtype=object), cudnn_major(rows["cudnn_version"])
+    known, family = rows["family"].notna().to_numpy(), rows["family"].to_numpy(dtype=object)
+    major = cudnn_major(rows["cudnn_version"])
+    inputs = np.hstack([X, major[:, None]])
     for gpu in per_gpu:
         held = (rows["gpu"] == gpu).to_numpy() & known
         train = known & (rows["gpu"] != gpu).to_numpy()
