@@ -91,7 +91,8 @@ def pass_times(models: dict, x, windows: int, passes: int) -> dict[str, float]:
     return {name: median(v) for name, v in samples.items()}
 
 
-def layer_bound(networks: list[str], batches: list[int], levels: list[float], gpu: str) -> pd.DataFrame:
+def layer_bound(networks: list[str], batches: list[int], levels: list[float], gpu: str,
+                data_dir: Path = Path("data")) -> pd.DataFrame:
     """Per network, batch and level: its convolutions' summed GPU ms with the best cuDNN algorithm on
     each (measured per layer on the ``sparse-seed`` grid), and with the faster of that and the best
     sparse kernel at the level; how many of its convolutions the sparse kernel wins. A network's
@@ -99,7 +100,7 @@ def layer_bound(networks: list[str], batches: list[int], levels: list[float], gp
     from seer.dataset.build import read_sparse_measurements
     from seer.layers.known_networks import network_layers
 
-    table = read_sparse_measurements(Path("data") / gpu / "sparse_measurements")
+    table = read_sparse_measurements(data_dir / gpu / "sparse_measurements")
     per_level, _ = measured_frame(table[(table["math"] == "fma") & (table["grid"] == "sparse-seed")])
     per_level = per_level.set_index(["dense_shape_id", "sparsity"])
     rows = []
@@ -123,7 +124,7 @@ def _markdown(frame: pd.DataFrame) -> list[str]:
             + ["| " + " | ".join(str(v) for v in row) + " |" for row in frame.itertuples(index=False)])
 
 
-def merge(runs: list[Path], out: Path, gpu: str, argv: list[str]) -> int:
+def merge(runs: list[Path], out: Path, gpu: str, data_dir: Path, argv: list[str]) -> int:
     """``--merge``: the runs' tables as one, and the per-layer bound beside them (module docstring)."""
     frame = pd.concat([pd.read_csv(run / "results.csv") for run in runs], ignore_index=True)
     frame = frame.sort_values(["network", "batch", "level"], key=lambda c: c.map(
@@ -131,7 +132,7 @@ def merge(runs: list[Path], out: Path, gpu: str, argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     frame.to_csv(out / "results.csv", index=False)
     levels = sorted({float(v) for v in frame["level"] if v != "relu"})
-    bound = layer_bound(sorted(set(frame["network"])), sorted(set(frame["batch"])), levels, gpu)
+    bound = layer_bound(sorted(set(frame["network"])), sorted(set(frame["batch"])), levels, gpu, data_dir)
     bound.to_csv(out / "layer-bound.csv", index=False)
     lines = [f"# Whole networks with seer's sparse kernel ({gpu})", "",
              f"`python benchmarks/sparse_network.py {' '.join(argv)}`, joining the runs' `results.csv`; each run's "
@@ -159,9 +160,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--merge", type=Path, nargs="+", metavar="RUN_DIR",
                         help="join these runs' results.csv into --out, with the per-layer bound (CPU)")
+    parser.add_argument("--data-dir", type=Path, default=Path("data"),
+                        help="datasets root whose sparse measurements give --merge's per-layer bound")
     args = parser.parse_args(argv)
     if args.merge:
-        return merge(args.merge, args.out, args.gpu, argv if argv is not None else sys.argv[1:])
+        return merge(args.merge, args.out, args.gpu, args.data_dir, argv if argv is not None else sys.argv[1:])
 
     import torch
 

@@ -722,22 +722,21 @@ def _cmd_predict(args) -> int:
     from seer.predict.model import PredictionMemo, best_per_layer
     from seer.predict.persist import load_model
 
-    if args.pass_ == ALL_PASSES:
-        if args.cudnn is not None:
-            raise InputError("--cudnn names the cuDNN version for a GPU without per-algorithm models (the "
-                             "cross-GPU model), which predicts the forward only", field="cudnn")
-        return _predict_training_step(args)
-    if args.cudnn_answers and args.pass_ != "fwd":
-        raise InputError("--cudnn-answers asks cuDNN about the forward's algorithms only", field="cudnn-answers")
     from seer.predict import persist
 
     root = persist.models_root(args.models_dir)
-    if (args.gpu and args.pass_ == "fwd" and args.gpu.strip().lower() not in persist.available(root)
-            and persist.has_cross_gpu(root)):
-        return _predict_unmeasured_gpu(args)
-    if args.cudnn is not None:
+    cross_gpu = (args.gpu and args.pass_ == "fwd" and args.gpu.strip().lower() not in persist.available(root)
+                 and persist.has_cross_gpu(root))
+    if args.cudnn is not None and not cross_gpu:
         raise InputError("--cudnn names the cuDNN version for a GPU without per-algorithm models (the cross-GPU "
-                         "model); seer's models of this GPU learnt its own cuDNN's algorithms", field="cudnn")
+                         "model, forward pass only); seer's models of a GPU learnt its own cuDNN's algorithms",
+                         field="cudnn")
+    if args.pass_ == ALL_PASSES:
+        return _predict_training_step(args)
+    if args.cudnn_answers and args.pass_ != "fwd":
+        raise InputError("--cudnn-answers asks cuDNN about the forward's algorithms only", field="cudnn-answers")
+    if cross_gpu:
+        return _predict_unmeasured_gpu(args)
     # "all" ranks every algorithm of the model, whatever its pass.
     algorithms = None if args.algo.strip().lower() == "all" else _algorithms(args.algo)
     model = load_model(args.gpu, math=args.math, models_dir=args.models_dir, pass_=args.pass_,
@@ -960,8 +959,7 @@ def _predict_unmeasured_gpu(args) -> int:
                          f"only, not {cudnn}", field="cudnn")
     frames, offset = [], 0
     for chunk in iter_layer_chunks(args.file, name=_source_name(args.file)):
-        ms, bounds = model.predict(chunk[list(LAYER_COLUMNS)], spec)
-        family, family_p = model.likely_family(chunk[list(LAYER_COLUMNS)], spec, cudnn)
+        ms, bounds, family, family_p = model.predict_with_family(chunk[list(LAYER_COLUMNS)], spec, cudnn)
         frame = pd.DataFrame({"layer": np.arange(offset, offset + len(chunk))})
         for column in label_columns(chunk):
             frame[column] = chunk[column].to_numpy()

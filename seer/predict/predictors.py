@@ -1220,17 +1220,27 @@ class CrossGpuPredictor(Part):
 
     def predict(self, layers: pd.DataFrame, spec: GPUSpec) -> tuple[np.ndarray, dict[int, np.ndarray]]:
         """Predicted ms per layer, and per interval level its (low, high) bounds in ms."""
+        return self._times(*cross_gpu_inputs(layers, spec))
+
+    def likely_family(self, layers: pd.DataFrame, spec: GPUSpec, cudnn_major: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per layer, the likeliest family of the algorithm the choice runs under that cuDNN major
+        version, and its probability."""
+        return self._family(cross_gpu_inputs(layers, spec)[0], cudnn_major)
+
+    def predict_with_family(self, layers: pd.DataFrame, spec: GPUSpec, cudnn_major: int) -> tuple:
+        """:meth:`predict`'s ms and bounds, then :meth:`likely_family`'s families and probabilities,
+        from one computation of the inputs."""
         X, floor = cross_gpu_inputs(layers, spec)
+        return (*self._times(X, floor), *self._family(X, cudnn_major))
+
+    def _times(self, X: np.ndarray, floor: np.ndarray) -> tuple[np.ndarray, dict[int, np.ndarray]]:
         log2_s = self.regressor.predict(X) + floor
         ms = 2.0 ** log2_s * 1e3
         bounds = {int(level): np.stack([2.0 ** (log2_s + low) * 1e3, 2.0 ** (log2_s + high) * 1e3], axis=1)
                   for level, (low, high) in self.intervals.items()}
         return ms, bounds
 
-    def likely_family(self, layers: pd.DataFrame, spec: GPUSpec, cudnn_major: int) -> tuple[np.ndarray, np.ndarray]:
-        """Per layer, the likeliest family of the algorithm the choice runs under that cuDNN major
-        version, and its probability."""
-        X, _ = cross_gpu_inputs(layers, spec)
+    def _family(self, X: np.ndarray, cudnn_major: int) -> tuple[np.ndarray, np.ndarray]:
         proba = self.family.predict_proba(np.hstack([X, np.full((len(X), 1), float(cudnn_major))]))
         best = proba.argmax(axis=1)
         return np.asarray(self.family.classes, dtype=object)[best], proba[np.arange(len(best)), best]

@@ -119,7 +119,8 @@ GUARD_LAUNCH_MS = 0.0055
 GUARD_SPARSE_HOST_MS = 0.10
 #: In an eager training step (:func:`decide_step`), a swapped module costs
 #: :data:`GUARD_STEP_MODULE_MS` more host time per call than PyTorch's ``nn.Conv2d`` (forward and
-#: backward: its autograd function, and PyTorch's two gradients computed apart), and each backward
+#: backward: its autograd function, and, when measured, PyTorch's two gradients computed apart,
+#: which :func:`_backward` now asks for in one call: not timed again on a GPU yet), and each backward
 #: pass that runs a chosen algorithm (cuDNN's legacy call) :data:`GUARD_BACKWARD_HOST_MS` more,
 #: with :data:`GUARD_LAUNCH_MS` per launch beyond the first. Medians over four layers and both
 #: math modes on the H200 machine, measured by benchmarks/training_host_cost.py
