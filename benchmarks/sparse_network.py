@@ -11,7 +11,10 @@ two policies) and its energy per pass (NVML's counter over a window of passes,
 - ``pytorch``: the model as it is (cuDNN through PyTorch);
 - ``seer``: ``seer.torch.apply(model, gpu, math, input_shape, calibration=x)``: seer's picks, and
   seer's sparse kernel on the layers where it is surely faster at the share of zeros the
-  calibration pass measured (``docs/sparse.md``, *In PyTorch*).
+  calibration pass measured (``docs/sparse.md``, *In PyTorch*);
+- with ``--graphs`` (the default), also both captured in CUDA graphs (``pytorch_graph``: the model
+  as it is; ``seer_graph``: ``apply(..., cuda_graphs=True)``, whose guard leaves out host time),
+  timed as back-to-back replays, wall time, in the same alternating windows.
 
 Trained weights cannot be downloaded here, so the models have random weights and inputs. At level
 ``relu`` the network is left as it is: its ReLUs leave about half of each input zero. At a level
@@ -34,6 +37,7 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
+import traceback
 from pathlib import Path
 from statistics import median
 
@@ -69,26 +73,117 @@ def sparsify(model, x, level: float) -> list:
     return handles
 
 
-def pass_times(models: dict, x, windows: int, passes: int) -> dict[str, float]:
-    """Wall ms per eager pass of each model, the median over ``windows`` windows that take turns."""
-    import time
-
+def window_medians(runs: dict, windows: int, passes: int) -> dict[str, float]:
+    """Wall ms per call of each of ``runs`` (name: a no-argument call, a pass or a graph's
+    replay), the median over ``windows`` windows of ``passes`` back-to-back calls that take turns."""
     import torch
 
-    samples: dict[str, list[float]] = {name: [] for name in models}
+    from seer.networks.profile_network import window_ms
+
+    samples: dict[str, list[float]] = {name: [] for name in runs}
     with torch.no_grad():
-        for model in models.values():
+        for run in runs.values():
             for _ in range(3):
-                model(x)
-        torch.cuda.synchronize()
+                run()
         for _ in range(windows):
-            for name, model in models.items():
-                started = time.perf_counter()
-                for _ in range(passes):
-                    model(x)
-                torch.cuda.synchronize()
-                samples[name].append((time.perf_counter() - started) / passes * 1e3)
+            for name, run in runs.items():
+                samples[name].append(window_ms(torch, run, passes))
     return {name: median(v) for name, v in samples.items()}
+
+
+def _sparse_layers(model, x) -> int:
+    """How many of ``model``'s seer convolutions ran a sparse kernel in a pass on ``x``."""
+    import torch
+
+    from seer.torch.convolution import seer_convolutions
+
+    with torch.no_grad():
+        model(x)
+    return sum(1 for m in seer_convolutions(model).values() if (m.last_algorithm or "").startswith("SEER_SPARSE_"))
+
+
+def graph_call_ms(run, calls: int = 20, replays: int = 10) -> float:
+    """GPU ms per call of ``run``: ``calls`` back-to-back calls captured in a CUDA graph, its
+    replays timed with events (no host time)."""
+    import torch
+
+    from seer.networks.profile_network import capture_graph
+
+    graph, why = capture_graph(torch, lambda: [run() for _ in range(calls)])
+    if graph is None:
+        raise RuntimeError(why)
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / (calls * replays)
+
+
+def check_sparse_picks(model, x, math: str) -> list[dict]:
+    """Each convolution of ``model`` (seer.torch-applied) that ran a sparse kernel in a pass on
+    ``x``, on its own input of that pass: what the guard weighed (the sparse kernel's predicted ms
+    and upper bound, the dense alternative's predicted ms and lower bound) against GPU ms per call
+    (:func:`graph_call_ms`) of the sparse kernel, of the dense choice seer would make there (cuDNN's
+    algorithm, or PyTorch's own convolution), and of PyTorch's own; with the input's share of zeros
+    and how unevenly its non-zeros fall on pixels (the most non-zeros at one pixel over the mean)."""
+    import cupy
+    import torch
+
+    from seer.layers.sparsity import sparse_input
+    from seer.torch.convolution import force, seer_convolutions
+
+    convs = seer_convolutions(model)
+    inputs: dict = {}
+
+    def keep_input(module, args, output) -> None:  # returns None: the output stays the module's
+        inputs.setdefault(module, args[0].detach())
+
+    handles = [m.register_forward_hook(keep_input) for m in convs.values()]
+    with torch.no_grad():
+        model(x)
+    for h in handles:
+        h.remove()
+    rows = []
+    for name, m in convs.items():
+        if not (m.last_algorithm or "").startswith("SEER_SPARSE_"):
+            continue
+        inp, choice = inputs[m], m.seer_choice
+        layer = next(layer for layer, pick in choice.picks.items() if pick)
+        guess = choice.guesses[layer]
+        dense = choice.dense.algorithm(layer)
+        timed = {}
+        with torch.no_grad():
+            for label, algo in (("sparse", m.last_algorithm), ("dense", dense)):
+                if algo is None:
+                    continue
+                wrapped = force(torch.nn.Sequential(m.to_conv()), algo, math=math)
+                timed[label] = graph_call_ms(lambda w=wrapped: w(inp))
+                if label == "sparse":
+                    wrapped_sparse = wrapped
+            plain = m.to_conv()
+            timed["pytorch"] = graph_call_ms(lambda: plain(inp))
+            # The sparse kernel on an input of the same share of zeros made as the collector makes it.
+            made = torch.from_dlpack(sparse_input(tuple(inp.shape), choice.sparsity, "relu", xp=cupy))
+            timed["collector_input"] = graph_call_ms(lambda w=wrapped_sparse: w(made))
+        if dense is None:
+            timed["dense"] = timed["pytorch"]
+        nonzero = (inp != 0).sum(dim=1).float()
+        per_channel = (inp != 0).sum(dim=(0, *range(2, inp.dim()))).float()
+        rows.append({"module": name, **{k: getattr(layer, k) for k in ("batch", "in_ch", "in_h", "in_w", "out_ch",
+                                                                        "kernel_h", "stride_h", "pad_h", "groups")},
+                     "sparsity": round(float((inp == 0).float().mean()), 5),
+                     "pixel_imbalance": round(float(nonzero.max() / nonzero.mean().clamp(min=1e-9)), 2),
+                     "channel_imbalance": round(float(per_channel.max() / per_channel.mean().clamp(min=1e-9)), 2),
+                     "sparse": m.last_algorithm, "dense": dense or "PYTORCH",
+                     "predicted_sparse_ms": round(guess.pick_ms, 5), "predicted_sparse_high": round(guess.pick_high, 5),
+                     "predicted_dense_ms": round(guess.pytorch_ms, 5), "predicted_dense_low": round(guess.pytorch_low, 5),
+                     "sparse_ms": round(timed["sparse"], 5), "dense_ms": round(timed["dense"], 5),
+                     "pytorch_ms": round(timed["pytorch"], 5),
+                     "sparse_on_collector_input_ms": round(timed["collector_input"], 5)})
+    return rows
 
 
 def layer_bound(networks: list[str], batches: list[int], levels: list[float], gpu: str,
@@ -124,9 +219,15 @@ def _markdown(frame: pd.DataFrame) -> list[str]:
             + ["| " + " | ".join(str(v) for v in row) + " |" for row in frame.itertuples(index=False)])
 
 
-def merge(runs: list[Path], out: Path, gpu: str, data_dir: Path, argv: list[str]) -> int:
-    """``--merge``: the runs' tables as one, and the per-layer bound beside them (module docstring)."""
-    frame = pd.concat([pd.read_csv(run / "results.csv") for run in runs], ignore_index=True)
+def merge(runs: list[Path], out: Path, gpu: str, data_dir: Path, argv: list[str],
+          levels: list[str] | None = None) -> int:
+    """``--merge``: the runs' tables as one (their rows at ``levels`` only, where given), with
+    their ``picks.csv``, and the per-layer bound beside them (module docstring)."""
+    frame = pd.concat([pd.read_csv(run / "results.csv", dtype={"level": str}) for run in runs], ignore_index=True)
+    picks = [pd.read_csv(run / "picks.csv", dtype={"level": str}) for run in runs if (run / "picks.csv").exists()]
+    if levels is not None:
+        frame = frame[frame["level"].isin(levels)]
+        picks = [p[p["level"].isin(levels)] for p in picks]
     frame = frame.sort_values(["network", "batch", "level"], key=lambda c: c.map(
         lambda v: -1.0 if v == "relu" else float(v)) if c.name == "level" else c, kind="stable")
     out.mkdir(parents=True, exist_ok=True)
@@ -134,10 +235,13 @@ def merge(runs: list[Path], out: Path, gpu: str, data_dir: Path, argv: list[str]
     levels = sorted({float(v) for v in frame["level"] if v != "relu"})
     bound = layer_bound(sorted(set(frame["network"])), sorted(set(frame["batch"])), levels, gpu, data_dir)
     bound.to_csv(out / "layer-bound.csv", index=False)
+    if picks:
+        pd.concat(picks, ignore_index=True).to_csv(out / "picks.csv", index=False)
     lines = [f"# Whole networks with seer's sparse kernel ({gpu})", "",
              f"`python benchmarks/sparse_network.py {' '.join(argv)}`, joining the runs' `results.csv`; each run's "
              "command and machine are in the folder's README.", "",
-             "## As a user runs them: eager wall ms and energy per forward pass", "", *_markdown(frame), "",
+             "## As a user runs them: wall ms and energy per forward pass, eager and (`_graph`, where timed) "
+             "captured in CUDA graphs", "", *_markdown(frame), "",
              "## The bound from per-layer times: convolution GPU ms, best cuDNN algorithm on every layer against "
              "the faster of it and the best sparse kernel", "", *_markdown(bound), ""]
     (out / "summary.md").write_text("\n".join(lines))
@@ -151,11 +255,17 @@ def main(argv: list[str] | None = None) -> int:
                                                           "resnet152"])
     parser.add_argument("--batch", type=int, nargs="+", default=[1])
     parser.add_argument("--size", type=int, default=224)
-    parser.add_argument("--levels", default="relu,0.9,0.95,0.99")
+    parser.add_argument("--levels", help="levels to run (default relu,0.9,0.95,0.99); with --merge, the rows to keep "
+                                         "(default all)")
     parser.add_argument("--math", default="fma")
     parser.add_argument("--gpu", default="h200")
     parser.add_argument("--windows", type=int, default=7)
     parser.add_argument("--passes", type=int, default=20)
+    parser.add_argument("--graphs", action=argparse.BooleanOptionalAction, default=True,
+                        help="also time both policies captured in CUDA graphs (seer's picks made for graphs)")
+    parser.add_argument("--check-picks", action="store_true",
+                        help="with --graphs, time each convolution that runs a sparse kernel on its own input, "
+                             "beside the dense choice and PyTorch's (picks.csv)")
     parser.add_argument("--energy-s", type=float, default=1.0, help="seconds of passes per energy reading (0: none)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--merge", type=Path, nargs="+", metavar="RUN_DIR",
@@ -164,13 +274,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="datasets root whose sparse measurements give --merge's per-layer bound")
     args = parser.parse_args(argv)
     if args.merge:
-        return merge(args.merge, args.out, args.gpu, args.data_dir, argv if argv is not None else sys.argv[1:])
+        return merge(args.merge, args.out, args.gpu, args.data_dir, argv if argv is not None else sys.argv[1:],
+                     None if args.levels is None else args.levels.split(","))
+    args.levels = args.levels or "relu,0.9,0.95,0.99"
 
     import torch
 
     import seer.torch
+    from seer.networks.profile_network import capture_graph
     from seer.schema import get_math_mode
-    from seer.torch.convolution import seer_convolutions
     from seer.torch.layers import build_model
 
     torch.backends.cudnn.allow_tf32 = get_math_mode(args.math).tensor_cores
@@ -181,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
 
         meter = EnergyMeter()
     args.out.mkdir(parents=True, exist_ok=True)
-    rows = []
+    rows, checks = [], []
     for network in args.networks:
         for batch in args.batch:
             for level in args.levels.split(","):
@@ -192,18 +304,40 @@ def main(argv: list[str] | None = None) -> int:
                     sparsify(base, x, float(level))
                 picked = copy.deepcopy(base)  # the hooks are copied with the model
                 seer.torch.apply(picked, gpu=args.gpu, math=args.math, input_shape=tuple(x.shape), calibration=x)
-                convs = seer_convolutions(picked)
-                with torch.no_grad():
-                    picked(x)
-                sparse = sum(1 for m in convs.values() if (m.last_algorithm or "").startswith("SEER_SPARSE_"))
-                times = pass_times({"pytorch": base, "seer": picked}, x, args.windows, args.passes)
-                row = {"network": network, "batch": batch, "level": level, "convolutions": len(_convolutions(base)),
-                       "sparse_layers": sparse, "pytorch_ms": round(times["pytorch"], 4),
-                       "seer_ms": round(times["seer"], 4), "seer_over_pytorch": round(times["seer"] / times["pytorch"], 4)}
-                if meter is not None:
-                    for name, model in (("pytorch", base), ("seer", picked)):
+                runs = {"pytorch": lambda m=base: m(x), "seer": lambda m=picked: m(x)}
+                sparse = {"seer": _sparse_layers(picked, x)}
+                if args.graphs:  # seer's picks for a captured model (no host time in the guard), both captured
+                    graphed = copy.deepcopy(base)
+                    seer.torch.apply(graphed, gpu=args.gpu, math=args.math, input_shape=tuple(x.shape),
+                                     calibration=x, cuda_graphs=True)
+                    sparse["seer_graph"] = _sparse_layers(graphed, x)
+                    for name, model in (("pytorch_graph", base), ("seer_graph", graphed)):
                         with torch.no_grad():
-                            reading = meter.measure(lambda m=model: m(x), times[name], args.energy_s)
+                            graph, why = capture_graph(torch, lambda m=model: m(x))
+                        if graph is None:
+                            raise RuntimeError(f"{network} (batch {batch}, {level}), {name}: {why}")
+                        runs[name] = graph.replay
+                    if args.check_picks:
+                        try:
+                            checks += [{"network": network, "batch": batch, "level": level, **r}
+                                       for r in check_sparse_picks(graphed, x, args.math)]
+                        except Exception:  # noqa: BLE001 - the check is a side measurement: the row goes on
+                            traceback.print_exc()
+                        if checks:
+                            pd.DataFrame(checks).to_csv(args.out / "picks.csv", index=False)
+                times = window_medians(runs, args.windows, args.passes)
+                row = {"network": network, "batch": batch, "level": level, "convolutions": len(_convolutions(base)),
+                       "sparse_layers": sparse["seer"], "pytorch_ms": round(times["pytorch"], 4),
+                       "seer_ms": round(times["seer"], 4), "seer_over_pytorch": round(times["seer"] / times["pytorch"], 4)}
+                if args.graphs:
+                    row.update({"sparse_layers_graph": sparse["seer_graph"],
+                                "pytorch_graph_ms": round(times["pytorch_graph"], 4),
+                                "seer_graph_ms": round(times["seer_graph"], 4),
+                                "seer_over_pytorch_graph": round(times["seer_graph"] / times["pytorch_graph"], 4)})
+                if meter is not None:
+                    for name, run in runs.items():
+                        with torch.no_grad():
+                            reading = meter.measure(run, times[name], args.energy_s)
                         row[f"{name}_mj"] = round(reading.energy_mj, 3)
                         row[f"{name}_w"] = round(reading.power_w, 1)
                 rows.append(row)
@@ -213,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.cuda.get_device_name()
     lines = [f"# Whole networks with seer's sparse kernel, {device}", "",
              f"`python benchmarks/sparse_network.py {' '.join(argv if argv is not None else sys.argv[1:])}`; random "
-             "weights and inputs; eager wall time per forward pass (median over windows) and energy per pass.", "",
+             "weights and inputs; wall time per forward pass, eager and as CUDA-graph replays (`_graph`; median over "
+             "windows), and energy per pass.", "",
              "| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
     lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in frame.itertuples(index=False)]
     (args.out / "summary.md").write_text("\n".join(lines) + "\n")

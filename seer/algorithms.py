@@ -85,6 +85,9 @@ class Algorithm:
     deterministic : bool
         False where cuDNN documents (and reports, in its heuristic's answer) that repeated
         calls may sum in another order: those accumulate with atomic adds.
+    capturable : bool
+        False where a call waits for the GPU (it counts the input's non-zeros on the host),
+        so that it cannot run inside a CUDA-graph capture.
     """
 
     name: str
@@ -100,6 +103,7 @@ class Algorithm:
     family: str = "implicit_gemm"
     pass_: str = "fwd"
     deterministic: bool = True
+    capturable: bool = True
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -254,10 +258,10 @@ SPARSE_ALGORITHMS: tuple[Algorithm, ...] = (
               "and 4 channels sums the listed values under its filter, no atomics", "fma", family="direct"),
     Algorithm("SEER_SPARSE_SCATTER", "sparse", None, "SPS", None,
               "seer's sparse scatter: a thread per (non-zero input, output channel) adds its products to the "
-              "outputs it reaches with atomic adds", "fma", family="direct", deterministic=False),
+              "outputs it reaches with atomic adds", "fma", family="direct", deterministic=False, capturable=False),
     Algorithm("SEER_SPARSE_POINTWISE", "sparse", None, "SPP", None,
               "seer's sparse 1x1 convolution: the input compressed to CSR and multiplied by the filter "
-              "through cuSPARSE", "fma", family="gemm"),
+              "through cuSPARSE", "fma", family="gemm", capturable=False),
 )
 
 #: Every registered algorithm, the sparse ones included: what a name is looked up in.

@@ -521,13 +521,40 @@ def test_apply_runs_the_sparse_kernel_where_a_calibration_batch_shows_enough_zer
     assert any("seer_sparse_gather" in n for n in names), names
 
 
-def test_a_sparse_kernel_refuses_to_be_captured_in_a_cuda_graph(cuda):
+def test_sparse_gather_captures_in_a_cuda_graph_and_the_others_refuse(cuda, tracer):
     model = _relu_net(cuda)
-    force(model, "SEER_SPARSE_GATHER", math="fma")
-    x = torch.randn(2, 3, 32, 32, device=cuda)
+    static = torch.randn(2, 3, 32, 32, device=cuda)
     with torch.no_grad():
-        model(x)  # warmed up: runners built
-        torch.cuda.synchronize()
+        expected = {}
+        for _ in range(2):
+            x = torch.randn_like(static)
+            expected[x] = model(x)
+        force(model, "SEER_SPARSE_GATHER", math="fma")
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            model(static)  # warmed up on a side stream, as torch.cuda.graph asks
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = model(static)
+        assert {m.last_algorithm for m in seer_convolutions(model).values()} == {"SEER_SPARSE_GATHER"}
+        for x, want in expected.items():  # new inputs into the captured input, replayed
+            static.copy_(x)
+            graph.replay()
+            torch.cuda.synchronize()
+            assert _relative_error(out, want) < 1e-5
+        names = [k.name for k in tracer.trace(graph.replay)]
+        assert sum("seer_sparse_gather" in n for n in names) == len(seer_convolutions(model)), names
+        for algo in ("SEER_SPARSE_SCATTER", "SEER_SPARSE_POINTWISE"):
+            restore(model)
+            force(model, algo, math="fma")
+            model(static)  # warmed up: runners built
+            torch.cuda.synchronize()
+            with pytest.raises(RuntimeError, match=f"{algo} cannot be captured in a CUDA graph"):
+                with torch.cuda.graph(torch.cuda.CUDAGraph()):
+                    model(static)
+            torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         with pytest.raises(RuntimeError, match="cannot be captured in a CUDA graph"):
             with torch.cuda.graph(graph):

@@ -41,6 +41,27 @@ def test_force_swaps_every_plain_convolution_and_keeps_the_parameters():
     assert all(m.weight is weights[n] for n, m in model.named_modules() if n in names)
 
 
+def test_a_swapped_convolution_keeps_its_hooks_and_attributes_and_is_the_same_object():
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 1)).eval()
+    conv, seen = model[2], []
+    conv.tag = "probe"
+    before = set(vars(conv))
+    conv.register_forward_pre_hook(lambda m, args: (args[0] * (args[0] > 0.5),))  # the input thinned
+    conv.register_forward_hook(lambda m, args, out: seen.append(float((args[0] == 0).float().mean())))
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        expected = model(x)
+        force(model, "GEMM", math="fma")
+        assert model[2] is conv and type(conv) is SeerConv2d and conv.tag == "probe"
+        with warnings.catch_warnings():  # on the CPU, PyTorch's convolution runs (and says why)
+            warnings.simplefilter("ignore")
+            got = model(x)
+    assert torch.equal(got, expected) and len(seen) == 2 and seen[0] == seen[1] > 0.5
+    restore(model)
+    assert model[2] is conv and type(conv) is torch.nn.Conv2d and set(vars(conv)) == before
+    assert len(conv._forward_pre_hooks) == len(conv._forward_hooks) == 1
+
+
 # torch_nets.every_kind holds a 'same'-padded layer with an even kernel on purpose; PyTorch warns,
 # once per process, that it pads a copy of the input for it.
 @pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel lengths:UserWarning")
@@ -367,6 +388,16 @@ def test_apply_gives_modules_with_zeros_in_their_input_a_sparse_choice(no_heuris
         assert model(torch.randn(1, 3, 28, 28)).shape == (1, 512, 28, 28)
 
 
+def test_a_model_run_in_cuda_graphs_gets_the_capturable_sparse_kernel_without_its_host_time(no_heuristic):
+    from seer.torch.convolution import SparseInput
+
+    model = _sparse_net()
+    apply(model, "h200", "fma", input_shape=(1, 3, 28, 28), sparsity={"4": 0.99}, cuda_graphs=True)
+    choice = seer_convolutions(model)["4"].seer_choice
+    assert isinstance(choice, SparseInput) and choice.dense.captured and choice.kernels == ("SEER_SPARSE_GATHER",)
+    assert choice.algorithm(ConvShape.square(1, 512, 28, 512, 3, stride=1, padding=1)) == "SEER_SPARSE_GATHER"
+
+
 def test_a_calibration_batch_measures_each_modules_zeros():
     from seer.torch import input_sparsity
     from seer.torch.convolution import SparseInput, module_sparsity
@@ -389,8 +420,9 @@ def test_sparsity_mistakes_are_input_errors():
         apply(_sparse_net(), "h200", "fma", sparsity={"4": 1.0})
     with pytest.raises(InputError, match="not both"):
         apply(_sparse_net(), "h200", "fma", sparsity={"4": 0.9}, calibration=torch.randn(1, 3, 8, 8))
-    with pytest.raises(InputError, match="cannot be captured in CUDA graphs"):
-        apply(_sparse_net(), "h200", "fma", sparsity={"4": 0.9}, cuda_graphs=True)
+    with pytest.raises(InputError, match="SEER_SPARSE_SCATTER and SEER_SPARSE_POINTWISE cannot be captured in "
+                                         "CUDA graphs"):
+        apply(_sparse_net(), "h200", "fma", sparsity={"4": 0.9}, cuda_graphs=True, algorithms="cudnn,sparse")
     with pytest.raises(InputError, match="h100 models have no model of seer's sparse kernels"):
         apply(_sparse_net(), "h100", "fma", sparsity={"4": 0.9})
     with pytest.raises(InputError, match="map module names"):
@@ -458,6 +490,29 @@ def test_the_sparse_network_tables_join_the_runs_and_rebuild_the_committed_ones(
     assert len(joined) == sum(len(pd.read_csv(run / "results.csv")) for run in runs) == 40
     bound = pd.read_csv(tmp_path / "layer-bound.csv")
     assert (bound["timed"] == bound["convolutions"]).all() and (bound["ratio"] <= 1).all()
+
+
+def test_the_graph_runs_join_into_the_committed_tables_keeping_only_the_levels_asked(tmp_path, monkeypatch):
+    """The CUDA-graph runs: those after the hook fix whole, with their per-layer checks of the picks;
+    of those before it, the rows at ``relu`` only (the others are wrong on seer's side: README)."""
+    import pandas as pd
+    from conftest import REPO, benchmark_module
+
+    committed = REPO / "benchmarks" / "results" / "h200-sparse-network-graphs"
+    monkeypatch.chdir(REPO)
+    merge = benchmark_module("sparse_network").main
+    before = [*sorted((committed / "runs-before-fix" / "call1").iterdir()),
+              committed / "runs-before-fix" / "call2" / "densenet121-b1"]
+    for out, args in (("after-fix-0.99", [*sorted((committed / "runs").iterdir())]),
+                      ("relu", [*before, "--levels", "relu"])):
+        assert merge(["--merge", *map(str, args), "--out", str(tmp_path / out)]) == 0
+        for name in ("results.csv", "layer-bound.csv", "picks.csv"):
+            if (committed / out / name).exists() or (tmp_path / out / name).exists():
+                assert (tmp_path / out / name).read_text() == (committed / out / name).read_text(), (out, name)
+    relu = pd.read_csv(tmp_path / "relu" / "results.csv")
+    assert len(relu) == 10 and set(relu["level"]) == {"relu"} and (relu["sparse_layers_graph"] == 0).all()
+    picks = pd.read_csv(tmp_path / "after-fix-0.99" / "picks.csv")
+    assert len(picks) == 33 and (picks["sparsity"] > 0.988).all()
 
 
 @pytest.mark.parametrize("dims, groups, stride, dilation", [(1, 1, 2, 1), (2, 1, 1, 1), (2, 4, 2, 2), (3, 2, 1, 1)])

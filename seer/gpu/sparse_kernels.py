@@ -27,6 +27,7 @@ a dense tensor with zeros in it, not a compressed one.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import NamedTuple
 
 import cupy as cp
 from cupyx.scipy import sparse
@@ -186,18 +187,40 @@ extern "C" __global__ void seer_sparse_gather(
 """
 
 
-def gather(shape: ConvShape, x: cp.ndarray, w: cp.ndarray, y: cp.ndarray) -> None:
+class GatherScratch(NamedTuple):
+    """What :func:`gather` lists the non-zeros into (sizes: :func:`gather_scratch_sizes`) and
+    the filter laid out channel-last, ``w.reshape(G, K/G, C/G, taps)`` permuted to (0, 2, 3, 1),
+    contiguous: given by a caller whose allocator must own them (CUDA-graph capture)."""
+
+    cols: cp.ndarray  # int32
+    vals: cp.ndarray  # float32
+    counts: cp.ndarray  # int32
+    wt: cp.ndarray  # float32
+
+
+def gather_scratch_sizes(shape: ConvShape) -> tuple[int, int]:
+    """Elements of :class:`GatherScratch`'s ``cols`` and ``vals`` (each), and of ``counts``."""
+    chunks = (shape.in_ch // shape.groups + 31) // 32
+    pixels = shape.in_d * shape.in_h * shape.in_w
+    return shape.batch * shape.in_ch * pixels, shape.batch * shape.groups * chunks * pixels
+
+
+def gather(shape: ConvShape, x: cp.ndarray, w: cp.ndarray, y: cp.ndarray, scratch: GatherScratch | None = None) -> None:
     """y = conv(x, w) for any layer, NC[D]HW fp32 tensors; each output written once, from the
-    non-zeros under its filter (listed in the call)."""
+    non-zeros under its filter (listed in the call). Without ``scratch``, its buffers come
+    from CuPy's pool. Nothing waits for the GPU, so a call can be captured in a CUDA graph
+    once its kernels are compiled (:func:`compile_for`) and ``scratch`` is given."""
     g, cg, kg = shape.groups, shape.in_ch // shape.groups, shape.out_ch // shape.groups
     pixels = shape.in_d * shape.in_h * shape.in_w
     chunks = (cg + 31) // 32
     taps = shape.kernel_d * shape.kernel_h * shape.kernel_w
     # Listing the non-zeros and laying the filter out channel-last are part of every call.
-    cols = cp.empty(x.size, dtype=cp.int32)
-    vals = cp.empty(x.size, dtype=cp.float32)
-    counts = cp.empty(shape.batch * g * chunks * pixels, dtype=cp.int32)
-    wt = cp.ascontiguousarray(w.reshape(g, kg, cg, taps).transpose(0, 2, 3, 1))
+    if scratch is None:
+        entries, listed = gather_scratch_sizes(shape)
+        scratch = GatherScratch(cp.empty(entries, dtype=cp.int32), cp.empty(entries, dtype=cp.float32),
+                                cp.empty(listed, dtype=cp.int32),
+                                cp.ascontiguousarray(w.reshape(g, kg, cg, taps).transpose(0, 2, 3, 1)))
+    cols, vals, counts, wt = scratch
     per_thread = _per_thread(kg)
     list_kernel, gather_kernel = _gather_kernels(per_thread)
     list_kernel(((counts.size + _THREADS - 1) // _THREADS,), (_THREADS,),

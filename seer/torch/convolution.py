@@ -651,10 +651,10 @@ class _OwnRunner(_Runner):
 
 class _SparseRunner(_Runner):
     """One of seer's sparse kernels (:mod:`seer.gpu.sparse_kernels`) through CuPy, on PyTorch's
-    tensors (no copy) and current stream. The kernel lists the input's non-zeros in every call,
-    in buffers from CuPy's memory pool, so a call allocates and cannot be captured in a CUDA
-    graph; ``scatter`` and ``pointwise`` also wait for the GPU (they count the non-zeros on the
-    host)."""
+    tensors (no copy) and current stream. ``gather`` lists the input's non-zeros in every call
+    into buffers from PyTorch's allocator (ordered on the stream; under CUDA-graph capture, the
+    graph's own pool), so it can be captured; ``scatter`` and ``pointwise`` wait for the GPU
+    (they count the non-zeros on the host) and cannot (:attr:`Algorithm.capturable`)."""
 
     path = "cupy"
 
@@ -664,8 +664,10 @@ class _SparseRunner(_Runner):
         from seer.gpu import sparse_kernels
 
         super().__init__(layer, layout, device, dims)
+        self.algo = algo
         kind = algo.name.removeprefix("SEER_SPARSE_").lower()
-        self._cupy, self._kernel = cupy, getattr(sparse_kernels, kind)
+        self._cupy, self._kernels, self._kernel = cupy, sparse_kernels, getattr(sparse_kernels, kind)
+        self._gather = kind == "gather"
         with cupy.cuda.Device(self.device_index):
             sparse_kernels.compile_for(kind, layer)  # no call waits for the compiler
         self._streams: dict[int, object] = {}
@@ -673,18 +675,31 @@ class _SparseRunner(_Runner):
     def _array(self, t: torch.Tensor):
         cp = self._cupy
         memory = cp.cuda.UnownedMemory(t.data_ptr(), t.numel() * t.element_size(), t, self.device_index)
-        return cp.ndarray(tuple(t.shape), cp.float32, cp.cuda.MemoryPointer(memory, 0))
+        dtype = cp.int32 if t.dtype == torch.int32 else cp.float32
+        return cp.ndarray(tuple(t.shape), dtype, cp.cuda.MemoryPointer(memory, 0))
+
+    def _gather_scratch(self, w: torch.Tensor):
+        """gather's buffers and channel-last filter, from PyTorch's allocator and kernels."""
+        layer, device = self.layer, self.device
+        entries, listed = self._kernels.gather_scratch_sizes(layer)
+        g = layer.groups
+        wt = w.reshape(g, layer.out_ch // g, layer.in_ch // g, -1).permute(0, 2, 3, 1).contiguous()
+        return self._kernels.GatherScratch(
+            self._array(torch.empty(entries, dtype=torch.int32, device=device)),
+            self._array(torch.empty(entries, dtype=torch.float32, device=device)),
+            self._array(torch.empty(listed, dtype=torch.int32, device=device)), self._array(wt))
 
     def launch(self, x, w, y) -> None:
-        if torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("seer's sparse kernels cannot be captured in a CUDA graph: each call lists the "
-                               "input's non-zeros in buffers it allocates")
+        if not self.algo.capturable and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(f"{self.algo.name} cannot be captured in a CUDA graph: each call counts the "
+                               "input's non-zeros on the host (SEER_SPARSE_GATHER can be)")
         pointer = torch.cuda.current_stream(self.device).cuda_stream
         stream = self._streams.get(pointer)
         if stream is None:
             stream = self._streams[pointer] = _cupy_stream(self._cupy, pointer, self.device_index)
+        extra = (self._gather_scratch(w),) if self._gather else ()
         with self._cupy.cuda.Device(self.device_index), stream:
-            self._kernel(self.layer, self._array(x), self._array(w), self._array(y))
+            self._kernel(self.layer, self._array(x), self._array(w), self._array(y), *extra)
 
 
 class _StreamHandle:
@@ -1030,21 +1045,29 @@ class _SeerConv:
     @classmethod
     def from_conv(cls, conv: nn.Module, choice: Choice, name: str = "", nvtx: bool = False,
                   backward: tuple = (None, None)):
-        """A module of this class with ``conv``'s configuration and its very parameters;
-        with ``nvtx``, each call is an NVTX range named ``seer:<name>:<algorithm>``;
-        ``backward``: the choices of the backward-data and backward-filter passes (None:
-        PyTorch's own gradients)."""
-        new = _configured_like(cls, conv)
-        new.seer_choice, new.seer_name, new.seer_nvtx = choice, name, nvtx
-        new.seer_backward = tuple(backward)
-        new.backward_algorithms = (None, None)  # of the last call that asked for gradients
-        new.fallbacks = {}
-        new._last = [None]  # the last call's algorithm; a list, so a call sets it cheaply
-        new._bias_view = (None, 0, None)  # (bias, its data pointer, its view as the output adds it)
-        new.paths = {}  # input kind -> the runner's path (graph, legacy, cupy)
-        new._plans = {}  # input shape -> _Plan; a choice is fixed per layer
-        new._fast = {}  # input kind -> (algorithm name, runner)
-        return new
+        """``conv`` itself, made a module of this class: its class is changed in place (as
+        ``torch.nn.utils.parametrize`` does), so its parameters, hooks and attributes stay; with
+        ``nvtx``, each call is an NVTX range named ``seer:<name>:<algorithm>``; ``backward``: the
+        choices of the backward-data and backward-filter passes (None: PyTorch's own gradients)."""
+        conv.__class__ = cls
+        conv.seer_choice, conv.seer_name, conv.seer_nvtx = choice, name, nvtx
+        conv.seer_backward = tuple(backward)
+        conv.backward_algorithms = (None, None)  # of the last call that asked for gradients
+        conv.fallbacks = {}
+        conv._last = [None]  # the last call's algorithm; a list, so a call sets it cheaply
+        conv._bias_view = (None, 0, None)  # (bias, its data pointer, its view as the output adds it)
+        conv.paths = {}  # input kind -> the runner's path (graph, legacy, cupy)
+        conv._plans = {}  # input shape -> _Plan; a choice is fixed per layer
+        conv._fast = {}  # input kind -> (algorithm name, runner)
+        return conv
+
+    def make_plain(self) -> nn.Module:
+        """This module made the plain ``nn.Conv*`` again, in place (what :meth:`from_conv` set is
+        dropped; parameters, hooks and attributes stay)."""
+        for attribute in _SEER_ATTRIBUTES:
+            delattr(self, attribute)
+        self.__class__ = _BASES[type(self)]
+        return self
 
     @property
     def last_algorithm(self) -> str | None:
@@ -1282,6 +1305,10 @@ class SeerConv3d(_SeerConv, nn.Conv3d):
     """``nn.Conv3d`` that runs the algorithm its choice names."""
 
 
+#: What :meth:`_SeerConv.from_conv` adds to a convolution module.
+_SEER_ATTRIBUTES = ("seer_choice", "seer_name", "seer_nvtx", "seer_backward", "backward_algorithms", "fallbacks",
+                    "_last", "_bias_view", "paths", "_plans", "_fast")
+
 #: Exact module types swapped, and what they become.
 SWAPS = {nn.Conv1d: SeerConv1d, nn.Conv2d: SeerConv2d, nn.Conv3d: SeerConv3d}
 _BASES = {seer: base for base, seer in SWAPS.items()}
@@ -1398,16 +1425,13 @@ def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_s
     seer's sparse kernels (``SEER_SPARSE_GATHER``, or those ``algorithms`` names) where it is
     surely faster at that share (:class:`SparseInput`; ``gpu`` needs a sparse model). The
     share is measured once, on the calibration batch: the choice stays when later inputs
-    hold fewer zeros.
+    hold fewer zeros. With ``cuda_graphs``, only ``SEER_SPARSE_GATHER`` can be captured.
     """
     if seer_model is None:
         from seer.predict.persist import load_model
 
         # On a GPU, cuDNN answers for the layers (Predicted asks it): the models of its answers load too.
         seer_model = load_model(gpu, math=math, models_dir=models_dir, cudnn_answers=torch.cuda.is_available())
-    if cuda_graphs and (sparsity is not None or calibration is not None):
-        raise InputError("seer's sparse kernels cannot be captured in CUDA graphs (each call allocates its lists of "
-                         "non-zeros): leave out cuda_graphs, or sparsity and calibration", field="sparsity")
     choice = Predicted(seer_model, math, algorithms=algorithms, guard=guard, captured=cuda_graphs)
     per_module = _sparse_choices(model, choice, gpu, sparsity, calibration)
     backward: tuple = (None, None)
@@ -1457,6 +1481,11 @@ def _sparse_choices(model: nn.Module, choice: Predicted, gpu: str, sparsity, cal
         raise InputError(f"the {gpu} models have no model of seer's sparse kernels (models/<gpu>/sparse.json): "
                          f"leave out sparsity and calibration, or use a GPU that has one", field="sparsity")
     kernels = choice.sparse_kernels or DEFAULT_SPARSE_KERNELS
+    uncapturable = [name for name in kernels if not get_algorithm(name).capturable]
+    if choice.captured and uncapturable:
+        raise InputError(f"{' and '.join(uncapturable)} cannot be captured in CUDA graphs (each call counts the "
+                         "input's non-zeros on the host): leave them out of algorithms, or leave out cuda_graphs",
+                         field="algorithms")
     return {name: SparseInput(choice, level, kernels) for name, level in levels.items() if level > 0}
 
 
@@ -1473,8 +1502,10 @@ def _example(model: nn.Module, input_shape: Sequence[int], training: bool = Fals
 
 
 def restore(model: nn.Module) -> nn.Module:
-    """Swap every seer convolution of ``model`` back to the plain PyTorch module."""
-    _swap(model, lambda m, name: m.to_conv() if isinstance(m, _SeerConv) else None)
+    """Make every seer convolution of ``model`` the plain PyTorch module again (in place)."""
+    for module in list(model.modules()):
+        if isinstance(module, _SeerConv):
+            module.make_plain()
     return model
 
 
