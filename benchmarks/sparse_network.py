@@ -128,11 +128,13 @@ def check_sparse_picks(model, x, math: str) -> list[dict]:
     and upper bound, the dense alternative's predicted ms and lower bound) against GPU ms per call
     (:func:`graph_call_ms`) of the sparse kernel, of the dense choice seer would make there (cuDNN's
     algorithm, or PyTorch's own convolution), and of PyTorch's own; with the input's share of zeros
-    and how unevenly its non-zeros fall on pixels (the most non-zeros at one pixel over the mean)."""
+    and how unevenly its non-zeros fall on pixels (the most non-zeros at one pixel over the mean,
+    and that over what evenly spread ones give: ``crowding``, :func:`seer.layers.sparsity.pixel_crowding`),
+    and the sparse kernel's GPU ms on an input of that share made as the collector makes it."""
     import cupy
     import torch
 
-    from seer.layers.sparsity import sparse_input
+    from seer.layers.sparsity import pixel_crowding, sparse_input
     from seer.torch.convolution import force, seer_convolutions
 
     convs = seer_convolutions(model)
@@ -177,6 +179,8 @@ def check_sparse_picks(model, x, math: str) -> list[dict]:
                      "sparsity": round(float((inp == 0).float().mean()), 5),
                      "pixel_imbalance": round(float(nonzero.max() / nonzero.mean().clamp(min=1e-9)), 2),
                      "channel_imbalance": round(float(per_channel.max() / per_channel.mean().clamp(min=1e-9)), 2),
+                     "crowding": round(pixel_crowding(float(nonzero.max()), float(nonzero.sum()), nonzero.numel(),
+                                                      inp.shape[1]), 2),
                      "sparse": m.last_algorithm, "dense": dense or "PYTORCH",
                      "predicted_sparse_ms": round(guess.pick_ms, 5), "predicted_sparse_high": round(guess.pick_high, 5),
                      "predicted_dense_ms": round(guess.pytorch_ms, 5), "predicted_dense_low": round(guess.pytorch_low, 5),
@@ -236,7 +240,15 @@ def merge(runs: list[Path], out: Path, gpu: str, data_dir: Path, argv: list[str]
     bound = layer_bound(sorted(set(frame["network"])), sorted(set(frame["batch"])), levels, gpu, data_dir)
     bound.to_csv(out / "layer-bound.csv", index=False)
     if picks:
-        pd.concat(picks, ignore_index=True).to_csv(out / "picks.csv", index=False)
+        picks = pd.concat(picks, ignore_index=True)
+        if "crowding" not in picks:  # runs from before the check recorded it: from its two parts
+            from seer.layers.sparsity import even_crowding
+
+            even = [even_crowding(b * h * w, c, 1 - s) for b, h, w, c, s in
+                    zip(picks["batch"], picks["in_h"], picks["in_w"], picks["in_ch"], picks["sparsity"])]
+            picks.insert(picks.columns.get_loc("channel_imbalance") + 1, "crowding",
+                         (picks["pixel_imbalance"] / even).round(2))
+        picks.to_csv(out / "picks.csv", index=False)
     lines = [f"# Whole networks with seer's sparse kernel ({gpu})", "",
              f"`python benchmarks/sparse_network.py {' '.join(argv)}`, joining the runs' `results.csv`; each run's "
              "command and machine are in the folder's README.", "",

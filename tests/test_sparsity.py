@@ -40,3 +40,21 @@ def test_every_image_and_channel_has_its_share_and_3d_inputs_work():
 def test_impossible_sparsities_and_unknown_patterns_are_refused(args, message):
     with pytest.raises(ValueError, match=message):
         sparse_input((1, 2, 8, 8), *args)
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_the_collectors_inputs_are_not_crowded_and_shared_active_pixels_are(pattern):
+    from seer.layers.sparsity import pixel_crowding
+
+    def crowding(x):
+        per_pixel = (x != 0).sum(axis=1)
+        return pixel_crowding(per_pixel.max(), per_pixel.sum(), per_pixel.size, x.shape[1])
+
+    x = sparse_input((8, 128, 28, 28), 0.99, pattern, seed=0)
+    assert crowding(x) == pytest.approx(1.0, abs=0.3)
+    # The same share of non-zeros, all on 1% of the pixels, where every channel is active.
+    crowded = np.zeros_like(x)
+    crowded.reshape(8, 128, -1)[:, :, :8] = 1.0
+    assert zero_fraction(crowded) == pytest.approx(0.99, abs=0.001)
+    assert crowding(crowded) > 10
+    assert np.isnan(crowding(np.zeros_like(x)))

@@ -11,6 +11,11 @@ are made, with NumPy or CuPy alike (``xp``):
     (image, channel), smoothed over the spatial axes with a Gaussian of
     :data:`RELU_CORRELATION_PIXELS`, shifted so that a ``sparsity`` share of it lies below
     zero, then rectified (``max(field, 0)``).
+
+In both, whether a value is zero does not depend on the other channels at its pixel, so the
+non-zeros spread evenly over pixels. A network's activations are not like that: a pixel that
+is active in one channel tends to be active in many. :func:`pixel_crowding` says how much more
+crowded an input's non-zeros are than such even ones (about 1 for the patterns above).
 """
 
 from __future__ import annotations
@@ -130,3 +135,27 @@ def _smoothed(noise: Any, sigma: float, xp: Any) -> Any:
     out = xp.fft.irfftn(spectrum * gain, s=[noise.shape[a] for a in axes], axes=axes).astype(xp.float32)
     std = out.std()
     return out / std if std > 0 else out
+
+
+def even_crowding(pixels: int, channels: int, nonzero_share: float, draws: int = 8) -> float:
+    """The most non-zeros at one pixel over the mean, where each of ``channels`` values at each
+    of ``pixels`` pixels is non-zero on its own with probability ``nonzero_share``: the mean of
+    ``draws`` seeded draws of binomial counts (so the same arguments give the same answer)."""
+    rng = np.random.default_rng(0)
+    ratios = []
+    for _ in range(draws):
+        counts = rng.binomial(channels, nonzero_share, size=max(int(pixels), 1))
+        mean = counts.mean()
+        ratios.append(counts.max() / mean if mean > 0 else 1.0)
+    return float(np.mean(ratios))
+
+
+def pixel_crowding(most: float, nonzeros: float, pixels: int, channels: int) -> float:
+    """How crowded an input's non-zeros are on its pixels (a pixel: one image's one position,
+    all ``channels`` values there): the most non-zeros at one pixel (``most``) over the mean
+    (``nonzeros`` / ``pixels``), divided by what even non-zeros give (:func:`even_crowding`).
+    About 1 for the collector's inputs; NaN for an input without non-zeros."""
+    if nonzeros <= 0 or pixels <= 0:
+        return float("nan")
+    share = nonzeros / (pixels * channels)
+    return float(most / (nonzeros / pixels) / even_crowding(pixels, channels, min(share, 1.0)))

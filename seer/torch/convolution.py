@@ -113,10 +113,18 @@ GUARD_HOST_MS = 0.01
 GUARD_LEGACY_HOST_MS = 0.03
 GUARD_LAUNCH_MS = 0.0055
 #: One of seer's sparse kernels (:class:`SparseInput`) costs this much more host time per call
-#: than PyTorch's: CuPy arrays over PyTorch's tensors, the lists' buffers from CuPy's pool, and
-#: its launches; the median over three layers on the H200 machine (``benchmarks/host_cost.py --sparse``,
-#: benchmarks/results/h200-sparse-host-cost.json).
+#: than PyTorch's: CuPy arrays over PyTorch's tensors, the lists' buffers, and its launches; the
+#: median over three layers on the H200 machine (``benchmarks/host_cost.py --sparse``,
+#: benchmarks/results/h200-sparse-host-cost.json), measured while the buffers came from CuPy's
+#: pool (they now come from PyTorch's allocator; not timed again).
 GUARD_SPARSE_HOST_MS = 0.10
+#: The guard keeps a layer's dense choice where its calibration input's non-zeros crowd on
+#: pixels more than this (:func:`seer.layers.sparsity.pixel_crowding`; about 1 in the inputs the
+#: sparse model learnt from). Timed alone on their inputs in five networks at 99% zeros on the
+#: H200 machine, ``gather`` picks at crowding up to 4.1 beat the dense choice, those at 6.7-7.7
+#: tied, and those from 10.6 on lost by 1.3-2.8x (benchmarks/results/h200-sparse-network-graphs/;
+#: the bound is set from those same 33 picks).
+SPARSE_MAX_CROWDING = 5.0
 #: In an eager training step (:func:`decide_step`), a swapped module costs
 #: :data:`GUARD_STEP_MODULE_MS` more host time per call than PyTorch's ``nn.Conv2d`` (forward and
 #: backward: its autograd function, and, when measured, PyTorch's two gradients computed apart,
@@ -266,12 +274,15 @@ class SparseInput(Choice):
     sparse ``kernels`` where ``seer predict`` ranks it fastest at that sparsity and it is
     surely faster than what ``dense`` would run there (the upper bound of its interval below
     the lower bound of the dense pick's, or of PyTorch's own choice's where ``dense`` leaves
-    the layer to PyTorch), its host time counted unless captured; else ``dense``'s choice.
-    ``guesses`` keeps, per layer, the sparse kernel's and the alternative's predicted times."""
+    the layer to PyTorch), its host time counted unless captured, and the input's non-zeros
+    (``crowding``, as :func:`seer.torch.input_sparsity` measures it) no more crowded on pixels
+    than :data:`SPARSE_MAX_CROWDING`; else ``dense``'s choice. ``guesses`` keeps, per layer,
+    the sparse kernel's and the alternative's predicted times."""
 
     dense: Predicted
     sparsity: float
     kernels: tuple[str, ...] = DEFAULT_SPARSE_KERNELS
+    crowding: float = float("nan")  # NaN: not measured (a share given by hand)
 
     def __post_init__(self) -> None:
         self.math = self.dense.math
@@ -288,6 +299,8 @@ class SparseInput(Choice):
         from seer.layers.shapes import layer_frame
         from seer.predict.guard import GUARD_LEVEL
 
+        if self.dense.guard and self.crowding > SPARSE_MAX_CROWDING:
+            return None  # the model learnt from evenly spread non-zeros; these crowd (SPARSE_MAX_CROWDING)
         frame = layer_frame([layer])
         frame["sparsity"] = self.sparsity
         answers = cudnn_workspaces([layer], self.math) if torch.cuda.is_available() else None
@@ -312,7 +325,8 @@ class SparseInput(Choice):
         return guess.pick if wins else None
 
     def describe(self) -> str:
-        return f"seer, input {self.sparsity:.3g} zeros"
+        crowded = f", crowding {self.crowding:.3g}" if self.crowding == self.crowding else ""
+        return f"seer, input {self.sparsity:.3g} zeros{crowded}"
 
 
 @dataclass
@@ -1425,7 +1439,9 @@ def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_s
     seer's sparse kernels (``SEER_SPARSE_GATHER``, or those ``algorithms`` names) where it is
     surely faster at that share (:class:`SparseInput`; ``gpu`` needs a sparse model). The
     share is measured once, on the calibration batch: the choice stays when later inputs
-    hold fewer zeros. With ``cuda_graphs``, only ``SEER_SPARSE_GATHER`` can be captured.
+    hold fewer zeros. The calibration batch also says how crowded each input's non-zeros are
+    on pixels; above :data:`SPARSE_MAX_CROWDING` the dense choice stays. With
+    ``cuda_graphs``, only ``SEER_SPARSE_GATHER`` can be captured.
     """
     if seer_model is None:
         from seer.predict.persist import load_model
@@ -1465,6 +1481,19 @@ def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_s
     return swap_in(model, choice, nvtx, keep, backward, per_module)
 
 
+def module_crowding(sparsity) -> dict[str, float]:
+    """Each module's crowding of non-zeros (the most over its inputs) where ``sparsity`` is
+    :func:`seer.torch.input_sparsity`'s calls or a frame with ``name`` and ``crowding`` columns;
+    empty for a mapping of shares, which says nothing of it."""
+    from seer.layers.calls import ConvCalls
+
+    if isinstance(sparsity, ConvCalls):
+        sparsity = sparsity.layers
+    if not isinstance(sparsity, pd.DataFrame) or "crowding" not in sparsity.columns:
+        return {}
+    return {str(k): float(v) for k, v in sparsity.groupby("name")["crowding"].max().items()}
+
+
 def _sparse_choices(model: nn.Module, choice: Predicted, gpu: str, sparsity, calibration) -> dict[str, Choice]:
     """:class:`SparseInput` choices of the modules whose input holds zeros (``apply``'s
     ``sparsity`` or ``calibration``), by module name."""
@@ -1486,7 +1515,9 @@ def _sparse_choices(model: nn.Module, choice: Predicted, gpu: str, sparsity, cal
         raise InputError(f"{' and '.join(uncapturable)} cannot be captured in CUDA graphs (each call counts the "
                          "input's non-zeros on the host): leave them out of algorithms, or leave out cuda_graphs",
                          field="algorithms")
-    return {name: SparseInput(choice, level, kernels) for name, level in levels.items() if level > 0}
+    crowding = module_crowding(sparsity)
+    return {name: SparseInput(choice, level, kernels, crowding.get(name, float("nan")))
+            for name, level in levels.items() if level > 0}
 
 
 def _example(model: nn.Module, input_shape: Sequence[int], training: bool = False) -> torch.Tensor | None:

@@ -36,6 +36,7 @@ from contextlib import ExitStack, contextmanager
 from seer.errors import InputError, import_failed, one_line
 from seer.layers.calls import TRANSPOSED_REASON, CallLog, ConvCalls, conv_fields
 from seer.layers.shapes import ShapeError
+from seer.layers.sparsity import pixel_crowding
 
 try:
     import torch
@@ -118,12 +119,15 @@ class _Recorder(TorchFunctionMode):
 
 class _ZeroCounter(_Recorder):
     """A :class:`_Recorder` that also counts, per recorded row, the zero and all values of
-    the inputs its calls were given."""
+    the inputs its calls were given, their pixels (an image's position, all channels) and the
+    most non-zeros at one pixel."""
 
     def __init__(self, names: dict[int, str]) -> None:
         super().__init__(names)
         self.zeros: list[int] = []
         self.values: list[int] = []
+        self.pixels: list[int] = []
+        self.most: list[int] = []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = super().__torch_function__(func, types, args, kwargs)
@@ -131,11 +135,14 @@ class _ZeroCounter(_Recorder):
             x = _bound(args, kwargs or {}, _CONV_PARAMS)["input"]
             row = self.log.order[-1]
             if row == len(self.zeros):  # the log adds rows in order: this call's layer is new
-                self.zeros.append(0)
-                self.values.append(0)
+                for counts in (self.zeros, self.values, self.pixels, self.most):
+                    counts.append(0)
             # The mode is off inside its own handler, so counting is not recorded as a call.
             self.zeros[row] += int(torch.count_nonzero(x == 0))
             self.values[row] += x.numel()
+            per_pixel = torch.count_nonzero(x, dim=1) if x.dim() > 1 else x.new_zeros(0)
+            self.pixels[row] += per_pixel.numel()
+            self.most[row] = max(self.most[row], int(per_pixel.max()) if per_pixel.numel() else 0)
         return out
 
 
@@ -193,7 +200,10 @@ def conv_calls(model: nn.Module, input_shape: Sequence[int], device: str = "auto
 
 def input_sparsity(model: nn.Module, batch: "torch.Tensor") -> ConvCalls:
     """The convolutions of ``model``'s forward pass on ``batch``, each with the share of zero
-    values in its input (column ``sparsity``, over every call of the layer and every image).
+    values in its input (column ``sparsity``, over every call of the layer and every image)
+    and how crowded its non-zeros are on pixels (column ``crowding``,
+    :func:`seer.layers.sparsity.pixel_crowding`: about 1 where they spread as evenly as in the
+    inputs seer's sparse model learnt from).
 
     The model runs as it is (its device, weights and mode: ``model.eval()`` for inference),
     without gradients, on ``batch``, a calibration batch of real inputs: the zeros a ReLU
@@ -212,6 +222,9 @@ def input_sparsity(model: nn.Module, batch: "torch.Tensor") -> ConvCalls:
         raise InputError(exc.message, field=exc.field) from None
     zeros, values = (torch.tensor(v, dtype=torch.float64) for v in (counter.zeros, counter.values))
     calls.layers["sparsity"] = (zeros / values.clamp(min=1)).numpy()
+    calls.layers["crowding"] = [pixel_crowding(most, v - z, pixels, channels) for most, v, z, pixels, channels in
+                                zip(counter.most, counter.values, counter.zeros, counter.pixels,
+                                    calls.layers["in_ch"])]
     return calls
 
 
