@@ -81,7 +81,8 @@ def _add_collect(sub) -> None:
                         "0,0.5,0.7,0.8,0.9,0.95,0.99")
     p.add_argument("--sparsity-pattern", default="relu", metavar="PATTERNS",
                    help="how the zeros of a sparse input lie, comma-separated: relu (in patches, as after a "
-                        "ReLU; the default) and uniform (independent)")
+                        "ReLU; the default), uniform (independent) and crowded (as relu, with a pixel active in one "
+                        "channel active in many, as in a network)")
     p.add_argument("--shard", default="1/1", help="i/n: collect only shard i of n of the grid (default 1/1)")
     p.add_argument("--gpus", metavar="all|0,1,...",
                    help="collect on several GPUs of this host at once: one process per GPU, each taking the next "

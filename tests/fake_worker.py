@@ -22,7 +22,7 @@ from seer.collect.children import die_with_parent
 from seer.algorithms import PASSES
 from seer.collect.protocol import CENSUS, DONE, EVENT, PROFILED, ROW, census_pass, emitter, start_event
 from seer.layers.shapes import ConvShape
-from seer.layers.sparsity import sparse_input, zero_fraction
+from seer.layers.sparsity import input_crowding, sparse_input, zero_fraction
 
 #: Per pass, the fake census's three algorithms: one without workspace, a GEMM, an FFT.
 CENSUS_ALGORITHMS = {"fwd": ("IMPLICIT_GEMM", "GEMM", "FFT"),
@@ -98,9 +98,9 @@ for line in open(args.plan):
                **work["shape"], "status": "ok", "time_ms": 1.0 + len(algo) / 10}
         if work.get("sparsity"):  # a sparse shape: its fields, and the zeros of an input made as the worker makes it
             row |= {k: work[k] for k in ("sparsity", "sparsity_pattern", "dense_shape_id")}
-            row["input_zero_fraction"] = zero_fraction(sparse_input(
-                ConvShape.from_mapping(work["shape"]).input_dims, work["sparsity"], work["sparsity_pattern"],
-                seed=int(work["shape_id"], 16) & 0x7FFFFFFF))
+            x = sparse_input(ConvShape.from_mapping(work["shape"]).input_dims, work["sparsity"],
+                             work["sparsity_pattern"], seed=int(work["shape_id"], 16) & 0x7FFFFFFF)
+            row["input_zero_fraction"], row["input_crowding"] = zero_fraction(x), input_crowding(x)
             row["time_ms"] *= 1 - work["sparsity"]
         # FAKE_WIDE names an item whose repetitions spread widely (a host hiccup).
         row["time_ms_iqr"] = 0.5 * row["time_ms"] if key == os.environ.get("FAKE_WIDE") else 0.001

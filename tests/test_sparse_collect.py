@@ -161,6 +161,7 @@ def test_a_sparse_collection_records_and_tables_and_leaves_the_dense_ones_as_the
     assert (sparse["sparsity"] == 0.9).all() and set(sparse["sparsity_pattern"]) == {"relu", "uniform"}
     assert set(sparse["dense_shape_id"]) == {gs.shape.shape_id for gs in _shapes()}
     assert np.allclose(sparse["input_zero_fraction"], 0.9, atol=0.03)
+    assert np.allclose(sparse["input_crowding"], 1.0, atol=0.5)  # both patterns spread their non-zeros evenly
     assert (sparse["shape_id"] == [sparse_shape_id(d, s, p) for d, s, p in
                                    zip(sparse["dense_shape_id"], sparse["sparsity"], sparse["sparsity_pattern"])]).all()
     assert Collector(_options(folder)).run()["counts"]["timing_rows"] == 0  # resumed: nothing left

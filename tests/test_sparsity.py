@@ -42,19 +42,27 @@ def test_impossible_sparsities_and_unknown_patterns_are_refused(args, message):
         sparse_input((1, 2, 8, 8), *args)
 
 
-@pytest.mark.parametrize("pattern", PATTERNS)
-def test_the_collectors_inputs_are_not_crowded_and_shared_active_pixels_are(pattern):
-    from seer.layers.sparsity import pixel_crowding
-
-    def crowding(x):
-        per_pixel = (x != 0).sum(axis=1)
-        return pixel_crowding(per_pixel.max(), per_pixel.sum(), per_pixel.size, x.shape[1])
+@pytest.mark.parametrize("pattern", ["uniform", "relu"])
+def test_even_patterns_are_not_crowded_and_shared_active_pixels_are(pattern):
+    from seer.layers.sparsity import input_crowding
 
     x = sparse_input((8, 128, 28, 28), 0.99, pattern, seed=0)
-    assert crowding(x) == pytest.approx(1.0, abs=0.3)
+    assert input_crowding(x) == pytest.approx(1.0, abs=0.3)
     # The same share of non-zeros, all on 1% of the pixels, where every channel is active.
     crowded = np.zeros_like(x)
     crowded.reshape(8, 128, -1)[:, :, :8] = 1.0
     assert zero_fraction(crowded) == pytest.approx(0.99, abs=0.001)
-    assert crowding(crowded) > 10
-    assert np.isnan(crowding(np.zeros_like(x)))
+    assert input_crowding(crowded) > 10
+    assert np.isnan(input_crowding(np.zeros_like(x)))
+
+
+def test_the_crowded_pattern_crowds_more_with_more_zeros_and_keeps_each_maps_share():
+    from seer.layers.sparsity import input_crowding
+
+    crowding = {level: [input_crowding(sparse_input((4, 256, 28, 28), level, "crowded", seed=s)) for s in range(3)]
+                for level in (0.5, 0.9, 0.99)}
+    assert all(1.2 < c < 3 for c in crowding[0.5]) and all(c > 3 for c in crowding[0.9])
+    assert all(more > less for more, less in zip(crowding[0.99], crowding[0.9]))  # a seed draws the same share
+    assert len(set(crowding[0.99])) == 3  # each input draws its own shared share
+    x = sparse_input((3, 5, 8, 16, 16), 0.8, "crowded", seed=2)
+    assert np.allclose((x == 0).reshape(15, -1).mean(axis=1), 0.8, atol=0.01) and (x >= 0).all()

@@ -351,7 +351,8 @@ def _for_each_item(plan: list[ShapeWork], emit, seed: int, per_item,
 def _shape_tensors(work: ShapeWork, seed: int, reference: bool):
     """The shape's tensors, and what its records add: for a sparse shape, an input of its
     sparsity and pattern (seeded by the sparse shape's id; the filter is the dense layer's)
-    and the share of zeros it holds (``input_zero_fraction``), measured, not assumed."""
+    and the share of zeros it holds (``input_zero_fraction``) and how crowded its non-zeros
+    are on pixels (``input_crowding``), measured, not assumed."""
     import cupy as cp
 
     from seer.gpu.reference import ShapeTensors
@@ -359,10 +360,10 @@ def _shape_tensors(work: ShapeWork, seed: int, reference: bool):
     dense_seed = _shape_seed(work.dense_shape_id, seed)
     if not work.sparsity:
         return ShapeTensors(work.shape, dense_seed, reference=reference), {}
-    from seer.layers.sparsity import sparse_input, zero_fraction
+    from seer.layers.sparsity import input_crowding, sparse_input, zero_fraction
 
     x = sparse_input(work.shape.input_dims, work.sparsity, work.pattern, seed=_shape_seed(work.shape_id, seed), xp=cp)
-    zeros = {"input_zero_fraction": zero_fraction(x)}
+    zeros = {"input_zero_fraction": zero_fraction(x), "input_crowding": input_crowding(x)}
     cp.get_default_memory_pool().free_all_blocks()  # the pattern's temporaries (FFT, quantiles) go
     return ShapeTensors(work.shape, dense_seed, reference=reference, x=x), zeros
 

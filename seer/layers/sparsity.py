@@ -11,11 +11,15 @@ are made, with NumPy or CuPy alike (``xp``):
     (image, channel), smoothed over the spatial axes with a Gaussian of
     :data:`RELU_CORRELATION_PIXELS`, shifted so that a ``sparsity`` share of it lies below
     zero, then rectified (``max(field, 0)``).
+``crowded``
+    as ``relu``, but a share of each field (drawn per input from its seed, in
+    :data:`CROWDED_SHARED_RANGE`) is one field shared by all channels of the image: a pixel
+    active in one channel tends to be active in many, as in a network's activations.
 
-In both, whether a value is zero does not depend on the other channels at its pixel, so the
-non-zeros spread evenly over pixels. A network's activations are not like that: a pixel that
-is active in one channel tends to be active in many. :func:`pixel_crowding` says how much more
-crowded an input's non-zeros are than such even ones (about 1 for the patterns above).
+In ``uniform`` and ``relu``, whether a value is zero does not depend on the other channels at
+its pixel, so the non-zeros spread evenly over pixels. :func:`pixel_crowding` says how much
+more crowded an input's non-zeros are than such even ones: about 1 for those two, more for
+``crowded`` (a few to tens, growing with the share of zeros).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-PATTERNS = ("uniform", "relu")
+PATTERNS = ("uniform", "relu", "crowded")
 #: The sparsity levels ``seer collect --sparsity default`` measures: dense, then the levels at
 #: which seer's sparse kernels start to beat cuDNN (docs/sparse.md, 0.9 to 0.99).
 DEFAULT_LEVELS: tuple[float, ...] = (0.0, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99)
@@ -36,6 +40,9 @@ DEFAULT_PATTERN = "relu"
 #: The standard deviation, in pixels, of the Gaussian that smooths a ``relu`` field: zeros
 #: then come in patches a few pixels wide, as in the early layers of an image network.
 RELU_CORRELATION_PIXELS = 2.0
+#: The share of a ``crowded`` field's variance that all channels of its image share: drawn
+#: per input, uniformly in this range, so that a collection spans a range of crowding.
+CROWDED_SHARED_RANGE = (0.3, 0.9)
 
 
 def check_sparsity(sparsity: float) -> float:
@@ -107,6 +114,12 @@ def sparse_input(shape: Sequence[int], sparsity: float, pattern: str = "uniform"
             x[rng.random(tuple(shape), dtype=xp.float32) < sparsity] = 0
         return x
     field = _smoothed(rng.standard_normal(tuple(shape), dtype=xp.float32), RELU_CORRELATION_PIXELS, xp)
+    if pattern == "crowded":
+        low, high = CROWDED_SHARED_RANGE
+        shared_share = low + (high - low) * float(rng.random())
+        shared = _smoothed(rng.standard_normal((shape[0], 1, *shape[2:]), dtype=xp.float32),
+                           RELU_CORRELATION_PIXELS, xp)
+        field = (np.sqrt(1 - shared_share) * field + np.sqrt(shared_share) * shared).astype(xp.float32)
     # Per (image, channel), shift the field so that the asked share lies below zero.
     flat = field.reshape(shape[0] * shape[1], -1)
     cut = xp.quantile(flat, sparsity, axis=1, keepdims=True) if sparsity else flat.min(axis=1, keepdims=True) - 1
@@ -148,6 +161,12 @@ def even_crowding(pixels: int, channels: int, nonzero_share: float, draws: int =
         mean = counts.mean()
         ratios.append(counts.max() / mean if mean > 0 else 1.0)
     return float(np.mean(ratios))
+
+
+def input_crowding(x: Any) -> float:
+    """:func:`pixel_crowding` of an (N, C, spatial...) array, NumPy's or CuPy's."""
+    per_pixel = (x != 0).sum(axis=1)
+    return pixel_crowding(float(per_pixel.max()), float(per_pixel.sum()), int(per_pixel.size), int(x.shape[1]))
 
 
 def pixel_crowding(most: float, nonzeros: float, pixels: int, channels: int) -> float:
