@@ -1142,7 +1142,10 @@ def _print_table(console, gpu: str, math: str, rows, objective: str = "time", la
         kept = int((rows["recommended"] == PYTORCH_CHOICE).sum())
         console.print(f"PyTorch ms: PyTorch's own choice (default mode), predicted. use: the pick where its "
                       f"{GUARD_LEVEL}% interval lies below PyTorch's, else PyTorch's own choice (on {kept} of "
-                      f"{len(rows)} layers here, the gain is within the models' error).")
+                      f"{len(rows)} layers here, the gain is within the models' error)"
+                      + ("; a name: the dense pick, where a sparse kernel's gain over it is within the models' "
+                         "error" if (rows["recommended"].notna() & (rows["recommended"] != PYTORCH_CHOICE)
+                                     & (rows["recommended"] != rows["best_algo"])).any() else "") + ".")
     _note_extrapolated(console, int(rows["extrapolated"].sum()) if len(rows) else 0)
     if len(rows) and not energy and (rows["best_ms"] > rows["runner_up_ms"]).any():
         console.print(f"{ABOVE_RUNNER_UP} the pick's time is above the runner-up's: the pick also weighs how likely "
@@ -1186,7 +1189,9 @@ def _guard_cells(row) -> list[str]:
     ms = "" if pd.isna(row["pytorch_ms"]) else f"{row['pytorch_ms']:.3g}" + (
         "" if pd.isna(low) else f" \\[{low:.3g}, {high:.3g}]")
     choice = row["recommended"]
-    return [ms, "" if pd.isna(choice) else "PyTorch's" if choice == PYTORCH_CHOICE else "pick"]
+    # Where a sparse kernel comes first without a sure gain, the dense pick behind it is named.
+    return [ms, "" if pd.isna(choice) else "PyTorch's" if choice == PYTORCH_CHOICE else
+            "pick" if choice == row["best_algo"] else str(choice)]
 
 
 def _one_line_cell(value) -> str:
@@ -1292,7 +1297,8 @@ def _add_network(sub) -> None:
                    help="the share of zeros in each convolution's input, so that seer's sparse kernels are ranked "
                         "too (a GPU with their model: h200): one value in [0, 1) for every layer, or a CSV file "
                         "with name and sparsity per module, as seer.torch.input_sparsity measures them on real "
-                        "data (modules not in it: dense); the forward pass only (docs/sparse.md)")
+                        "data (modules not in it: dense); the forward pass, alone or in --pass all's training "
+                        "step (docs/sparse.md)")
     p.add_argument("--models-dir", type=Path, default=None, help=MODELS_DIR_HELP)
     p.set_defaults(func=_cmd_network)
 
@@ -1333,16 +1339,16 @@ def _cmd_network(args) -> int:
         algorithms = None if args.pass_ != "fwd" and args.algo.strip().lower() == "all" else _algorithms(args.algo)
         model = load_model(args.gpu, math=args.math, models_dir=args.models_dir, pass_=args.pass_)
     if args.sparsity is not None:
-        if args.pass_ != "fwd":
-            raise InputError("--sparsity ranks seer's sparse kernels in the forward pass: leave out --pass",
-                             field="sparsity")
+        if args.pass_ not in ("fwd", ALL_PASSES):
+            raise InputError("--sparsity ranks seer's sparse kernels in the forward pass: leave out --pass, or "
+                             "give --pass all for the training step", field="sparsity")
         if model.sparse is None:
             raise InputError(f"{model.gpu} has no model of seer's sparse kernels (docs/sparse.md: h200 has one)",
                              field="sparsity")
         if args.objective != "time" and not model.sparse.power:
             raise InputError(f"{model.gpu}'s model of seer's sparse kernels has no power model: leave out --objective",
                              field="sparsity")
-        if args.algo.strip().lower() == "all":  # every algorithm, and the sparse kernels beside them
+        if args.algo.strip().lower() == "all" and not step:  # every algorithm, and the sparse kernels beside them
             from seer.algorithms import algorithm_names
 
             algorithms = [*algorithms, *algorithm_names("sparse")]
@@ -1365,10 +1371,15 @@ def _cmd_network(args) -> int:
                 progress.update(1, 2, f"one forward pass of {'x'.join(map(str, shape))}")
                 found = conv_calls(network, shape, device=args.device)
                 progress.update(2, 2, "done")
+        layers = found.layers
+        if args.sparsity is not None:
+            from seer.networks.network_time import with_sparsity
+
+            layers = with_sparsity(layers, args.sparsity)
         if step:
             from seer.networks.network_time import predict_network_step
 
-            result = predict_network_step(models, found.layers, args.math, algorithms)
+            result = predict_network_step(models, layers, args.math, algorithms)
             if "out" in handles:
                 write_network_step(handles["out"], format_for(args.out, args.format), result, found.skipped, {
                     "model": args.model, "input": list(found.input_shape), "gpu": model.gpu, "pass": ALL_PASSES,
@@ -1378,11 +1389,6 @@ def _cmd_network(args) -> int:
             console = err_console if STDOUT in (args.out, args.layers_out) else out_console
             _print_network_step(console, args, found, model.gpu, result)
             return 0
-        layers = found.layers
-        if args.sparsity is not None:
-            from seer.networks.network_time import with_sparsity
-
-            layers = with_sparsity(layers, args.sparsity)
         result = predict_network(model, layers, args.math, algorithms, args.objective)
         if "out" in handles:
             NetworkWriter(handles["out"], format_for(args.out, args.format)).write(

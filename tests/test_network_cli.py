@@ -193,6 +193,20 @@ def test_a_networks_sparsity_ranks_seers_sparse_kernels_where_the_gpu_has_their_
     assert "SEER_SPARSE_GATHER" not in picks["dense"]
 
 
+def test_a_networks_training_step_ranks_the_sparse_kernels_in_its_forward_pass(tmp_path, capsys):
+    out = tmp_path / "step.csv"
+    code, shown, err = run(capsys, "network", "torch_nets:resnet50", "--input", "8x3x224x224", "--gpu", "h200",
+                           "--math", "fma", "--sparsity", "0.99", "--pass", "all", "-o", out)
+    assert code == 0, err
+    step = pd.read_csv(out)
+    assert (step["sparsity"] == 0.99).all() and "SEER_SPARSE_GATHER" in set(step["fwd_algo"])
+    assert not step["bwd_data_algo"].astype(str).str.startswith("SEER_SPARSE_").any()
+    code, _, _ = run(capsys, "network", "torch_nets:resnet50", "--input", "8x3x224x224", "--gpu", "h200",
+                     "--math", "fma", "--pass", "all", "-o", tmp_path / "dense.csv")
+    dense = pd.read_csv(tmp_path / "dense.csv")
+    assert code == 0 and "sparsity" not in dense and step["step_ms"].sum() < dense["step_ms"].sum()
+
+
 def test_a_networks_sparsity_ranks_the_sparse_kernels_by_energy_too(tmp_path, capsys):
     out = tmp_path / "net.json"
     code, _, err = run(capsys, "network", "torch_nets:resnet50", "--input", "1x3x224x224", "--gpu", "h200",

@@ -317,3 +317,28 @@ def test_a_dense_layers_break_even_does_not_depend_on_the_other_layers(tmp_path,
         rows = pd.read_csv(tmp_path / "out.csv")
         values.append(rows.loc[rows["layer"] == 0, "break_even_sparsity"].iloc[0])
     assert values[0] == values[1] and 0 < values[0] < 1, values
+
+
+def test_where_a_sparse_kernel_leads_without_a_sure_gain_the_dense_pick_is_used_with_its_own_time(tmp_path, capsys):
+    """8x512x14x14 -> 512, 3x3, at 99% zeros on the H200 under fma: gather is predicted fastest, but its
+    interval overlaps WINOGRAD_NONFUSED's, so that dense pick is recommended: the table names it, and the
+    training step uses it with its own time, not gather's."""
+    from seer.predict.model import best_per_layer, recommended_rows
+    from seer.predict.persist import load_passes
+    from seer.predict.step import training_step
+
+    layer = "8,512,512,14,14,3,3,1,1,1,1"
+    layers = read_layers(io.StringIO(HEADER + f"{layer},0.99\n"), name="a.csv")
+    models = load_passes("h200", math="fma")
+    predictions = models["fwd"].predict(layers, "fma")
+    picks = best_per_layer(predictions)
+    assert picks["best_algo"].iloc[0] == "SEER_SPARSE_GATHER" and picks["recommended"].iloc[0] == "WINOGRAD_NONFUSED"
+    winograd = predictions[predictions["algo"] == "WINOGRAD_NONFUSED"].iloc[0]
+    assert recommended_rows(predictions, picks)["predicted_ms"].iloc[0] == winograd["predicted_ms"]
+    step = training_step(models, layers, "fma")
+    assert step["fwd_algo"].iloc[0] == "WINOGRAD_NONFUSED" and step["fwd_ms"].iloc[0] == winograd["predicted_ms"]
+    source = tmp_path / "layers.csv"
+    source.write_text(HEADER + f"{layer},0.99\n")
+    code, out, _ = run(capsys, "predict", source, "--math", "fma", "--gpu", "h200")
+    row = next(line for line in out.splitlines() if line.lstrip().startswith("0 "))
+    assert code == 0 and row.rstrip().endswith("WINOGRAD_NONFUSED") and "a name: the dense pick" in out, out

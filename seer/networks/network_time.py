@@ -21,7 +21,7 @@ import pandas as pd
 
 from seer.errors import InputError
 from seer.layers.shapes import LAYER_COLUMNS
-from seer.predict.model import Model, best_per_layer
+from seer.predict.model import Model, best_per_layer, recommended_rows
 from seer.schema import PYTORCH_CHOICE
 
 #: Policy names in :attr:`NetworkPrediction.totals`: seer's own picks, and the guarded ones
@@ -69,7 +69,8 @@ def predict_network(model: Model, layers: pd.DataFrame, math: str = "default",
     best = best_per_layer(predictions)
     picks = predictions.drop_duplicates("layer").set_index("layer")[["name", "calls", *LAYER_COLUMNS]].join(best)
     picks["total_ms"] = picks["calls"] * picks["best_ms"]
-    totals = _totals(predictions, picks, len(layers), guarded=objective == "time")
+    totals = _totals(predictions, picks, len(layers), guarded=objective == "time",
+                     recommended_ms=recommended_rows(predictions, best)["predicted_ms"].to_numpy(dtype=float))
     return NetworkPrediction(predictions, picks.reset_index(drop=True), totals, math)
 
 
@@ -124,7 +125,10 @@ def _calls_and_names(layers: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return calls, names
 
 
-def _totals(predictions: pd.DataFrame, picks: pd.DataFrame, n_layers: int, guarded: bool) -> pd.DataFrame:
+def _totals(predictions: pd.DataFrame, picks: pd.DataFrame, n_layers: int, guarded: bool,
+            recommended_ms: np.ndarray) -> pd.DataFrame:
+    """Per policy, the network's summed time; the guarded policy takes ``recommended_ms`` (each
+    layer's recommended algorithm's own time) where it does not leave the layer to PyTorch."""
     rows = []
     picked = picks["best_ms"].notna()
     seer_ms = float(picks.loc[picked, "total_ms"].sum())
@@ -134,7 +138,7 @@ def _totals(predictions: pd.DataFrame, picks: pd.DataFrame, n_layers: int, guard
         to_pytorch = (picks["recommended"] == PYTORCH_CHOICE).fillna(False).to_numpy(dtype=bool)
         policies = [(PYTORCH_CHOICE, pytorch)]
         if guarded:
-            policies.insert(0, (SEER_GUARDED, np.where(to_pytorch, pytorch, picks["best_ms"].to_numpy(dtype=float))))
+            policies.insert(0, (SEER_GUARDED, np.where(to_pytorch, pytorch, recommended_ms)))
         for policy, ms in policies:
             runs = np.isfinite(ms)
             total = float((picks["calls"].to_numpy()[runs] * ms[runs]).sum())
@@ -178,8 +182,9 @@ def predict_network_step(models: dict[str, Model], layers: pd.DataFrame, math: s
 
     calls, names = _calls_and_names(layers)
     step = training_step(models, layers.reset_index(drop=True), math, algorithms).reset_index(drop=True)
-    out = pd.concat([pd.DataFrame({"name": names, "calls": calls}),
-                     layers[list(LAYER_COLUMNS)].reset_index(drop=True), step], axis=1)
+    own = [*LAYER_COLUMNS, *(["sparsity"] if "sparsity" in layers else [])]  # the share of zeros, where given
+    out = pd.concat([pd.DataFrame({"name": names, "calls": calls}), layers[own].reset_index(drop=True), step],
+                    axis=1)
     rows = []
     for pass_ in (*PASSES, "step"):
         seer_ms, pytorch_ms = (("step_ms", "pytorch_step_ms") if pass_ == "step"

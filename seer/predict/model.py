@@ -353,6 +353,15 @@ def with_pytorch(predictions: pd.DataFrame, pytorch: np.ndarray, guarded: bool =
     return predictions
 
 
+def recommended_rows(predictions: pd.DataFrame, picks: pd.DataFrame) -> pd.DataFrame:
+    """Per layer of ``picks`` (:func:`best_per_layer` of ``predictions``), the prediction row of
+    its ``recommended`` algorithm (its ``predicted_ms``, bounds, ...): the fastest's, but where a
+    sparse kernel comes first without a sure gain, the dense pick's behind it
+    (:mod:`seer.predict.sparse`); all missing where PyTorch's choice, or nothing, is recommended."""
+    return predictions.drop_duplicates(["layer", "algo"]).set_index(["layer", "algo"]).reindex(
+        list(zip(picks.index, picks["recommended"])))
+
+
 def best_per_layer(predictions: pd.DataFrame) -> pd.DataFrame:
     """Per layer of :meth:`Model.predict`'s frame (every layer has a row there): the predicted
     fastest algorithm and its time, the runner-up (missing where there is none), the

@@ -17,7 +17,7 @@ import pandas as pd
 
 from seer.algorithms import PASSES
 from seer.errors import InputError
-from seer.predict.model import Layers, Model, best_per_layer
+from seer.predict.model import Layers, Model, best_per_layer, recommended_rows
 from seer.schema import INTERVAL_LEVELS, PYTORCH_CHOICE
 
 #: Per pass, the step's columns: the recommended algorithm (or PyTorch's choice), its
@@ -53,18 +53,21 @@ def training_step(models: Mapping[str, Model], layers: Layers, math: str = "defa
     for pass_ in PASSES:
         if models[pass_].pass_ != pass_:
             raise InputError(f"the model given for {pass_} predicts {models[pass_].pass_}", field="pass")
-        picks = best_per_layer(models[pass_].predict(layers, math, (algorithms or {}).get(pass_)))
+        predictions = models[pass_].predict(layers, math, (algorithms or {}).get(pass_))
+        picks = best_per_layer(predictions)
         if out is None:
             out = pd.DataFrame(index=picks.index)
         use_pytorch = picks["recommended"].to_numpy(dtype=object) == PYTORCH_CHOICE
         algo = picks["recommended"]
-        ms = np.where(use_pytorch, picks["pytorch_ms"], picks["best_ms"])
+        chosen = recommended_rows(predictions, picks)  # its own time: not always the fastest's
+        ms = np.where(use_pytorch, picks["pytorch_ms"], chosen["predicted_ms"])
         out[f"{pass_}_algo"], out[f"{pass_}_ms"], out[f"{pass_}_pytorch_ms"] = algo, ms, picks["pytorch_ms"]
         step = step + ms
         pytorch_step = pytorch_step + picks["pytorch_ms"].to_numpy(dtype=float)
         for column in STEP_BOUND_COLUMNS:
             bound = column.removeprefix("step_ms_")
-            bounds[column] = bounds[column] + np.where(use_pytorch, picks[f"pytorch_{bound}"], picks[f"best_{bound}"])
+            bounds[column] = bounds[column] + np.where(use_pytorch, picks[f"pytorch_{bound}"],
+                                                       chosen[f"predicted_ms_{bound}"])
         extrapolated = extrapolated | picks["extrapolated"].to_numpy(dtype=bool)
     out.insert(0, "math", math)
     out["step_ms"] = step
