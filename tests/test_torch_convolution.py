@@ -406,6 +406,8 @@ def test_a_sparse_kernel_is_kept_off_inputs_whose_non_zeros_crowd_on_few_pixels(
     model[1].register_forward_hook(lambda m, args, out: out * (torch.arange(64).reshape(8, 8) < 4))
     measured = module_crowding(input_sparsity(model.eval(), torch.randn(2, 3, 8, 8)))
     assert measured["2"] > SPARSE_MAX_CROWDING and measured["0"] == pytest.approx(1.0)
+    one = torch.randn(3, 8, 8)  # an unbatched input: its channels are the first axis
+    assert module_crowding(input_sparsity(model, one)) == module_crowding(input_sparsity(model, one[None]))
     assert module_crowding({"2": 0.9}) == {}
 
 

@@ -140,7 +140,8 @@ class _ZeroCounter(_Recorder):
             # The mode is off inside its own handler, so counting is not recorded as a call.
             self.zeros[row] += int(torch.count_nonzero(x == 0))
             self.values[row] += x.numel()
-            per_pixel = torch.count_nonzero(x, dim=1) if x.dim() > 1 else x.new_zeros(0)
+            channels = 0 if x.dim() == _CONVOLUTIONS[func] + 1 else 1  # an unbatched input has no batch axis
+            per_pixel = torch.count_nonzero(x, dim=channels)
             self.pixels[row] += per_pixel.numel()
             self.most[row] = max(self.most[row], int(per_pixel.max()) if per_pixel.numel() else 0)
         return out
