@@ -1135,11 +1135,25 @@ def _print_table(console, gpu: str, math: str, rows, objective: str = "time", la
     if f"best_low{TABLE_LEVEL}" in rows and rows[f"best_low{TABLE_LEVEL}"].notna().any():
         console.print(f"ms \\[low, high]: the time's {TABLE_LEVEL}% interval" + (
             "; near best: the chance that the pick measures within 1% of the fastest" if sure else "") + ".")
+    crowded_rows = None
     if sparse:
         console.print("zeros: the share of the layer's input that is zero (the sparsity column); break-even: the "
                       "least share at which one of seer's sparse kernels is predicted faster than cuDNN's best.")
+        from seer.predict.sparse import SPARSE_MAX_CROWDING
+
+        crowded_rows = (pd.to_numeric(rows["crowding"], errors="coerce") > SPARSE_MAX_CROWDING) \
+            if "crowding" in rows else None
+        crowded = 0 if crowded_rows is None else int(crowded_rows.sum())
+        if crowded:
+            console.print(f"crowding: on {crowded} of {len(rows)} layers the input's non-zeros crowd on pixels more "
+                          f"than the sparse model knows (above {SPARSE_MAX_CROWDING:g}), so no sparse kernel is "
+                          "recommended there, whatever its predicted time.")
     if guarded:
-        kept = int((rows["recommended"] == PYTORCH_CHOICE).sum())
+        # Layers left to PyTorch because their sparse kernel's input is crowded are said above.
+        to_pytorch = (rows["recommended"] == PYTORCH_CHOICE).fillna(False).to_numpy(dtype=bool)
+        if crowded_rows is not None:
+            to_pytorch &= ~crowded_rows.to_numpy(dtype=bool)
+        kept = int(to_pytorch.sum())
         console.print(f"PyTorch ms: PyTorch's own choice (default mode), predicted. use: the pick where its "
                       f"{GUARD_LEVEL}% interval lies below PyTorch's, else PyTorch's own choice (on {kept} of "
                       f"{len(rows)} layers here, the gain is within the models' error)"

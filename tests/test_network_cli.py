@@ -233,7 +233,27 @@ def test_a_sparsity_file_gives_each_named_module_its_own(tmp_path, capsys):
     assert set(sparse["name"]) == {"layer4.1.conv2"}  # the others stay dense
 
 
+def test_a_sparsity_files_crowding_keeps_the_sparse_kernel_out_of_the_guarded_total(tmp_path, capsys):
+    totals, picks = {}, {}
+    for crowding in ("1.0", "20", ""):
+        given = tmp_path / "sparsity.csv"
+        given.write_text(f"name,sparsity,crowding\nlayer4.0.conv2,0.99,{crowding}\n")
+        out = tmp_path / f"net{crowding}.json"
+        code, _, err = run(capsys, "network", "torch_nets:resnet50", "--input", "1x3x224x224", "--gpu", "h200",
+                           "--math", "fma", "--algo", "cudnn,sparse", "--sparsity", given, "-o", out)
+        assert code == 0, err
+        about = json.loads(out.read_text())
+        totals[crowding] = {row["policy"]: row["predicted_ms"] for row in about["totals"]}
+        picks[crowding] = next(layer for layer in about["layers"] if layer["name"] == "layer4.0.conv2")
+    assert picks["1.0"]["pick"] == picks["20"]["pick"] == "SEER_SPARSE_GATHER"  # fastest, predicted, all the same
+    assert picks["1.0"]["recommended"] == picks[""]["recommended"] == "SEER_SPARSE_GATHER"
+    assert not picks["20"]["recommended"].startswith("SEER_SPARSE_")
+    assert totals["20"][SEER_GUARDED] > totals["1.0"][SEER_GUARDED] == totals[""][SEER_GUARDED]
+    assert totals["20"][SEER_PICKS] == totals["1.0"][SEER_PICKS]
+
+
 @pytest.mark.parametrize("text, words", [
+    ("name,sparsity,crowding\nlayer4.1.conv2,0.9,-2\n", "sparsity.csv:2: crowding: crowding must be a number from 0"),
     ("name,sparsity\nlayer4.1.conv2,1.5\n", "sparsity.csv:2: sparsity: sparsity must be a share of zeros in [0, 1)"),
     ("name,sparsity\nlayer9.conv2,0.9\n", "sparsity.csv:2: name: the network has no convolution module named"),
     ("name,sparsity\nconv1,0.5\nconv1,0.6\n", "sparsity.csv:3: name: 'conv1' is given twice"),

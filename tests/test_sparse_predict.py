@@ -342,3 +342,26 @@ def test_where_a_sparse_kernel_leads_without_a_sure_gain_the_dense_pick_is_used_
     code, out, _ = run(capsys, "predict", source, "--math", "fma", "--gpu", "h200")
     row = next(line for line in out.splitlines() if line.lstrip().startswith("0 "))
     assert code == 0 and row.rstrip().endswith("WINOGRAD_NONFUSED") and "a name: the dense pick" in out, out
+
+
+def test_a_crowded_input_keeps_the_sparse_kernel_from_being_recommended(tmp_path, capsys):
+    from seer.predict.sparse import SPARSE_MAX_CROWDING
+
+    source = tmp_path / "layers.csv"
+    source.write_text(HEADER.replace("sparsity", "sparsity,crowding") + f"{THREE},0.99,1.2\n{THREE},0.99,"
+                      f"{SPARSE_MAX_CROWDING * 3}\n{THREE},0.99,\n")
+    layers = read_layers(source)
+    assert np.isnan(layers["crowding"].iloc[2]) and layers["crowding"].iloc[1] == SPARSE_MAX_CROWDING * 3
+    predictions = persist.load_model("h200", math="fma").predict(layers, "fma")
+    first = predictions[predictions["rank"] == 1].set_index("layer")
+    assert first["algo"].str.startswith("SEER_SPARSE_").all()  # ranked by time all the same
+    recommended = first["recommended"].tolist()
+    assert recommended[0] == recommended[2] == first["algo"].iloc[0]  # even, and not measured: as before
+    assert not recommended[1].startswith("SEER_SPARSE_")
+    with pytest.raises(InputError, match="layer 0: crowding must be a number from 0"):
+        persist.load_model("h200", math="fma").predict(layers.assign(crowding=-1.0), "fma")
+    code, out, _ = run(capsys, "predict", source, "--math", "fma", "--gpu", "h200")
+    assert code == 0 and "crowding: on 1 of 3 layers" in out, out
+    source.write_text(HEADER.replace("sparsity", "sparsity,crowding") + f"{THREE},0.99,many\n")
+    code, _, err = run(capsys, "predict", source, "--math", "fma", "--gpu", "h200")
+    assert code == 2 and "layers.csv:2: crowding: crowding must be a number from 0" in err, err

@@ -438,6 +438,12 @@ _RESERVED = {"layer": "seer's output numbers the layers in it", "math": "seer's 
 #: The input's share of zeros, in [0, 1) (empty: 0): not a layer field (the dense algorithms'
 #: times do not depend on it), but what seer's sparse kernels' times do (seer.predict.sparse).
 SPARSITY_COLUMN = "sparsity"
+#: How crowded the input's non-zeros are on pixels (:func:`seer.layers.sparsity.pixel_crowding`,
+#: about 1 where they spread evenly; empty: not measured, taken as even): above
+#: :data:`seer.predict.sparse.SPARSE_MAX_CROWDING`, seer's sparse kernels are not recommended.
+CROWDING_COLUMN = "crowding"
+#: The columns that describe a layer's input rather than the layer, read as numbers.
+_INPUT_COLUMNS = (SPARSITY_COLUMN, CROWDING_COLUMN)
 #: A sparsity cell: a plain decimal number (an exponent allowed), ASCII only.
 _SPARSITY = re.compile(r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?", re.ASCII)
 
@@ -595,14 +601,14 @@ def _check_label(name: str, number: int, path: str) -> None:
     misspelt layer column (which would otherwise silently take its default)."""
     if not name:
         raise InputError("a column has no name", path=path, line=number, field="header")
-    if name == SPARSITY_COLUMN:
+    if name in _INPUT_COLUMNS:
         return
     folded = name.lower().replace("-", "_").replace(" ", "_")
     reason = _RESERVED.get(folded)
-    if reason is None and folded != name and folded in (*_CSV_COLUMNS, SPARSITY_COLUMN):
+    if reason is None and folded != name and folded in (*_CSV_COLUMNS, *_INPUT_COLUMNS):
         reason = f"the column is {folded}"
     if reason is None:
-        close = difflib.get_close_matches(folded, (*_CSV_COLUMNS, SPARSITY_COLUMN), n=1, cutoff=0.8)
+        close = difflib.get_close_matches(folded, (*_CSV_COLUMNS, *_INPUT_COLUMNS), n=1, cutoff=0.8)
         reason = f"did you mean {close[0]}?" if close else None
     if reason is not None:
         raise InputError(f"column {_quoted(name)} cannot label layers: {reason} (a layer CSV's columns are "
@@ -734,26 +740,30 @@ def _csv_frame(contents: list[str], numbers: list[int], columns: list[str], path
                 raise InputError(f"is {values[name][i]}, but the layer's other fields give {frame[name].iloc[i]}",
                                  path=path, line=numbers[i], field=_alias_of(name, columns))
     for j, name in enumerate(columns):
-        if name == SPARSITY_COLUMN:
-            frame[name] = pd.Series(_sparsity_cells(table[:, j], numbers, path), index=index, dtype=float)
+        if name in _INPUT_COLUMNS:
+            frame[name] = pd.Series(_input_cells(name, table[:, j], numbers, path), index=index, dtype=float)
         elif name == "name" or name not in _CSV_COLUMNS:
             frame[name] = pd.Series(table[:, j], index=index, dtype=object)
     return frame
 
 
-def _sparsity_cells(cells: np.ndarray, numbers: list[int], path: str) -> np.ndarray:
-    """A ``sparsity`` column's cells as floats in [0, 1), empty as 0; InputError naming the
-    first bad cell's line."""
-    out = np.zeros(len(cells))
+def _input_cells(column: str, cells: np.ndarray, numbers: list[int], path: str) -> np.ndarray:
+    """A ``sparsity`` column's cells as floats in [0, 1), empty as 0, or a ``crowding`` column's
+    as floats from 0, empty as NaN (not measured); InputError naming the first bad cell's line."""
+    sparsity = column == SPARSITY_COLUMN
+    out = np.full(len(cells), 0.0 if sparsity else math.nan)
     for i, cell in enumerate(cells):
         text = str(cell).strip(_CELL_BLANKS)
         if not text:
             continue
         value = float(text) if len(text) <= _LONGEST_CELL and _SPARSITY.fullmatch(text) else math.nan
-        if not 0 <= value < 1:  # NaN fails too
+        if sparsity and not 0 <= value < 1:  # NaN fails too
             raise InputError(f"sparsity must be a number from 0 to below 1 (the share of the input's values that "
-                             f"are zero; empty: 0), got {_quoted(text)}", path=path, line=numbers[i],
-                             field=SPARSITY_COLUMN)
+                             f"are zero; empty: 0), got {_quoted(text)}", path=path, line=numbers[i], field=column)
+        if not sparsity and not 0 <= value < math.inf:
+            raise InputError(f"crowding must be a number from 0 (how crowded the input's non-zeros are on pixels, "
+                             f"about 1 where even; empty: not measured), got {_quoted(text)}", path=path,
+                             line=numbers[i], field=column)
         out[i] = value
     return out
 

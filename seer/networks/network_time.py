@@ -78,7 +78,8 @@ def with_sparsity(layers: pd.DataFrame, spec: str) -> pd.DataFrame:
     """``layers`` (a network's layer frame, with ``name``) with a ``sparsity`` column from
     ``spec``: one share of zeros in [0, 1) for every layer, or a CSV file with ``name`` and
     ``sparsity`` columns (what ``seer.torch.input_sparsity(model, batch).layers`` measures on
-    real data), whose modules' layers take their value and the others 0 (dense). InputError,
+    real data, with its ``crowding`` column where the file has one), whose modules' layers take
+    their value and the others 0 (dense). InputError,
     naming the file, line and field, for a value out of range, a module the network does not
     have, or a module given twice."""
     try:
@@ -114,7 +115,17 @@ def with_sparsity(layers: pd.DataFrame, spec: str) -> pd.DataFrame:
             raise InputError(f"{name!r} is given twice", path=path, line=row, field="name")
         seen.add(name)
     by_name = dict(zip(given["name"], values))
-    return layers.assign(sparsity=[by_name.get(str(n), 0.0) for n in layers["name"]])
+    out = layers.assign(sparsity=[by_name.get(str(n), 0.0) for n in layers["name"]])
+    if "crowding" in given.columns:  # as input_sparsity measures it; empty: not measured
+        text = given["crowding"].astype(str).str.strip()
+        crowding = pd.to_numeric(text.replace("", np.nan), errors="coerce").to_numpy(dtype=float)
+        for row, (cell, value) in enumerate(zip(text, crowding), start=2):
+            if cell and not (0 <= value < np.inf):
+                raise InputError(f"crowding must be a number from 0 (empty: not measured), got {cell!r}", path=path,
+                                 line=row, field="crowding")
+        crowded = dict(zip(given["name"], crowding))
+        out = out.assign(crowding=[crowded.get(str(n), np.nan) for n in layers["name"]])
+    return out
 
 
 def _calls_and_names(layers: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

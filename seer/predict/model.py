@@ -109,6 +109,8 @@ class Model:
         that are zero, in [0, 1); empty is 0) and the model has :attr:`sparse`, the layers above 0
         also get rows for seer's sparse kernels, and every row gets ``break_even_sparsity``
         (:func:`seer.predict.sparse.with_sparse_rows`); by energy, the kernels with a power model.
+        A ``crowding`` column (:func:`seer.layers.sparsity.pixel_crowding`) keeps a sparse kernel
+        from being recommended where it is above :data:`seer.predict.sparse.SPARSE_MAX_CROWDING`.
         """
         if objective not in OBJECTIVES:
             raise InputError(f"unknown objective {objective!r}; choose one of: {', '.join(OBJECTIVES)}",
@@ -142,7 +144,7 @@ class Model:
         if sparsity is not None and self.sparse is not None and self.pass_ == "fwd" and (
                 objective == "time" or self.sparse.power):
             kernels = None if algorithms is None else _algorithm_names(algorithms)
-            out = with_sparse_rows(out, frame, sparsity, self.sparse, kernels, objective)
+            out = with_sparse_rows(out, frame, sparsity, self.sparse, kernels, objective, layer_crowding(layers))
         return out
 
     def _layer_answers(self, layers: pd.DataFrame, math: str, algorithms: Sequence[str] | None, objective: str,
@@ -239,6 +241,21 @@ class PredictionMemo:
         for array, values in zip(self._arrays, answers):
             array[start:start + keep] = values[:keep]
         self._position.update(zip(keys[:keep], range(start, start + keep)))
+
+
+def layer_crowding(layers: Layers) -> np.ndarray | None:
+    """The ``crowding`` column of a layer frame as floats (empty: NaN, not measured), None where
+    there is none; InputError for a value that is not a number from 0."""
+    if not isinstance(layers, pd.DataFrame) or "crowding" not in layers.columns:
+        return None
+    values = pd.to_numeric(layers["crowding"].replace("", np.nan), errors="coerce").to_numpy(dtype=float)
+    given = layers["crowding"].notna().to_numpy() & (layers["crowding"].astype(str).str.strip() != "").to_numpy()
+    bad = given & ~((values >= 0) & np.isfinite(values))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise InputError(f"layer {i}: crowding must be a number from 0, got {layers['crowding'].iloc[i]!r}",
+                         field="crowding")
+    return np.where(given, values, np.nan)
 
 
 def layer_sparsity(layers: Layers) -> np.ndarray | None:

@@ -384,13 +384,22 @@ def load_sparse_model(folder: Path) -> SparseTimeModel | None:
     return SparseTimeModel(gpu, checked_w, checked_q, card, checked_p)
 
 
+#: A sparse kernel is not recommended for a layer whose input's non-zeros crowd on pixels more
+#: than this (``crowding``: :func:`seer.layers.sparsity.pixel_crowding`, about 1 in the inputs the
+#: model learnt from): there its time is far above the model's. Timed alone on their inputs in five
+#: networks at 99% zeros on the H200 machine, ``gather`` picks at crowding up to 4.1 beat the dense
+#: choice, those at 6.7-7.7 tied, and those from 10.6 on lost by 1.3-2.8x
+#: (benchmarks/results/h200-sparse-network-graphs/; the bound is set from those same 33 picks).
+SPARSE_MAX_CROWDING = 5.0
+
+
 def _is_dense_algo(algo) -> bool:
     return isinstance(algo, str) and not algo.startswith("SEER_SPARSE_")
 
 
 def with_sparse_rows(predictions: pd.DataFrame, frame: pd.DataFrame, sparsity: np.ndarray,
                      model: SparseTimeModel, algorithms: Sequence[str] | None = None,
-                     objective: str = "time") -> pd.DataFrame:
+                     objective: str = "time", crowding: np.ndarray | None = None) -> pd.DataFrame:
     """``predictions`` (:meth:`seer.predict.model.Model.predict`'s frame for ``frame``) with,
     for each layer whose ``sparsity`` is above 0, a row per sparse kernel that takes it, ranked
     among the layer's rows by predicted time (``objective="energy"``: by predicted energy per
@@ -399,8 +408,9 @@ def with_sparse_rows(predictions: pd.DataFrame, frame: pd.DataFrame, sparsity: n
     A sparse kernel placed first by time becomes ``recommended`` only where it is surely faster
     (:mod:`seer.predict.guard`'s rule: the upper bound of its 80% interval lies below the lower
     bound of what would be recommended otherwise, PyTorch's choice or the dense pick); by energy,
-    it is recommended as the dense pick is, unguarded. The rows of layers of sparsity 0 are left
-    as they are; ``algorithms`` (names) limits the kernels."""
+    it is recommended as the dense pick is, unguarded. Either way, not where the layer's
+    ``crowding`` is above :data:`SPARSE_MAX_CROWDING` (NaN: not measured, taken as even). The rows
+    of layers of sparsity 0 are left as they are; ``algorithms`` (names) limits the kernels."""
     from seer.algorithms import algorithm_names
 
     sparsity = np.asarray(sparsity, dtype=float)
@@ -434,7 +444,8 @@ def with_sparse_rows(predictions: pd.DataFrame, frame: pd.DataFrame, sparsity: n
     outside = model.outside(frame, sparsity)
     for i, rows in out[in_sparse].groupby("layer", sort=True):
         pieces.append(_layer_with_sparse(rows, kernels, times[i], bounds[i], bool(outside[i]),
-                                         None if energies is None else energies[i]))
+                                         None if energies is None else energies[i],
+                                         crowded=crowding is not None and crowding[i] > SPARSE_MAX_CROWDING))
     result = pd.concat(pieces, ignore_index=True)
     # Back in layer order; a layer's rows stay in rank order (a stable sort).
     result = result.iloc[np.argsort(result["layer"].to_numpy(), kind="stable")].reset_index(drop=True)
@@ -445,11 +456,13 @@ def with_sparse_rows(predictions: pd.DataFrame, frame: pd.DataFrame, sparsity: n
 
 
 def _layer_with_sparse(rows: pd.DataFrame, kernels: list[str], times: np.ndarray, bounds: np.ndarray,
-                       outside: bool = False, energies: np.ndarray | None = None) -> pd.DataFrame:
+                       outside: bool = False, energies: np.ndarray | None = None,
+                       crowded: bool = False) -> pd.DataFrame:
     """One layer's prediction rows with its sparse kernels' rows merged in by predicted time (by
     predicted energy where ``energies`` are given), ranks renumbered, and the recommendation
-    where a sparse kernel comes first (guarded by time); the sparse rows are ``extrapolated``
-    where the dense ones are or the layer is ``outside`` the sparse model's ranges."""
+    where a sparse kernel comes first (guarded by time; never where the input is ``crowded``);
+    the sparse rows are ``extrapolated`` where the dense ones are or the layer is ``outside``
+    the sparse model's ranges."""
     from seer.predict.guard import GUARD_LEVEL
     from seer.schema import PYTORCH_CHOICE
 
@@ -486,14 +499,17 @@ def _layer_with_sparse(rows: pd.DataFrame, kernels: list[str], times: np.ndarray
     first = merged.iloc[0]
     if _is_dense_algo(first["algo"]):
         return merged
+    before = template["recommended"].iloc[0]  # what is recommended without the sparse kernels
+    before = before if isinstance(before, str) else None
+    merged["pick_near_best"] = np.nan  # calibrated on dense picks only
+    if crowded:  # the model's times do not hold where the non-zeros crowd (SPARSE_MAX_CROWDING)
+        merged["recommended"] = before
+        return merged
     if energies is not None:  # by energy the pick is recommended unguarded, as a dense one is
         merged["recommended"] = first["algo"]
-        merged["pick_near_best"] = np.nan
         return merged
     # A sparse kernel comes first: it replaces what would be recommended otherwise (the dense
     # pick or PyTorch's choice) only where its interval lies wholly below that one's.
-    before = template["recommended"].iloc[0]
-    before = before if isinstance(before, str) else None
     if before is not None and before != PYTORCH_CHOICE and (dense["algo"] == before).any():
         reference = dense[dense["algo"] == before].iloc[0]
         low, point = reference[f"predicted_ms_low{GUARD_LEVEL}"], reference["predicted_ms"]
@@ -505,5 +521,4 @@ def _layer_with_sparse(rows: pd.DataFrame, kernels: list[str], times: np.ndarray
     else:  # no bounds: the point times decide, as the guard does; nothing to compare: the pick stands
         surely = not np.isfinite(point) or first["predicted_ms"] < point
     merged["recommended"] = first["algo"] if surely else before
-    merged["pick_near_best"] = np.nan  # calibrated on dense picks only
     return merged

@@ -45,6 +45,7 @@ from torch import nn
 
 from seer.algorithms import SPARSE_SOURCE, Algorithm, get_algorithm, select_algorithms
 from seer.errors import InputError
+from seer.predict.sparse import SPARSE_MAX_CROWDING
 from seer.layers.shapes import ConvShape, ShapeError
 from seer.schema import PYTORCH_CHOICE, STEP_OPTIMIZERS, get_math_mode
 from seer.torch.layers import layer_of_call
@@ -118,13 +119,6 @@ GUARD_LAUNCH_MS = 0.0055
 #: benchmarks/results/h200-sparse-host-cost.json), measured while the buffers came from CuPy's
 #: pool (they now come from PyTorch's allocator; not timed again).
 GUARD_SPARSE_HOST_MS = 0.10
-#: The guard keeps a layer's dense choice where its calibration input's non-zeros crowd on
-#: pixels more than this (:func:`seer.layers.sparsity.pixel_crowding`; about 1 in the inputs the
-#: sparse model learnt from). Timed alone on their inputs in five networks at 99% zeros on the
-#: H200 machine, ``gather`` picks at crowding up to 4.1 beat the dense choice, those at 6.7-7.7
-#: tied, and those from 10.6 on lost by 1.3-2.8x (benchmarks/results/h200-sparse-network-graphs/;
-#: the bound is set from those same 33 picks).
-SPARSE_MAX_CROWDING = 5.0
 #: In an eager training step (:func:`decide_step`), a swapped module costs
 #: :data:`GUARD_STEP_MODULE_MS` more host time per call than PyTorch's ``nn.Conv2d`` (forward and
 #: backward: its autograd function, and, when measured, PyTorch's two gradients computed apart,
