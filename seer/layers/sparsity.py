@@ -119,7 +119,8 @@ def sparse_input(shape: Sequence[int], sparsity: float, pattern: str = "uniform"
         shared_share = low + (high - low) * float(rng.random())
         shared = _smoothed(rng.standard_normal((shape[0], 1, *shape[2:]), dtype=xp.float32),
                            RELU_CORRELATION_PIXELS, xp)
-        field = ((1 - shared_share) ** 0.5 * field + shared_share ** 0.5 * shared).astype(xp.float32)  # Python floats scale NumPy and CuPy arrays alike
+        # Scaled by Python floats, which NumPy and CuPy arrays take alike.
+        field = ((1 - shared_share) ** 0.5 * field + shared_share ** 0.5 * shared).astype(xp.float32)
     # Per (image, channel), shift the field so that the asked share lies below zero.
     flat = field.reshape(shape[0] * shape[1], -1)
     cut = xp.quantile(flat, sparsity, axis=1, keepdims=True) if sparsity else flat.min(axis=1, keepdims=True) - 1
