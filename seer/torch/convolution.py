@@ -1323,15 +1323,6 @@ _BASES = {seer: base for base, seer in SWAPS.items()}
 
 
 # -- whole models -------------------------------------------------------------------------
-def _swap(model: nn.Module, make) -> None:
-    """Replace each child for which ``make(child, its full name)`` gives a module."""
-    for parent_name, parent in list(model.named_modules()):
-        for child_name, child in list(parent.named_children()):
-            new = make(child, f"{parent_name}.{child_name}" if parent_name else child_name)
-            if new is not None:
-                setattr(parent, child_name, new)
-
-
 def swap_in(model: nn.Module, choice: Choice, nvtx: bool = False, keep: Iterable[str] = (),
             backward: tuple = (None, None), per_module: Mapping[str, Choice] | None = None) -> nn.Module:
     """Run what ``choice`` names on every ``nn.Conv1d/2d/3d`` of ``model`` but those named in
@@ -1341,8 +1332,11 @@ def swap_in(model: nn.Module, choice: Choice, nvtx: bool = False, keep: Iterable
     if type(model) in SWAPS:
         raise InputError("give the model that holds the convolution, not the convolution itself", field="model")
     keep, per_module = set(keep), per_module or {}
-    _swap(model, lambda m, name: SWAPS[type(m)].from_conv(m, per_module.get(name, choice), name, nvtx, backward)
-          if type(m) in SWAPS and name not in keep else None)
+    # Each module is changed in place, so its parent needs no new child; a module shared by
+    # two parents is met under each name, and the first name not kept changes it.
+    for name, module in list(model.named_modules(remove_duplicate=False)):
+        if type(module) in SWAPS and name not in keep:
+            SWAPS[type(module)].from_conv(module, per_module.get(name, choice), name, nvtx, backward)
     return model
 
 
