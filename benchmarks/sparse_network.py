@@ -134,7 +134,7 @@ def check_sparse_picks(model, x, math: str) -> list[dict]:
     import cupy
     import torch
 
-    from seer.layers.sparsity import pixel_crowding, sparse_input
+    from seer.layers.sparsity import input_crowding, sparse_input
     from seer.torch.convolution import force, seer_convolutions
 
     convs = seer_convolutions(model)
@@ -156,22 +156,18 @@ def check_sparse_picks(model, x, math: str) -> list[dict]:
         layer = next(layer for layer, pick in choice.picks.items() if pick)
         guess = choice.guesses[layer]
         dense = choice.dense.algorithm(layer)
-        timed = {}
         with torch.no_grad():
-            for label, algo in (("sparse", m.last_algorithm), ("dense", dense)):
-                if algo is None:
-                    continue
-                wrapped = force(torch.nn.Sequential(m.to_conv()), algo, math=math)
-                timed[label] = graph_call_ms(lambda w=wrapped: w(inp))
-                if label == "sparse":
-                    wrapped_sparse = wrapped
+            sparse = force(torch.nn.Sequential(m.to_conv()), m.last_algorithm, math=math)
             plain = m.to_conv()
-            timed["pytorch"] = graph_call_ms(lambda: plain(inp))
+            timed = {"sparse": graph_call_ms(lambda: sparse(inp)), "pytorch": graph_call_ms(lambda: plain(inp))}
+            if dense is None:
+                timed["dense"] = timed["pytorch"]
+            else:
+                chosen = force(torch.nn.Sequential(m.to_conv()), dense, math=math)
+                timed["dense"] = graph_call_ms(lambda: chosen(inp))
             # The sparse kernel on an input of the same share of zeros made as the collector makes it.
             made = torch.from_dlpack(sparse_input(tuple(inp.shape), choice.sparsity, "relu", xp=cupy))
-            timed["collector_input"] = graph_call_ms(lambda w=wrapped_sparse: w(made))
-        if dense is None:
-            timed["dense"] = timed["pytorch"]
+            timed["collector_input"] = graph_call_ms(lambda: sparse(made))
         nonzero = (inp != 0).sum(dim=1).float()
         per_channel = (inp != 0).sum(dim=(0, *range(2, inp.dim()))).float()
         rows.append({"module": name, **{k: getattr(layer, k) for k in ("batch", "in_ch", "in_h", "in_w", "out_ch",
@@ -179,8 +175,7 @@ def check_sparse_picks(model, x, math: str) -> list[dict]:
                      "sparsity": round(float((inp == 0).float().mean()), 5),
                      "pixel_imbalance": round(float(nonzero.max() / nonzero.mean().clamp(min=1e-9)), 2),
                      "channel_imbalance": round(float(per_channel.max() / per_channel.mean().clamp(min=1e-9)), 2),
-                     "crowding": round(pixel_crowding(float(nonzero.max()), float(nonzero.sum()), nonzero.numel(),
-                                                      inp.shape[1]), 2),
+                     "crowding": round(input_crowding(cupy.from_dlpack(inp)), 2),
                      "sparse": m.last_algorithm, "dense": dense or "PYTORCH",
                      "predicted_sparse_ms": round(guess.pick_ms, 5), "predicted_sparse_high": round(guess.pick_high, 5),
                      "predicted_dense_ms": round(guess.pytorch_ms, 5), "predicted_dense_low": round(guess.pytorch_low, 5),
