@@ -246,31 +246,27 @@ class PredictionMemo:
 def layer_crowding(layers: Layers) -> np.ndarray | None:
     """The ``crowding`` column of a layer frame as floats (empty: NaN, not measured), None where
     there is none; InputError for a value that is not a number from 0."""
-    if not isinstance(layers, pd.DataFrame) or "crowding" not in layers.columns:
-        return None
-    values = pd.to_numeric(layers["crowding"].replace("", np.nan), errors="coerce").to_numpy(dtype=float)
-    given = layers["crowding"].notna().to_numpy() & (layers["crowding"].astype(str).str.strip() != "").to_numpy()
-    bad = given & ~((values >= 0) & np.isfinite(values))
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise InputError(f"layer {i}: crowding must be a number from 0, got {layers['crowding'].iloc[i]!r}",
-                         field="crowding")
-    return np.where(given, values, np.nan)
+    return _input_column(layers, "crowding", "a number from 0", lambda v: (v >= 0) & np.isfinite(v), np.nan)
 
 
 def layer_sparsity(layers: Layers) -> np.ndarray | None:
     """The ``sparsity`` column of a layer frame as floats (empty: 0), None where there is none;
     InputError for a value outside [0, 1)."""
-    if not isinstance(layers, pd.DataFrame) or "sparsity" not in layers.columns:
+    return _input_column(layers, "sparsity", "a number in [0, 1)", lambda v: (v >= 0) & (v < 1), 0.0)
+
+
+def _input_column(layers: Layers, column: str, rule: str, valid, empty: float) -> np.ndarray | None:
+    """A column of a layer frame that describes the layer's input, as floats (``empty`` where a
+    cell is empty), None where there is none; InputError naming the first cell not ``valid``."""
+    if not isinstance(layers, pd.DataFrame) or column not in layers.columns:
         return None
-    values = pd.to_numeric(layers["sparsity"].replace("", np.nan), errors="coerce").to_numpy(dtype=float)
-    given = layers["sparsity"].notna().to_numpy() & (layers["sparsity"].astype(str).str.strip() != "").to_numpy()
-    bad = given & ~((values >= 0) & (values < 1))
+    values = pd.to_numeric(layers[column].replace("", np.nan), errors="coerce").to_numpy(dtype=float)
+    given = layers[column].notna().to_numpy() & (layers[column].astype(str).str.strip() != "").to_numpy()
+    bad = given & ~valid(values)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise InputError(f"layer {i}: sparsity must be a number in [0, 1), got {layers['sparsity'].iloc[i]!r}",
-                         field="sparsity")
-    return np.where(given, values, 0.0)
+        raise InputError(f"layer {i}: {column} must be {rule}, got {layers[column].iloc[i]!r}", field=column)
+    return np.where(given, values, empty)
 
 
 def _check_answers(times: np.ndarray, energies: np.ndarray, algorithms: list[str], model: str) -> None:
