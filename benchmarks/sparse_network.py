@@ -42,7 +42,7 @@ from pathlib import Path
 from statistics import median
 
 import pandas as pd
-from sparse_seed import measured_frame
+from sparse_seed import SEED_GRID, SEED_PATTERN, measured_frame
 
 
 def _convolutions(model):
@@ -188,14 +188,15 @@ def check_sparse_picks(model, x, math: str) -> list[dict]:
 def layer_bound(networks: list[str], batches: list[int], levels: list[float], gpu: str,
                 data_dir: Path = Path("data")) -> pd.DataFrame:
     """Per network, batch and level: its convolutions' summed GPU ms with the best cuDNN algorithm on
-    each (measured per layer on the ``sparse-seed`` grid), and with the faster of that and the best
-    sparse kernel at the level; how many of its convolutions the sparse kernel wins. A network's
+    each (measured per layer on the ``sparse-seed`` grid, on ReLU-like zeros), and with the faster
+    of that and the best sparse kernel at the level; how many of its convolutions the sparse kernel wins. A network's
     repeated layer counts each time it runs."""
     from seer.dataset.build import read_sparse_measurements
     from seer.layers.known_networks import network_layers
 
     table = read_sparse_measurements(data_dir / gpu / "sparse_measurements")
-    per_level, _ = measured_frame(table[(table["math"] == "fma") & (table["grid"] == "sparse-seed")])
+    per_level, _ = measured_frame(table[(table["math"] == "fma") & (table["grid"] == SEED_GRID)
+                                        & (table["sparsity_pattern"] == SEED_PATTERN)])
     per_level = per_level.set_index(["dense_shape_id", "sparsity"])
     rows = []
     for network in networks:

@@ -7,7 +7,8 @@ Reads the GPU's sparse measurements (``data/<gpu>/sparse_measurements``): the la
 DenseNet-121/169/201 and ResNet-101/152 at 224x224, batches 1, 2, 4 and 8 (grid
 ``sparse-seed``), every sparse kernel at each sparsity level and every cuDNN algorithm at one
 level (their times do not depend on the input's zeros: ``docs/sparse.md``), and ResNet-50's
-layers at 800x1216 (the data the shipped model was first fitted on).
+layers at 800x1216 (the data the shipped model was first fitted on). Of the grid, the runs on
+ReLU-like zeros (``relu``), as the seed's.
 
 1. **Measured**: per layer and level, the best sparse kernel against the best cuDNN algorithm;
    each layer's break-even sparsity (where the best sparse kernel's time crosses the best cuDNN
@@ -42,6 +43,8 @@ from seer.layers.shapes import LAYER_COLUMNS
 from seer.predict.sparse import SPARSE_KERNELS, fit_sparse_model
 
 SEED_GRID = "sparse-seed"
+#: The pattern of zeros of the seed's experiments (after a ReLU).
+SEED_PATTERN = "relu"
 #: The seed's dense algorithms, shown beside the sparse kernels (cuSNN's t1-t3).
 SEED_DENSE = ("IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM")
 #: Which networks of the grid each layer belongs to (for the held-out split).
@@ -215,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     source = args.data_dir / args.gpu / "sparse_measurements"
     table = read_sparse_measurements(source)
     table = table[table["math"] == "fma"]
-    seed = table[table["grid"] == SEED_GRID]
+    # The seed's ReLU zeros: the grid's runs on crowded inputs are another experiment (docs/sparse.md).
+    seed = table[(table["grid"] == SEED_GRID) & (table["sparsity_pattern"] == SEED_PATTERN)]
     per_level, dense = measured_frame(seed)
     layers = seed.drop_duplicates("dense_shape_id").set_index("dense_shape_id")[list(LAYER_COLUMNS)].astype(np.int64)
     layers = layers.assign(kind=[layer_kind(r) for _, r in layers.iterrows()])

@@ -9,7 +9,8 @@ host's clock times ``--calls`` calls enqueued back to back, on small layers (bat
 GPU never holds the host back, and the median over ``--reps`` repetitions is reported in
 microseconds. seer's ways: its forward (``IMPLICIT_PRECOMP_GEMM`` through a graph plan) with
 PyTorch's gradients (what a swapped module costs before any backward pick), then each
-backward algorithm in turn through cuDNN's legacy call, the other pass left to PyTorch.
+backward algorithm in turn through cuDNN's legacy call, the other pass left to PyTorch, and
+last both passes chosen (:data:`BOTH`).
 What each costs beyond PyTorch's module is what seer's guard for eager training steps counts.
 """
 
@@ -36,6 +37,9 @@ LAYERS = (
     ("3x3 1x96x28x28 g96", ConvShape.square(1, 96, 28, 96, 3, padding=1, groups=96)),
 )
 FORWARD = "IMPLICIT_PRECOMP_GEMM"
+#: The backward-data and backward-filter algorithms of the way with both passes chosen: each
+#: pass's GEMM-like algorithm, which cuDNN runs on every layer kind.
+BOTH = ("BWD_DATA_ALGO_1", "BWD_FILTER_ALGO_1")
 
 
 def training_call(torch, module, shape: ConvShape):
@@ -65,6 +69,8 @@ def ways(torch, shape: ConvShape, math: str) -> dict:
     for pass_, option in (("bwd_data", "dgrad"), ("bwd_filter", "wgrad")):
         for algo in algorithm_names("cudnn", pass_=pass_):
             out[f"SeerConv {FORWARD} + {algo}"] = seer_way(**{option: algo})
+    # Both passes chosen: the step a training user runs once every layer has its backward picks.
+    out[f"SeerConv {FORWARD} + dgrad {BOTH[0]} + wgrad {BOTH[1]}"] = seer_way(dgrad=BOTH[0], wgrad=BOTH[1])
     calls = {}
     for way, module in out.items():
         call = training_call(torch, module, shape)

@@ -785,7 +785,7 @@ def _cmd_predict(args) -> int:
     console = err_console if to_stdout else out_console
     if args.table != "summary" and (show_all or (not args.out and summary.layers <= TABLE_LAYERS)):
         _print_table(console, model.gpu, args.math, pd.concat(shown) if shown else pd.DataFrame(), args.objective,
-                     label=_model_label(model))
+                     label=_model_label(model), max_crowding=None if model.sparse is None else model.sparse.max_crowding)
     else:
         _print_summary(console, _model_label(model), args.math, summary, args.out)
     return 0
@@ -1082,7 +1082,8 @@ def _source_name(file: str) -> str | None:
     return STDIN_NAME if file == STDIN else file
 
 
-def _print_table(console, gpu: str, math: str, rows, objective: str = "time", label: str | None = None) -> None:
+def _print_table(console, gpu: str, math: str, rows, objective: str = "time", label: str | None = None,
+                 max_crowding: float | None = None) -> None:
     from rich import box
     from rich.table import Table
 
@@ -1139,15 +1140,13 @@ def _print_table(console, gpu: str, math: str, rows, objective: str = "time", la
     if sparse:
         console.print("zeros: the share of the layer's input that is zero (the sparsity column); break-even: the "
                       "least share at which one of seer's sparse kernels is predicted faster than cuDNN's best.")
-        from seer.predict.sparse import SPARSE_MAX_CROWDING
-
-        crowded_rows = (pd.to_numeric(rows["crowding"], errors="coerce") > SPARSE_MAX_CROWDING) \
-            if "crowding" in rows else None
+        crowded_rows = (pd.to_numeric(rows["crowding"], errors="coerce") > max_crowding) \
+            if "crowding" in rows and max_crowding is not None else None
         crowded = 0 if crowded_rows is None else int(crowded_rows.sum())
         if crowded:
             console.print(f"crowding: on {crowded} of {len(rows)} layers the input's non-zeros crowd on pixels more "
-                          f"than the sparse model knows (above {SPARSE_MAX_CROWDING:g}), so no sparse kernel is "
-                          "recommended there, whatever its predicted time.")
+                          f"than in any input the sparse model learnt from (above {max_crowding:.3g}), so no sparse "
+                          "kernel is recommended there, whatever its predicted time.")
     if guarded:
         # Layers left to PyTorch because their sparse kernel's input is crowded are said above.
         to_pytorch = (rows["recommended"] == PYTORCH_CHOICE).fillna(False).to_numpy(dtype=bool)

@@ -138,9 +138,12 @@ MEASUREMENT_COLUMNS: tuple[str, ...] = (
 )
 #: What a run on a sparse input adds (``seer collect --sparsity``): the asked share of zeros
 #: (above 0), the pattern of the zeros (:data:`seer.layers.sparsity.PATTERNS`), the share of
-#: zeros of the input made (measured) and the id of the layer itself, whose dense runs are in
-#: the measurements table under that ``shape_id``.
-SPARSE_COLUMNS: tuple[str, ...] = ("dense_shape_id", "sparsity", "sparsity_pattern", "input_zero_fraction")
+#: zeros of the input made and how crowded its non-zeros are on pixels
+#: (:func:`seer.layers.sparsity.pixel_crowding`; empty for records collected before it was
+#: measured), both measured, and the id of the layer itself, whose dense runs are in the
+#: measurements table under that ``shape_id``.
+SPARSE_COLUMNS: tuple[str, ...] = ("dense_shape_id", "sparsity", "sparsity_pattern", "input_zero_fraction",
+                                   "input_crowding")
 #: Columns of the sparse measurements table (``sparse_measurements/``), one row per run on a
 #: sparse input: the measurements table's, with :data:`SPARSE_COLUMNS` after ``shape_id``.
 #: Sparse runs have a table of their own so that the measurements table, which every model is

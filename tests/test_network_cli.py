@@ -233,7 +233,7 @@ def test_a_sparsity_file_gives_each_named_module_its_own(tmp_path, capsys):
     assert set(sparse["name"]) == {"layer4.1.conv2"}  # the others stay dense
 
 
-def test_a_sparsity_files_crowding_keeps_the_sparse_kernel_out_of_the_guarded_total(tmp_path, capsys):
+def test_a_sparsity_files_crowding_slows_the_sparse_kernel_in_the_totals(tmp_path, capsys):
     totals, picks = {}, {}
     for crowding in ("1.0", "20", ""):
         given = tmp_path / "sparsity.csv"
@@ -245,11 +245,12 @@ def test_a_sparsity_files_crowding_keeps_the_sparse_kernel_out_of_the_guarded_to
         about = json.loads(out.read_text())
         totals[crowding] = {row["policy"]: row["predicted_ms"] for row in about["totals"]}
         picks[crowding] = next(layer for layer in about["layers"] if layer["name"] == "layer4.0.conv2")
-    assert picks["1.0"]["pick"] == picks["20"]["pick"] == "SEER_SPARSE_GATHER"  # fastest, predicted, all the same
+    assert picks["1.0"]["pick"] == picks[""]["pick"] == "SEER_SPARSE_GATHER"  # empty: not measured, even
     assert picks["1.0"]["recommended"] == picks[""]["recommended"] == "SEER_SPARSE_GATHER"
-    assert not picks["20"]["recommended"].startswith("SEER_SPARSE_")
+    # At crowding 20 the model predicts gather slower than the dense algorithms there.
+    assert not picks["20"]["pick"].startswith("SEER_SPARSE_") and not picks["20"]["recommended"].startswith("SEER_")
     assert totals["20"][SEER_GUARDED] > totals["1.0"][SEER_GUARDED] == totals[""][SEER_GUARDED]
-    assert totals["20"][SEER_PICKS] == totals["1.0"][SEER_PICKS]
+    assert totals["20"][SEER_PICKS] > totals["1.0"][SEER_PICKS]
 
 
 @pytest.mark.parametrize("text, words", [

@@ -388,19 +388,25 @@ def test_apply_gives_modules_with_zeros_in_their_input_a_sparse_choice(no_heuris
         assert model(torch.randn(1, 3, 28, 28)).shape == (1, 512, 28, 28)
 
 
-def test_a_sparse_kernel_is_kept_off_inputs_whose_non_zeros_crowd_on_few_pixels(no_heuristic):
+def test_a_sparse_kernels_time_follows_how_crowded_its_inputs_non_zeros_are(no_heuristic):
+    from seer.predict.sparse import SPARSE_MAX_CROWDING
     from seer.torch import input_sparsity
-    from seer.torch.convolution import SPARSE_MAX_CROWDING, SparseInput, module_crowding
+    from seer.torch.convolution import SparseInput, module_crowding
 
     layer = ConvShape.square(1, 512, 28, 512, 3, stride=1, padding=1)
     even = Predicted(_h200_fma(), "fma")
     assert SparseInput(even, 0.99, crowding=1.0).algorithm(layer) == "SEER_SPARSE_GATHER"
     assert SparseInput(even, 0.99).algorithm(layer) == "SEER_SPARSE_GATHER"  # not measured: taken as even
-    crowded = SparseInput(even, 0.99, crowding=SPARSE_MAX_CROWDING * 2)
+    # The model learnt crowded inputs: at crowding 10 gather is predicted slower than the dense pick.
+    unguarded = Predicted(_h200_fma(), "fma", guard=False)
+    times = [SparseInput(unguarded, 0.99, crowding=c) for c in (1.0, 2.0, 10.0)]
+    assert [t.algorithm(layer) for t in times] == ["SEER_SPARSE_GATHER"] * 2 + [unguarded.algorithm(layer)]
+    assert even.model.sparse.max_crowding > 10  # learnt from crowded inputs, not a fixed bound
+    crowded = SparseInput(even, 0.99, crowding=10.0)
     assert crowded.algorithm(layer) == even.algorithm(layer) != "SEER_SPARSE_GATHER"
     assert "crowding 10" in crowded.describe()
-    unguarded = Predicted(_h200_fma(), "fma", guard=False)
-    assert SparseInput(unguarded, 0.99, crowding=SPARSE_MAX_CROWDING * 2).algorithm(layer) == "SEER_SPARSE_GATHER"
+    beyond = SparseInput(even, 0.99, crowding=even.model.sparse.max_crowding * 2)
+    assert beyond.algorithm(layer) == even.algorithm(layer) and layer not in beyond.guesses  # never predicted there
     # A calibration batch measures it: here every non-zero input of the second layer sits on 4 of 64 pixels.
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 64, 1), torch.nn.ReLU(), torch.nn.Conv2d(64, 64, 3, padding=1))
     model[1].register_forward_hook(lambda m, args, out: out * (torch.arange(64).reshape(8, 8) < 4))

@@ -320,7 +320,8 @@ def sparse_measurements_table(records: pd.DataFrame, spec: GPUSpec, seed: int = 
     fields = records.reindex(columns=[*RUN_KEY, *SPARSE_COLUMNS])
     table = table.merge(fields, on=list(RUN_KEY), how="left")
     table["sparsity"] = table["sparsity"].astype(float)
-    table["input_zero_fraction"] = table["input_zero_fraction"].astype(float)
+    for column in ("input_zero_fraction", "input_crowding"):
+        table[column] = table[column].astype(float)
     pairs = table[["dense_shape_id", "grid"]].drop_duplicates()
     split = {(d, g): split_of(d, g, seed) for d, g in zip(pairs["dense_shape_id"], pairs["grid"])}
     table["split"] = [split[pair] for pair in zip(table["dense_shape_id"], table["grid"])]

@@ -439,8 +439,8 @@ _RESERVED = {"layer": "seer's output numbers the layers in it", "math": "seer's 
 #: times do not depend on it), but what seer's sparse kernels' times do (seer.predict.sparse).
 SPARSITY_COLUMN = "sparsity"
 #: How crowded the input's non-zeros are on pixels (:func:`seer.layers.sparsity.pixel_crowding`,
-#: about 1 where they spread evenly; empty: not measured, taken as even): above
-#: :data:`seer.predict.sparse.SPARSE_MAX_CROWDING`, seer's sparse kernels are not recommended.
+#: about 1 where they spread evenly; empty: not measured, taken as even): seer's sparse kernels'
+#: times are predicted at it (seer.predict.sparse).
 CROWDING_COLUMN = "crowding"
 #: The columns that describe a layer's input rather than the layer, read as numbers.
 _INPUT_COLUMNS = (SPARSITY_COLUMN, CROWDING_COLUMN)

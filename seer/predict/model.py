@@ -109,8 +109,9 @@ class Model:
         that are zero, in [0, 1); empty is 0) and the model has :attr:`sparse`, the layers above 0
         also get rows for seer's sparse kernels, and every row gets ``break_even_sparsity``
         (:func:`seer.predict.sparse.with_sparse_rows`); by energy, the kernels with a power model.
-        A ``crowding`` column (:func:`seer.layers.sparsity.pixel_crowding`) keeps a sparse kernel
-        from being recommended where it is above :data:`seer.predict.sparse.SPARSE_MAX_CROWDING`.
+        A ``crowding`` column (:func:`seer.layers.sparsity.pixel_crowding`) gives the sparse
+        kernels' times at it; beyond :attr:`seer.predict.sparse.SparseTimeModel.max_crowding` no
+        sparse kernel is recommended.
         """
         if objective not in OBJECTIVES:
             raise InputError(f"unknown objective {objective!r}; choose one of: {', '.join(OBJECTIVES)}",

@@ -6,17 +6,28 @@ A small physical model per kernel, learnt from the sparse measurements of one GP
     time_ms = a + b·(input elements) + c·(output elements) + d·(1 − sparsity)·(dense multiply-adds)
               + e·(list walks) + f·(1 − sparsity)·(taps · input channels per group)
               + g·(taps · blocks of 32 input channels per group)
+              + h·(1 − sparsity)·(crowding − 1)·(taps · input channels per group)
+              + i·(crowding − 1)·(taps · blocks of 32 input channels per group)
 
 where a list walk is one (output position, 4 output channels, tap, block of 32 input channels):
 what ``gather`` visits whether or not the block holds a non-zero. The last two terms are what one
 thread walks in series (the non-zeros and the blocks under its filter): they set the time of
 layers too small to fill the GPU (a 7x7 map with 1,000 input channels), where the work in
-parallel does not. The coefficients are
+parallel does not. The last two are what the thread under the most crowded pixels reads and
+walks beyond that (``crowding``: :func:`seer.layers.sparsity.pixel_crowding`, the most
+non-zeros at one pixel over what evenly spread non-zeros give; 1 and below: none): with the
+first alone, times of inputs crowded 8 to 50 times came out 10-30% low. The coefficients are
 non-negative (each term is work that costs time), fitted by non-negative least squares on
 the relative error. Each kernel's 80% and 95% intervals are the quantiles of log(measured /
 predicted) over leave-one-layer-out fits (as :mod:`seer.predict.uncertainty` does with
-held-out layers). Only the terms with (1 − sparsity) depend on it, so a kernel's time
-falls linearly with it and the break-even sparsity against a dense time has a closed form.
+held-out layers). Only the terms with (1 − sparsity) depend on it, so at a given crowding a
+kernel's time falls linearly with it and the break-even sparsity against a dense time has a
+closed form.
+
+The collector's ``relu`` and ``uniform`` inputs spread their non-zeros evenly (crowding 0.8 to
+1.2); its ``crowded`` inputs pile them on some pixels. Runs recorded before crowding was
+measured (no ``input_crowding``) are from the first two and are taken as even (1), as is a layer
+whose crowding is not given.
 
 The model is stored as a small JSON file, ``models/<gpu>/sparse.json``; loading parses JSON
 and checks every value's type and range, and builds nothing else.
@@ -40,16 +51,17 @@ from seer.schema import INTERVAL_COLUMNS, INTERVAL_LEVELS
 
 #: The model file in a GPU's models folder.
 SPARSE_FILE = "sparse.json"
-FORMAT, FORMAT_VERSION = "seer-sparse-model", 2
+FORMAT, FORMAT_VERSION = "seer-sparse-model", 3
 #: The sparse kernels modelled, in the order their rows are listed.
 SPARSE_KERNELS: tuple[str, ...] = ("SEER_SPARSE_GATHER", "SEER_SPARSE_SCATTER", "SEER_SPARSE_POINTWISE")
 #: The model's terms, in the order of its coefficients (sizes in millions, work in billions,
 #: so that the coefficients are of similar scale).
 TERMS: tuple[str, ...] = ("constant_ms", "ms_per_million_input_elements", "ms_per_million_output_elements",
                           "ms_per_billion_nonzero_multiply_adds", "ms_per_billion_list_walks",
-                          "ms_per_thousand_nonzero_serial_reads", "ms_per_thousand_serial_blocks")
+                          "ms_per_thousand_nonzero_serial_reads", "ms_per_thousand_serial_blocks",
+                          "ms_per_thousand_crowded_serial_reads", "ms_per_thousand_crowded_serial_blocks")
 #: The terms that shrink with the input's zeros (times (1 − sparsity)); the others do not.
-DENSITY_TERMS = (3, 5)
+DENSITY_TERMS = (3, 5, 7)
 #: The highest sparsity a break-even is looked for below: above it almost nothing is left.
 BREAK_EVEN_LIMIT = 0.999
 #: The column of a layer's break-even sparsity in predictions.
@@ -72,25 +84,43 @@ def _sizes(frame: pd.DataFrame) -> dict[str, np.ndarray]:
 
 
 #: What the card's ``ranges`` bound: a layer outside any of them is an extrapolation.
-RANGE_FIELDS = ("batch", "in_ch", "out_ch", "groups", "dims", "in_pixels", "taps", "sparsity")
+RANGE_FIELDS = ("batch", "in_ch", "out_ch", "groups", "dims", "in_pixels", "taps", "sparsity", "crowding")
 
 
-def _range_values(frame: pd.DataFrame, sparsity: np.ndarray) -> dict[str, np.ndarray]:
+def even_where_unknown(crowding: np.ndarray | None, count: int) -> np.ndarray:
+    """``crowding`` per layer as floats, NaN (not measured) and a missing array as even (1)."""
+    if crowding is None:
+        return np.ones(count)
+    crowding = np.asarray(crowding, dtype=float)
+    return np.where(np.isnan(crowding), 1.0, crowding)
+
+
+def _range_values(frame: pd.DataFrame, sparsity: np.ndarray, crowding: np.ndarray | None = None
+                  ) -> dict[str, np.ndarray]:
     f = {c: frame[c].to_numpy(dtype=float) for c in ("batch", "in_ch", "out_ch", "groups", "in_d", "in_h", "in_w",
                                                      "kernel_d", "kernel_h", "kernel_w")}
     dims = frame["dims"].to_numpy(dtype=float) if "dims" in frame else np.where(f["in_d"] > 1, 3.0, 2.0)
     return {"batch": f["batch"], "in_ch": f["in_ch"], "out_ch": f["out_ch"], "groups": f["groups"], "dims": dims,
             "in_pixels": f["in_d"] * f["in_h"] * f["in_w"], "taps": f["kernel_d"] * f["kernel_h"] * f["kernel_w"],
-            "sparsity": np.asarray(sparsity, dtype=float)}
+            "sparsity": np.asarray(sparsity, dtype=float), "crowding": even_where_unknown(crowding, len(frame))}
 
 
-def features(frame: pd.DataFrame, sparsity: np.ndarray) -> np.ndarray:
-    """The model's terms (:data:`TERMS`) per layer of ``frame`` (the layer columns) at ``sparsity``."""
+def features(frame: pd.DataFrame, sparsity: np.ndarray, crowding: np.ndarray | None = None) -> np.ndarray:
+    """The model's terms (:data:`TERMS`) per layer of ``frame`` (the layer columns) at ``sparsity``
+    and ``crowding`` (None or NaN: even)."""
     s = _sizes(frame)
     density = 1.0 - np.asarray(sparsity, dtype=float)
+    beyond_even = np.maximum(even_where_unknown(crowding, len(frame)) - 1.0, 0.0)
     return np.column_stack([np.ones(len(frame)), s["input"] / 1e6, s["output"] / 1e6,
                             density * s["macs"] / 1e9, s["walks"] / 1e9,
-                            density * s["serial_reads"] / 1e3, s["serial_blocks"] / 1e3])
+                            density * s["serial_reads"] / 1e3, s["serial_blocks"] / 1e3,
+                            density * beyond_even * s["serial_reads"] / 1e3, beyond_even * s["serial_blocks"] / 1e3])
+
+
+def run_crowding(rows: pd.DataFrame) -> np.ndarray | None:
+    """The measured crowding of each run of a sparse measurements table (``input_crowding``;
+    None for a table from before it was measured)."""
+    return rows["input_crowding"].to_numpy(dtype=float) if "input_crowding" in rows else None
 
 
 def runs_on(algo: str, frame: pd.DataFrame) -> np.ndarray:
@@ -127,6 +157,13 @@ class SparseTimeModel:
     def kernels(self) -> list[str]:
         return [k for k in SPARSE_KERNELS if k in self.coefficients]
 
+    @property
+    def max_crowding(self) -> float:
+        """The most crowded input a sparse kernel is recommended on: the most crowded the model
+        learnt from (its card's range), or :data:`SPARSE_MAX_CROWDING` where it learnt from less."""
+        learnt = self.card.get("ranges", {}).get("crowding", [1.0, 1.0])[1]
+        return max(float(learnt), SPARSE_MAX_CROWDING)
+
     def energies(self, times: np.ndarray) -> np.ndarray:
         """Predicted mJ per call for :meth:`times`' array (ms x W), NaN for a kernel without a power model."""
         out = np.full(times.shape, np.nan)
@@ -137,22 +174,22 @@ class SparseTimeModel:
                     out[:, j] = times[:, j] * np.clip(a + b * np.log10(times[:, j]), low, high)
         return out
 
-    def times(self, frame: pd.DataFrame, sparsity: np.ndarray) -> np.ndarray:
+    def times(self, frame: pd.DataFrame, sparsity: np.ndarray, crowding: np.ndarray | None = None) -> np.ndarray:
         """Predicted ms (layers x :attr:`kernels`), NaN where a kernel does not take a layer."""
-        x = features(frame, sparsity)
+        x = features(frame, sparsity, crowding)
         out = np.full((len(frame), len(self.kernels)), np.nan)
         for j, algo in enumerate(self.kernels):
             out[:, j] = np.where(runs_on(algo, frame), x @ np.asarray(self.coefficients[algo]), np.nan)
         return out
 
-    def outside(self, frame: pd.DataFrame, sparsity: np.ndarray) -> np.ndarray:
+    def outside(self, frame: pd.DataFrame, sparsity: np.ndarray, crowding: np.ndarray | None = None) -> np.ndarray:
         """Per layer: whether it lies outside what the model learnt from (the card's
         :data:`RANGE_FIELDS` ranges; a layer of more groups or another dimensionality than any
         it saw): its sparse rows are marked ``extrapolated``. A card without ranges marks none."""
         ranges = self.card.get("ranges")
         if not ranges:
             return np.zeros(len(frame), dtype=bool)
-        values = _range_values(frame, sparsity)
+        values = _range_values(frame, sparsity, crowding)
         out = np.zeros(len(frame), dtype=bool)
         for name, (low, high) in ranges.items():
             v = values[name]
@@ -164,12 +201,14 @@ class SparseTimeModel:
         offsets = np.array([[self.quantiles[a][str(level)] for level in INTERVAL_LEVELS] for a in self.kernels])
         return times[:, :, None, None] * np.exp(offsets)[None]
 
-    def break_even(self, frame: pd.DataFrame, dense_ms: np.ndarray) -> np.ndarray:
+    def break_even(self, frame: pd.DataFrame, dense_ms: np.ndarray, crowding: np.ndarray | None = None
+                   ) -> np.ndarray:
         """Per layer: the lowest sparsity at which a sparse kernel's predicted time lies below
         ``dense_ms`` (the best dense algorithm's predicted time, which does not depend on the
-        input's zeros), rounded up to 0.001; NaN where none does below :data:`BREAK_EVEN_LIMIT`."""
+        input's zeros), at the layer's ``crowding`` (None or NaN: even), rounded up to 0.001;
+        NaN where none does below :data:`BREAK_EVEN_LIMIT`."""
         dense_ms = np.asarray(dense_ms, dtype=float)
-        at_zero = features(frame, np.zeros(len(frame)))
+        at_zero = features(frame, np.zeros(len(frame)), crowding)
         best = np.full(len(frame), np.inf)
         for algo in self.kernels:
             w = np.asarray(self.coefficients[algo])
@@ -204,7 +243,7 @@ def leave_one_layer_out(rows: pd.DataFrame) -> pd.DataFrame:
     predicted by the kernel's model fitted on the other layers (by ``dense_shape_id``)."""
     out = rows.assign(predicted_ms=np.nan)
     for algo, group in rows.groupby("algo"):
-        x = features(group, group["sparsity"].to_numpy())
+        x = features(group, group["sparsity"].to_numpy(), run_crowding(group))
         y = group["time_ms"].to_numpy(dtype=float)
         layer = group["dense_shape_id"].to_numpy()
         for held in np.unique(layer):
@@ -224,15 +263,27 @@ def _fit_power(time_ms: np.ndarray, power_w: np.ndarray) -> dict:
     return {"coefficients": [float(a), float(b)], "range_w": [float(power_w.min()), float(power_w.max())]}
 
 
+#: Inputs at most this crowded count as even for the power model (the ``relu`` and ``uniform``
+#: patterns give 0.8 to 1.2).
+EVEN_CROWDING = 1.5
+
+
 def fit_power(rows: pd.DataFrame) -> tuple[dict, dict]:
     """Per sparse kernel with :data:`MIN_POWER_READINGS` energy readings in ``rows``
-    (:func:`sparse_training_rows`): its power model, and the leave-one-layer-out error of energy per
-    call (from the measured time, so that it is the power model's alone)."""
+    (:func:`sparse_training_rows`) on evenly spread non-zeros (:data:`EVEN_CROWDING`): its power
+    model, and the leave-one-layer-out error of energy per call (from the measured time, so that
+    it is the power model's alone), and its error on the crowded inputs' readings.
+
+    Crowded inputs are left out of the fit: there ``gather``'s long calls keep few threads busy
+    and draw little power (113-186 W on the H200, against 121-233 W on even inputs), so one line
+    in log(time) through both would tilt downwards and price long calls on even inputs as cheap.
+    Their energy is then overstated, never understated."""
     power, errors = {}, {}
     if "energy_mj" not in rows:
         return power, errors
     read = rows[rows["energy_mj"].notna() & (rows["power_w"] > 0)]
-    for algo, group in read.groupby("algo"):
+    crowded = even_where_unknown(run_crowding(read), len(read)) > EVEN_CROWDING
+    for algo, group in read[~crowded].groupby("algo"):
         if len(group) < MIN_POWER_READINGS or group["dense_shape_id"].nunique() < 2:
             continue
         t, w, layer = (group[c].to_numpy() for c in ("time_ms", "power_w", "dense_shape_id"))
@@ -246,6 +297,12 @@ def fit_power(rows: pd.DataFrame) -> tuple[dict, dict]:
             ape.extend(np.abs(guess / w[layer == held] - 1))
         errors[algo] = {"readings": int(len(group)), "layers": int(len(np.unique(layer))),
                         "loo_power_mape_percent": round(float(100 * np.mean(ape)), 2)}
+        other = read[crowded & (read["algo"] == algo)]
+        if len(other):
+            (a, b), (low, high) = power[algo]["coefficients"], power[algo]["range_w"]
+            guess = np.clip(a + b * np.log10(other["time_ms"].to_numpy(dtype=float)), low, high)
+            errors[algo] |= {"crowded_readings": int(len(other)), "crowded_power_mape_percent": round(
+                float(100 * np.mean(np.abs(guess / other["power_w"].to_numpy(dtype=float) - 1))), 2)}
     return power, errors
 
 
@@ -263,7 +320,8 @@ def fit_sparse_model(table: pd.DataFrame, gpu: str, source: Path | None = None) 
         if group.empty:
             continue
         y = group["time_ms"].to_numpy(dtype=float)
-        coefficients[algo] = [float(v) for v in _fit(features(group, group["sparsity"].to_numpy()), y)]
+        x = features(group, group["sparsity"].to_numpy(), run_crowding(group))
+        coefficients[algo] = [float(v) for v in _fit(x, y)]
         log_ratio = np.log(y / group["predicted_ms"].to_numpy())
         quantiles[algo] = {str(level): [float(np.quantile(log_ratio, (1 - level / 100) / 2)),
                                         float(np.quantile(log_ratio, 1 - (1 - level / 100) / 2))]
@@ -271,7 +329,10 @@ def fit_sparse_model(table: pd.DataFrame, gpu: str, source: Path | None = None) 
         ape = np.abs(group["predicted_ms"].to_numpy() / y - 1)
         errors[algo] = {"runs": int(len(group)), "layers": int(group["dense_shape_id"].nunique()),
                         "loo_mape_percent": round(float(100 * ape.mean()), 2),
-                        "loo_median_ape_percent": round(float(100 * np.median(ape)), 2)}
+                        "loo_median_ape_percent": round(float(100 * np.median(ape)), 2),
+                        "loo_mape_percent_by_pattern": {
+                            str(pattern): round(float(100 * ape[(group["sparsity_pattern"] == pattern).to_numpy()].mean()), 2)
+                            for pattern in sorted(group["sparsity_pattern"].unique())}}
     files = sorted(p for p in Path(source).iterdir() if p.is_file()) if source is not None else []
     card = {"trained_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "data": {str(p.name): hashlib.sha256(p.read_bytes()).hexdigest() for p in files},
@@ -280,14 +341,15 @@ def fit_sparse_model(table: pd.DataFrame, gpu: str, source: Path | None = None) 
             "patterns": sorted(str(v) for v in rows["sparsity_pattern"].unique()),
             "maths": sorted(str(v) for v in rows["math"].unique()) if "math" in rows else [],
             "ranges": {name: [float(v.min()), float(v.max())]
-                       for name, v in _range_values(rows, rows["sparsity"].to_numpy()).items()},
+                       for name, v in _range_values(rows, rows["sparsity"].to_numpy(), run_crowding(rows)).items()},
             "fit": "non-negative least squares on the relative error, per kernel",
             "intervals": "quantiles of log(measured / predicted) over leave-one-layer-out fits",
             "leave_one_layer_out": errors}
     power, power_errors = fit_power(rows)
     if power:
-        card["power"] = {"fit": "least squares of watts on log10(ms) per kernel, held within the watts read; "
-                                "energy per call = predicted ms x predicted watts",
+        card["power"] = {"fit": "least squares of watts on log10(ms) per kernel, held within the watts read, "
+                                f"on inputs crowded at most {EVEN_CROWDING:g}; energy per call = predicted ms x "
+                                "predicted watts",
                          "leave_one_layer_out": power_errors}
     return SparseTimeModel(gpu, coefficients, quantiles, card, power)
 
@@ -384,12 +446,14 @@ def load_sparse_model(folder: Path) -> SparseTimeModel | None:
     return SparseTimeModel(gpu, checked_w, checked_q, card, checked_p)
 
 
-#: A sparse kernel is not recommended for a layer whose input's non-zeros crowd on pixels more
-#: than this (``crowding``: :func:`seer.layers.sparsity.pixel_crowding`, about 1 in the inputs the
-#: model learnt from): there its time is far above the model's. Timed alone on their inputs in five
-#: networks at 99% zeros on the H200 machine, ``gather`` picks at crowding up to 4.1 beat the dense
-#: choice, those at 6.7-7.7 tied, and those from 10.6 on lost by 1.3-2.8x
-#: (benchmarks/results/h200-sparse-network-graphs/; the bound is set from those same 33 picks).
+#: For a model that learnt from evenly spread non-zeros only (its crowding terms then 0), a sparse
+#: kernel is not recommended for a layer whose input's non-zeros crowd on pixels more than this
+#: (``crowding``: :func:`seer.layers.sparsity.pixel_crowding`): there its time is far above such a
+#: model's. Timed alone on their inputs in five networks at 99% zeros on the H200 machine,
+#: ``gather`` picks at crowding up to 4.1 beat the dense choice, those at 6.7-7.7 tied, and those
+#: from 10.6 on lost by 1.3-2.8x (benchmarks/results/h200-sparse-network-graphs/; the bound is
+#: set from those same 33 picks). A model that learnt from crowded inputs predicts at the
+#: crowding, up to the most crowded input it saw (:attr:`SparseTimeModel.max_crowding`).
 SPARSE_MAX_CROWDING = 5.0
 
 
@@ -408,8 +472,9 @@ def with_sparse_rows(predictions: pd.DataFrame, frame: pd.DataFrame, sparsity: n
     A sparse kernel placed first by time becomes ``recommended`` only where it is surely faster
     (:mod:`seer.predict.guard`'s rule: the upper bound of its 80% interval lies below the lower
     bound of what would be recommended otherwise, PyTorch's choice or the dense pick); by energy,
-    it is recommended as the dense pick is, unguarded. Either way, not where the layer's
-    ``crowding`` is above :data:`SPARSE_MAX_CROWDING` (NaN: not measured, taken as even). The rows
+    it is recommended as the dense pick is, unguarded. The sparse times are predicted at the
+    layer's ``crowding`` (NaN or None: not measured, taken as even); beyond
+    :attr:`SparseTimeModel.max_crowding` no sparse kernel is recommended. The rows
     of layers of sparsity 0 are left as they are; ``algorithms`` (names) limits the kernels."""
     from seer.algorithms import algorithm_names
 
@@ -428,24 +493,25 @@ def with_sparse_rows(predictions: pd.DataFrame, frame: pd.DataFrame, sparsity: n
     np.minimum.at(best_dense, layer[cudnn], predictions["predicted_ms"].to_numpy(dtype=float)[cudnn])
     best_dense[~np.isfinite(best_dense)] = np.nan
     columns = [model.kernels.index(k) for k in kernels]
-    every = model.times(frame, sparsity)
+    every = model.times(frame, sparsity, crowding)
     times, bounds = every[:, columns], model.bounds(every)[:, columns]
     energies = model.energies(every)[:, columns] if energy else None
     picked = SparseTimeModel(model.gpu, {k: model.coefficients[k] for k in kernels},
                              {k: model.quantiles[k] for k in kernels}, model.card)
     # Every layer's, dense ones too (the share of zeros at which a sparse kernel would pay), so that
     # a layer's value does not depend on the other layers of the file.
-    out[BREAK_EVEN_COLUMN] = picked.break_even(frame, best_dense)[layer]
+    out[BREAK_EVEN_COLUMN] = picked.break_even(frame, best_dense, crowding)[layer]
     if not sparse.any():
         return out
     chosen = np.flatnonzero(sparse)
     in_sparse = np.isin(layer, chosen)
     pieces = [out[~in_sparse]]
-    outside = model.outside(frame, sparsity)
+    outside = model.outside(frame, sparsity, crowding)
+    crowded = even_where_unknown(crowding, len(frame)) > model.max_crowding
     for i, rows in out[in_sparse].groupby("layer", sort=True):
         pieces.append(_layer_with_sparse(rows, kernels, times[i], bounds[i], bool(outside[i]),
                                          None if energies is None else energies[i],
-                                         crowded=crowding is not None and crowding[i] > SPARSE_MAX_CROWDING))
+                                         crowded=bool(crowded[i])))
     result = pd.concat(pieces, ignore_index=True)
     # Back in layer order; a layer's rows stay in rank order (a stable sort).
     result = result.iloc[np.argsort(result["layer"].to_numpy(), kind="stable")].reset_index(drop=True)
@@ -502,7 +568,7 @@ def _layer_with_sparse(rows: pd.DataFrame, kernels: list[str], times: np.ndarray
     before = template["recommended"].iloc[0]  # what is recommended without the sparse kernels
     before = before if isinstance(before, str) else None
     merged["pick_near_best"] = np.nan  # calibrated on dense picks only
-    if crowded:  # the model's times do not hold where the non-zeros crowd (SPARSE_MAX_CROWDING)
+    if crowded:  # more crowded than any input the model learnt from: its times do not hold
         merged["recommended"] = before
         return merged
     if energies is not None:  # by energy the pick is recommended unguarded, as a dense one is

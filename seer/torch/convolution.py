@@ -45,7 +45,6 @@ from torch import nn
 
 from seer.algorithms import SPARSE_SOURCE, Algorithm, get_algorithm, select_algorithms
 from seer.errors import InputError
-from seer.predict.sparse import SPARSE_MAX_CROWDING
 from seer.layers.shapes import ConvShape, ShapeError
 from seer.schema import PYTORCH_CHOICE, STEP_OPTIMIZERS, get_math_mode
 from seer.torch.layers import layer_of_call
@@ -114,19 +113,20 @@ GUARD_HOST_MS = 0.01
 GUARD_LEGACY_HOST_MS = 0.03
 GUARD_LAUNCH_MS = 0.0055
 #: One of seer's sparse kernels (:class:`SparseInput`) costs this much more host time per call
-#: than PyTorch's: CuPy arrays over PyTorch's tensors, the lists' buffers, and its launches; the
-#: median over three layers on the H200 machine (``benchmarks/host_cost.py --sparse``,
-#: benchmarks/results/h200-sparse-host-cost.json), measured while the buffers came from CuPy's
-#: pool (they now come from PyTorch's allocator; not timed again).
-GUARD_SPARSE_HOST_MS = 0.10
+#: than PyTorch's: CuPy arrays over PyTorch's tensors, the lists' buffers (from PyTorch's
+#: allocator), and its launches; the median over three layers on the H200 machine
+#: (``benchmarks/host_cost.py --sparse``, benchmarks/results/h200-sparse-host-cost-torch-allocator.json;
+#: 0.10 ms while the buffers came from CuPy's pool).
+GUARD_SPARSE_HOST_MS = 0.09
 #: In an eager training step (:func:`decide_step`), a swapped module costs
 #: :data:`GUARD_STEP_MODULE_MS` more host time per call than PyTorch's ``nn.Conv2d`` (forward and
-#: backward: its autograd function, and, when measured, PyTorch's two gradients computed apart,
-#: which :func:`_backward` now asks for in one call: not timed again on a GPU yet), and each backward
-#: pass that runs a chosen algorithm (cuDNN's legacy call) :data:`GUARD_BACKWARD_HOST_MS` more,
-#: with :data:`GUARD_LAUNCH_MS` per launch beyond the first. Medians over four layers and both
-#: math modes on the H200 machine, measured by benchmarks/training_host_cost.py
-#: (benchmarks/results/h200-training-host-cost/; PyTorch's own module took 0.185 ms).
+#: backward: its autograd function and PyTorch's gradients), and each backward pass that runs a
+#: chosen algorithm (cuDNN's legacy call) :data:`GUARD_BACKWARD_HOST_MS` more, with
+#: :data:`GUARD_LAUNCH_MS` per launch beyond the first. Medians over four layers and both math
+#: modes on the H200 machine, measured by benchmarks/training_host_cost.py
+#: (benchmarks/results/h200-training-host-cost/; PyTorch's own module took 0.185 ms). Timed again
+#: once :func:`_backward` asked for PyTorch's gradients in one call: the module's median stayed
+#: 0.25 ms, and both passes chosen cost 0.67 ms beyond PyTorch's (2026-11-28/ there).
 GUARD_STEP_MODULE_MS = 0.25
 GUARD_BACKWARD_HOST_MS = 0.25
 
@@ -268,9 +268,11 @@ class SparseInput(Choice):
     sparse ``kernels`` where ``seer predict`` ranks it fastest at that sparsity and it is
     surely faster than what ``dense`` would run there (the upper bound of its interval below
     the lower bound of the dense pick's, or of PyTorch's own choice's where ``dense`` leaves
-    the layer to PyTorch), its host time counted unless captured, and the input's non-zeros
-    (``crowding``, as :func:`seer.torch.input_sparsity` measures it) no more crowded on pixels
-    than :data:`SPARSE_MAX_CROWDING`; else ``dense``'s choice. ``guesses`` keeps, per layer,
+    the layer to PyTorch), its host time counted unless captured, its times predicted at the
+    input's ``crowding`` (how crowded its non-zeros are on pixels, as
+    :func:`seer.torch.input_sparsity` measures it; NaN: even), which must lie within what the
+    sparse model learnt (:attr:`seer.predict.sparse.SparseTimeModel.max_crowding`); else
+    ``dense``'s choice. ``guesses`` keeps, per layer,
     the sparse kernel's and the alternative's predicted times."""
 
     dense: Predicted
@@ -293,10 +295,12 @@ class SparseInput(Choice):
         from seer.layers.shapes import layer_frame
         from seer.predict.guard import GUARD_LEVEL
 
-        if self.dense.guard and self.crowding > SPARSE_MAX_CROWDING:
-            return None  # the model learnt from evenly spread non-zeros; these crowd (SPARSE_MAX_CROWDING)
+        sparse_model = self.dense.model.sparse
+        if self.dense.guard and sparse_model is not None and self.crowding > sparse_model.max_crowding:
+            return None  # more crowded than any input the sparse model learnt from
         frame = layer_frame([layer])
         frame["sparsity"] = self.sparsity
+        frame["crowding"] = self.crowding
         answers = cudnn_workspaces([layer], self.math) if torch.cuda.is_available() else None
         rows = self.dense.model.predict(frame, self.math, algorithms=[*self.dense._ranked, *self.kernels],
                                         workspaces=answers)
@@ -1428,7 +1432,8 @@ def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_s
     surely faster at that share (:class:`SparseInput`; ``gpu`` needs a sparse model). The
     share is measured once, on the calibration batch: the choice stays when later inputs
     hold fewer zeros. The calibration batch also says how crowded each input's non-zeros are
-    on pixels; above :data:`SPARSE_MAX_CROWDING` the dense choice stays. With
+    on pixels, which the sparse kernels' times are predicted at; beyond the most crowded input
+    the sparse model learnt from, the dense choice stays. With
     ``cuda_graphs``, only ``SEER_SPARSE_GATHER`` can be captured.
     """
     if seer_model is None:
