@@ -376,12 +376,18 @@ def _cells(column: pd.Series, fmt: str) -> list[str] | None:
     if dtype == np.bool_:
         true, false = ("true", "false") if json_ else ("True", "False")
         return [true if value else false for value in column.to_numpy().tolist()]
-    if dtype == object or isinstance(dtype, (pd.StringDtype, pd.BooleanDtype)) or (
+    if isinstance(dtype, (pd.StringDtype, pd.BooleanDtype)) or (
             isinstance(dtype, pd.api.extensions.ExtensionDtype) and getattr(dtype, "kind", "") in "iu"
             and hasattr(dtype, "numpy_dtype")):
+        # Values of one type (names, ranks): each distinct one is formatted once, and every row
+        # takes its text by code (missing: code -1, the extra last text).
+        codes, distinct = pd.factorize(column)
+        texts = [_object_cell(value, json_) for value in distinct.to_numpy(dtype=object).tolist()]
+        return np.array([*texts, missing], dtype=object)[codes].tolist()
+    if dtype == object:
         values = column.to_numpy(dtype=object)
         gone = _is_missing(values)
-        # Names and labels repeat (an algorithm on every layer): each distinct value is formatted once.
+        # Labels repeat: each distinct value is formatted once.
         known: dict = {}
         cells = []
         for value, absent in zip(values.tolist(), gone.tolist()):
@@ -394,11 +400,7 @@ def _cells(column: pd.Series, fmt: str) -> list[str] | None:
                 continue
             except (KeyError, TypeError):
                 pass
-            if json_:
-                cell = _json_value(value)
-            else:  # the csv module writes a float (a numpy one too) as its repr, anything else as its str
-                cell = _csv_field(value if isinstance(value, str) else repr(value) if isinstance(value, float)
-                                  else str(value))
+            cell = _object_cell(value, json_)
             try:
                 known[key] = cell
             except TypeError:
@@ -406,6 +408,14 @@ def _cells(column: pd.Series, fmt: str) -> list[str] | None:
             cells.append(cell)
         return cells
     return None
+
+
+def _object_cell(value, json_: bool) -> str:
+    """A value of an object (or string, boolean, nullable integer) column as JSON text, or as the
+    csv module writes it: a float (a numpy one too) as its repr, anything else as its str."""
+    if json_:
+        return _json_value(value)
+    return _csv_field(value if isinstance(value, str) else repr(value) if isinstance(value, float) else str(value))
 
 
 #: Float columns at least this long are written value by distinct value (:func:`_float_texts`).
