@@ -459,10 +459,17 @@ def _json_value(value) -> str:
     return json.dumps(value if isinstance(value, str) else str(value))
 
 
-def _csv_lines(frame: pd.DataFrame, columns: list[str], header: bool) -> str | None:
-    """``frame.to_csv(columns=columns, header=header, index=False)``'s text, built faster:
-    a per-layer column is formatted once per layer, not once per row. None where a column's
-    dtype is left to pandas."""
+#: Rows of CSV text joined at a time (:func:`_csv_lines`): text of a bounded size, whose memory
+#: the next block's text reuses. Joining the 10,000-layer benchmark's 76,000 rows at once
+#: made 25 MB of row strings and 25 MB of text, and the page faults of that fresh memory,
+#: took a fifth of the writing time.
+_CSV_BLOCK_ROWS = 2048
+
+
+def _csv_lines(frame: pd.DataFrame, columns: list[str], header: bool) -> Iterator[str] | None:
+    """``frame.to_csv(columns=columns, header=header, index=False)``'s text, built faster, in
+    pieces of :data:`_CSV_BLOCK_ROWS` rows: a per-layer column is formatted once per layer, not
+    once per row. None where a column's dtype is left to pandas."""
     starts = _layer_starts(frame["layer"].to_numpy())
     rows = len(frame)
     of_row = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, rows)))
@@ -474,8 +481,16 @@ def _csv_lines(frame: pd.DataFrame, columns: list[str], header: bool) -> str | N
             return None
         joined = cells[0] if len(cells) == 1 else list(map(",".join, zip(*cells)))
         pieces.append(np.asarray(joined, dtype=object)[of_row].tolist() if by_layer else joined)
-    text = "\n".join(map(",".join, zip(*pieces))) + "\n" if rows else ""
-    return (",".join(_csv_field(str(c)) for c in columns) + "\n" if header else "") + text
+    return _csv_blocks(map(",".join, zip(*pieces)), rows,
+                       ",".join(_csv_field(str(c)) for c in columns) + "\n" if header else "")
+
+
+def _csv_blocks(lines: Iterator[str], rows: int, head: str) -> Iterator[str]:
+    """``head``, then the ``rows`` ``lines`` joined :data:`_CSV_BLOCK_ROWS` at a time."""
+    if head:
+        yield head
+    for _ in range(0, rows, _CSV_BLOCK_ROWS):
+        yield "\n".join(itertools.islice(lines, _CSV_BLOCK_ROWS)) + "\n"
 
 
 def _constant_per_layer(column: pd.Series, starts: np.ndarray, of_row: np.ndarray) -> bool:
@@ -523,11 +538,12 @@ class PredictionWriter:
         self._write_json(layer_json(predictions))
 
     def _write_csv(self, frame: pd.DataFrame, columns: list[str]) -> None:
-        text = _csv_lines(frame, columns, header=self._first)
-        if text is None:
+        texts = _csv_lines(frame, columns, header=self._first)
+        if texts is None:
             frame.to_csv(self.handle, columns=columns, header=self._first, index=False)
         else:
-            self._put(text)
+            for text in texts:
+                self._put(text)
         self._first = False
 
     def _write_json(self, objects: list[str]) -> None:
