@@ -323,7 +323,8 @@ def ranked(frame: pd.DataFrame, math: str, algorithms: list[str], times: np.ndar
     out = frame.iloc[rows].reset_index(drop=True)
     out.insert(0, "layer", rows)
     out["math"] = math
-    out["algo"] = pd.array(np.where(has, np.asarray(algorithms, dtype=object)[slots], None), dtype="string")
+    # Each name made a string once, then taken per row (-1: no algorithm, missing).
+    out["algo"] = pd.array(algorithms, dtype="string").take(np.where(has, slots, -1), allow_fill=True)
     out["predicted_ms"] = np.where(has, times[rows, slots], np.nan)
     for column, (level, end) in zip(INTERVAL_COLUMNS, itertools.product(range(len(INTERVAL_LEVELS)), range(2))):
         out[column] = np.where(has, bounds[rows, slots, level, end], np.nan) if bounds is not None else np.nan
@@ -363,7 +364,7 @@ def with_pytorch(predictions: pd.DataFrame, pytorch: np.ndarray, guarded: bool =
                          pytorch[layer[first], low]) if guarded else algo
     per_layer = np.empty(len(pytorch), dtype=object)
     per_layer[layer[first]] = choice
-    predictions["recommended"] = pd.array(per_layer[layer], dtype="string")
+    predictions["recommended"] = pd.array(per_layer, dtype="string").take(layer)  # a string per layer, not per row
     return predictions
 
 
