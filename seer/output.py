@@ -497,8 +497,10 @@ def _constant_per_layer(column: pd.Series, starts: np.ndarray, of_row: np.ndarra
     """Whether ``column`` holds one value per layer, as :func:`_per_layer` says it does."""
     if len(starts) == len(column):
         return True
-    values = column.to_numpy() if isinstance(column.dtype, np.dtype) and column.dtype != object else \
-        column.to_numpy(dtype=object, na_value=None)
+    if isinstance(column.dtype, np.dtype):
+        values = column.to_numpy() if column.dtype != object else column.to_numpy(dtype=object, na_value=None)
+    else:  # strings, nullable numbers: compared by their codes (missing: -1), not as Python objects
+        values = pd.factorize(column)[0]
     repeated = values[starts][of_row]
     if values.dtype.kind == "f":
         return bool(np.array_equal(values, repeated, equal_nan=True))
