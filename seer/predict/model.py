@@ -167,10 +167,11 @@ class Model:
         if algorithms is not None:
             left_out = ~np.isin(predictor.algorithms, _algorithm_names(algorithms))
             times[:, left_out] = scores[:, left_out] = np.nan
-        bounds, near_best = predictor.uncertainty(layers, reported, scores)
+        kinds = interval_kind(layers)  # for the bounds of the algorithms' times and of PyTorch's
+        bounds, near_best = predictor.uncertainty(layers, reported, scores, kinds)
         if objective == "energy":
             near_best[:] = np.nan  # calibrated for picks by time
-        pytorch = pytorch_times(predictor, layers, pytorch[:, 0] if guard else None, policy)
+        pytorch = pytorch_times(predictor, kinds, pytorch[:, 0] if guard else None, policy)
         return times, scores, energies, bounds, near_best, pytorch, predictor.extrapolated(layers)
 
     def pick(self, layers: Layers, math: str = "default", algorithms: Sequence[str] | None = None,
@@ -336,15 +337,15 @@ def ranked(frame: pd.DataFrame, math: str, algorithms: list[str], times: np.ndar
     return out[["layer", *(c for c in PREDICTION_COLUMNS if c not in PYTORCH_COLUMNS)]]
 
 
-def pytorch_times(predictor, frame: pd.DataFrame, ms: np.ndarray | None, policy: str = GUARD_POLICY) -> np.ndarray:
-    """Per layer of ``frame``: PyTorch's own choice's (``policy``'s) predicted time ``ms`` and
-    its bounds (:data:`PYTORCH_COLUMNS` but ``recommended``), NaN where ``ms`` is None (a model
-    without a model of it)."""
-    out = np.full((len(frame), 1 + 2 * len(INTERVAL_LEVELS)), np.nan)
-    if ms is None or not len(frame):
+def pytorch_times(predictor, kinds: np.ndarray, ms: np.ndarray | None, policy: str = GUARD_POLICY) -> np.ndarray:
+    """Per layer (``kinds``: each one's :func:`~seer.predict.uncertainty.interval_kind`): PyTorch's
+    own choice's (``policy``'s) predicted time ``ms`` and its bounds (:data:`PYTORCH_COLUMNS` but
+    ``recommended``), NaN where ``ms`` is None (a model without a model of it)."""
+    out = np.full((len(kinds), 1 + 2 * len(INTERVAL_LEVELS)), np.nan)
+    if ms is None or not len(kinds):
         return out
-    bounds = interval_bounds(ms[:, None], interval_kind(frame), [policy], predictor.intervals)[:, 0]
-    out[:, 0], out[:, 1:] = ms, bounds.reshape(len(frame), -1)
+    bounds = interval_bounds(ms[:, None], kinds, [policy], predictor.intervals)[:, 0]
+    out[:, 0], out[:, 1:] = ms, bounds.reshape(len(kinds), -1)
     return out
 
 

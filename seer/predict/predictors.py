@@ -605,11 +605,14 @@ class AlgorithmPredictor(Part):
             del out["time_scale"]
         return out
 
-    def uncertainty(self, X: pd.DataFrame, times: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def uncertainty(self, X: pd.DataFrame, times: np.ndarray, scores: np.ndarray,
+                    kinds: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Bounds of ``times`` (rows, algorithms, levels, 2; :func:`seer.predict.uncertainty.interval_bounds`)
         and the chance that the pick of ``scores`` is near the fastest, per row of the layer frame ``X``
-        (NaN where the model has no calibration: models trained before 0.8)."""
-        return (interval_bounds(times, interval_kind(X), self.algorithms, self.intervals),
+        (NaN where the model has no calibration: models trained before 0.8). ``kinds``: the rows'
+        :func:`~seer.predict.uncertainty.interval_kind`, where the caller has them already."""
+        kinds = interval_kind(X) if kinds is None else kinds
+        return (interval_bounds(times, kinds, self.algorithms, self.intervals),
                 near_best_probability(pick_margin(scores), self.near_best))
 
     # Public methods take shapes; each computes the features and the first stage's answers
@@ -822,11 +825,11 @@ class AlgorithmPredictor(Part):
             rows = runs[:, j]
             if algo not in self.regressors or not rows.any():
                 continue
-            answers_run = answers[rows] if answers is not None else None
-            to_report, to_weigh = self._ratios(j, self._regressor_inputs(j, F[rows], answers_run), answers_run)
+            F_run, answers_run = F[rows], answers[rows] if answers is not None else None
+            to_report, to_weigh = self._ratios(j, self._regressor_inputs(j, F_run, answers_run), answers_run)
             if ratios is not None:
                 ratios[j] = (rows, to_report)
-            base = self.baseline_ms(F[rows], algo)
+            base = self.baseline_ms(F_run, algo)
             reported[rows, j], weighed[rows, j] = to_report * base, to_weigh * base
         return reported, weighed
 
