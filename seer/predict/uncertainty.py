@@ -78,12 +78,12 @@ def interval_bounds(times: np.ndarray, kinds: np.ndarray, algorithms: list[str],
     """Bounds of ``times`` (rows x algorithms, ms): an array (rows, algorithms, levels, 2), NaN
     where a time is missing or its algorithm has no quantiles."""
     out = np.full((*times.shape, len(INTERVAL_LEVELS), 2), np.nan)
+    index = pd.Index(INTERVAL_KINDS).get_indexer(kinds)  # each row's kind, the same for every algorithm
     for j, algo in enumerate(algorithms):
         by_kind = intervals.get(algo)
         if not by_kind:
             continue
         offsets = np.array([by_kind.get(kind, by_kind[ALL_KINDS]) for kind in INTERVAL_KINDS])  # kinds x levels x 2
-        index = pd.Index(INTERVAL_KINDS).get_indexer(kinds)
         out[:, j] = times[:, j, None, None] * np.exp(offsets[index])
     return out
 
