@@ -392,3 +392,17 @@ def test_the_crowding_study_rebuilds_its_committed_tables(tmp_path, monkeypatch)
     ratios = pd.read_csv(tmp_path / "ratios.csv")
     dense = ratios[~ratios["algo"].str.startswith("SEER_")]
     assert dense["50%"].between(0.98, 1.02).all()  # cuDNN's times do not depend on the zeros
+
+
+def test_the_h200_sparse_model_on_the_h100s_runs_rebuilds_its_committed_table(tmp_path, monkeypatch):
+    """``benchmarks/sparse_transfer.py``: the H200's shipped sparse model on the H100's sparse runs."""
+    from conftest import REPO, benchmark_module
+
+    committed = REPO / "benchmarks" / "results" / "h100-sparse-transfer"
+    monkeypatch.chdir(REPO)
+    assert benchmark_module("sparse_transfer").main(["--gpu", "h100", "--model-gpu", "h200", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "runs.csv").read_text() == (committed / "runs.csv").read_text()
+    runs = pd.read_csv(tmp_path / "runs.csv")
+    assert set(runs["sparsity_pattern"]) == {"relu", "crowded"} and runs["other_gpu_ms"].notna().all()
+    gather = runs[(runs["algo"] == "SEER_SPARSE_GATHER") & (runs["sparsity_pattern"] == "relu")]
+    assert (gather["predicted_ms"] / gather["time_ms"] - 1).abs().mean() < 0.12
