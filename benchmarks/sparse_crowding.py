@@ -32,6 +32,8 @@ from seer.dataset.build import read_sparse_measurements
 from seer.layers.shapes import ConvShape, layer_frame
 from seer.predict.guard import GUARD_LEVEL
 from seer.predict.sparse import load_sparse_model
+from seer.schema import INTERVAL_LEVELS
+from sparse_seed import markdown_table
 
 #: Bands of crowding (the most non-zeros at a pixel over what even spreading gives).
 CROWDING_BANDS = (0.0, 1.5, 3.0, 5.0, 8.0, 12.0, 20.0, 50.0)
@@ -63,7 +65,7 @@ def check_picks(picks: pd.DataFrame, gpu: str) -> pd.DataFrame:
     frame, sparsity = layer_frame(shapes), picks["sparsity"].to_numpy(dtype=float)
     j = model.kernels.index("SEER_SPARSE_GATHER")
     at_crowding = model.times(frame, sparsity, picks["crowding"].to_numpy(dtype=float))
-    level = [str(v) for v in sorted(int(k) for k in model.quantiles["SEER_SPARSE_GATHER"])].index(str(GUARD_LEVEL))
+    level = list(INTERVAL_LEVELS).index(GUARD_LEVEL)
     out = picks.assign(predicted_ms=at_crowding[:, j],
                        predicted_even_ms=model.times(frame, sparsity)[:, j],
                        predicted_high=model.bounds(at_crowding)[:, j, level, 1])
@@ -72,12 +74,6 @@ def check_picks(picks: pd.DataFrame, gpu: str) -> pd.DataFrame:
         (out["crowding"] <= model.max_crowding)
     out["point_takes"] = out["predicted_ms"] < out["predicted_dense_ms"]
     return out
-
-
-def _table(frame: pd.DataFrame) -> list[str]:
-    lines = ["| " + " | ".join(map(str, frame.columns)) + " |", "|" + "---|" * len(frame.columns)]
-    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in frame.itertuples(index=False)]
-    return lines
 
 
 def _outcomes(checked: pd.DataFrame, taken: str) -> str:
@@ -111,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = ["# Crowded non-zeros and seer's sparse kernels", "",
              f"Command: `python benchmarks/sparse_crowding.py {' '.join(argv if argv is not None else sys.argv[1:])}`",
              "", "## Measured: crowded over evenly spread inputs (median time ratio, same layer and share of zeros)",
-             "", *_table(wide.astype(object).where(wide.notna(), "")), "",
+             "", *markdown_table(wide), "",
              f"## Held out: {len(checked)} convolutions of real networks that ran gather, timed alone on their own input",
              "", f"- gather's time, mean absolute error: {ape('predicted_ms'):.1f}% at the measured crowding, "
                  f"{ape('predicted_even_ms'):.1f}% taken as even.",

@@ -42,7 +42,7 @@ from pathlib import Path
 from statistics import median
 
 import pandas as pd
-from sparse_seed import SEED_GRID, SEED_PATTERN, measured_frame
+from sparse_seed import SEED_GRID, SEED_PATTERN, markdown_table, measured_frame
 
 
 def _convolutions(model):
@@ -214,11 +214,6 @@ def layer_bound(networks: list[str], batches: list[int], levels: list[float], gp
     return pd.DataFrame(rows)
 
 
-def _markdown(frame: pd.DataFrame) -> list[str]:
-    return (["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
-            + ["| " + " | ".join(str(v) for v in row) + " |" for row in frame.itertuples(index=False)])
-
-
 def merge(runs: list[Path], out: Path, gpu: str, data_dir: Path, argv: list[str],
           levels: list[str] | None = None) -> int:
     """``--merge``: the runs' tables as one (their rows at ``levels`` only, where given), with
@@ -249,9 +244,9 @@ def merge(runs: list[Path], out: Path, gpu: str, data_dir: Path, argv: list[str]
              f"`python benchmarks/sparse_network.py {' '.join(argv)}`, joining the runs' `results.csv`; each run's "
              "command and machine are in the folder's README.", "",
              "## As a user runs them: wall ms and energy per forward pass, eager and (`_graph`, where timed) "
-             "captured in CUDA graphs", "", *_markdown(frame), "",
+             "captured in CUDA graphs", "", *markdown_table(frame), "",
              "## The bound from per-layer times: convolution GPU ms, best cuDNN algorithm on every layer against "
-             "the faster of it and the best sparse kernel", "", *_markdown(bound), ""]
+             "the faster of it and the best sparse kernel", "", *markdown_table(bound), ""]
     (out / "summary.md").write_text("\n".join(lines))
     print("\n".join(lines))
     return 0

@@ -51,6 +51,13 @@ SEED_DENSE = ("IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM")
 RESNETS, DENSENETS = ("resnet101", "resnet152"), ("densenet121", "densenet169", "densenet201")
 
 
+def markdown_table(frame: pd.DataFrame) -> list[str]:
+    """``frame`` as the lines of a Markdown table (None and NaN cells empty)."""
+    cells = frame.astype(object).where(frame.notna(), "")
+    return (["| " + " | ".join(map(str, frame.columns)) + " |", "|" + "---|" * len(frame.columns)]
+            + ["| " + " | ".join(map(str, row)) + " |" for row in cells.itertuples(index=False)])
+
+
 def layer_kind(row) -> str:
     """The layer's kind as the seed's table groups them: kernel and stride."""
     if row["in_ch"] == 3:

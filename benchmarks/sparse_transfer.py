@@ -29,6 +29,7 @@ from seer.layers.shapes import LAYER_COLUMNS
 from seer.predict.guard import GUARD_LEVEL
 from seer.predict.sparse import load_sparse_model, run_crowding, sparse_training_rows
 from seer.schema import INTERVAL_LEVELS
+from sparse_seed import markdown_table
 
 KEY = ["dense_shape_id", "sparsity", "sparsity_pattern", "algo", "math"]
 
@@ -71,12 +72,6 @@ def decisions(table: pd.DataFrame, runs: pd.DataFrame) -> dict:
             "sparse_wins_predicted": int(predicted.sum()), "agree": int((measured == predicted).sum())}
 
 
-def _table(frame: pd.DataFrame) -> list[str]:
-    lines = ["| " + " | ".join(map(str, frame.columns)) + " |", "|" + "---|" * len(frame.columns)]
-    return lines + ["| " + " | ".join("" if v is None else str(v) for v in row) + " |"
-                    for row in frame.itertuples(index=False)]
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpu", default="h100")
@@ -100,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     runs[columns].round(5).to_csv(args.out / "runs.csv", index=False)
     lines = [f"# {args.model_gpu}'s sparse model on the {args.gpu}'s sparse runs", "",
              f"`python benchmarks/sparse_transfer.py {' '.join(argv if argv is not None else sys.argv[1:])}` (CPU)", "",
-             *_table(kernels), "",
+             *markdown_table(kernels), "",
              f"Sparse or dense, on {decided['cases']} (layer, level, pattern) cases with the {args.gpu}'s cuDNN "
              f"times: the best sparse kernel is measured faster than the best cuDNN algorithm on "
              f"{decided['sparse_wins_measured']}, predicted faster on {decided['sparse_wins_predicted']}; "

@@ -53,8 +53,9 @@ def test_committed_tables_are_exactly_what_the_raw_records_give(rebuilt, table):
     pd.testing.assert_frame_equal(again, table)
     for name in ("measurements", "kernels", "traced_kernels"):
         _same_parts(target / name, H100 / name)
-    # No run on a sparse input was collected: no table of them (seer collect --sparsity).
-    assert files.sparse_measurements is None and not (target / "sparse_measurements").exists()
+    # The runs on sparse inputs (seer collect --sparsity: the sparse-seed grid's batch-1 layers) have their own table.
+    assert files.sparse_measurements == target / "sparse_measurements" and files.sparse_rows == 2780
+    _same_parts(target / "sparse_measurements", H100 / "sparse_measurements")
     for name in ("Test-set-II.txt", "Test-set-II-times.csv", "provenance.json"):
         assert (target / name).read_text() == (H100 / name).read_text(), name
     for name in ("train.xlsx", "test.xlsx"):  # the same bytes, or (another openpyxl wrote one) cell for cell
