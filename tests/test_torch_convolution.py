@@ -442,6 +442,58 @@ def test_a_calibration_batch_measures_each_modules_zeros():
     assert isinstance(modules["0"].seer_choice, Predicted)
 
 
+def test_a_model_trained_here_takes_the_calibration_path(no_heuristic):
+    """A user's own trained model and data (issue 40): a small network trained for a few steps here,
+    then calibrated on a batch of its data. Each convolution after a ReLU gets a sparse choice at its
+    measured share of zeros and crowding, which runs a sparse kernel only where seer predict
+    recommends one there, and the model still computes what it computed (on the CPU, through
+    PyTorch's convolution)."""
+    from seer.layers.shapes import layer_frame
+    from seer.predict.persist import load_model
+    from seer.torch import input_sparsity
+    from seer.torch.convolution import SparseInput, module_crowding, module_sparsity
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(64, 64, 1), torch.nn.ReLU(),
+                                torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(64, 2))
+    images = torch.randn(64, 3, 16, 16)
+    labels = (images[:, 0].mean(dim=(1, 2)) > images[:, 1].mean(dim=(1, 2))).long()  # redder than green
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(30):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(images), labels)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0]  # it learnt
+    model.eval()
+    batch = images[:8]
+    with torch.no_grad():
+        before = model(batch)
+    calls = input_sparsity(model, batch)
+    shares, crowding = module_sparsity(calls), module_crowding(calls)
+    assert shares["0"] == 0 and all(0 < shares[name] < 1 for name in ("2", "4"))
+    apply(model, "h200", "fma", calibration=batch)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # on the CPU, PyTorch's convolution runs (and says why)
+        assert torch.allclose(model(batch), before)
+    predictor = load_model("h200", math="fma")
+    for name in ("2", "4"):
+        choice = seer_convolutions(model)[name].seer_choice
+        assert isinstance(choice, SparseInput) and (choice.sparsity, choice.crowding) == (shares[name], crowding[name])
+        layer = ConvShape.from_mapping(calls.layers.set_index("name").loc[name])
+        frame = layer_frame([layer]).assign(sparsity=shares[name], crowding=crowding[name])
+        rows = predictor.predict(frame, "fma")
+        algorithm = choice.algorithm(layer)
+        if algorithm in choice.kernels:  # a sparse kernel only where seer predict recommends it
+            assert rows["recommended"].iloc[0] == algorithm, name
+        else:
+            assert algorithm == choice.dense.algorithm(layer), name
+
+
 def test_sparsity_mistakes_are_input_errors():
     from seer.torch.convolution import module_sparsity
 
