@@ -68,7 +68,7 @@ def check_picks(picks: pd.DataFrame, gpu: str) -> pd.DataFrame:
     level = list(INTERVAL_LEVELS).index(GUARD_LEVEL)
     out = picks.assign(predicted_ms=at_crowding[:, j],
                        predicted_even_ms=model.times(frame, sparsity)[:, j],
-                       predicted_high=model.bounds(at_crowding)[:, j, level, 1])
+                       predicted_high=model.bounds(at_crowding, picks["crowding"].to_numpy(dtype=float))[:, j, level, 1])
     out["gather_won"] = out["sparse_ms"] < out["dense_ms"]
     out["guard_takes"] = (out["predicted_high"] < out["predicted_dense_low"]) & \
         (out["crowding"] <= model.max_crowding)

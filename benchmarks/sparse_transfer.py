@@ -36,8 +36,9 @@ KEY = ["dense_shape_id", "sparsity", "sparsity_pattern", "algo", "math"]
 
 def predicted_runs(rows: pd.DataFrame, model) -> pd.DataFrame:
     """``rows`` (sparse kernels' ok runs) with the model's time and 80% interval for each."""
-    times = model.times(rows[list(LAYER_COLUMNS)], rows["sparsity"].to_numpy(), run_crowding(rows))
-    bounds = model.bounds(times)
+    crowding = run_crowding(rows)
+    times = model.times(rows[list(LAYER_COLUMNS)], rows["sparsity"].to_numpy(), crowding)
+    bounds = model.bounds(times, crowding)
     column = np.array([model.kernels.index(a) for a in rows["algo"]])
     level = list(INTERVAL_LEVELS).index(GUARD_LEVEL)
     at = np.arange(len(rows))

@@ -19,7 +19,8 @@ non-zeros at one pixel over what evenly spread non-zeros give; 1 and below: none
 first alone, times of inputs crowded 8 to 50 times came out 10-30% low. The coefficients are
 non-negative (each term is work that costs time), fitted by non-negative least squares on
 the relative error. Each kernel's 80% and 95% intervals are the quantiles of log(measured /
-predicted) over leave-one-layer-out fits (as :mod:`seer.predict.uncertainty` does with
+predicted) over leave-one-layer-out fits, per band of crowding (:data:`CROWDING_BANDS`: the error
+grows with it) (as :mod:`seer.predict.uncertainty` does with
 held-out layers). Only the terms with (1 − sparsity) depend on it, so at a given crowding a
 kernel's time falls linearly with it and the break-even sparsity against a dense time has a
 closed form.
@@ -87,12 +88,24 @@ def _sizes(frame: pd.DataFrame) -> dict[str, np.ndarray]:
 RANGE_FIELDS = ("batch", "in_ch", "out_ch", "groups", "dims", "in_pixels", "taps", "sparsity", "crowding")
 
 
+#: Edges of the bands of crowding whose held-out errors bound a kernel's times apart: even inputs
+#: (the ``relu`` and ``uniform`` patterns give 0.8 to 1.2), mildly, strongly and very crowded ones.
+CROWDING_BANDS: tuple[float, ...] = (1.5, 5.0, 12.0)
+#: The fewest held-out runs of a kernel in a band for quantiles of the band's own; fewer: the kernel's.
+MIN_BAND_RUNS = 40
+
+
 def even_where_unknown(crowding: np.ndarray | None, count: int) -> np.ndarray:
     """``crowding`` per layer as floats, NaN (not measured) and a missing array as even (1)."""
     if crowding is None:
         return np.ones(count)
     crowding = np.asarray(crowding, dtype=float)
     return np.where(np.isnan(crowding), 1.0, crowding)
+
+
+def crowding_band(crowding: np.ndarray | None, count: int) -> np.ndarray:
+    """Each layer's band of :data:`CROWDING_BANDS` (0: even; None or NaN: even)."""
+    return np.searchsorted(CROWDING_BANDS, even_where_unknown(crowding, count), side="left")
 
 
 def _range_values(frame: pd.DataFrame, sparsity: np.ndarray, crowding: np.ndarray | None = None
@@ -143,7 +156,9 @@ def _fit(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 @dataclass
 class SparseTimeModel:
     """Per sparse kernel: the coefficients of :data:`TERMS`, and the quantiles of
-    log(measured / predicted) that bound its times (by level, low and high)."""
+    log(measured / predicted) that bound its times (by level, low and high), over all its runs
+    and per band of crowding (``band_quantiles``: one such dict per band; empty: the first
+    for every band)."""
 
     gpu: str
     coefficients: dict[str, list[float]]
@@ -152,6 +167,7 @@ class SparseTimeModel:
     #: Per kernel with enough energy readings: average power (W) = a + b·log10(time in ms), held
     #: within the range of watts read ({"coefficients": [a, b], "range_w": [low, high]}).
     power: dict = field(default_factory=dict)
+    band_quantiles: dict[str, list[dict[str, list[float]]]] = field(default_factory=dict)
 
     @property
     def kernels(self) -> list[str]:
@@ -196,10 +212,15 @@ class SparseTimeModel:
             out |= (v < low - 1e-9) | (v > high + 1e-9)
         return out
 
-    def bounds(self, times: np.ndarray) -> np.ndarray:
-        """The bounds of ``times`` (:meth:`times`' array): (layers, kernels, levels, 2)."""
-        offsets = np.array([[self.quantiles[a][str(level)] for level in INTERVAL_LEVELS] for a in self.kernels])
-        return times[:, :, None, None] * np.exp(offsets)[None]
+    def bounds(self, times: np.ndarray, crowding: np.ndarray | None = None) -> np.ndarray:
+        """The bounds of ``times`` (:meth:`times`' array) at each layer's ``crowding`` (None or
+        NaN: even): (layers, kernels, levels, 2)."""
+        bands = len(CROWDING_BANDS) + 1
+        offsets = np.array([[[q[str(level)] for level in INTERVAL_LEVELS]
+                             for q in self.band_quantiles.get(a) or [self.quantiles[a]] * bands]
+                            for a in self.kernels])  # (kernels, bands, levels, 2)
+        chosen = np.moveaxis(offsets[:, crowding_band(crowding, len(times))], 1, 0)
+        return times[:, :, None, None] * np.exp(chosen)
 
     def break_even(self, frame: pd.DataFrame, dense_ms: np.ndarray, crowding: np.ndarray | None = None
                    ) -> np.ndarray:
@@ -229,6 +250,7 @@ class SparseTimeModel:
     def to_json(self) -> str:
         return json.dumps({"format": FORMAT, "version": FORMAT_VERSION, "gpu": self.gpu, "terms": list(TERMS),
                            "coefficients": self.coefficients, "quantiles": self.quantiles, "power": self.power,
+                           "crowding_bands": list(CROWDING_BANDS), "band_quantiles": self.band_quantiles,
                            "card": self.card}, indent=1, sort_keys=False) + "\n"
 
 
@@ -263,9 +285,8 @@ def _fit_power(time_ms: np.ndarray, power_w: np.ndarray) -> dict:
     return {"coefficients": [float(a), float(b)], "range_w": [float(power_w.min()), float(power_w.max())]}
 
 
-#: Inputs at most this crowded count as even for the power model (the ``relu`` and ``uniform``
-#: patterns give 0.8 to 1.2).
-EVEN_CROWDING = 1.5
+#: Inputs at most this crowded count as even for the power model (the first band of crowding).
+EVEN_CROWDING = CROWDING_BANDS[0]
 
 
 def fit_power(rows: pd.DataFrame) -> tuple[dict, dict]:
@@ -314,7 +335,7 @@ def fit_sparse_model(table: pd.DataFrame, gpu: str, source: Path | None = None) 
     if rows.empty:
         raise InputError("no ok runs of seer's sparse kernels in the sparse measurements", field="sparse")
     held = leave_one_layer_out(rows)
-    coefficients, quantiles, errors = {}, {}, {}
+    coefficients, quantiles, band_quantiles, errors = {}, {}, {}, {}
     for algo in SPARSE_KERNELS:
         group = held[held["algo"] == algo]
         if group.empty:
@@ -323,9 +344,10 @@ def fit_sparse_model(table: pd.DataFrame, gpu: str, source: Path | None = None) 
         x = features(group, group["sparsity"].to_numpy(), run_crowding(group))
         coefficients[algo] = [float(v) for v in _fit(x, y)]
         log_ratio = np.log(y / group["predicted_ms"].to_numpy())
-        quantiles[algo] = {str(level): [float(np.quantile(log_ratio, (1 - level / 100) / 2)),
-                                        float(np.quantile(log_ratio, 1 - (1 - level / 100) / 2))]
-                           for level in INTERVAL_LEVELS}
+        quantiles[algo] = _interval_quantiles(log_ratio)
+        band = crowding_band(run_crowding(group), len(group))
+        band_quantiles[algo] = [_interval_quantiles(log_ratio[band == b]) if (band == b).sum() >= MIN_BAND_RUNS
+                                else quantiles[algo] for b in range(len(CROWDING_BANDS) + 1)]
         ape = np.abs(group["predicted_ms"].to_numpy() / y - 1)
         errors[algo] = {"runs": int(len(group)), "layers": int(group["dense_shape_id"].nunique()),
                         "loo_mape_percent": round(float(100 * ape.mean()), 2),
@@ -343,7 +365,9 @@ def fit_sparse_model(table: pd.DataFrame, gpu: str, source: Path | None = None) 
             "ranges": {name: [float(v.min()), float(v.max())]
                        for name, v in _range_values(rows, rows["sparsity"].to_numpy(), run_crowding(rows)).items()},
             "fit": "non-negative least squares on the relative error, per kernel",
-            "intervals": "quantiles of log(measured / predicted) over leave-one-layer-out fits",
+            "intervals": "quantiles of log(measured / predicted) over leave-one-layer-out fits, per band of "
+                         f"crowding (edges {list(CROWDING_BANDS)}; a band of under {MIN_BAND_RUNS} runs takes the "
+                         "kernel's)",
             "leave_one_layer_out": errors}
     power, power_errors = fit_power(rows)
     if power:
@@ -351,7 +375,13 @@ def fit_sparse_model(table: pd.DataFrame, gpu: str, source: Path | None = None) 
                                 f"on inputs crowded at most {EVEN_CROWDING:g}; energy per call = predicted ms x "
                                 "predicted watts",
                          "leave_one_layer_out": power_errors}
-    return SparseTimeModel(gpu, coefficients, quantiles, card, power)
+    return SparseTimeModel(gpu, coefficients, quantiles, card, power, band_quantiles)
+
+
+def _interval_quantiles(log_ratio: np.ndarray) -> dict[str, list[float]]:
+    """The central quantiles of ``log_ratio`` at each of :data:`INTERVAL_LEVELS`: {"80": [low, high], ...}."""
+    return {str(level): [float(np.quantile(log_ratio, (1 - level / 100) / 2)),
+                         float(np.quantile(log_ratio, 1 - (1 - level / 100) / 2))] for level in INTERVAL_LEVELS}
 
 
 def save_sparse_model(model: SparseTimeModel, folder: Path) -> Path:
@@ -362,13 +392,14 @@ def save_sparse_model(model: SparseTimeModel, folder: Path) -> Path:
         before = load_sparse_model(folder)
     except InputError:  # a damaged file is replaced
         before = None
-    if before is not None and (before.coefficients, before.quantiles, before.power) == \
-            (model.coefficients, model.quantiles, model.power) and \
+    if before is not None and (before.coefficients, before.quantiles, before.power, before.band_quantiles) == \
+            (model.coefficients, model.quantiles, model.power, model.band_quantiles) and \
             {k: v for k, v in before.card.items() if k != "trained_at"} == \
             {k: v for k, v in model.card.items() if k != "trained_at"}:
         # Retraining on unchanged data changes no file: the date of the first such training stays.
         model = SparseTimeModel(model.gpu, model.coefficients, model.quantiles,
-                                {**model.card, "trained_at": before.card.get("trained_at")}, model.power)
+                                {**model.card, "trained_at": before.card.get("trained_at")}, model.power,
+                                model.band_quantiles)
     path.write_text(model.to_json())
     return path
 
@@ -419,17 +450,17 @@ def load_sparse_model(folder: Path) -> SparseTimeModel | None:
         checked_w[algo] = [_number(v, f"a coefficient of {algo}", path, low=0.0) for v in w]
         if sum(checked_w[algo]) <= 0:
             raise InputError(f"not a valid sparse model file: {algo}'s coefficients are all 0", path=path)
-        q = quantiles[algo]
-        if type(q) is not dict or set(q) != {str(level) for level in INTERVAL_LEVELS}:
-            raise InputError(f"not a valid sparse model file: {algo}'s quantiles", path=path)
-        checked_q[algo] = {}
-        for level, pair in q.items():
-            if type(pair) is not list or len(pair) != 2:
-                raise InputError(f"not a valid sparse model file: {algo}'s {level}% quantiles", path=path)
-            low, high = (_number(v, f"a quantile of {algo}", path) for v in pair)
-            if low > high:
-                raise InputError(f"not a valid sparse model file: {algo}'s {level}% quantiles are reversed", path=path)
-            checked_q[algo][level] = [low, high]
+        checked_q[algo] = _checked_quantiles(quantiles[algo], algo, path)
+    bands = document.get("band_quantiles", {})
+    if bands and (document.get("crowding_bands") != list(CROWDING_BANDS) or type(bands) is not dict
+                  or set(bands) != set(checked_w)):
+        raise InputError(f"not a sparse model file of the crowding bands {list(CROWDING_BANDS)}; retrain with "
+                         "`seer train --gpu GPU --sparse`", path=path)
+    checked_b = {}
+    for algo, per_band in bands.items():
+        if type(per_band) is not list or len(per_band) != len(CROWDING_BANDS) + 1:
+            raise InputError(f"not a valid sparse model file: {algo}'s quantiles per band of crowding", path=path)
+        checked_b[algo] = [_checked_quantiles(q, algo, path) for q in per_band]
     power = document.get("power", {})
     if type(power) is not dict or set(power) - set(checked_w):
         raise InputError("not a valid sparse model file: its power models", path=path)
@@ -443,7 +474,22 @@ def load_sparse_model(folder: Path) -> SparseTimeModel | None:
             raise InputError(f"not a valid sparse model file: {algo}'s power bounds are reversed", path=path)
         checked_p[algo] = {"coefficients": [_number(v, f"a power coefficient of {algo}", path)
                                             for v in entry["coefficients"]], "range_w": [low, high]}
-    return SparseTimeModel(gpu, checked_w, checked_q, card, checked_p)
+    return SparseTimeModel(gpu, checked_w, checked_q, card, checked_p, checked_b)
+
+
+def _checked_quantiles(q, algo: str, path: Path) -> dict[str, list[float]]:
+    """One {"80": [low, high], "95": [...]} of a model file, each value's type and order checked."""
+    if type(q) is not dict or set(q) != {str(level) for level in INTERVAL_LEVELS}:
+        raise InputError(f"not a valid sparse model file: {algo}'s quantiles", path=path)
+    checked = {}
+    for level, pair in q.items():
+        if type(pair) is not list or len(pair) != 2:
+            raise InputError(f"not a valid sparse model file: {algo}'s {level}% quantiles", path=path)
+        low, high = (_number(v, f"a quantile of {algo}", path) for v in pair)
+        if low > high:
+            raise InputError(f"not a valid sparse model file: {algo}'s {level}% quantiles are reversed", path=path)
+        checked[level] = [low, high]
+    return checked
 
 
 #: For a model that learnt from evenly spread non-zeros only (its crowding terms then 0), a sparse
@@ -494,7 +540,7 @@ def with_sparse_rows(predictions: pd.DataFrame, frame: pd.DataFrame, sparsity: n
     best_dense[~np.isfinite(best_dense)] = np.nan
     columns = [model.kernels.index(k) for k in kernels]
     every = model.times(frame, sparsity, crowding)
-    times, bounds = every[:, columns], model.bounds(every)[:, columns]
+    times, bounds = every[:, columns], model.bounds(every, crowding)[:, columns]
     energies = model.energies(every)[:, columns] if energy else None
     picked = SparseTimeModel(model.gpu, {k: model.coefficients[k] for k in kernels},
                              {k: model.quantiles[k] for k in kernels}, model.card)
