@@ -19,11 +19,10 @@ non-zeros at one pixel over what evenly spread non-zeros give; 1 and below: none
 first alone, times of inputs crowded 8 to 50 times came out 10-30% low. The coefficients are
 non-negative (each term is work that costs time), fitted by non-negative least squares on
 the relative error. Each kernel's 80% and 95% intervals are the quantiles of log(measured /
-predicted) over leave-one-layer-out fits, per band of crowding (:data:`CROWDING_BANDS`: the error
-grows with it) (as :mod:`seer.predict.uncertainty` does with
-held-out layers). Only the terms with (1 − sparsity) depend on it, so at a given crowding a
-kernel's time falls linearly with it and the break-even sparsity against a dense time has a
-closed form.
+predicted) over leave-one-layer-out fits (as :mod:`seer.predict.uncertainty` does with held-out
+layers), per band of crowding (:data:`CROWDING_BANDS`), since the error grows with it. Only the
+terms with (1 − sparsity) depend on the share of zeros, so at a given crowding a kernel's time
+falls linearly with it and the break-even sparsity against a dense time has a closed form.
 
 The collector's ``relu`` and ``uniform`` inputs spread their non-zeros evenly (crowding 0.8 to
 1.2); its ``crowded`` inputs pile them on some pixels. Runs recorded before crowding was
