@@ -272,8 +272,8 @@ class SparseInput(Choice):
     input's ``crowding`` (how crowded its non-zeros are on pixels, as
     :func:`seer.torch.input_sparsity` measures it; NaN: even), which must lie within what the
     sparse model learnt (:attr:`seer.predict.sparse.SparseTimeModel.max_crowding`); else
-    ``dense``'s choice. ``guesses`` keeps, per layer,
-    the sparse kernel's and the alternative's predicted times."""
+    ``dense``'s choice. ``guesses`` keeps, per layer, the sparse kernel's and the alternative's
+    predicted times."""
 
     dense: Predicted
     sparsity: float

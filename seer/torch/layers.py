@@ -203,8 +203,8 @@ def input_sparsity(model: nn.Module, batch: "torch.Tensor") -> ConvCalls:
     """The convolutions of ``model``'s forward pass on ``batch``, each with the share of zero
     values in its input (column ``sparsity``, over every call of the layer and every image)
     and how crowded its non-zeros are on pixels (column ``crowding``,
-    :func:`seer.layers.sparsity.pixel_crowding`: about 1 where they spread as evenly as in the
-    inputs seer's sparse model learnt from).
+    :func:`seer.layers.sparsity.pixel_crowding`: about 1 where they spread evenly, more where
+    they pile on some pixels).
 
     The model runs as it is (its device, weights and mode: ``model.eval()`` for inference),
     without gradients, on ``batch``, a calibration batch of real inputs: the zeros a ReLU
