@@ -1,6 +1,7 @@
 """What a user of ``seer.torch.apply`` sees on whole networks: seer's picks against PyTorch's
-own choice, in plain wall time per forward pass (eager, and captured in a CUDA graph), from
-the ``overall.csv`` of ``seer profile-network``; or per training step, from its ``steps.csv``
+own choice, in plain wall time per forward pass (eager, captured in a CUDA graph, and under
+``torch.compile(mode="reduce-overhead")`` where profiled with ``--compiled``), from the
+``overall.csv`` of ``seer profile-network``; or per training step, from its ``steps.csv``
 (``--training``).
 
     python benchmarks/network_wall.py benchmarks/results/h100-network-wall/overall.csv \
@@ -156,6 +157,10 @@ def main(argv=None) -> int:
     if "seer-graph" in policies and overall["graph_ms"].notna().any():
         parts.append(markdown(comparison(run_with(overall, "seer-graph"), "graph_ms", seer="seer-graph"),
                               f"Captured in a CUDA graph, seer's picks guarded for CUDA graphs (seer-graph), per {unit}"))
+    if "seer-graph" in policies and "compiled_ms" in overall and overall["compiled_ms"].notna().any():
+        parts.append(markdown(comparison(run_with(overall, "seer-graph"), "compiled_ms", seer="seer-graph"),
+                              "Under torch.compile(mode='reduce-overhead'), seer's picks guarded for CUDA graphs "
+                              f"(seer-graph), wall time per {unit}"))
     if {"seer", "seer-graph"} <= policies and "forward_ms" in overall and overall["forward_ms"].notna().any():
         parts.append(ceiling(overall))
     text = "\n".join(parts)

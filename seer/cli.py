@@ -1540,6 +1540,10 @@ def _add_profile_network(sub) -> None:
                         "--optimizer's step): eager and CUDA-graph wall time per step, policies in turns; seer's "
                         "policies run its forward, dgrad and wgrad picks (the GPU's backward models, e.g. --gpu "
                         "h200). Writes OUT/steps.csv")
+    p.add_argument("--compiled", action="store_true",
+                   help="also time each forward pass under torch.compile(mode='reduce-overhead') (inductor, "
+                        "replayed from CUDA graphs), each policy compiled alone: compiled_ms, compiled_spread and "
+                        "compile_s in OUT/overall.csv (minutes of compilation per network and policy)")
     p.add_argument("--optimizer", choices=STEP_OPTIMIZER_CHOICES, default="none",
                    help="with --training, end each step with an optimizer step: none (default) or sgd (with "
                         "momentum); every policy pays the same for it. Give each its own --out")
@@ -1565,6 +1569,8 @@ def _cmd_profile_network(args) -> int:
     spec = get_gpu_spec(args.gpu)
     if args.optimizer != "none" and not args.training:
         raise InputError("--optimizer ends a training step: give --training too", field="optimizer")
+    if args.compiled and args.training:
+        raise InputError("--compiled times forward passes: leave out --training", field="compiled")
     policies = parse_policies(args.algo)
     maths = parse_math_modes(args.math)
     shard_index, shard_count = parse_shard(args.shard)
@@ -1605,6 +1611,7 @@ def _cmd_profile_network(args) -> int:
         options = ProfileOptions(out_dir=args.out, gpu=spec.name, models_dir=args.models_dir,
                                  dataset_dir=args.data_dir / spec.name, budget_ms=args.budget_ms,
                                  retrace=args.retrace, layer_times=not args.passes_only, optimizer=args.optimizer,
+                                 compiled=args.compiled,
                                  tag=default_tag(shard_index, shard_count),
                                  argv=list(args.argv))
         started = time.perf_counter()

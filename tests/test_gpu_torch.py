@@ -257,6 +257,37 @@ def test_seer_convolutions_compile_through_their_custom_operator(cuda):
     assert any("seer.convolution" in op for op in ops), ops
 
 
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+@pytest.mark.parametrize("algo", ["IMPLICIT_GEMM", "FFT_TILING", "SEER_IMPLICIT_GEMM"])
+def test_seer_convolutions_run_under_inductor(cuda, mode, algo):
+    """Inductor, the backend users get, keeps each seer convolution as an opaque call; under
+    ``reduce-overhead`` its passes are replayed from CUDA graphs, workspaces included
+    (FFT_TILING needs one)."""
+    if algo.startswith("SEER"):
+        pytest.importorskip("cupy")
+    model = _every_kind(cuda)
+    x = torch.randn(2, 3, 32, 32, device=cuda)
+    with torch.no_grad():
+        expected = model(x)
+        force(model, algo, math="fma")
+        torch.compiler.reset()
+        try:
+            with warnings.catch_warnings(record=True):
+                warnings.simplefilter("always")
+                model(x)  # plans made eagerly first
+                compiled = torch.compile(model, mode=mode)
+                outputs = [compiled(x).clone() for _ in range(4)]  # compiled, then recorded, then replayed
+                x.copy_(torch.randn_like(x))  # new values into the same input, replayed
+                fresh = compiled(x).clone()
+        finally:
+            torch.compiler.reset()
+        tolerance = TOLERANCE.get(algo, 1e-4)
+        for got in outputs:
+            assert _relative_error(got, expected) < tolerance
+        restore(model)
+        assert _relative_error(fresh, model(x)) < tolerance
+
+
 def test_apply_may_pick_seers_own_kernels(cuda):
     model = _every_kind(cuda)
     x = torch.randn(4, 3, 64, 64, device=cuda)

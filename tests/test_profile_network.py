@@ -14,9 +14,9 @@ from conftest import benchmark_module
 from seer.cli import main
 from seer.errors import InputError
 from seer.networks.kernel_evidence import KernelEvidence
-from seer.networks.profile_network import (KINDS, OVERALL_COLUMNS, PASS_KEY, WALL_COLUMNS, mape_over_sizes,
-                                           parse_policies, parse_sizes, plan_jobs, read_profile, untraced_passes,
-                                           write_tables)
+from seer.networks.profile_network import (COMPILED_COLUMNS, KINDS, OVERALL_COLUMNS, PASS_KEY, WALL_COLUMNS,
+                                           mape_over_sizes, parse_policies, parse_sizes, plan_jobs, read_profile,
+                                           untraced_passes, write_tables)
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 DATASET = Path(__file__).resolve().parents[1] / "data" / "h100"
@@ -127,6 +127,8 @@ def test_cli_refusals_and_a_slurm_script_without_a_gpu(tmp_path, capsys):
     assert "--sizes" in capsys.readouterr().err
     assert main(["profile-network", "resnet50", "--sizes", "224", "--algo", "fastest", "--out", str(tmp_path)]) == 2
     assert main(["profile-network", "resnet50", "--sizes", "224", "--tables-only", "--out", str(tmp_path / "none")]) == 2
+    assert main(["profile-network", "resnet50", "--sizes", "224", "--training", "--compiled", "--out", str(tmp_path)]) == 2
+    assert "--compiled times forward passes" in capsys.readouterr().err
     script = tmp_path / "sweep.sh"
     argv = ["profile-network", "resnet152", "--sizes", "224:512:100", "--math", "fma,default", "--out", "res",
             "--slurm", str(script), "--slurm-tasks", "8", "--slurm-constraint", "h100", "--slurm-time", "01:30:00"]
@@ -175,6 +177,27 @@ def test_the_wall_times_of_picks_guarded_for_cuda_graphs_are_what_their_records_
     graph = WALL.summary(WALL.comparison(committed, "graph_ms", seer="seer-graph"))
     assert graph["cases"] == 60 and graph["slower_than_1pct"] == 3
     assert round(graph["median_ratio_largest_batch_fma"], 3) == 0.866
+
+
+def test_the_compiled_wall_times_are_what_their_records_say(tmp_path):
+    """benchmarks/results/h200-network-compiled: seer-graph against PyTorch's policies under
+    torch.compile(mode="reduce-overhead") and in CUDA graphs, rebuilt from the records and scored
+    as its README says; its summary.md is what network_wall.py writes."""
+    folder = RESULTS / "h200-network-compiled"
+    committed = pd.read_csv(folder / "overall.csv")
+    passes, _ = read_profile(folder)
+    assert len(committed) == len(passes) == 12 * 3 and (committed["status"] == "ok").all()
+    merged = committed.merge(passes, on=list(PASS_KEY), suffixes=("", "_raw"))
+    for column in COMPILED_COLUMNS:
+        assert (committed[column] > 0).all()
+        assert np.allclose(merged[column], merged[f"{column}_raw"], rtol=1e-5)
+    compiled = WALL.summary(WALL.comparison(committed, "compiled_ms", seer="seer-graph"))
+    assert compiled["cases"] == 12 and compiled["slower_than_1pct"] == 1
+    assert round(compiled["median_ratio_largest_batch_fma"], 3) == 0.862
+    graph = WALL.summary(WALL.comparison(committed, "graph_ms", seer="seer-graph"))
+    assert graph["slower_than_1pct"] == 0 and round(graph["median_ratio_largest_batch_fma"], 3) == 0.850
+    assert WALL.main([str(folder / "overall.csv"), "--out", str(tmp_path / "summary.md")]) == 0
+    assert (tmp_path / "summary.md").read_text() == (folder / "summary.md").read_text()
 
 
 def test_the_wall_times_of_picks_weighed_for_the_whole_pass_are_what_their_records_say():

@@ -66,6 +66,11 @@ LAYER_KEY = (*PASS_KEY, "name")
 #: eager passes, and per replay of the pass captured in a CUDA graph, with the spread of their
 #: windows (profiles before 0.8 lack them).
 WALL_COLUMNS = ("eager_ms", "eager_spread", "graph_ms", "graph_spread")
+#: With ``compiled``: wall time per pass of the model under ``torch.compile(mode=COMPILE_MODE)``
+#: (inductor, its passes replayed from CUDA graphs), the spread of its windows, and the seconds
+#: its first call took (compilation); after the other columns, in profiles that have them.
+COMPILED_COLUMNS = ("compiled_ms", "compiled_spread", "compile_s")
+COMPILE_MODE = "reduce-overhead"
 #: Rounds of the policies' turns, and the GPU-and-host time of one turn's window of passes.
 WALL_ROUNDS = 7
 WALL_WINDOW_S = 0.1
@@ -162,6 +167,7 @@ class ProfileOptions:
     tag: str = field(default_factory=default_tag)
     argv: list[str] = field(default_factory=list)
     optimizer: str = "none"  # ends a training step (seer.torch.convolution.STEP_OPTIMIZERS)
+    compiled: bool = False  # also time each forward pass under torch.compile (COMPILED_COLUMNS)
 
 
 @contextmanager
@@ -293,7 +299,9 @@ class NetworkProfiler:
             self.store.append("pass_times", [passes])
             count += 1
             self.progress(f"  {policy}: {passes['status']} forward {passes.get('forward_ms', float('nan')):.3f} ms, "
-                          f"conv {passes.get('conv_ms', float('nan')):.3f} ms "
+                          f"conv {passes.get('conv_ms', float('nan')):.3f} ms"
+                          + (f", compiled {passes['compiled_ms']:.3f} ms" if "compiled_ms" in passes else "")
+                          + (f" ({passes['compiled_error']})" if "compiled_error" in passes else "") + " "
                           f"({time.perf_counter() - started:.1f} s)")
         del model, x
         torch.cuda.empty_cache()
@@ -443,6 +451,11 @@ class NetworkProfiler:
             if replays[policy]:
                 walls[policy].update(graph_ms=float(np.median(replays[policy])), graph_spread=spread(replays[policy]))
         graphs.clear()
+        if self.options.compiled and job.step == "forward":
+            with torch.no_grad():
+                for policy in live:
+                    with self._flags(job, policy):
+                        walls[policy].update(compiled_wall(torch, models[policy], x, passes))
         models.clear()
         steps.clear()
         torch.cuda.empty_cache()
@@ -614,6 +627,31 @@ def window_ms(torch, forward: Callable[[], object], passes: int) -> float:
         forward()
     torch.cuda.synchronize()
     return (time.perf_counter() - started) / passes * 1e3
+
+
+def compiled_wall(torch, model, x, passes: int) -> dict:
+    """``model`` under ``torch.compile(mode=COMPILE_MODE)``: wall time per pass (median of
+    :data:`WALL_ROUNDS` windows of ``passes``), its spread, and the first call's seconds; or
+    why it failed. Each model is compiled alone between resets, so no earlier compilation
+    counts against dynamo's recompile limit, and timed after the others' turns: replays of
+    captured passes repeat within a fraction of a percent, so they need no turns."""
+    torch.compiler.reset()
+    try:
+        compiled = torch.compile(model, mode=COMPILE_MODE)
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        compiled(x)
+        torch.cuda.synchronize()
+        compile_s = time.perf_counter() - started
+        for _ in range(3):  # inductor's CUDA graphs are recorded on the calls after the first
+            compiled(x)
+        windows = [window_ms(torch, lambda: compiled(x), passes) for _ in range(WALL_ROUNDS)]
+    except Exception as exc:  # noqa: BLE001 - recorded with the pass; the other timings stand
+        torch.cuda.synchronize()
+        return {"compiled_error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}
+    finally:
+        torch.compiler.reset()
+    return {"compiled_ms": float(np.median(windows)), "compiled_spread": spread(windows), "compile_s": compile_s}
 
 
 def capture_graph(torch, forward: Callable[[], object]):

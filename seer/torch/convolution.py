@@ -823,8 +823,11 @@ class _DeviceState:
         """A pointer to ``size`` bytes of workspace for a launch on ``stream``. Calls on one
         stream run in its order, so they share one kept workspace. While a CUDA graph is being
         captured, each call takes its own from the caching allocator (from the graph's pool,
-        freed when the call returns): a graph never reads a workspace that eager calls use."""
-        capturing = torch.cuda.is_current_stream_capturing()
+        freed when the call returns): a graph never reads a workspace that eager calls use. So
+        does every call of the compiled operator: inductor's CUDA graphs (``reduce-overhead``)
+        run their first passes with the graph's memory pool, and a workspace kept from there
+        would be memory the graph does not own."""
+        capturing = torch.cuda.is_current_stream_capturing() or getattr(_local, "compiled_call", False)
         kept = self._workspaces.get(stream)
         if kept is not None and kept.numel() >= size and not capturing:
             return kept.data_ptr()
@@ -993,7 +996,11 @@ def _op_convolution(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     layout = _layout(x, weight, dims)
     try:
         runner = _runner(_call_layer(x, weight, call), get_algorithm(algorithm), math, layout, x.device, dims)
-        return runner(x, weight, runner.shaped(bias))
+        _local.compiled_call = True  # its workspace is its own (_DeviceState.workspace)
+        try:
+            return runner(x, weight, runner.shaped(bias))
+        finally:
+            _local.compiled_call = False
     except Exception as exc:  # noqa: BLE001 - a compiled graph cannot fall back at trace time: here it does
         from seer.gpu.cudnn import CudnnError
 
@@ -1140,7 +1147,11 @@ class _SeerConv:
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # The fast path: an input of a kind already seen, whose runner is built; nothing to
         # check again, nothing to record but the algorithm. Parameters are read from their
-        # dict once (nn.Module's attribute lookup of each costs more).
+        # dict once (nn.Module's attribute lookup of each costs more). Under torch.compile the
+        # checked path is traced instead: it calls the custom operator, which the fast path's
+        # Python (pointers, streams) would otherwise break into pieces or fail to trace.
+        if _compiling():
+            return self._forward(x)
         parameters = self._parameters
         weight, bias = parameters["weight"], parameters["bias"]
         fast = self._fast.get(_input_kind(x, weight))
