@@ -255,10 +255,15 @@ def test_a_sparsity_files_crowding_slows_the_sparse_kernel_in_the_totals(tmp_pat
 
 @pytest.mark.parametrize("text, words", [
     ("name,sparsity,crowding\nlayer4.1.conv2,0.9,-2\n", "sparsity.csv:2: crowding: crowding must be a number from 0"),
-    ("name,sparsity\nlayer4.1.conv2,1.5\n", "sparsity.csv:2: sparsity: sparsity must be a share of zeros in [0, 1)"),
+    ("name,sparsity\nlayer4.1.conv2,1.5\n", "sparsity.csv:2: sparsity: sparsity must be a number from 0 to below 1"),
+    ("name,sparsity\nlayer4.1.conv2,+0.5\n", "sparsity.csv:2: sparsity: sparsity must be a number"),  # as in a layer CSV
     ("name,sparsity\nlayer9.conv2,0.9\n", "sparsity.csv:2: name: the network has no convolution module named"),
     ("name,sparsity\nconv1,0.5\nconv1,0.6\n", "sparsity.csv:3: name: 'conv1' is given twice"),
-    ("module,sparsity\nconv1,0.5\n", "needs the columns name and sparsity; missing name"),
+    # Blank and comment lines count: the line is the file's own.
+    ("# measured on 8 images\nname,sparsity\n\nconv1,0.5 # first\n\nconv1,0.6\n", "sparsity.csv:6: name: 'conv1'"),
+    ("name,sparsity\nconv1,0.5,0.2\n", "sparsity.csv:2: sparsity: more fields (3) than the header's 2 columns"),
+    ("module,sparsity\nconv1,0.5\n", "sparsity.csv:1: name: missing column 'name'"),
+    ("\n# nothing\n", "sparsity.csv: no header line"),
 ])
 def test_a_bad_sparsity_file_is_one_line_and_exit_2(tmp_path, capsys, text, words):
     given = tmp_path / "sparsity.csv"

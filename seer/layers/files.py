@@ -768,6 +768,56 @@ def _input_cells(column: str, cells: np.ndarray, numbers: list[int], path: str) 
     return out
 
 
+def read_module_inputs(source: LayerSource, *, name: str | None = None) -> pd.DataFrame:
+    """Each convolution module's measured input, from a CSV with ``name``, ``sparsity`` and
+    optionally ``crowding`` columns (what ``seer.torch.input_sparsity(...).layers`` holds; other
+    columns are ignored), read as a layer CSV is: ``#`` comments, blank lines and quoted fields,
+    line numbers as in the file, and the same cells (empty sparsity: 0; empty crowding: not
+    measured, NaN). Columns ``name``, ``sparsity``, ``crowding`` where the file has it, and
+    ``line``; InputError naming the file, line and field of the first mistake."""
+    stream, label, close = _open(source, name)
+    try:
+        blocks = _blocks(stream)
+        number, first, rest = _first_line(blocks, label)
+        if first is None:
+            raise InputError("no header line: the columns are name, sparsity and optionally crowding", path=label)
+        if rest:
+            blocks = itertools.chain([rest], blocks)
+        columns = [c.strip() for c in next(csv.reader([first.lstrip("\ufeff")]))]
+        for column in ("name", SPARSITY_COLUMN):
+            if column not in columns:
+                raise InputError(f"missing column {column!r} (the columns are name, sparsity and optionally "
+                                 "crowding)", path=label, line=number, field=column)
+        for column in ("name", *_INPUT_COLUMNS):
+            if columns.count(column) > 1:
+                raise InputError(f"column {column!r} appears twice", path=label, line=number, field=column)
+        wanted = {c: columns.index(c) for c in ("name", *_INPUT_COLUMNS) if c in columns}
+        cells: dict[str, list[str]] = {c: [] for c in wanted}
+        numbers: list[int] = []
+        for line, record in _csv_records(blocks, label, number, columns):
+            row = next(csv.reader([record]))
+            if len(row) != len(columns):
+                more = len(row) > len(columns)
+                raise InputError(f"{'more' if more else 'fewer'} fields ({len(row)}) than the header's "
+                                 f"{len(columns)} columns", path=label, line=line,
+                                 field=columns[-1] if more else columns[len(row)])
+            for column, j in wanted.items():
+                cells[column].append(row[j])
+            numbers.append(line)
+    except UnicodeDecodeError:
+        raise InputError("not a text file: it is not valid UTF-8", path=label) from None
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", path=label) from None
+    finally:
+        close()
+    frame = pd.DataFrame({"name": pd.Series(cells["name"], dtype=object)})
+    for column in _INPUT_COLUMNS:
+        if column in cells:
+            frame[column] = _input_cells(column, np.array(cells[column], dtype=object), numbers, label)
+    frame["line"] = np.array(numbers, dtype=np.int64)
+    return frame
+
+
 def _digit_values(digits: np.ndarray) -> np.ndarray:
     """The int64 values of fixed-width strings of at most 18 ASCII digits (``""`` is 0).
 

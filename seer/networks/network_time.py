@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -79,9 +78,9 @@ def with_sparsity(layers: pd.DataFrame, spec: str) -> pd.DataFrame:
     ``spec``: one share of zeros in [0, 1) for every layer, or a CSV file with ``name`` and
     ``sparsity`` columns (what ``seer.torch.input_sparsity(model, batch).layers`` measures on
     real data, with its ``crowding`` column where the file has one), whose modules' layers take
-    their value and the others 0 (dense). InputError,
-    naming the file, line and field, for a value out of range, a module the network does not
-    have, or a module given twice."""
+    their value and the others 0 (dense). The file is read as a layer CSV is
+    (:func:`seer.layers.files.read_module_inputs`). InputError, naming the file, line and field,
+    for a value out of range, a module the network does not have, or a module given twice."""
     try:
         value = float(spec)
     except ValueError:
@@ -91,40 +90,24 @@ def with_sparsity(layers: pd.DataFrame, spec: str) -> pd.DataFrame:
             raise InputError(f"--sparsity must be a share of zeros in [0, 1) or a CSV file, got {spec!r}",
                              field="sparsity")
         return layers.assign(sparsity=value)
-    path = Path(spec)
-    try:
-        given = pd.read_csv(path, dtype={"name": str}, keep_default_na=False)
-    except FileNotFoundError:
-        raise InputError("no such file (--sparsity takes a share of zeros or a CSV file)", path=path) from None
-    except (OSError, ValueError, pd.errors.ParserError) as exc:
-        raise InputError(f"cannot read it as CSV: {str(exc).splitlines()[0]}", path=path) from None
-    missing = [c for c in ("name", "sparsity") if c not in given.columns]
-    if missing:
-        raise InputError(f"needs the columns name and sparsity; missing {', '.join(missing)}", path=path)
-    values = pd.to_numeric(given["sparsity"], errors="coerce").to_numpy(dtype=float)
+    from seer.layers.files import read_module_inputs
+
+    given = read_module_inputs(spec)
     known = set(layers["name"].astype(str))
     seen: set[str] = set()
-    for row, (name, value) in enumerate(zip(given["name"], values), start=2):  # line 1 is the header
-        if not 0 <= value < 1:
-            raise InputError(f"sparsity must be a share of zeros in [0, 1), got {given['sparsity'].iloc[row - 2]!r}",
-                             path=path, line=row, field="sparsity")
+    for name, line in zip(given["name"], given["line"]):
         if name not in known:
-            raise InputError(f"the network has no convolution module named {name!r}", path=path, line=row,
+            raise InputError(f"the network has no convolution module named {name!r}", path=spec, line=int(line),
                              field="name")
         if name in seen:
-            raise InputError(f"{name!r} is given twice", path=path, line=row, field="name")
+            raise InputError(f"{name!r} is given twice", path=spec, line=int(line), field="name")
         seen.add(name)
-    by_name = dict(zip(given["name"], values))
-    out = layers.assign(sparsity=[by_name.get(str(n), 0.0) for n in layers["name"]])
-    if "crowding" in given.columns:  # as input_sparsity measures it; empty: not measured
-        text = given["crowding"].astype(str).str.strip()
-        crowding = pd.to_numeric(text.replace("", np.nan), errors="coerce").to_numpy(dtype=float)
-        for row, (cell, value) in enumerate(zip(text, crowding), start=2):
-            if cell and not (0 <= value < np.inf):
-                raise InputError(f"crowding must be a number from 0 (empty: not measured), got {cell!r}", path=path,
-                                 line=row, field="crowding")
-        crowded = dict(zip(given["name"], crowding))
-        out = out.assign(crowding=[crowded.get(str(n), np.nan) for n in layers["name"]])
+    names = layers["name"].astype(str)
+    sparsity = dict(zip(given["name"], given["sparsity"]))
+    out = layers.assign(sparsity=[sparsity.get(n, 0.0) for n in names])
+    if "crowding" in given:  # as input_sparsity measures it; empty: not measured
+        crowding = dict(zip(given["name"], given["crowding"]))
+        out = out.assign(crowding=[crowding.get(n, np.nan) for n in names])
     return out
 
 
