@@ -51,6 +51,7 @@ import math
 import os
 import re
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Generator, Iterator, Sequence, TextIO
 
@@ -123,9 +124,7 @@ def iter_layer_chunks(source: LayerSource, chunk_layers: int = DEFAULT_CHUNK_LAY
     """
     if isinstance(chunk_layers, bool) or not isinstance(chunk_layers, int) or chunk_layers < 1:
         raise ValueError(f"chunk_layers must be a positive integer, got {chunk_layers!r}")
-    stream, label, close = _open(source, name)
-    try:
-        blocks = _blocks(stream)
+    with _reading(source, name) as (blocks, label):
         number, first, rest = _first_line(blocks, label)
         if rest:
             blocks = itertools.chain([rest], blocks)
@@ -134,6 +133,15 @@ def iter_layer_chunks(source: LayerSource, chunk_layers: int = DEFAULT_CHUNK_LAY
         else:
             yield from _read_chunks(None if first is None else (number, first),
                                     _content_lines(blocks, label, number), label, chunk_layers)
+
+
+@contextmanager
+def _reading(source: LayerSource, name: str | None) -> Iterator[tuple[Iterator[str], str]]:
+    """(the text's blocks, the name for messages) of an opened source, released at the end;
+    a decoding or reading failure inside becomes an InputError."""
+    stream, label, close = _open(source, name)
+    try:
+        yield _blocks(stream), label
     except UnicodeDecodeError:
         # A text stream decodes ahead in blocks, so no line number would be exact.
         raise InputError("not a text file: it is not valid UTF-8", path=label) from None
@@ -638,6 +646,13 @@ def _csv_chunk(contents: list[str], numbers: list[int], columns: list[str], path
     raise AssertionError(f"{path}: lines {numbers[0]}-{numbers[-1]} failed together, but not one by one")
 
 
+def _field_count_error(row: list[str], columns: list[str], number: int, path: str) -> InputError:
+    """The error of a CSV record with more or fewer fields than its header has columns."""
+    more = len(row) > len(columns)
+    return InputError(f"{'more' if more else 'fewer'} fields ({len(row)}) than the header's {len(columns)} columns",
+                      path=path, line=number, field=columns[-1] if more else columns[len(row)])
+
+
 #: Blanks a CSV number may have around it: ASCII's, as between the fields of SEER's format.
 _CELL_BLANKS = " \t\v\f"
 #: Longer than this, blanks and leading zeros dropped, a number cell is a mistake: checked before
@@ -650,10 +665,7 @@ def _csv_frame(contents: list[str], numbers: list[int], columns: list[str], path
     rows = list(csv.reader(contents))
     for row, number in zip(rows, numbers):
         if len(row) != len(columns):
-            more = len(row) > len(columns)
-            raise InputError(f"{'more' if more else 'fewer'} fields ({len(row)}) than the header's {len(columns)} "
-                             "columns", path=path, line=number,
-                             field=columns[len(columns) - 1] if more else columns[len(row)])
+            raise _field_count_error(row, columns, number, path)
     text = "".join(contents)
     # str.isdigit takes other scripts' digits, and numpy drops a trailing NUL: refuse both first.
     if not text.isascii() or "\0" in text:
@@ -775,9 +787,7 @@ def read_module_inputs(source: LayerSource, *, name: str | None = None) -> pd.Da
     line numbers as in the file, and the same cells (empty sparsity: 0; empty crowding: not
     measured, NaN). Columns ``name``, ``sparsity``, ``crowding`` where the file has it, and
     ``line``; InputError naming the file, line and field of the first mistake."""
-    stream, label, close = _open(source, name)
-    try:
-        blocks = _blocks(stream)
+    with _reading(source, name) as (blocks, label):
         number, first, rest = _first_line(blocks, label)
         if first is None:
             raise InputError("no header line: the columns are name, sparsity and optionally crowding", path=label)
@@ -797,19 +807,10 @@ def read_module_inputs(source: LayerSource, *, name: str | None = None) -> pd.Da
         for line, record in _csv_records(blocks, label, number, columns):
             row = next(csv.reader([record]))
             if len(row) != len(columns):
-                more = len(row) > len(columns)
-                raise InputError(f"{'more' if more else 'fewer'} fields ({len(row)}) than the header's "
-                                 f"{len(columns)} columns", path=label, line=line,
-                                 field=columns[-1] if more else columns[len(row)])
+                raise _field_count_error(row, columns, line, label)
             for column, j in wanted.items():
                 cells[column].append(row[j])
             numbers.append(line)
-    except UnicodeDecodeError:
-        raise InputError("not a text file: it is not valid UTF-8", path=label) from None
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror or exc}", path=label) from None
-    finally:
-        close()
     frame = pd.DataFrame({"name": pd.Series(cells["name"], dtype=object)})
     for column in _INPUT_COLUMNS:
         if column in cells:
