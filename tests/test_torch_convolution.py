@@ -622,3 +622,43 @@ def test_pytorchs_gradients_come_from_one_backward_call_and_equal_the_nn_grad_fu
     if needs[2]:
         assert torch.allclose(grad_b, grad_y.sum(dim=[0, *range(2, grad_y.dim())]), rtol=1e-5, atol=1e-5)
     assert _backward(call, x, weight, grad_y, (True, True, True), has_bias=False)[2] is None
+
+
+def test_the_compiled_operator_builds_each_runner_once_and_falls_back_once(monkeypatch):
+    """``torch.ops.seer.convolution`` runs on every pass of a compiled graph: its runner is built
+    at the first call of an input kind and looked up after; where cuDNN cannot run the layer,
+    PyTorch's convolution runs it, with one warning."""
+    import torch.nn.functional as F
+
+    from seer.torch import convolution as conv
+
+    built = []
+
+    class Runner:
+        def shaped(self, bias):
+            return bias
+
+        def __call__(self, x, w, bias):
+            return F.conv2d(x, w, bias, 1, 1)
+
+    def fake_runner(layer, algo, math, layout, device, dims):
+        built.append((layer, algo.name, layout))
+        if algo.name == "FFT":
+            raise ImportError("no CuPy here")  # as cuDNN's refusal or a missing CuPy would
+        return Runner()
+
+    monkeypatch.setattr(conv, "_runner", fake_runner)
+    monkeypatch.setattr(conv._local, "op_runners", {}, raising=False)
+    x, w = torch.randn(2, 8, 10, 10), torch.randn(4, 8, 3, 3)
+    expected = F.conv2d(x, w, None, 1, 1)
+    args = ([1, 1], [1, 1], [1, 1], 1)
+    for _ in range(3):
+        assert torch.allclose(conv._op_convolution(x, w, None, *args, "IMPLICIT_GEMM", "fma"), expected)
+    assert len(built) == 1 and built[0][2] == "nchw"
+    conv._op_convolution(torch.randn(3, 8, 10, 10), w, None, *args, "IMPLICIT_GEMM", "fma")  # another batch
+    assert len(built) == 2
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            assert torch.allclose(conv._op_convolution(x, w, None, *args, "FFT", "fma"), expected, atol=1e-5)
+    assert len(built) == 3 and len(caught) == 1 and "PyTorch's runs instead" in str(caught[0].message)

@@ -991,23 +991,37 @@ def cudnn_convolution(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
 # -- torch.compile: one custom operator, with a fake implementation for tracing -------------
 def _op_convolution(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: list[int],
                     padding: list[int], dilation: list[int], groups: int, algorithm: str, math: str) -> torch.Tensor:
-    dims = weight.dim() - 2
-    call = _Call(dims, tuple(stride), tuple(padding), tuple(dilation), groups)
-    layout = _layout(x, weight, dims)
+    # A compiled graph calls this on every pass, so its runner is looked up by what the call
+    # gives, as the module's fast path does, not by a ConvShape made again (about 30 us). A
+    # compiled graph cannot fall back at trace time: where cuDNN refuses, PyTorch's runs here.
+    key = (x.shape, x.stride(), x.dtype, x.device, weight.shape, weight.stride(), tuple(stride), tuple(padding),
+           tuple(dilation), groups, algorithm, math)
+    runners = _local.__dict__.setdefault("op_runners", {})
+    runner = runners.get(key, _UNBUILT)
     try:
-        runner = _runner(_call_layer(x, weight, call), get_algorithm(algorithm), math, layout, x.device, dims)
-        _local.compiled_call = True  # its workspace is its own (_DeviceState.workspace)
-        try:
-            return runner(x, weight, runner.shaped(bias))
-        finally:
-            _local.compiled_call = False
-    except Exception as exc:  # noqa: BLE001 - a compiled graph cannot fall back at trace time: here it does
+        if runner is _UNBUILT:
+            dims = weight.dim() - 2
+            call = _Call(dims, tuple(stride), tuple(padding), tuple(dilation), groups)
+            runner = runners[key] = _runner(_call_layer(x, weight, call), get_algorithm(algorithm), math,
+                                            _layout(x, weight, dims), x.device, dims)
+        if runner is not None:
+            _local.compiled_call = True  # its workspace is its own (_DeviceState.workspace)
+            try:
+                return runner(x, weight, runner.shaped(bias))
+            finally:
+                _local.compiled_call = False
+    except Exception as exc:  # noqa: BLE001 - only cuDNN's refusal and a missing CuPy fall back
         from seer.gpu.cudnn import CudnnError
 
         if not isinstance(exc, (CudnnError, ImportError)):
             raise
         warnings.warn(f"seer: {algorithm} cannot run a compiled convolution ({exc}); PyTorch's runs instead")
-        return _FUNCTIONAL[dims](x, weight, bias, stride, padding, dilation, groups)
+        runners[key] = None
+    return _FUNCTIONAL[weight.dim() - 2](x, weight, bias, stride, padding, dilation, groups)
+
+
+#: A compiled call whose runner is not looked for yet (None: PyTorch's convolution runs it).
+_UNBUILT = object()
 
 
 def _op_fake(x, weight, bias, stride, padding, dilation, groups, algorithm, math):
