@@ -474,6 +474,11 @@ def _csv_lines(frame: pd.DataFrame, columns: list[str], header: bool) -> Iterato
     rows = len(frame)
     of_row = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, rows)))
     per_layer = {c for c in _per_layer(columns) if _constant_per_layer(frame[c], starts, of_row)}
+    head = ",".join(_csv_field(str(c)) for c in columns) + "\n" if header else ""
+    if _arrow_writes_floats() and all(_arrow_dtype(frame[c].dtype) for c in columns):
+        pieces = _arrow_pieces(frame, columns, starts, per_layer)
+        if pieces is not None:
+            return _arrow_blocks(pieces, of_row, head)
     pieces = []
     for by_layer, group in itertools.groupby(columns, lambda c: c in per_layer and len(starts) < rows):
         cells = [_cells(frame[c].take(starts) if by_layer else frame[c], "csv") for c in group]
@@ -481,8 +486,124 @@ def _csv_lines(frame: pd.DataFrame, columns: list[str], header: bool) -> Iterato
             return None
         joined = cells[0] if len(cells) == 1 else list(map(",".join, zip(*cells)))
         pieces.append(np.asarray(joined, dtype=object)[of_row].tolist() if by_layer else joined)
-    return _csv_blocks(map(",".join, zip(*pieces)), rows,
-                       ",".join(_csv_field(str(c)) for c in columns) + "\n" if header else "")
+    return _csv_blocks(map(",".join, zip(*pieces)), rows, head)
+
+
+# Arrow builds the same text in C++, a third of the time of the loop above (10,000 layers'
+# 76,000 rows: 0.12 s against 0.30 s). Its text of a float has repr's digits, but not always
+# repr's form (no '.0' on whole numbers, other bounds for exponents), so it is used where the
+# form is the same, and every float outside those bounds is written by repr.
+#: |x| in [low, high): Arrow writes a float as repr does, but for the '.0' of whole numbers.
+_ARROW_FLOAT_BOUNDS = (1e-4, 1e7)
+#: Floats whose text this pyarrow must write as repr does, checked once (:func:`_arrow_writes_floats`).
+_FLOAT_PROBES = (0.0, -0.0, 1.0, -2.0, 0.1, -0.5, 1 / 3, 2.675, 0.30000000000000004, 1e-4, 0.00012345678901234567,
+                 9999999.999999998, 1234567.0, 123456.789, 5e-5, 1e-7, 1e7, 12345678.9, 1e22, 5e-324,
+                 float("nan"), float("inf"), -float("inf"))
+_ARROW_FLOATS: bool | None = None
+
+
+def _arrow_writes_floats() -> bool:
+    """Whether :func:`_arrow_float_cells` writes this pyarrow's floats as ``repr`` does
+    (checked once, on :data:`_FLOAT_PROBES`); else the writer builds its text in Python."""
+    global _ARROW_FLOATS
+    if _ARROW_FLOATS is None:
+        try:
+            probes = np.array(_FLOAT_PROBES)
+            texts = _arrow_float_cells(probes).to_pylist()
+            _ARROW_FLOATS = texts == ["" if v != v else repr(v) for v in probes.tolist()]
+        except Exception:  # noqa: BLE001 - an older pyarrow lacking a kernel: the Python path writes
+            _ARROW_FLOATS = False
+    return _ARROW_FLOATS
+
+
+def _arrow_float_cells(values: np.ndarray):
+    """``repr`` of each float as an Arrow string array, NaN as empty."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    texts = pc.cast(pa.array(values), pa.string())
+    size = np.abs(values)
+    low, high = _ARROW_FLOAT_BOUNDS
+    inside = ((size >= low) & (size < high)) | (size == 0)
+    whole = inside & (np.floor(values) == values)
+    if whole.any():
+        texts = pc.if_else(pa.array(whole), pc.binary_join_element_wise(texts, ".0", ""), texts)
+    outside = ~inside  # NaN, infinities and the rest, written one by one
+    if outside.any():
+        others = ["" if v != v else repr(v) for v in values[outside].tolist()]
+        texts = pc.replace_with_mask(texts, pa.array(outside), pa.array(others, pa.string()))
+    return texts
+
+
+def _arrow_dtype(dtype) -> bool:
+    """Whether :func:`_arrow_cells` writes a column of ``dtype`` (as :func:`_cells` does)."""
+    return (dtype in (np.float64, np.bool_, object) or (isinstance(dtype, np.dtype) and dtype.kind in "iu")
+            or isinstance(dtype, (pd.StringDtype, pd.BooleanDtype))
+            or (isinstance(dtype, pd.api.extensions.ExtensionDtype) and getattr(dtype, "kind", "") in "iu"
+                and hasattr(dtype, "numpy_dtype")))
+
+
+def _arrow_cells(column: pd.Series):
+    """:func:`_cells`' CSV text of ``column`` as an Arrow string array; None for a dtype left to pandas."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    dtype = column.dtype
+    if dtype == np.float64:
+        return _arrow_float_cells(column.to_numpy())
+    if isinstance(dtype, np.dtype) and dtype.kind in "iu":
+        return pc.cast(pa.array(column.to_numpy()), pa.string())
+    if dtype == np.bool_:
+        return pc.if_else(pa.array(column.to_numpy()), "True", "False")
+    cells = _cells(column, "csv")
+    return None if cells is None else pa.array(cells, pa.string())
+
+
+def _arrow_pieces(frame: pd.DataFrame, columns: list[str], starts: np.ndarray, per_layer: set[str]) -> list | None:
+    """The rows' columns in pieces of consecutive ones: a per-layer piece as an Arrow string array
+    of each layer's cells joined (one per layer), a per-row piece as its columns, formatted a
+    block of rows at a time (:func:`_arrow_blocks`); None where a column's dtype is left to pandas."""
+    import pyarrow.compute as pc
+
+    rows = len(frame)
+    pieces = []
+    for by_layer, group in itertools.groupby(columns, lambda c: c in per_layer and len(starts) < rows):
+        if not by_layer:
+            pieces.append([frame[c] for c in group])
+            continue
+        cells = [_arrow_cells(frame[c].take(starts)) for c in group]
+        if any(c is None for c in cells):
+            return None
+        pieces.append(cells[0] if len(cells) == 1 else pc.binary_join_element_wise(*cells, ","))
+    return pieces
+
+
+#: Rows of Arrow-built text made at a time (:func:`_arrow_blocks`): only a block's cells and
+#: text are ever whole, so memory stays bounded by the block, not the chunk.
+_ARROW_BLOCK_ROWS = 16384
+
+
+def _arrow_blocks(pieces: list, of_row: np.ndarray, head: str) -> Iterator[str]:
+    """``head``, then the rows of ``pieces`` (:func:`_arrow_pieces`) with their line breaks,
+    :data:`_ARROW_BLOCK_ROWS` at a time."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if head:
+        yield head
+    for start in range(0, len(of_row), _ARROW_BLOCK_ROWS):
+        end = min(start + _ARROW_BLOCK_ROWS, len(of_row))
+        parts = []
+        for piece in pieces:
+            if isinstance(piece, list):  # per-row columns: this block's cells
+                parts.extend(_arrow_cells(column.iloc[start:end]) for column in piece)
+            else:
+                parts.append(pc.take(piece, pa.array(of_row[start:end])))
+        lines = pc.binary_join_element_wise(*parts, ",")
+        block = pc.binary_join_element_wise(lines, "", "\n")  # each line, its break, and nothing
+        offsets, data = block.buffers()[1:3]
+        ends = np.frombuffer(offsets, np.int32)[block.offset:block.offset + len(block) + 1]
+        yield data.to_pybytes()[ends[0]:ends[-1]].decode("utf-8")
 
 
 def _csv_blocks(lines: Iterator[str], rows: int, head: str) -> Iterator[str]:
