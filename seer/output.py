@@ -355,36 +355,51 @@ def _is_missing(values: np.ndarray) -> np.ndarray:
     return pd.isna(values) if len(values) else np.zeros(0, dtype=bool)
 
 
+def _text_kind(dtype) -> str | None:
+    """How a column of ``dtype`` is written as text (:func:`_cells`, :func:`_arrow_cells`):
+    ``float``, ``int``, ``bool``, ``coded`` (values of one type, written per distinct value) or
+    ``object``; None for a dtype left to pandas."""
+    if dtype == np.float64:
+        return "float"
+    if isinstance(dtype, np.dtype) and dtype.kind in "iu":
+        return "int"
+    if dtype == np.bool_:
+        return "bool"
+    if isinstance(dtype, (pd.StringDtype, pd.BooleanDtype)) or (
+            isinstance(dtype, pd.api.extensions.ExtensionDtype) and getattr(dtype, "kind", "") in "iu"
+            and hasattr(dtype, "numpy_dtype")):
+        return "coded"
+    return "object" if dtype == object else None
+
+
 def _cells(column: pd.Series, fmt: str) -> list[str] | None:
     """Each value of ``column`` as text: as pandas' ``to_csv`` writes it (``fmt="csv"``:
     a float64 as ``repr``, which is numpy's ``str`` of it, missing values empty) or as
     ``json.dumps`` does (``"json"``: missing values ``null``). None for a dtype left to pandas."""
-    dtype = column.dtype
+    kind = _text_kind(column.dtype)
     json_ = fmt == "json"
     missing = "null" if json_ else ""
-    if dtype == np.float64:
+    if kind == "float":
         values = column.to_numpy()
         cells = _float_texts(values)
         for i in np.flatnonzero(np.isnan(values)):
             cells[i] = missing
         return cells
-    if isinstance(dtype, np.dtype) and dtype.kind in "iu":
+    if kind == "int":
         values = column.to_numpy()
         if len(values) and 0 <= values.min() and values.max() < _SMALL:
             return _small_ints()[values].tolist()  # layer fields: a look-up, not a str() each
         return list(map(str, values.tolist()))
-    if dtype == np.bool_:
+    if kind == "bool":
         true, false = ("true", "false") if json_ else ("True", "False")
         return [true if value else false for value in column.to_numpy().tolist()]
-    if isinstance(dtype, (pd.StringDtype, pd.BooleanDtype)) or (
-            isinstance(dtype, pd.api.extensions.ExtensionDtype) and getattr(dtype, "kind", "") in "iu"
-            and hasattr(dtype, "numpy_dtype")):
+    if kind == "coded":
         # Values of one type (names, ranks): each distinct one is formatted once, and every row
         # takes its text by code (missing: code -1, the extra last text).
         codes, distinct = pd.factorize(column)
         texts = [_object_cell(value, json_) for value in distinct.to_numpy(dtype=object).tolist()]
         return np.array([*texts, missing], dtype=object)[codes].tolist()
-    if dtype == object:
+    if kind == "object":
         values = column.to_numpy(dtype=object)
         gone = _is_missing(values)
         # Labels repeat: each distinct value is formatted once.
@@ -475,10 +490,10 @@ def _csv_lines(frame: pd.DataFrame, columns: list[str], header: bool) -> Iterato
     of_row = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, rows)))
     per_layer = {c for c in _per_layer(columns) if _constant_per_layer(frame[c], starts, of_row)}
     head = ",".join(_csv_field(str(c)) for c in columns) + "\n" if header else ""
-    if _arrow_writes_floats() and all(_arrow_dtype(frame[c].dtype) for c in columns):
-        pieces = _arrow_pieces(frame, columns, starts, per_layer)
-        if pieces is not None:
-            return _arrow_blocks(pieces, of_row, head)
+    # Arrow's text is made a block at a time, after the first block is written: every column's
+    # dtype is checked first, since a pandas fallback cannot follow written text.
+    if _arrow_writes_floats() and all(_text_kind(frame[c].dtype) for c in columns):
+        return _arrow_blocks(_arrow_pieces(frame, columns, starts, per_layer), of_row, head)
     pieces = []
     for by_layer, group in itertools.groupby(columns, lambda c: c in per_layer and len(starts) < rows):
         cells = [_cells(frame[c].take(starts) if by_layer else frame[c], "csv") for c in group]
@@ -535,34 +550,27 @@ def _arrow_float_cells(values: np.ndarray):
     return texts
 
 
-def _arrow_dtype(dtype) -> bool:
-    """Whether :func:`_arrow_cells` writes a column of ``dtype`` (as :func:`_cells` does)."""
-    return (dtype in (np.float64, np.bool_, object) or (isinstance(dtype, np.dtype) and dtype.kind in "iu")
-            or isinstance(dtype, (pd.StringDtype, pd.BooleanDtype))
-            or (isinstance(dtype, pd.api.extensions.ExtensionDtype) and getattr(dtype, "kind", "") in "iu"
-                and hasattr(dtype, "numpy_dtype")))
-
-
 def _arrow_cells(column: pd.Series):
     """:func:`_cells`' CSV text of ``column`` as an Arrow string array; None for a dtype left to pandas."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    dtype = column.dtype
-    if dtype == np.float64:
+    kind = _text_kind(column.dtype)
+    if kind == "float":
         return _arrow_float_cells(column.to_numpy())
-    if isinstance(dtype, np.dtype) and dtype.kind in "iu":
+    if kind == "int":
         return pc.cast(pa.array(column.to_numpy()), pa.string())
-    if dtype == np.bool_:
+    if kind == "bool":
         return pc.if_else(pa.array(column.to_numpy()), "True", "False")
     cells = _cells(column, "csv")
     return None if cells is None else pa.array(cells, pa.string())
 
 
-def _arrow_pieces(frame: pd.DataFrame, columns: list[str], starts: np.ndarray, per_layer: set[str]) -> list | None:
+def _arrow_pieces(frame: pd.DataFrame, columns: list[str], starts: np.ndarray, per_layer: set[str]) -> list:
     """The rows' columns in pieces of consecutive ones: a per-layer piece as an Arrow string array
     of each layer's cells joined (one per layer), a per-row piece as its columns, formatted a
-    block of rows at a time (:func:`_arrow_blocks`); None where a column's dtype is left to pandas."""
+    block of rows at a time (:func:`_arrow_blocks`). Every column's dtype must be one
+    :func:`_text_kind` knows."""
     import pyarrow.compute as pc
 
     rows = len(frame)
@@ -572,8 +580,6 @@ def _arrow_pieces(frame: pd.DataFrame, columns: list[str], starts: np.ndarray, p
             pieces.append([frame[c] for c in group])
             continue
         cells = [_arrow_cells(frame[c].take(starts)) for c in group]
-        if any(c is None for c in cells):
-            return None
         pieces.append(cells[0] if len(cells) == 1 else pc.binary_join_element_wise(*cells, ","))
     return pieces
 

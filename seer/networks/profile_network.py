@@ -44,7 +44,7 @@ import pandas as pd
 from seer.algorithms import algorithm_names, get_algorithm
 from seer.collect.records import spread, steadiest
 from seer.collect.store import RunStore, default_tag
-from seer.errors import InputError
+from seer.errors import InputError, one_line
 from seer.gpu.pytorch_policy import pytorch_flags
 from seer.layers.shapes import LAYER_FIELDS
 
@@ -353,7 +353,7 @@ class NetworkProfiler:
 
     def _failed(self, job: Job, policy: str, status: str, exc: BaseException) -> dict:
         return {**self._pass_base(job, policy), "status": status,
-                "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"}
+                "error": _why(exc, 300)}
 
     def _pass_base(self, job: Job, policy: str, stamp: str | None = None) -> dict:
         """The key fields of a record; a pass and its layers share one ``collected_at``."""
@@ -433,7 +433,7 @@ class NetworkProfiler:
                     if problem:
                         walls[policy]["graph_error"] = problem
                 except Exception as exc:  # noqa: BLE001 - this policy's pass record says why
-                    walls[policy]["wall_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                    walls[policy]["wall_error"] = _why(exc)
             live = [p for p in policies if "wall_error" not in walls[p]]
             try:
                 for _ in range(WALL_ROUNDS):
@@ -444,7 +444,7 @@ class NetworkProfiler:
                                 replays[policy].append(window_ms(torch, graphs[policy].replay, passes))
             except Exception as exc:  # noqa: BLE001 - the passes' records say why; burst times go on
                 for policy in live:
-                    walls[policy]["wall_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                    walls[policy]["wall_error"] = _why(exc)
                 live = []
         for policy in live:
             walls[policy].update(eager_ms=float(np.median(eager[policy])), eager_spread=spread(eager[policy]))
@@ -580,6 +580,11 @@ def pick_counts(choice, backward: Sequence, layers: pd.DataFrame) -> dict[str, i
     return counts
 
 
+def _why(exc: BaseException, limit: int = 200) -> str:
+    """What a record says of a failure: the exception's type and its message on one line."""
+    return f"{type(exc).__name__}: {one_line(exc, limit)}"
+
+
 def _ms(value) -> str:
     return "-" if value is None or value != value else f"{value:.3f}"
 
@@ -648,7 +653,7 @@ def compiled_wall(torch, model, x, passes: int) -> dict:
         windows = [window_ms(torch, lambda: compiled(x), passes) for _ in range(WALL_ROUNDS)]
     except Exception as exc:  # noqa: BLE001 - recorded with the pass; the other timings stand
         torch.cuda.synchronize()
-        return {"compiled_error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}
+        return {"compiled_error": _why(exc)}
     finally:
         torch.compiler.reset()
     return {"compiled_ms": float(np.median(windows)), "compiled_spread": spread(windows), "compile_s": compile_s}
@@ -669,7 +674,7 @@ def capture_graph(torch, forward: Callable[[], object]):
             forward()
     except Exception as exc:  # noqa: BLE001 - recorded with the pass; the other timings stand
         torch.cuda.synchronize()
-        return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        return None, _why(exc)
     return graph, None
 
 

@@ -994,8 +994,8 @@ def _op_convolution(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     # A compiled graph calls this on every pass, so its runner is looked up by what the call
     # gives, as the module's fast path does, not by a ConvShape made again (about 30 us). A
     # compiled graph cannot fall back at trace time: where cuDNN refuses, PyTorch's runs here.
-    key = (x.shape, x.stride(), x.dtype, x.device, weight.shape, weight.stride(), tuple(stride), tuple(padding),
-           tuple(dilation), groups, algorithm, math)
+    key = (_input_kind(x, weight), weight.shape, tuple(stride), tuple(padding), tuple(dilation), groups, algorithm,
+           math)
     runners = _local.__dict__.setdefault("op_runners", {})
     runner = runners.get(key, _UNBUILT)
     try:
