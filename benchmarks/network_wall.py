@@ -36,7 +36,9 @@ def comparison(overall: pd.DataFrame, column: str, seer: str = "seer") -> pd.Dat
     ok = overall[overall["status"] == "ok"]
     index = ["network", "batch", "math"]
     table = ok.pivot_table(index=index, columns="policy", values=column, aggfunc="last")
-    table = table.dropna(subset=[seer, *PYTORCH])
+    # A run may have timed one of PyTorch's policies only: its best is then that one.
+    table = table.reindex(columns=sorted({*table.columns, *PYTORCH})).dropna(subset=[seer])
+    table = table[table[list(PYTORCH)].notna().any(axis=1)]
     table["seer"] = table[seer]
     table["pytorch_best"] = table[list(PYTORCH)].min(axis=1)
     table["seer_ratio"] = table["seer"] / table["pytorch_best"]
@@ -44,6 +46,7 @@ def comparison(overall: pd.DataFrame, column: str, seer: str = "seer") -> pd.Dat
     if spread_column in ok.columns and ok[spread_column].notna().any():
         # The largest interquartile range of the three policies' windows, over their median.
         spreads = ok.pivot_table(index=index, columns="policy", values=spread_column, aggfunc="last")
+        spreads = spreads.reindex(columns=sorted({*spreads.columns, *PYTORCH}))
         table["spread"] = spreads[[seer, *PYTORCH]].max(axis=1).reindex(table.index)
     return table.reset_index()
 
@@ -83,6 +86,29 @@ def markdown(table: pd.DataFrame, title: str) -> str:
 def run_with(overall: pd.DataFrame, policy: str) -> pd.DataFrame:
     """The rows of the first file that holds ``policy``: ratios compare policies timed in turn."""
     return overall[overall["run"] == overall.loc[overall["policy"] == policy, "run"].min()]
+
+
+def compiled_how(run: pd.DataFrame, seer: str) -> str:
+    """How a run compiled seer's and PyTorch's policies, where it says (profiles before 0.8.1 do not)."""
+    if "layout_optimization" not in run or run["layout_optimization"].isna().all():
+        return ""
+    on = run.groupby(run["policy"].isin(PYTORCH))["layout_optimization"].agg(lambda v: bool(v.dropna().all()))
+    words = {True: "inductor's layout optimisation on", False: "layout optimisation off"}
+    return f"; seer's compiled with {words[on.get(False, True)]}, PyTorch's with {words[on.get(True, True)]}"
+
+
+def layout_control(overall: pd.DataFrame) -> pd.DataFrame | None:
+    """seer-graph's compiled times against PyTorch's policies of another run that compiled them
+    with inductor's layout optimisation off, where the files hold such a run; else None."""
+    if "layout_optimization" not in overall:
+        return None
+    seer_run = run_with(overall, "seer-graph")
+    off = overall[overall["policy"].isin(PYTORCH) & (overall["layout_optimization"] == False)  # noqa: E712
+                  & (overall["run"] != seer_run["run"].iloc[0])]
+    if off.empty:
+        return None
+    table = comparison(pd.concat([seer_run[seer_run["policy"] == "seer-graph"], off]), "compiled_ms", seer="seer-graph")
+    return table if len(table) else None
 
 
 def ceiling(overall: pd.DataFrame) -> str:
@@ -158,9 +184,20 @@ def main(argv=None) -> int:
         parts.append(markdown(comparison(run_with(overall, "seer-graph"), "graph_ms", seer="seer-graph"),
                               f"Captured in a CUDA graph, seer's picks guarded for CUDA graphs (seer-graph), per {unit}"))
     if "seer-graph" in policies and "compiled_ms" in overall and overall["compiled_ms"].notna().any():
-        parts.append(markdown(comparison(run_with(overall, "seer-graph"), "compiled_ms", seer="seer-graph"),
-                              "Under torch.compile(mode='reduce-overhead'), seer's picks guarded for CUDA graphs "
-                              f"(seer-graph), wall time per {unit}"))
+        modes = overall["compile_mode"].dropna().unique() if "compile_mode" in overall else []
+        mode = "', '".join(sorted(modes)) or "reduce-overhead"  # profiles before 0.8.1 timed that mode alone
+        for seer in ("seer-graph", "seer") if "seer" in policies else ("seer-graph",):
+            run = run_with(overall, seer)
+            parts.append(markdown(comparison(run, "compiled_ms", seer=seer),
+                                  f"Under torch.compile(mode='{mode}'), seer's picks "
+                                  + ("guarded for CUDA graphs (seer-graph)" if seer == "seer-graph"
+                                     else "weighed for an eager pass (seer)") + f"{compiled_how(run, seer)}, "
+                                  f"wall time per {unit}"))
+        control = layout_control(overall)
+        if control is not None:
+            parts.append(markdown(control, "Under torch.compile, seer-graph (the first file) against PyTorch's "
+                                           "policies compiled with inductor's layout optimisation off too (the "
+                                           f"second file: another run), wall time per {unit}"))
     if {"seer", "seer-graph"} <= policies and "forward_ms" in overall and overall["forward_ms"].notna().any():
         parts.append(ceiling(overall))
     text = "\n".join(parts)

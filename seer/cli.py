@@ -630,6 +630,7 @@ def _cmd_calibrate(args) -> int:
 MATH_MODE_CHOICES = ("fma", "default")  # seer.schema.MATH_MODE_NAMES
 OBJECTIVE_CHOICES = ("time", "energy")  # seer.schema.OBJECTIVES
 STEP_OPTIMIZER_CHOICES = ("none", "sgd")  # seer.schema.STEP_OPTIMIZERS
+COMPILE_MODE_CHOICES = ("reduce-overhead", "default", "max-autotune-no-cudagraphs")  # ...profile_network.COMPILE_MODES
 FORMAT_CHOICES = ("csv", "json")  # seer.output.FORMATS
 ROWS_CHOICES = ("algorithm", "layer")  # seer.output.ROWS
 
@@ -1540,10 +1541,15 @@ def _add_profile_network(sub) -> None:
                         "--optimizer's step): eager and CUDA-graph wall time per step, policies in turns; seer's "
                         "policies run its forward, dgrad and wgrad picks (the GPU's backward models, e.g. --gpu "
                         "h200). Writes OUT/steps.csv")
-    p.add_argument("--compiled", action="store_true",
-                   help="also time each forward pass under torch.compile(mode='reduce-overhead') (inductor, "
-                        "replayed from CUDA graphs), each policy compiled alone: compiled_ms, compiled_spread and "
-                        "compile_s in OUT/overall.csv (minutes of compilation per network and policy)")
+    p.add_argument("--compiled", nargs="?", const=COMPILE_MODE_CHOICES[0], choices=COMPILE_MODE_CHOICES, metavar="MODE",
+                   help="also time each forward pass under torch.compile(mode=MODE): reduce-overhead (the default: "
+                        "inductor, replayed from CUDA graphs), default or max-autotune-no-cudagraphs (kernels "
+                        "launched from the host); each policy compiled alone: compiled_ms, compiled_spread, "
+                        "compile_s, compile_mode and layout_optimization in OUT/overall.csv (minutes of compilation "
+                        "per network and policy). seer's policies compile as seer.torch.compile does (inductor's layout "
+                        "optimisation off), PyTorch's as torch.compile does")
+    p.add_argument("--no-layout-optimization", action="store_true",
+                   help="with --compiled, compile PyTorch's policies with inductor's layout optimisation off too")
     p.add_argument("--optimizer", choices=STEP_OPTIMIZER_CHOICES, default="none",
                    help="with --training, end each step with an optimizer step: none (default) or sgd (with "
                         "momentum); every policy pays the same for it. Give each its own --out")
@@ -1571,6 +1577,9 @@ def _cmd_profile_network(args) -> int:
         raise InputError("--optimizer ends a training step: give --training too", field="optimizer")
     if args.compiled and args.training:
         raise InputError("--compiled times forward passes: leave out --training", field="compiled")
+    if args.no_layout_optimization and not args.compiled:
+        raise InputError("--no-layout-optimization changes how --compiled compiles: give --compiled too",
+                         field="no-layout-optimization")
     policies = parse_policies(args.algo)
     maths = parse_math_modes(args.math)
     shard_index, shard_count = parse_shard(args.shard)
@@ -1611,7 +1620,7 @@ def _cmd_profile_network(args) -> int:
         options = ProfileOptions(out_dir=args.out, gpu=spec.name, models_dir=args.models_dir,
                                  dataset_dir=args.data_dir / spec.name, budget_ms=args.budget_ms,
                                  retrace=args.retrace, layer_times=not args.passes_only, optimizer=args.optimizer,
-                                 compiled=args.compiled,
+                                 compiled=args.compiled, layout_optimization=not args.no_layout_optimization,
                                  tag=default_tag(shard_index, shard_count),
                                  argv=list(args.argv))
         started = time.perf_counter()

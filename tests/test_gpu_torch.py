@@ -257,12 +257,15 @@ def test_seer_convolutions_compile_through_their_custom_operator(cuda):
     assert any("seer.convolution" in op for op in ops), ops
 
 
+@pytest.mark.parametrize("layout_optimization", [True, False])
 @pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
 @pytest.mark.parametrize("algo", ["IMPLICIT_GEMM", "FFT_TILING", "SEER_IMPLICIT_GEMM"])
-def test_seer_convolutions_run_under_inductor(cuda, mode, algo):
+def test_seer_convolutions_run_under_inductor(cuda, mode, algo, layout_optimization):
     """Inductor, the backend users get, keeps each seer convolution as an opaque call; under
     ``reduce-overhead`` its passes are replayed from CUDA graphs, workspaces included
-    (FFT_TILING needs one)."""
+    (FFT_TILING needs one). seer.torch.compile with the layout optimisation on is torch.compile."""
+    from seer.torch import compile as seer_compile
+
     if algo.startswith("SEER"):
         pytest.importorskip("cupy")
     model = _every_kind(cuda)
@@ -275,7 +278,7 @@ def test_seer_convolutions_run_under_inductor(cuda, mode, algo):
             with warnings.catch_warnings(record=True):
                 warnings.simplefilter("always")
                 model(x)  # plans made eagerly first
-                compiled = torch.compile(model, mode=mode)
+                compiled = seer_compile(model, mode, layout_optimization=layout_optimization)
                 outputs = [compiled(x).clone() for _ in range(4)]  # compiled, then recorded, then replayed
                 x.copy_(torch.randn_like(x))  # new values into the same input, replayed
                 fresh = compiled(x).clone()
@@ -455,6 +458,19 @@ def test_profile_network_times_training_steps_with_seers_backward_picks(cuda, tm
     before = len(steps)
     assert main(argv) == 0  # everything recorded: nothing measured again
     assert len(pd.read_csv(out / "steps.csv")) == before
+
+
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_profile_network_times_compiled_passes_in_either_mode(cuda, tmp_path, monkeypatch, mode):
+    monkeypatch.chdir(TESTS)
+    out = tmp_path / mode
+    argv = ["profile-network", "torch_nets:resnet50", "--input", "4x3x64x64", "--algo", "seer,seer-graph,heuristic",
+            "--math", "fma", "--passes-only", "--compiled", mode, "--out", str(out), "--data-dir", str(DATASET.parent)]
+    assert main(argv) == 0
+    overall = pd.read_csv(out / "overall.csv")
+    assert sorted(overall["policy"]) == ["heuristic", "seer", "seer-graph"]
+    assert (overall["compiled_ms"] > 0).all() and (overall["compile_s"] > 0).all(), overall.get("compiled_error")
+    assert (overall["compile_mode"] == mode).all()
 
 
 def test_build_on_gpu_has_weights(cuda):

@@ -446,6 +446,9 @@ def test_building_the_parser_loads_no_numerical_library_and_its_choices_stay_in_
 
     assert cli.MATH_MODE_CHOICES == MATH_MODE_NAMES and cli.OBJECTIVE_CHOICES == OBJECTIVES
     assert cli.STEP_OPTIMIZER_CHOICES == STEP_OPTIMIZERS
+    from seer.networks.profile_network import COMPILE_MODES
+
+    assert cli.COMPILE_MODE_CHOICES == COMPILE_MODES
     assert cli.FORMAT_CHOICES == output.FORMATS and cli.ROWS_CHOICES == output.ROWS
     probe = "import sys, seer.cli; seer.cli.build_parser(); print(sorted({'numpy', 'pandas', 'numba'} & set(sys.modules)))"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)

@@ -662,3 +662,21 @@ def test_the_compiled_operator_builds_each_runner_once_and_falls_back_once(monke
         for _ in range(3):
             assert torch.allclose(conv._op_convolution(x, w, None, *args, "FFT", "fma"), expected, atol=1e-5)
     assert len(built) == 3 and len(caught) == 1 and "PyTorch's runs instead" in str(caught[0].message)
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "default", "max-autotune-no-cudagraphs"])
+def test_seer_compile_is_torch_compile_in_that_mode_without_the_layout_optimisation(monkeypatch, mode):
+    """seer.torch.compile gives torch.compile the mode's own options (a mode and options cannot
+    both be given) with inductor's layout optimisation off, and passes the rest through."""
+    import seer.torch
+    from torch._inductor import list_mode_options
+
+    given = {}
+    monkeypatch.setattr(torch, "compile", lambda model, **kwargs: given.update(kwargs, model=model) or "compiled")
+    model = torch.nn.Conv2d(3, 4, 3)
+    assert seer.torch.compile(model, mode, dynamic=False) == "compiled"
+    assert given["model"] is model and given["dynamic"] is False and "mode" not in given
+    assert given["options"] == {**list_mode_options(mode), "layout_optimization": False}
+    seer.torch.compile(model, mode, layout_optimization=True)
+    assert given["options"] == {**list_mode_options(mode), "layout_optimization": True}
+    assert list_mode_options("reduce-overhead")["triton.cudagraphs"] is True  # what makes it replay graphs

@@ -66,11 +66,15 @@ LAYER_KEY = (*PASS_KEY, "name")
 #: eager passes, and per replay of the pass captured in a CUDA graph, with the spread of their
 #: windows (profiles before 0.8 lack them).
 WALL_COLUMNS = ("eager_ms", "eager_spread", "graph_ms", "graph_spread")
-#: With ``compiled``: wall time per pass of the model under ``torch.compile(mode=COMPILE_MODE)``
-#: (inductor, its passes replayed from CUDA graphs), the spread of its windows, and the seconds
-#: its first call took (compilation); after the other columns, in profiles that have them.
-COMPILED_COLUMNS = ("compiled_ms", "compiled_spread", "compile_s")
-COMPILE_MODE = "reduce-overhead"
+#: With ``compiled``: wall time per pass of the model under ``torch.compile(mode=...)``, the
+#: spread of its windows, the seconds its first call took (compilation), the mode, and whether
+#: inductor's layout optimisation was on (seer's policies compile through seer.torch.compile,
+#: with it off); after the other columns, in profiles that have them (those before 0.8.1 lack
+#: the last two: reduce-overhead, on).
+COMPILED_COLUMNS = ("compiled_ms", "compiled_spread", "compile_s", "compile_mode", "layout_optimization")
+#: Modes of ``torch.compile`` a profile may time: inductor with its passes replayed from CUDA
+#: graphs (the first, the default), or launching its kernels from the host on every pass.
+COMPILE_MODES = ("reduce-overhead", "default", "max-autotune-no-cudagraphs")
 #: Rounds of the policies' turns, and the GPU-and-host time of one turn's window of passes.
 WALL_ROUNDS = 7
 WALL_WINDOW_S = 0.1
@@ -167,7 +171,8 @@ class ProfileOptions:
     tag: str = field(default_factory=default_tag)
     argv: list[str] = field(default_factory=list)
     optimizer: str = "none"  # ends a training step (seer.torch.convolution.STEP_OPTIMIZERS)
-    compiled: bool = False  # also time each forward pass under torch.compile (COMPILED_COLUMNS)
+    compiled: str | None = None  # a mode (COMPILE_MODES): also time each forward pass under torch.compile
+    layout_optimization: bool = True  # PyTorch's policies compiled with inductor's layout optimisation
 
 
 @contextmanager
@@ -455,7 +460,9 @@ class NetworkProfiler:
             with torch.no_grad():
                 for policy in live:
                     with self._flags(job, policy):
-                        walls[policy].update(compiled_wall(torch, models[policy], x, passes))
+                        layout = self.options.layout_optimization and policy in PYTORCH_POLICIES
+                        walls[policy].update(compiled_wall(torch, models[policy], x, passes, self.options.compiled,
+                                                           layout_optimization=layout))
         models.clear()
         steps.clear()
         torch.cuda.empty_cache()
@@ -634,15 +641,22 @@ def window_ms(torch, forward: Callable[[], object], passes: int) -> float:
     return (time.perf_counter() - started) / passes * 1e3
 
 
-def compiled_wall(torch, model, x, passes: int) -> dict:
-    """``model`` under ``torch.compile(mode=COMPILE_MODE)``: wall time per pass (median of
-    :data:`WALL_ROUNDS` windows of ``passes``), its spread, and the first call's seconds; or
-    why it failed. Each model is compiled alone between resets, so no earlier compilation
+def compiled_wall(torch, model, x, passes: int, mode: str = COMPILE_MODES[0], *,
+                  layout_optimization: bool = True) -> dict:
+    """``model`` under ``torch.compile(mode=mode)`` (without inductor's layout optimisation:
+    ``seer.torch.compile``): wall time per pass (median of :data:`WALL_ROUNDS` windows of
+    ``passes``), its spread, the first call's seconds, the mode and the layout switch; or why it failed. Each model is compiled alone between resets, so no earlier compilation
     counts against dynamo's recompile limit, and timed after the others' turns: replays of
-    captured passes repeat within a fraction of a percent, so they need no turns."""
+    captured passes repeat within a fraction of a percent, so they need no turns (without CUDA
+    graphs, the spread of the windows says how far the host moved)."""
     torch.compiler.reset()
     try:
-        compiled = torch.compile(model, mode=COMPILE_MODE)
+        if layout_optimization:
+            compiled = torch.compile(model, mode=mode)
+        else:
+            from seer.torch.convolution import compile as compile_without_layout
+
+            compiled = compile_without_layout(model, mode)
         torch.cuda.synchronize()
         started = time.perf_counter()
         compiled(x)
@@ -653,10 +667,11 @@ def compiled_wall(torch, model, x, passes: int) -> dict:
         windows = [window_ms(torch, lambda: compiled(x), passes) for _ in range(WALL_ROUNDS)]
     except Exception as exc:  # noqa: BLE001 - recorded with the pass; the other timings stand
         torch.cuda.synchronize()
-        return {"compiled_error": _why(exc)}
+        return {"compiled_error": _why(exc), "compile_mode": mode, "layout_optimization": layout_optimization}
     finally:
         torch.compiler.reset()
-    return {"compiled_ms": float(np.median(windows)), "compiled_spread": spread(windows), "compile_s": compile_s}
+    return {"compiled_ms": float(np.median(windows)), "compiled_spread": spread(windows), "compile_s": compile_s,
+            "compile_mode": mode, "layout_optimization": layout_optimization}
 
 
 def capture_graph(torch, forward: Callable[[], object]):

@@ -9,7 +9,8 @@ share of zero input values.
 
 On a GPU, :func:`apply` runs seer's predicted-fastest cuDNN algorithm on every convolution
 of a model (and seer's sparse kernel where a calibration batch shows enough zeros) and
-:func:`force` one algorithm everywhere (:mod:`seer.torch.convolution`);
+:func:`force` one algorithm everywhere (:mod:`seer.torch.convolution`); :func:`compile` is
+``torch.compile`` for such a model;
 ``seer profile-network`` measures the result.
 """
 
@@ -17,13 +18,13 @@ of a model (and seer's sparse kernel where a calibration batch shows enough zero
 from seer.layers.calls import ConvCalls, parse_input_shape
 from seer.torch.layers import build_model, conv_calls, input_sparsity
 
-__all__ = ["ConvCalls", "apply", "build_model", "conv_calls", "force", "input_sparsity", "parse_input_shape",
-           "restore"]
+__all__ = ["ConvCalls", "apply", "build_model", "compile", "conv_calls", "force", "input_sparsity",
+           "parse_input_shape", "restore"]
 
 
 def __getattr__(name: str):
     # The GPU side is imported on first use: listing layers needs none of it.
-    if name in ("apply", "force", "restore"):
+    if name in ("apply", "compile", "force", "restore"):
         from seer.torch import convolution
 
         return getattr(convolution, name)

@@ -1550,6 +1550,19 @@ def _example(model: nn.Module, input_shape: Sequence[int], training: bool = Fals
     return torch.randn(tuple(input_shape), generator=generator, device=parameter.device)
 
 
+def compile(model: nn.Module, mode: str = "reduce-overhead", *, layout_optimization: bool = False, **kwargs):
+    """``torch.compile(model, mode=mode, **kwargs)`` for a model seer's convolutions run in, with
+    inductor's layout optimisation off: inductor runs the convolutions it can see channels-last,
+    and the tensors around each of seer's (an opaque operator, NCHW as picked) change layout
+    twice. docs/networks.md has what that costs, and what turning it off costs PyTorch's own."""
+    # What each mode sets, as torch.compile's documentation points to: a mode and options
+    # cannot both be given, so the mode is given as its options.
+    from torch._inductor import list_mode_options
+
+    options = {**list_mode_options(mode), "layout_optimization": layout_optimization}
+    return torch.compile(model, options=options, **kwargs)
+
+
 def restore(model: nn.Module) -> nn.Module:
     """Make every seer convolution of ``model`` the plain PyTorch module again (in place)."""
     for module in list(model.modules()):
