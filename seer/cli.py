@@ -1510,8 +1510,9 @@ def _add_profile_network(sub) -> None:
                     "algorithm forced everywhere, or all. "
                     "Resumable: records go to OUT/raw as each policy finishes, and a rerun skips them. Writes "
                     "OUT/overall.csv, OUT/layers.csv and plots.")
-    p.add_argument("models", nargs="+", metavar="MODEL", help="torchvision model name or module:function")
-    sizes = p.add_mutually_exclusive_group(required=True)
+    p.add_argument("models", nargs="*", metavar="MODEL",
+                   help="torchvision model name or module:function (none with --tables-only)")
+    sizes = p.add_mutually_exclusive_group()
     sizes.add_argument("--sizes", help="square input sizes: START:STOP:COUNT (e.g. 224:512:100) or a list (224,320)")
     sizes.add_argument("--input", help="one input shape NxCxHxW (or NxCxDxHxW)")
     p.add_argument("--batch", type=_positive_int, default=1, help="batch of --sizes inputs (default 1)")
@@ -1583,7 +1584,13 @@ def _cmd_profile_network(args) -> int:
     policies = parse_policies(args.algo)
     maths = parse_math_modes(args.math)
     shard_index, shard_count = parse_shard(args.shard)
-    if args.sizes:
+    if not args.tables_only and not args.models:
+        raise InputError("give at least one MODEL to profile (or --tables-only to rebuild the tables)", field="MODEL")
+    if not args.tables_only and not (args.sizes or args.input):
+        raise InputError("give the inputs to profile: --sizes or --input", field="sizes")
+    if args.tables_only:
+        shapes = []
+    elif args.sizes:
         shapes = [(args.batch, args.channels, s, s) for s in parse_sizes(args.sizes)]
     else:
         from seer.torch import parse_input_shape

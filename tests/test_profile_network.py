@@ -129,6 +129,12 @@ def test_cli_refusals_and_a_slurm_script_without_a_gpu(tmp_path, capsys):
     assert main(["profile-network", "resnet50", "--sizes", "224", "--tables-only", "--out", str(tmp_path / "none")]) == 2
     assert main(["profile-network", "resnet50", "--sizes", "224", "--training", "--compiled", "--out", str(tmp_path)]) == 2
     assert "--compiled times forward passes" in capsys.readouterr().err
+    assert main(["profile-network", "--sizes", "224", "--out", str(tmp_path)]) == 2
+    assert "give at least one MODEL" in capsys.readouterr().err
+    assert main(["profile-network", "resnet50", "--out", str(tmp_path)]) == 2
+    assert "--sizes or --input" in capsys.readouterr().err
+    assert main(["profile-network", "resnet50", "--sizes", "224", "--no-layout-optimization", "--out", str(tmp_path)]) == 2
+    assert "give --compiled too" in capsys.readouterr().err
     script = tmp_path / "sweep.sh"
     argv = ["profile-network", "resnet152", "--sizes", "224:512:100", "--math", "fma,default", "--out", "res",
             "--slurm", str(script), "--slurm-tasks", "8", "--slurm-constraint", "h100", "--slurm-time", "01:30:00"]
@@ -326,3 +332,16 @@ def test_steps_recorded_with_another_optimizer_are_measured_again(tmp_path):
     for optimizer, done in (("none", "seer"), ("sgd", "heuristic")):
         profiler.options = ProfileOptions(out_dir=tmp_path, optimizer=optimizer)
         assert profiler.done_steps() == {("resnet50", "32x3x224x224", "fma", done)}
+
+
+def test_tables_only_needs_no_model_or_inputs(tmp_path):
+    """``--tables-only`` rebuilds a profile's tables from its records: nothing to profile, so
+    neither MODEL nor --sizes is asked for."""
+    import shutil
+
+    folder = tmp_path / "profile"
+    shutil.copytree(RESULTS / "h200-network-compiled-no-layout-opt" / "raw", folder / "raw")
+    assert main(["profile-network", "--tables-only", "--out", str(folder)]) == 0
+    rebuilt = pd.read_csv(folder / "overall.csv")
+    committed = pd.read_csv(RESULTS / "h200-network-compiled-no-layout-opt" / "overall.csv")
+    pd.testing.assert_frame_equal(rebuilt, committed)
