@@ -766,7 +766,8 @@ def _cmd_predict(args) -> int:
             if unranked_sparsity and _has_sparse_layers(chunk):
                 unranked_sparsity = False  # said once
                 err_console.print(f"seer: note: the sparsity column ranks seer's sparse kernels only in the forward "
-                                  f"pass, on a GPU with their model (h200; by energy where it has their power); here "
+                                  f"pass, with models that include theirs (seer train --sparse; by energy where they have their "
+                                  f"power); here "
                                   f"({_model_label(model)}, {args.objective}) it changes no prediction", soft_wrap=True)
             answers = cudnn_workspaces(chunk, args.math) if args.cudnn_answers else None
             predictions = with_labels(model.predict(chunk, args.math, algorithms, args.objective, answers, memo),
@@ -1357,8 +1358,8 @@ def _cmd_network(args) -> int:
             raise InputError("--sparsity ranks seer's sparse kernels in the forward pass: leave out --pass, or "
                              "give --pass all for the training step", field="sparsity")
         if model.sparse is None:
-            raise InputError(f"{model.gpu} has no model of seer's sparse kernels (docs/sparse.md: h200 has one)",
-                             field="sparsity")
+            raise InputError(f"{model.gpu} has no model of seer's sparse kernels (seer train --gpu GPU --sparse "
+                             f"fits one; docs/sparse.md)", field="sparsity")
         if args.objective != "time" and not model.sparse.power:
             raise InputError(f"{model.gpu}'s model of seer's sparse kernels has no power model: leave out --objective",
                              field="sparsity")

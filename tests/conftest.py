@@ -48,6 +48,17 @@ def fake_worker(monkeypatch, tmp_path):
     return temp
 
 
+@pytest.fixture
+def models_without_sparse(tmp_path) -> Path:
+    """A models directory whose h100 models are the shipped ones less the sparse model (links)."""
+    folder = tmp_path / "models" / "h100"
+    folder.mkdir(parents=True)
+    for path in (REPO / "models" / "h100").iterdir():
+        if path.name != "sparse.json":
+            (folder / path.name).symlink_to(path)
+    return folder.parent
+
+
 def benchmark_module(name: str):
     """A script of benchmarks/ imported as a module (its own imports resolve from that folder)."""
     import sys

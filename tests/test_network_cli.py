@@ -275,10 +275,11 @@ def test_a_bad_sparsity_file_is_one_line_and_exit_2(tmp_path, capsys, text, word
 
 @pytest.mark.parametrize("argv, words", [
     (["--sparsity", "1", "--gpu", "h200"], "--sparsity must be a share of zeros in [0, 1) or a CSV file"),
-    (["--sparsity", "0.9", "--gpu", "h100"], "h100 has no model of seer's sparse kernels"),
+    (["--sparsity", "0.9", "--gpu", "h100", "--models-dir", "MODELS"], "h100 has no model of seer's sparse kernels"),
     (["--sparsity", "0.9", "--gpu", "h200", "--pass", "bwd_data"], "--sparsity ranks seer's sparse kernels in the forward"),
     (["--sparsity", "no-such-file.csv", "--gpu", "h200"], "no such file"),
 ])
-def test_sparsity_mistakes_are_one_line_and_exit_2(capsys, argv, words):
+def test_sparsity_mistakes_are_one_line_and_exit_2(capsys, argv, words, models_without_sparse):
+    argv = [str(models_without_sparse) if a == "MODELS" else a for a in argv]
     code, _, err = run(capsys, "network", "torch_nets:resnet50", "--input", "1x3x224x224", *argv)
     _refused(code, err, words)

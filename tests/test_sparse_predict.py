@@ -97,18 +97,27 @@ def test_the_shipped_model_reproduces_the_measurements_within_its_stated_error()
     assert model.card["leave_one_layer_out"]["SEER_SPARSE_GATHER"]["loo_mape_percent"] < 20
 
 
-def test_training_the_sparse_model_writes_what_is_shipped(tmp_path, capsys):
-    code, _, err = run(capsys, "train", "--gpu", "h200", "--sparse", "--data-dir", ROOT / "data",
+@pytest.mark.parametrize("gpu", ["h200", "h100"])
+def test_training_the_sparse_model_writes_what_is_shipped(tmp_path, capsys, gpu):
+    code, _, err = run(capsys, "train", "--gpu", gpu, "--sparse", "--data-dir", ROOT / "data",
                        "--models-dir", tmp_path)
     assert code == 0, err
-    fresh, shipped = load_sparse_model(tmp_path / "h200"), load_sparse_model(SHIPPED)
+    fresh, shipped = load_sparse_model(tmp_path / gpu), load_sparse_model(ROOT / "models" / gpu)
     assert fresh.card["data"] == shipped.card["data"] and fresh.card["rows"] == shipped.card["rows"]
     for algo in shipped.kernels:
         np.testing.assert_allclose(fresh.coefficients[algo], shipped.coefficients[algo], rtol=1e-6, atol=1e-9)
     # Trained again on the same data, the file does not change, its date included.
-    first = (tmp_path / "h200" / SPARSE_FILE).read_bytes()
-    assert run(capsys, "train", "--gpu", "h200", "--sparse", "--data-dir", ROOT / "data", "--models-dir", tmp_path)[0] == 0
-    assert (tmp_path / "h200" / SPARSE_FILE).read_bytes() == first
+    first = (tmp_path / gpu / SPARSE_FILE).read_bytes()
+    assert run(capsys, "train", "--gpu", gpu, "--sparse", "--data-dir", ROOT / "data", "--models-dir", tmp_path)[0] == 0
+    assert (tmp_path / gpu / SPARSE_FILE).read_bytes() == first
+
+
+def test_the_h100s_sparse_model_learnt_from_every_batch_of_the_seeds_layers():
+    card = load_sparse_model(ROOT / "models" / "h100").card
+    assert card["layers"] == 556 and card["ranges"]["batch"] == [1.0, 8.0]
+    assert card["sparsity_levels"] == [0.5, 0.8, 0.9, 0.95, 0.99] and card["patterns"] == ["crowded", "relu"]
+    errors = {algo: v["loo_mape_percent"] for algo, v in card["leave_one_layer_out"].items()}
+    assert errors["SEER_SPARSE_GATHER"] < 12 and max(errors.values()) < 25, errors
 
 
 def test_each_band_of_crowding_bounds_the_times_with_its_own_held_out_errors():
@@ -289,8 +298,8 @@ def test_a_file_whose_layers_are_all_dense_predicts_as_without_the_column(tmp_pa
     assert objects == json.loads(texts["plain", "json"])
 
 
-def test_the_h100_has_no_sparse_model_and_the_column_changes_nothing_there():
-    model = persist.load_model("h100", math="fma")
+def test_models_without_a_sparse_model_ignore_the_column(models_without_sparse):
+    model = persist.load_model("h100", math="fma", models_dir=models_without_sparse)
     assert model.sparse is None
     frame = _three()
     assert model.predict(frame.assign(sparsity=[0.99]), "fma").equals(model.predict(frame, "fma"))
@@ -303,7 +312,9 @@ def test_fitting_needs_sparse_runs():
 
 
 @pytest.mark.parametrize("argv", [["--gpu", "h100"], ["--gpu", "h200", "--pass", "bwd_data"]])
-def test_a_sparsity_that_ranks_nothing_says_so_once(argv, tmp_path, capsys):
+def test_a_sparsity_that_ranks_nothing_says_so_once(argv, tmp_path, capsys, models_without_sparse):
+    if argv[1] == "h100":
+        argv = [*argv, "--models-dir", str(models_without_sparse)]
     source = tmp_path / "layers.csv"
     source.write_text(HEADER + f"{THREE},0.99\n{THREE},0.95\n")
     code, _, err = run(capsys, "predict", source, "--math", "fma", *argv, "-o", tmp_path / "out.csv")

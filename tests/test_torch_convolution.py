@@ -494,7 +494,7 @@ def test_a_model_trained_here_takes_the_calibration_path(no_heuristic):
             assert algorithm == choice.dense.algorithm(layer), name
 
 
-def test_sparsity_mistakes_are_input_errors():
+def test_sparsity_mistakes_are_input_errors(models_without_sparse):
     from seer.torch.convolution import module_sparsity
 
     with pytest.raises(InputError, match="module 4: sparsity must be a number in \\[0, 1\\)"):
@@ -505,7 +505,7 @@ def test_sparsity_mistakes_are_input_errors():
                                          "CUDA graphs"):
         apply(_sparse_net(), "h200", "fma", sparsity={"4": 0.9}, cuda_graphs=True, algorithms="cudnn,sparse")
     with pytest.raises(InputError, match="h100 models have no model of seer's sparse kernels"):
-        apply(_sparse_net(), "h100", "fma", sparsity={"4": 0.9})
+        apply(_sparse_net(), "h100", "fma", sparsity={"4": 0.9}, models_dir=models_without_sparse)
     with pytest.raises(InputError, match="map module names"):
         module_sparsity(0.9)
     import pandas as pd
