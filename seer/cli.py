@@ -382,7 +382,9 @@ def _cmd_merge(args) -> int:
     err_console.log(f"merged {len(args.sources)} folders into {target / 'raw'}: {len(result.written)} files "
                     f"written ({result.records} records), {result.skipped} already there, "
                     f"{result.sessions} session lines added"
-                    + (f"; {len(result.ignored)} other files left out" if result.ignored else ""))
+                    + (f"; {len(result.ignored)} other files left out" if result.ignored else "")
+                    + (f"; {len(result.shared_tag)} files of writers that shared a tag with another kept beside it "
+                       f"(*-merged-*)" if result.shared_tag else ""))
     if args.no_parse:
         return 0
     if args.gpu:

@@ -1,4 +1,4 @@
-"""Merging shards' raw records: each record once, torn lines left behind, conflicts refused."""
+"""Merging shards' raw records: each record once, torn lines left behind, writers that shared a tag side by side."""
 
 import itertools
 import json
@@ -95,15 +95,25 @@ def test_a_shard_that_went_on_writing_gives_the_longer_file(tmp_path, records):
     assert (result.written, result.skipped) == ([], 1) and len(read_jsonl(target / "raw" / "timing-a.jsonl")) == 20
 
 
-def test_a_conflict_is_refused_and_nothing_is_written(capsys, tmp_path, records):
+def test_writers_that_shared_a_tag_keep_their_records_side_by_side(capsys, tmp_path, records):
     one = _shard(tmp_path, "one", "a", records[:10])
     other = _shard(tmp_path, "other", "b", records[30:40])
-    clash = _shard(tmp_path, "two", "a", records[10:20])  # another writer with the same tag
+    clash = _shard(tmp_path, "two", "a", records[10:20])  # another writer with the same tag (same host name)
     target = tmp_path / "data" / "h100"
-    code, err = _run(capsys, "merge", "--gpu", "h100", "--data-dir", tmp_path / "data", other, one, clash)
-    assert code == 2
-    assert f"{clash / 'raw' / 'timing-a.jsonl'}: differs from {one / 'raw' / 'timing-a.jsonl'}" in err
-    assert "Traceback" not in err and not target.exists()
+    code, err = _run(capsys, "merge", "--gpu", "h100", "--data-dir", tmp_path / "data", "--no-parse", other, one, clash)
+    assert code == 0 and "1 files of writers that shared a tag" in err, err
+    names = sorted(p.name for p in (target / "raw").glob("timing-*"))
+    assert names[0].startswith("timing-a-merged-") and names[1:] == ["timing-a.jsonl", "timing-b.jsonl"]
+    def ids(rows):
+        return sorted((r["shape_id"], r["math"], r["algo"]) for r in rows)
+
+    assert ids(read_jsonl(target / "raw" / "timing-a.jsonl")) == ids(records[:10])
+    assert ids(read_jsonl(target / "raw" / names[0])) == ids(records[10:20])
+    assert sum(len(read_jsonl(target / "raw" / n)) for n in names) == 30
+    # Merged again, nothing is copied twice.
+    result = merge_raw([other, one, clash], target)
+    assert result.written == [] and result.skipped == 3
+    assert len(list((target / "raw").glob("timing-*"))) == 3
 
 
 @pytest.mark.parametrize("make, words", [

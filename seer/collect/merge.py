@@ -5,7 +5,9 @@ or an output folder of ``seer profile-network``. Its record files (``<kind>-<tag
 plain, ``.gz`` or ``.xz``) are copied into the target's ``raw/`` under the same name; shards
 name their files by tag, so they never collide. A name in both with other content is
 compared: where one is the other cut short (a shard that went on writing since), the longer
-is kept; anything else is a conflict, refused before anything is written. A packed file
+is kept; anything else is the file of another writer that used the same tag (lent machines
+often share a host name), copied beside it as ``<kind>-<tag>-merged-<hash>.jsonl``, so that
+merging it again finds it there. A packed file
 (``<kind>.<n>.jsonl.xz``) is copied as ``<kind>-merged-<hash>.jsonl.xz``, a name the store
 reads and that cannot overwrite the target's own packs. ``sessions.jsonl`` is appended line by line.
 
@@ -45,6 +47,7 @@ class MergeResult:
     sessions: int = 0  # session lines added to the target's sessions.jsonl
     kinds: set[str] = field(default_factory=set)  # record kinds in the sources
     ignored: list[Path] = field(default_factory=list)  # other files of the sources' raw/, not copied
+    shared_tag: list[Path] = field(default_factory=list)  # source files of a writer whose tag another used
 
 
 @dataclass
@@ -217,12 +220,16 @@ def merge_raw(sources: Sequence[str | Path], target: str | Path,
             if held is None and (target_raw / name).exists():
                 held = _version(target_raw / name)
             order = None if held is None else _compare(version, held)
+            if order is None and held is not None:
+                # Neither extends the other: two writers used one tag. This one's records go beside
+                # the other's, under a name by content (the store reads every file of raw/).
+                result.shared_tag.append(path)
+                tag, suffix = (loose["tag"], loose["suffix"]) if loose else ("pack", packed["suffix"])
+                name = f"{kind}-{tag}-merged-{_digest(version)}.jsonl{suffix or ''}"
+                held = chosen.get(name) or (_version(target_raw / name) if (target_raw / name).exists() else None)
+                order = None if held is None else _compare(version, held)
             if held is None or order == 1:
                 chosen[name] = version
-            elif order is None:
-                raise InputError(f"differs from {held.path}, and neither extends the other: two writers used "
-                                 "one tag; rename one file (keeping its <kind>- prefix) and merge again",
-                                 path=path)
             else:
                 result.skipped += 1
     # The target's sessions first, then each source's, each line once.
