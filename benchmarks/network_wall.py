@@ -88,7 +88,7 @@ def run_with(overall: pd.DataFrame, policy: str) -> pd.DataFrame:
     return overall[overall["run"] == overall.loc[overall["policy"] == policy, "run"].min()]
 
 
-def compiled_how(run: pd.DataFrame, seer: str) -> str:
+def compiled_how(run: pd.DataFrame) -> str:
     """How a run compiled seer's and PyTorch's policies, where it says (profiles before 0.8.1 do not)."""
     if "layout_optimization" not in run or run["layout_optimization"].isna().all():
         return ""
@@ -191,7 +191,7 @@ def main(argv=None) -> int:
             parts.append(markdown(comparison(run, "compiled_ms", seer=seer),
                                   f"Under torch.compile(mode='{mode}'), seer's picks "
                                   + ("guarded for CUDA graphs (seer-graph)" if seer == "seer-graph"
-                                     else "weighed for an eager pass (seer)") + f"{compiled_how(run, seer)}, "
+                                     else "weighed for an eager pass (seer)") + f"{compiled_how(run)}, "
                                   f"wall time per {unit}"))
         control = layout_control(overall)
         if control is not None:

@@ -632,7 +632,8 @@ def _cmd_calibrate(args) -> int:
 MATH_MODE_CHOICES = ("fma", "default")  # seer.schema.MATH_MODE_NAMES
 OBJECTIVE_CHOICES = ("time", "energy")  # seer.schema.OBJECTIVES
 STEP_OPTIMIZER_CHOICES = ("none", "sgd")  # seer.schema.STEP_OPTIMIZERS
-COMPILE_MODE_CHOICES = ("reduce-overhead", "default", "max-autotune-no-cudagraphs")  # ...profile_network.COMPILE_MODES
+# seer.networks.profile_network.COMPILE_MODES
+COMPILE_MODE_CHOICES = ("reduce-overhead", "default", "max-autotune-no-cudagraphs")
 FORMAT_CHOICES = ("csv", "json")  # seer.output.FORMATS
 ROWS_CHOICES = ("algorithm", "layer")  # seer.output.ROWS
 
@@ -768,9 +769,9 @@ def _cmd_predict(args) -> int:
             if unranked_sparsity and _has_sparse_layers(chunk):
                 unranked_sparsity = False  # said once
                 err_console.print(f"seer: note: the sparsity column ranks seer's sparse kernels only in the forward "
-                                  f"pass, with models that include theirs (seer train --sparse; by energy where they have their "
-                                  f"power); here "
-                                  f"({_model_label(model)}, {args.objective}) it changes no prediction", soft_wrap=True)
+                                  f"pass, with models that include theirs (seer train --sparse; by energy where they "
+                                  f"have their power); here ({_model_label(model)}, {args.objective}) it changes no "
+                                  f"prediction", soft_wrap=True)
             answers = cudnn_workspaces(chunk, args.math) if args.cudnn_answers else None
             predictions = with_labels(model.predict(chunk, args.math, algorithms, args.objective, answers, memo),
                                       chunk, offset)
@@ -1545,13 +1546,14 @@ def _add_profile_network(sub) -> None:
                         "--optimizer's step): eager and CUDA-graph wall time per step, policies in turns; seer's "
                         "policies run its forward, dgrad and wgrad picks (the GPU's backward models, e.g. --gpu "
                         "h200). Writes OUT/steps.csv")
-    p.add_argument("--compiled", nargs="?", const=COMPILE_MODE_CHOICES[0], choices=COMPILE_MODE_CHOICES, metavar="MODE",
+    p.add_argument("--compiled", nargs="?", const=COMPILE_MODE_CHOICES[0], choices=COMPILE_MODE_CHOICES,
+                   metavar="MODE",
                    help="also time each forward pass under torch.compile(mode=MODE): reduce-overhead (the default: "
                         "inductor, replayed from CUDA graphs), default or max-autotune-no-cudagraphs (kernels "
                         "launched from the host); each policy compiled alone: compiled_ms, compiled_spread, "
                         "compile_s, compile_mode and layout_optimization in OUT/overall.csv (minutes of compilation "
-                        "per network and policy). seer's policies compile as seer.torch.compile does (inductor's layout "
-                        "optimisation off), PyTorch's as torch.compile does")
+                        "per network and policy). seer's policies compile as seer.torch.compile does (inductor's "
+                        "layout optimisation off), PyTorch's as torch.compile does")
     p.add_argument("--no-layout-optimization", action="store_true",
                    help="with --compiled, compile PyTorch's policies with inductor's layout optimisation off too")
     p.add_argument("--optimizer", choices=STEP_OPTIMIZER_CHOICES, default="none",

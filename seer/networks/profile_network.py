@@ -645,8 +645,9 @@ def compiled_wall(torch, model, x, passes: int, mode: str = COMPILE_MODES[0], *,
                   layout_optimization: bool = True) -> dict:
     """``model`` under ``torch.compile(mode=mode)`` (without inductor's layout optimisation:
     ``seer.torch.compile``): wall time per pass (median of :data:`WALL_ROUNDS` windows of
-    ``passes``), its spread, the first call's seconds, the mode and the layout switch; or why it failed. Each model is compiled alone between resets, so no earlier compilation
-    counts against dynamo's recompile limit, and timed after the others' turns: replays of
+    ``passes``), its spread, the first call's seconds, the mode and the layout switch; or why
+    it failed. Each model is compiled alone between resets, so no earlier compilation counts
+    against dynamo's recompile limit, and timed after the others' turns: replays of
     captured passes repeat within a fraction of a percent, so they need no turns (without CUDA
     graphs, the spread of the windows says how far the host moved)."""
     torch.compiler.reset()
