@@ -105,17 +105,11 @@ def fit_and_score(model, table: pd.DataFrame, math: str, designs, fit: str = "me
             paths = {name: kernel_paths(frames[name]["workspaces"][algo].to_numpy(dtype=float), fit)
                      for name in frames}
             started = time.perf_counter()
-            fitted = {path: clone(regressor(fit)).fit(inputs["train"][runs & members], ratio[runs & members])
-                      for path, members in paths["train"].items() if (runs & members).sum() >= 20}
+            fitted = fit_paths(inputs["train"], ratio, runs, paths["train"], fit)
             print(f"{math} {algo} {design} {fit}: fitted {len(fitted)} in {time.perf_counter() - started:.1f} s",
                   flush=True)
             for name in SPLITS:
-                ms = np.full(len(inputs[name]), np.nan)
-                for path, members in paths[name].items():
-                    path = path if path in fitted else next(iter(fitted))
-                    if members.any():
-                        ms[members] = fitted[path].predict(inputs[name][members])
-                ms *= baseline_ms(roofline[name], fixed, "roofline")
+                ms = predict_paths(fitted, inputs[name], paths[name]) * baseline_ms(roofline[name], fixed, "roofline")
                 refused = ~np.isfinite(frames[name]["workspaces"][algo].to_numpy(dtype=float))
                 predicted[name][design][algo] = np.where(refused, np.nan, ms)
     errors, picks = [], []
@@ -166,6 +160,27 @@ def fit_and_score(model, table: pd.DataFrame, math: str, designs, fit: str = "me
                     print(f"{math} {name} among {among}, {way}: worst picks {worst}")
             picks.append(row)
     return errors, picks
+
+
+#: A kernel path with fewer train runs than this borrows another path's regressor.
+MIN_PATH_RUNS = 20
+
+
+def fit_paths(X: np.ndarray, y: np.ndarray, rows: np.ndarray, paths: dict[str, np.ndarray],
+              fit: str = "paths") -> dict:
+    """A regressor per kernel path (:func:`kernel_paths`), fitted on ``rows`` of that path."""
+    return {p: clone(regressor(fit)).fit(X[rows & m], y[rows & m])
+            for p, m in paths.items() if (rows & m).sum() >= MIN_PATH_RUNS}
+
+
+def predict_paths(fitted: dict, X: np.ndarray, paths: dict[str, np.ndarray]) -> np.ndarray:
+    """Each row by its path's regressor, or the first fitted one where its path has none (NaN
+    where none was fitted)."""
+    out = np.full(len(X), np.nan)
+    for p, members in paths.items():
+        if members.any() and fitted:
+            out[members] = fitted[p if p in fitted else next(iter(fitted))].predict(X[members])
+    return out
 
 
 def regressor(fit: str):

@@ -51,7 +51,8 @@ import pandas as pd
 from sklearn.base import clone
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from answer_inputs import CUDNN, SPLITS, answer_inputs, kernel_paths, regressor, split_frames  # noqa: E402
+from answer_inputs import (CUDNN, SPLITS, answer_inputs, fit_paths, kernel_paths, predict_paths,  # noqa: E402
+                           regressor, split_frames)
 
 from seer.dataset.build import read_measurements  # noqa: E402
 from seer.dataset.views import algorithm_rows, values_by_algorithm  # noqa: E402
@@ -70,7 +71,6 @@ TRACED_ONLY = DESIGNS[1:]
 ALL_TRAIN = ("answers+variant_all", "answers+kernels_all", "answers+launch_all")
 #: The traced launch of a run's longest kernel, its ``launch`` oracle (log2 of each).
 LAUNCH = ("grid_blocks", "block_threads", "registers", "shared_mem_bytes")
-MIN_PATH_RUNS = 20  # as answer_inputs.py: a kernel path with fewer train runs borrows another's regressor
 DIGITS = 6
 
 
@@ -103,20 +103,6 @@ def multi_hot(sets: np.ndarray, names: list) -> np.ndarray:
         for n in s if isinstance(s, tuple) else ():
             if n in column:
                 out[i, column[n]] = 1.0
-    return out
-
-
-def fit_paths(X: np.ndarray, y: np.ndarray, rows: np.ndarray, paths: dict[str, np.ndarray]) -> dict:
-    """answer_inputs.py's regressor per kernel path, fitted on ``rows``."""
-    return {p: clone(regressor("paths")).fit(X[rows & m], y[rows & m])
-            for p, m in paths.items() if (rows & m).sum() >= MIN_PATH_RUNS}
-
-
-def predict_paths(fitted: dict, X: np.ndarray, paths: dict[str, np.ndarray]) -> np.ndarray:
-    out = np.full(len(X), np.nan)
-    for p, members in paths.items():
-        if members.any() and fitted:
-            out[members] = fitted[p if p in fitted else next(iter(fitted))].predict(X[members])
     return out
 
 
