@@ -525,16 +525,17 @@ def _train_transfer(spec, args, root: Path) -> int:
     return 0
 
 
-def _saved_model_and_table(gpu: str, data_dir: Path, root: Path):
-    """The trained model of ``gpu`` in the models directory ``root``, and its dataset's
-    measurements as training reads them: what refitting a part of a model starts from."""
+def _saved_model_and_table(gpu: str, data_dir: Path, root: Path, pass_: str = "fwd"):
+    """The trained model of ``gpu`` and ``pass_`` in the models directory ``root``, and its
+    dataset's measurements of that pass as training reads them: what refitting a part of a
+    model starts from."""
     from seer.dataset.build import parsed_measurements
     from seer.predict import persist
     from seer.schema import DatasetDir
     from seer.training.train import TRAINING_COLUMNS
 
-    model = persist.load(root / gpu)
-    return model, parsed_measurements(DatasetDir(data_dir / model.gpu), model.gpu, TRAINING_COLUMNS, passes=("fwd",))
+    model = persist.load(persist.model_dir(root, gpu, pass_))
+    return model, parsed_measurements(DatasetDir(data_dir / model.gpu), model.gpu, TRAINING_COLUMNS, passes=(pass_,))
 
 
 def _train_answers(spec, data_dir: Path, root: Path) -> int:
@@ -610,6 +611,7 @@ def _add_calibrate(sub) -> None:
     p.add_argument("--gpu", required=True)
     p.add_argument("--data-dir", type=Path, default=Path("data"))
     p.add_argument("--models-dir", type=Path, default=None, help=MODELS_DIR_HELP)
+    _add_pass(p, "the convolution pass whose models to calibrate: fwd (default), bwd_data or bwd_filter")
     p.set_defaults(func=_cmd_calibrate)
 
 
@@ -618,11 +620,12 @@ def _cmd_calibrate(args) -> int:
     from seer.training.calibrate import calibrate
 
     root = persist.models_root(args.models_dir)
-    model = calibrate(*_saved_model_and_table(args.gpu, args.data_dir, root))
-    paths = persist.save(model, root / model.gpu)
+    model = calibrate(*_saved_model_and_table(args.gpu, args.data_dir, root, args.pass_))
+    destination = persist.model_dir(root, model.gpu, args.pass_)
+    paths = persist.save(model, destination)
     shapes = model.card["calibration"]["shapes"]
     err_console.log(f"calibrated on {', '.join(f'{n} {m}-math shapes' for m, n in shapes.items())}; "
-                    f"wrote {', '.join(p.name for p in paths)} and {persist.CARD_FILE} in {root / model.gpu}")
+                    f"wrote {', '.join(p.name for p in paths)} and {persist.CARD_FILE} in {destination}")
     return 0
 
 

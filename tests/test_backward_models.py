@@ -156,6 +156,30 @@ def test_backward_options_that_do_not_apply_are_refused_in_one_line(backward_mod
         train(H200, get_gpu_spec("h200"), pass_="backward")
 
 
+def test_seer_calibrate_pass_fits_the_intervals_of_that_pass_on_the_committed_runs(backward_models, tmp_path):
+    """``seer calibrate --pass bwd_filter`` refits the wgrad model's intervals on the calibration
+    half of Test-set-I's wgrad runs, in the pass's folder; its times do not change."""
+    import shutil
+
+    from seer.training.calibrate import calibration_half
+
+    root = tmp_path / "models"
+    shutil.copytree(backward_models, root)
+    layers = pd.DataFrame([dict(batch=32, in_ch=64, out_ch=64, in_h=56, in_w=56, kernel_h=3, kernel_w=3,
+                                pad_h=1, pad_w=1)])
+    before = persist.load_model("h200", models_dir=root, pass_=PASS).predict(layers, "fma")
+    assert main(["calibrate", "--gpu", "h200", "--pass", PASS, "--data-dir", str(REPO / "data"),
+                 "--models-dir", str(root)]) == 0
+    assert not (root / "h200" / "model.json").exists()  # the forward's folder is not written
+    model = persist.load_model("h200", models_dir=root, pass_=PASS)
+    runs = read_measurements(H200 / "measurements", ["shape_id", "split", "math"], passes=(PASS,))
+    test1 = runs.loc[(runs["split"] == "test1") & (runs["math"] == "fma"), "shape_id"].unique()
+    assert model.card["calibration"]["shapes"]["fma"] == int(calibration_half(test1).sum())
+    after = model.predict(layers, "fma")
+    pd.testing.assert_series_equal(after["predicted_ms"], before["predicted_ms"])
+    assert after["predicted_ms_high80"].notna().all()
+
+
 def test_the_committed_backward_runs_read_by_pass(tmp_path):
     """The tidy table's pass comes from the registry, and a reader of one pass sees only its runs."""
     runs = read_measurements(H200 / "measurements", ["algo", "pass", "status"])

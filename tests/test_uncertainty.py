@@ -40,17 +40,27 @@ def test_conformal_intervals_cover_fresh_draws_at_their_level():
     assert low >= 0 and high > 0
 
 
-def test_a_kind_with_few_runs_takes_the_algorithms_quantiles_over_every_kind():
+def test_a_kind_with_few_runs_takes_the_wider_of_its_own_quantiles_and_those_over_every_kind():
     rng = np.random.default_rng(1)
-    kinds = np.array(["square"] * MIN_CALIBRATION_RUNS + ["3D"] * 10, dtype=object)
-    log_ratio = np.r_[rng.normal(0, 0.05, MIN_CALIBRATION_RUNS), rng.normal(0, 1.0, 10)]
+    kinds = np.array(["square"] * MIN_CALIBRATION_RUNS + ["3D"] * 20 + ["depthwise"] * 3, dtype=object)
+    log_ratio = np.r_[rng.normal(0, 0.05, MIN_CALIBRATION_RUNS), rng.normal(0, 1.0, 20), [0.0, 0.001, -0.001]]
     fitted = fit_intervals(log_ratio, kinds)
-    assert set(fitted) == {ALL_KINDS, "square"}
-    times = np.array([[1.0], [1.0]])
-    bounds = interval_bounds(times, np.array(["square", "3D"], dtype=object), ["A"], {"A": fitted})
-    assert bounds.shape == (2, 1, len(INTERVAL_LEVELS), 2)
+    # 3D erred more than the kinds together: per level the wider of both (20 runs resolve the 80%
+    # level; at 95% its own are its extremes, so its bounds hold each of its runs). Depthwise erred
+    # less: it keeps the quantiles over every kind (no entry of its own), as does a kind without runs.
+    assert set(fitted) == {ALL_KINDS, "square", "3D"}
+    three_d = log_ratio[kinds == "3D"]
+    own = conformal_quantiles(three_d)
+    assert own[-1] == [three_d.min(), three_d.max()] and own[0] != own[-1]
+    for (low, high), (all_low, all_high), (own_low, own_high) in zip(fitted["3D"], fitted[ALL_KINDS], own):
+        assert low == min(all_low, own_low) and high == max(all_high, own_high)
+    check_intervals({"A": fitted}, ["A"], "test")  # still widening with the level
+    times = np.array([[1.0], [1.0], [1.0]])
+    bounds = interval_bounds(times, np.array(["square", "3D", "depthwise"], dtype=object), ["A"], {"A": fitted})
+    assert bounds.shape == (3, 1, len(INTERVAL_LEVELS), 2)
     assert bounds[0, 0, 0].tolist() == pytest.approx(np.exp(fitted["square"][0]).tolist())
-    assert bounds[1, 0, 0].tolist() == pytest.approx(np.exp(fitted[ALL_KINDS][0]).tolist())
+    assert bounds[1, 0, 0].tolist() == pytest.approx(np.exp(fitted["3D"][0]).tolist())
+    assert bounds[2, 0, 0].tolist() == pytest.approx(np.exp(fitted[ALL_KINDS][0]).tolist())
     # An algorithm without quantiles, or a missing time, has no bounds.
     assert np.isnan(interval_bounds(np.array([[1.0, np.nan]]), np.array(["square"]), ["B", "A"], {"A": fitted})).all()
 
@@ -159,3 +169,4 @@ def test_seer_calibrate_changes_no_time_or_pick_and_a_model_without_calibration_
     pd.testing.assert_frame_equal(again, calibrated)
     card = json.loads((models / "h100" / "model.json").read_text())
     assert card["calibration"]["split"] == "test1" and card["calibration"]["shapes"]["fma"] > 100
+    assert card["calibration"]["min_kind_runs"] == MIN_CALIBRATION_RUNS and card["calibration"]["rare_kinds"]

@@ -7,7 +7,9 @@ Both are calibrated on layers the models never saw, the calibration half of Test
   log ratio measured / predicted at each :data:`INTERVAL_LEVELS` level (split-conformal,
   with the finite-sample correction), so that a time's interval is
   ``[time x e^low, time x e^high]``. A kind with fewer than :data:`MIN_CALIBRATION_RUNS`
-  runs of the algorithm takes the algorithm's quantiles over all kinds.
+  runs of the algorithm takes, per level, the wider of the algorithm's quantiles over all kinds
+  and its own (its extremes, from fewer runs than the level resolves): a kind the models rarely
+  saw may err more than the common ones.
 - **Near-best probability.** The share of calibration layers whose pick measured within 1%
   of the fastest, as an increasing function of the pick's margin (log of the runner-up's
   pick score over the pick's), fitted by isotonic regression and stored as the knots of a
@@ -31,6 +33,8 @@ NEAR_BEST = 0.01
 #: Fewer runs of an algorithm on a kind of layer than this, and the kind takes the algorithm's
 #: quantiles over every kind: 1/(n+1) of the tail is the finest a quantile of n runs resolves.
 MIN_CALIBRATION_RUNS = 40
+#: How a kind with fewer runs than that is bounded, as the model card records it.
+RARE_KIND_RULE = "per level, the wider of the kind's own quantiles and those over every kind"
 #: Each layer's one kind for intervals: the first of these it is (:data:`seer.layers.shapes.LAYER_KINDS`),
 #: the rarer and harder kinds first; ``other`` where it is none (a 2D layer with unequal strides, say).
 INTERVAL_KINDS: tuple[str, ...] = ("3D", "depthwise", "grouped", "dilated", "1xN", "non-square input", "square",
@@ -64,12 +68,21 @@ def conformal_quantiles(log_ratio: np.ndarray, levels: tuple[int, ...] = INTERVA
 
 def fit_intervals(log_ratio: np.ndarray, kinds: np.ndarray) -> dict[str, list[list[float]]]:
     """One algorithm's quantiles (:func:`conformal_quantiles`) over all its runs (``all``) and per
-    kind with at least :data:`MIN_CALIBRATION_RUNS` runs; ``log_ratio`` and ``kinds`` per run."""
-    out = {ALL_KINDS: conformal_quantiles(log_ratio)}
+    kind: its own with at least :data:`MIN_CALIBRATION_RUNS` runs, else per level the wider of
+    ``all``'s and its own (a kind without runs takes ``all``'s); ``log_ratio`` and ``kinds`` per run."""
+    overall = conformal_quantiles(log_ratio)
+    out = {ALL_KINDS: overall}
     for kind in INTERVAL_KINDS:
-        members = kinds == kind
-        if members.sum() >= MIN_CALIBRATION_RUNS:
-            out[kind] = conformal_quantiles(log_ratio[members])
+        own = np.asarray(log_ratio, dtype=float)[kinds == kind]
+        if len(own) >= MIN_CALIBRATION_RUNS:
+            out[kind] = conformal_quantiles(own)
+        elif len(own):
+            # Too few runs to trust the kind's own quantiles alone, yet the models may err more on a
+            # kind they rarely saw: take the wider of both per level (from fewer runs than a level
+            # resolves, its own are its extremes, which hold a new run with chance (n - 1) / (n + 1)).
+            widened = [[min(a[0], b[0]), max(a[1], b[1])] for a, b in zip(overall, conformal_quantiles(own))]
+            if widened != overall:
+                out[kind] = widened
     return out
 
 

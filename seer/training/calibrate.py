@@ -21,7 +21,8 @@ from seer.dataset.views import policy_frames, recorded_runs, training_frames
 from seer.layers.shapes import layer_frame
 from seer.predict.model import Model
 from seer.predict.predictors import AlgorithmPredictor
-from seer.predict.uncertainty import NEAR_BEST, fit_intervals, interval_kind, pick_margin
+from seer.predict.uncertainty import (MIN_CALIBRATION_RUNS, NEAR_BEST, RARE_KIND_RULE, fit_intervals,
+                                      interval_kind, pick_margin)
 
 #: The split whose calibration half calibrates the models.
 CALIBRATION_SPLIT = "test1"
@@ -114,5 +115,7 @@ def calibrate(model: Model, table: pd.DataFrame) -> Model:
             predictors[math] = replace(predictors[math], intervals=predictors[math].intervals | policy_intervals)
             policy_shapes[math] = int(half.sum())
     card = dict(model.card) | {"calibration": {"split": CALIBRATION_SPLIT, "half": CALIBRATION_HASH,
-                                               "shapes": shapes_used, "policy_shapes": policy_shapes}}
+                                               "shapes": shapes_used, "policy_shapes": policy_shapes,
+                                               "min_kind_runs": MIN_CALIBRATION_RUNS,
+                                               "rare_kinds": RARE_KIND_RULE}}
     return replace(model, card=card, predictors=predictors)
