@@ -28,6 +28,10 @@ run's CUPTI trace saw, as an oracle no predictor could have before the run:
 - ``per_variant``: one ``answers`` regressor per (kernel path, variant), fitted on the traced
   train runs of that variant, where it has at least ``--min-runs``; a test run of any other
   variant takes ``answers+variant``'s time.
+- ``per_predicted_variant``: no oracle: the same regressors, each test run taking the one of the
+  variant a classifier predicts from the regressors' inputs (a histogram gradient-boosting
+  classifier fitted on the traced train runs' variants); a run whose predicted variant has no
+  regressor takes ``answers``'s time. What knowing the kernel is worth where it must be guessed.
 
 The ncu ``variant`` column is not used: only about 3% of the runs were profiled, against
 about half traced (``trace_variant`` classifies the traced main kernel by the same rules).
@@ -49,6 +53,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from sklearn.base import clone
+from sklearn.ensemble import HistGradientBoostingClassifier
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from answer_inputs import (CUDNN, SPLITS, answer_inputs, fit_paths, kernel_paths, predict_paths,  # noqa: E402
@@ -64,9 +69,9 @@ from seer.schema import DatasetDir  # noqa: E402
 from seer.training.estimators import FIXED_COST_QUANTILE  # noqa: E402
 
 DESIGNS = ("answers", "answers+variant_all", "answers+kernels_all", "answers+launch_all", "answers_traced",
-           "answers+variant", "answers+kernels", "per_variant")
+           "answers+variant", "answers+kernels", "per_variant", "per_predicted_variant")
 #: The designs that take an oracle input or were fitted on traced runs only: scored on traced runs only.
-TRACED_ONLY = DESIGNS[1:]
+TRACED_ONLY = DESIGNS[1:-1]
 #: The oracle designs fitted on every train run (an untraced one: oracle columns zero, a flag set).
 ALL_TRAIN = ("answers+variant_all", "answers+kernels_all", "answers+launch_all")
 #: The traced launch of a run's longest kernel, its ``launch`` oracle (log2 of each).
@@ -153,16 +158,22 @@ def oracle_runs(model, table: pd.DataFrame, kernels: pd.DataFrame, math: str, al
         groups = {(p, v): m & (variant["train"] == v) for p, m in paths["train"].items() for v in categories}
         fitted = {g: clone(regressor("paths")).fit(X["train"][traced["train"] & m], ratio[traced["train"] & m])
                   for g, m in groups.items() if (traced["train"] & m).sum() >= min_runs}
+        classifier = HistGradientBoostingClassifier(max_iter=300, early_stopping=False, random_state=0).fit(
+            X["train"][traced["train"]], variant["train"][traced["train"]].astype(str))
+        guessed = {n: classifier.predict(X[n]).astype(object) for n in SPLITS}
         for n in SPLITS:
-            ms = predicted[n]["answers+variant"].copy()
-            own = np.zeros(len(ms), dtype=bool)
-            for (p, v), regr in fitted.items():
-                members = paths[n][p] & (variant[n] == v)
-                if members.any():
-                    ms[members] = regr.predict(X[n][members]) * base[n][members]
-                    own |= members
-            predicted[n]["per_variant"] = ms
-            predicted[n]["per_variant_own"] = own
+            for design, fallback, of_run in (("per_variant", "answers+variant", variant[n]),
+                                             ("per_predicted_variant", "answers", guessed[n])):
+                ms = predicted[n][fallback].copy()
+                own = np.zeros(len(ms), dtype=bool)
+                for (p, v), regr in fitted.items():
+                    members = paths[n][p] & (of_run == v)
+                    if members.any():
+                        ms[members] = regr.predict(X[n][members]) * base[n][members]
+                        own |= members
+                predicted[n][design] = ms
+                predicted[n][f"{design}_own"] = own
+            predicted[n]["variant_guessed_right"] = guessed[n] == variant[n]
         print(f"{math} {algo}: {len(categories)} variants, {len(kernel_names)} kernel names, "
               f"{len(fitted)} per-variant regressors, {time.perf_counter() - started:.0f} s", flush=True)
         for n in SPLITS:
@@ -176,7 +187,8 @@ def oracle_runs(model, table: pd.DataFrame, kernels: pd.DataFrame, math: str, al
                        "variant": variant[n][i] if traced[n][i] else None,
                        "unseen_variant": bool(traced[n][i] and variant[n][i] not in categories),
                        "unseen_kernel": bool(traced[n][i] and unseen_kernel[i]),
-                       "per_variant_own": bool(traced[n][i] and predicted[n]["per_variant_own"][i])}
+                       "per_variant_own": bool(traced[n][i] and predicted[n]["per_variant_own"][i]),
+                       "variant_guessed_right": bool(traced[n][i] and predicted[n]["variant_guessed_right"][i])}
                 for design in DESIGNS:
                     value = predicted[n][design][i]
                     row[design] = (None if (design in TRACED_ONLY and not traced[n][i]) or not np.isfinite(value)
@@ -211,6 +223,7 @@ def summarise(runs: pd.DataFrame) -> list[dict]:
         row["unseen_variant_share"] = round(float(t["unseen_variant"].mean()), 4)
         row["unseen_kernel_share"] = round(float(t["unseen_kernel"].mean()), 4)
         row["per_variant_own_share"] = round(float(t["per_variant_own"].mean()), 4)
+        row["variant_guessed_right_share"] = round(float(t["variant_guessed_right"].mean()), 4)
         out.append(row)
     return out
 
@@ -240,13 +253,14 @@ def reproduction(summary: list[dict], reference: Path) -> list[dict]:
 
 def table(summary: list[dict]) -> str:
     """Markdown: per algorithm and math mode, MAPE % on the traced test runs of ``answers``, of
-    the two oracles fitted on every train run, and of ``per_variant``."""
+    the two oracles fitted on every train run, of ``per_variant`` and of ``per_predicted_variant``."""
     rows = {(r["split"], r["math"], r["algo"]): r for r in summary if r["runs"] == "traced"}
     algos = list(dict.fromkeys(r["algo"] for r in summary))
     maths = list(dict.fromkeys(r["math"] for r in summary))
     head = "| algorithm | math | " + " | ".join(
-        f"{s} answers / +variant / +kernels / per variant" for s in ("Test-set-II", "Test-set-I")) + " |"
-    shown = ("answers", "answers+variant_all", "answers+kernels_all", "per_variant")
+        f"{s} answers / +variant / +kernels / per variant / per predicted variant"
+        for s in ("Test-set-II", "Test-set-I")) + " |"
+    shown = ("answers", "answers+variant_all", "answers+kernels_all", "per_variant", "per_predicted_variant")
     lines = [head, "| --- | --- | ---: | ---: |"]
     for algo in algos:
         for math in maths:
