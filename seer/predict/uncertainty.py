@@ -30,8 +30,8 @@ from seer.schema import INTERVAL_LEVELS
 #: where algorithms run the same kernel (IMPLICIT_GEMM, IMPLICIT_PRECOMP_GEMM and GEMM run one
 #: grouped kernel on most depthwise layers), which of them measured fastest is timing noise.
 NEAR_BEST = 0.01
-#: Fewer runs of an algorithm on a kind of layer than this, and the kind takes the algorithm's
-#: quantiles over every kind: 1/(n+1) of the tail is the finest a quantile of n runs resolves.
+#: Fewer runs of an algorithm on a kind of layer than this, and the kind's own quantiles are not
+#: trusted alone (:data:`RARE_KIND_RULE`): 1/(n+1) of the tail is the finest a quantile of n runs resolves.
 MIN_CALIBRATION_RUNS = 40
 #: How a kind with fewer runs than that is bounded, as the model card records it.
 RARE_KIND_RULE = "per level, the wider of the kind's own quantiles and those over every kind"
@@ -70,10 +70,11 @@ def fit_intervals(log_ratio: np.ndarray, kinds: np.ndarray) -> dict[str, list[li
     """One algorithm's quantiles (:func:`conformal_quantiles`) over all its runs (``all``) and per
     kind: its own with at least :data:`MIN_CALIBRATION_RUNS` runs, else per level the wider of
     ``all``'s and its own (a kind without runs takes ``all``'s); ``log_ratio`` and ``kinds`` per run."""
+    log_ratio = np.asarray(log_ratio, dtype=float)
     overall = conformal_quantiles(log_ratio)
     out = {ALL_KINDS: overall}
     for kind in INTERVAL_KINDS:
-        own = np.asarray(log_ratio, dtype=float)[kinds == kind]
+        own = log_ratio[kinds == kind]
         if len(own) >= MIN_CALIBRATION_RUNS:
             out[kind] = conformal_quantiles(own)
         elif len(own):
