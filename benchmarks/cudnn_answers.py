@@ -15,7 +15,10 @@ size): each algorithm's MAPE on its measured runs, over the runs every way predi
 the pick's top-1 rate and mean regret among every algorithm and among cuDNN's. Where the
 model has times learnt from cuDNN's answers (``seer train --answers-only``), a fourth way,
 ``learnt``, is what ``seer predict --cudnn-answers`` gives with them: cuDNN's runs answer and
-those times for its algorithms. cuDNN's answers here
+those times for its algorithms; ``learnt_single`` is the same with one regressor per kernel
+path only, without the kernel-variant mixtures the model keeps for some algorithms
+(:class:`seer.predict.predictors.VariantTimes`). Per math mode and kind, a row ``cuDNN's
+pooled`` scores every run of cuDNN's algorithms together. cuDNN's answers here
 are the ones the collector recorded for those runs (the workspace it asked for where the
 run went ahead; refused or over the cap where it did not), the same calls the device path
 makes. Writes ``cudnn-answers.json`` and ``cudnn-answers.md``.
@@ -44,7 +47,9 @@ from seer.schema import DatasetDir
 
 HELD_OUT = "test2"
 TARGET_MAPE = 6.0
-WAYS = ("guessed", "runs", "workspace", "learnt")
+WAYS = ("guessed", "runs", "workspace", "learnt_single", "learnt")
+#: The row that pools every cuDNN algorithm's runs.
+POOLED = "cuDNN's pooled"
 
 
 def held_out(table: pd.DataFrame, math: str, split: str = HELD_OUT) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -90,12 +95,16 @@ def evaluate(model, table: pd.DataFrame, math: str, split: str = HELD_OUT) -> li
            "runs": scores(shape_only, math, layers, times, workspaces)}
     with mock.patch.object(predictors, "with_cudnn_answers", partial(predictors.with_cudnn_answers, workspace=True)):
         got["workspace"] = scores(shape_only, math, layers, times, workspaces)
-    # Without learnt times the fourth way is the second.
+    # Without learnt times the last two ways are the second; without mixtures the last two are one.
+    single = replace(model, answer_times={m: replace(a, variants={}) for m, a in model.answer_times.items()})
+    got["learnt_single"] = scores(single, math, layers, times, workspaces)
     got["learnt"] = scores(model, math, layers, times, workspaces)
     rows = []
     measured = times.to_numpy()
     for kind in ["all", *sorted(set(kinds))]:
         members = np.ones(len(layers), bool) if kind == "all" else kinds == kind
+        cudnn = [a for a in times.columns if a in algorithm_names("cudnn")]
+        errors = {way: [] for way in WAYS}
         for j, algo in enumerate(times.columns):
             every = members & np.isfinite(measured[:, j])
             for way in WAYS:
@@ -105,12 +114,18 @@ def evaluate(model, table: pd.DataFrame, math: str, split: str = HELD_OUT) -> li
             row = {"math": math, "kind": kind, "algo": algo, "runs": int(every.sum())}
             for way in WAYS:
                 error = np.abs(got[way]["times"][every, j] / measured[every, j] - 1) * 100
+                if algo in cudnn:
+                    errors[way].append(error)
                 row[f"mape_{way}"] = round(float(error.mean()), 2)
                 row[f"median_ape_{way}"] = round(float(np.median(error)), 2)
                 row[f"support_right_{way}"] = round(float(np.mean(
                     np.isfinite(got[way]["times"][members, j]) == np.isfinite(measured[members, j]))), 4)
             rows.append(row)
-        cudnn = [a for a in times.columns if a in algorithm_names("cudnn")]
+        if errors["learnt"]:
+            pooled = {way: np.concatenate(e) for way, e in errors.items()}
+            rows.append({"math": math, "kind": kind, "algo": POOLED, "runs": len(pooled["learnt"]),
+                         **{f"mape_{w}": round(float(e.mean()), 2) for w, e in pooled.items()},
+                         **{f"median_ape_{w}": round(float(np.median(e)), 2) for w, e in pooled.items()}})
         for name, columns in (("all", list(times.columns)), ("cudnn", cudnn)):
             row = {"math": math, "kind": kind, "algo": f"pick among {name}", "runs": int(members.sum())}
             for way in WAYS:
@@ -125,14 +140,16 @@ def markdown(frame: pd.DataFrame, header: str) -> str:
     lines = [header, "", "Per algorithm, MAPE % on its measured runs (median APE in brackets), and how often "
              "whether it runs is right:", "",
              "| math | kind | algorithm | runs | shape alone | + cuDNN's runs answer | + its workspace answers | "
-             "+ times learnt from its answers | runs right (shape alone) |", "|---|---|---|---|---|---|---|---|---|"]
+             "+ times learnt from its answers, one regressor per path | + and the guessed kernel variant's | "
+             "runs right (shape alone) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in algos.to_dict("records"):
         cells = " | ".join(f"{r[f'mape_{w}']:.2f} ({r[f'median_ape_{w}']:.2f})" for w in WAYS)
-        lines.append(f"| {r['math']} | {r['kind']} | {r['algo']} | {r['runs']} | {cells} | "
-                     f"{r['support_right_guessed']:.3f} |")
+        right = "" if r["algo"] == POOLED else f"{r['support_right_guessed']:.3f}"
+        lines.append(f"| {r['math']} | {r['kind']} | {r['algo']} | {r['runs']} | {cells} | {right} |")
     lines += ["", "The pick: top-1 rate / mean regret %:", "",
               "| math | kind | pick | layers | shape alone | + cuDNN's runs answer | + its workspace answers | "
-              "+ times learnt from its answers |", "|---|---|---|---|---|---|---|---|"]
+              "+ times learnt, one regressor per path | + and the guessed kernel variant's |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for r in frame[frame["algo"].str.startswith("pick")].to_dict("records"):
         cells = " | ".join(f"{r[f'top1_{w}']:.3f} / {r[f'regret_pct_{w}']:.2f}" for w in WAYS)
         lines.append(f"| {r['math']} | {r['kind']} | {r['algo']} | {r['runs']} | {cells} |")
@@ -158,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     name = {"test2": "Held-out networks (Test-set-II", "test1": "Held-out layers (Test-set-I"}[args.split]
     header = (f"{name}, {args.gpu}): predictions from the shape alone, with cuDNN's own "
               f"answer to whether each algorithm runs, with its workspace answers too (the kernel path and size) "
-              f"fed to the shape-only models, and with the times learnt from its answers (what `seer predict "
+              f"fed to the shape-only models, and with the times learnt from its answers, one regressor per kernel "
+              f"path and then with the kernel-variant mixtures the model keeps (what `seer predict "
               f"--cudnn-answers` uses where the model has them); "
               f"`python benchmarks/cudnn_answers.py --gpu {args.gpu} --split {args.split} --out {args.out}`.")
     text = markdown(frame, header)
@@ -167,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         {"gpu": args.gpu, "split": args.split, "target_mape": TARGET_MAPE,
          "card_trained_at": model.card.get("trained_at"),
          "answer_files": {k: v for k, v in model.card["model_files"].items() if k.startswith("answers-")},
+         "variant_mixtures": {m: sorted(a.variants) for m, a in model.answer_times.items()},
          "rows": frame.astype(object).where(frame.notna(), None).to_dict(orient="records")}, indent=1) + "\n")
     print(text)
     return 0

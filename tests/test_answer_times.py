@@ -80,6 +80,27 @@ def test_recorded_answers_time_cudnns_algorithms_closer_to_the_measured(model, h
     assert refused.any() and learnt.loc[refused, "FFT"].isna().all()
 
 
+def test_the_shipped_model_guesses_kernel_variants_where_validation_kept_them(model):
+    answer_times = model.answer_times["fma"]
+    decided = model.card["cudnn_answers"]["maths"]["fma"]["variants"]
+    assert set(decided) == set(answer_times.regressors)
+    assert set(answer_times.variants) == {a for a, d in decided.items() if d["used"]}
+    assert "IMPLICIT_GEMM" in answer_times.variants and "GEMM" not in answer_times.variants
+    for algo, mixture in answer_times.variants.items():
+        assert mixture.threshold == decided[algo]["threshold"]
+
+
+def test_the_guessed_kernel_variant_times_implicit_gemm_closer(model, held_out):
+    layers, times, workspaces = held_out
+    single = replace(model, answer_times={"fma": replace(model.answer_times["fma"], variants={})})
+    errors = {}
+    for name, which in (("mixture", model), ("single", single)):
+        predicted = wide(which.predict(layers, "fma", workspaces=workspaces), len(layers))["IMPLICIT_GEMM"]
+        ran = times["IMPLICIT_GEMM"].notna() & predicted.notna()
+        errors[name] = float(np.mean(np.abs(predicted[ran] / times.loc[ran, "IMPLICIT_GEMM"] - 1)))
+    assert errors["mixture"] < errors["single"] - 0.005, errors
+
+
 def test_answers_as_inputs():
     sizes = answer_inputs(np.array([[0.0, np.nan, 1023.0]]))
     assert sizes.tolist() == [[0.0, REFUSED, 10.0]]

@@ -15,7 +15,8 @@ Parts (each predicts from a feature matrix):
 
 Models: :class:`WorkspacePredictor` (the first stage: what cuDNN answers before anything
 runs), :class:`AlgorithmPredictor` (every algorithm's time and the pick),
-:class:`AnswerTimePredictor` (cuDNN's algorithms' times from cuDNN's own answers, on a GPU host) and
+:class:`AnswerTimePredictor` (cuDNN's algorithms' times from cuDNN's own answers, on a GPU host, with
+:class:`VariantTimes` where the kernel variant launched is guessed with confidence) and
 :class:`SeerAlgorithmPredictor` / :class:`SeerFamilyPredictor` (SEER's model, the baseline).
 Each class's ``state()`` gives its fields as plain data and arrays, and ``from_state``
 checks them before it builds anything.
@@ -436,6 +437,67 @@ def answer_paths(workspace: np.ndarray) -> dict[str, np.ndarray]:
     return {WITH_WORKSPACE: with_workspace, WITHOUT_WORKSPACE: ~with_workspace}
 
 
+#: The class of :class:`VariantTimes`' classifier that stands for every kernel variant
+#: without a regressor of its own (too few training runs): a run guessed to be one of them
+#: keeps the algorithm's single regressor. Not a kernel name (those have no parentheses).
+RARE_VARIANTS = "(rare)"
+
+
+@dataclass
+class VariantTimes(Part):
+    """One algorithm's times per kernel variant cuDNN launches inside it, the variant guessed.
+
+    ``classifier`` guesses from the same inputs as the regressors (shape features and cuDNN's
+    answers) which variant of the algorithm's kernels a run launches, as the run's CUPTI trace
+    names it; where its top probability is at least ``threshold`` and that variant has a
+    regressor on the run's kernel path (``regressors``: path -> variant -> regressor of the
+    time's ratio to the baseline), the run takes that regressor's ratio. Every other run keeps
+    the algorithm's single regressor: a variant guessed wrongly, or unsure, errs far more with
+    the wrong variant's regressor than with the one fitted on every variant.
+    """
+
+    classifier: BoostedClassifier
+    threshold: float
+    regressors: dict
+
+    def ratios(self, inputs: np.ndarray, paths: dict[str, np.ndarray], single: np.ndarray) -> np.ndarray:
+        """Per row of ``inputs``: its guessed variant's ratio where sure, else ``single``'s.
+        ``paths`` gives the rows of each kernel path (:data:`ALL_RUNS`: every row)."""
+        out = np.array(single, dtype=float, copy=True)
+        if not len(inputs):
+            return out
+        proba = self.classifier.predict_proba(inputs)
+        guessed, sure = proba.argmax(axis=1), proba.max(axis=1) >= self.threshold
+        for path, rows in paths.items():
+            for variant, regressor in self.regressors.get(path, {}).items():
+                members = rows & sure & (guessed == self.classifier.classes.index(variant))
+                if members.any():
+                    out[members] = regressor.predict(inputs[members])
+        return out
+
+    @property
+    def n_inputs(self) -> int | None:
+        return self.classifier.n_inputs
+
+    @classmethod
+    def from_state(cls, state: dict) -> "VariantTimes":
+        where = cls.__name__
+        classifier = _require(state, "classifier", BoostedClassifier, where)
+        threshold = float(_require(state, "threshold", (int, float), where))
+        if not 0.0 <= threshold <= 1.0:
+            raise StateError(f"{where}: threshold must be a probability")
+        regressors = _require(state, "regressors", dict, where)
+        if not regressors or not set(regressors) <= set(PATHS):
+            raise StateError(f"{where}: regressors must be by kernel path")
+        for variants in regressors.values():
+            if not isinstance(variants, dict) or not variants or not all(
+                    isinstance(v, str) and v in classifier.classes and v != RARE_VARIANTS and isinstance(r, LogTarget)
+                    and r.n_inputs == classifier.n_inputs for v, r in variants.items()):
+                raise StateError(f"{where}: each regressor must be of a variant its classifier guesses, "
+                                 f"reading the same inputs")
+        return cls(classifier, threshold, regressors)
+
+
 @dataclass
 class AnswerTimePredictor(Part):
     """Times of cuDNN's algorithms where a GPU gave cuDNN's own answers (``seer predict
@@ -446,24 +508,31 @@ class AnswerTimePredictor(Part):
     for every algorithm of ``algorithms`` (:func:`answer_inputs`): which algorithms cuDNN takes
     and the workspace each asks for, which together tell the kernel path. The path of the
     algorithm itself is its workspace answer (:func:`answer_paths`), so no guess is mixed in.
-    Learnt from the measured runs' recorded answers (:mod:`seer.training.answers`).
+    Where ``variants`` has an algorithm, its runs whose kernel variant is confidently guessed
+    take that variant's regressor instead (:class:`VariantTimes`). Learnt from the measured
+    runs' recorded answers and traces (:mod:`seer.training.answers`).
     """
 
     algorithms: list[str]
     regressors: dict
+    variants: dict = field(default_factory=dict)
 
     def ratios(self, algo: str, F: np.ndarray, sizes: np.ndarray) -> np.ndarray:
         """``algo``'s time over its baseline per row of features ``F`` and answer inputs ``sizes``."""
         inputs = np.hstack([F, sizes])
         paths = self.regressors[algo]
         if ALL_RUNS in paths:
-            return paths[ALL_RUNS].predict(inputs)
+            rows_of = {ALL_RUNS: np.ones(len(F), dtype=bool)}
+        else:
+            # log2(1 + bytes) is positive exactly where the workspace is.
+            own = sizes[:, self.algorithms.index(algo)]
+            rows_of = {WITH_WORKSPACE: own > 0, WITHOUT_WORKSPACE: own <= 0}
         out = np.empty(len(F))
-        # log2(1 + bytes) is positive exactly where the workspace is.
-        own = sizes[:, self.algorithms.index(algo)]
-        for path, rows in ((WITH_WORKSPACE, own > 0), (WITHOUT_WORKSPACE, own <= 0)):
+        for path, rows in rows_of.items():
             if rows.any():
                 out[rows] = paths[path].predict(inputs[rows])
+        if algo in self.variants:
+            out = self.variants[algo].ratios(inputs, rows_of, out)
         return out
 
     @classmethod
@@ -479,7 +548,15 @@ class AnswerTimePredictor(Part):
                 raise StateError(f"{where}: {algo}'s regressors must be one per kernel path")
             if len({r.n_inputs for r in paths.values()}) != 1:
                 raise StateError(f"{where}: {algo}'s regressors must read the same inputs")
-        return cls(algorithms, regressors)
+        # Optional: files written before variants existed have none, and predict as they did.
+        variants = state.get("variants", {})
+        if not isinstance(variants, dict) or not set(variants) <= set(regressors):
+            raise StateError(f"{where}: variants must be of algorithms it has regressors of")
+        for algo, mixture in variants.items():
+            if not isinstance(mixture, VariantTimes) or not set(mixture.regressors) <= set(regressors[algo]) \
+                    or mixture.n_inputs != next(iter(regressors[algo].values())).n_inputs:
+                raise StateError(f"{where}: {algo}'s variants must be on its kernel paths, reading its inputs")
+        return cls(algorithms, regressors, variants)
 
     @property
     def n_inputs(self) -> int | None:

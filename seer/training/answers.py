@@ -9,6 +9,12 @@ the shape features and every cuDNN algorithm's answer
 (:class:`seer.predict.predictors.AnswerTimePredictor`), with the candidate that cross-validation
 chose for the shape-only regressor of that algorithm and path. On the held-out networks
 they lower cuDNN's algorithms' MAPE (``benchmarks/answer_inputs.py``, ``docs/predicting.md``).
+
+Where the runs' CUPTI traces name the kernel variant cuDNN launched inside an algorithm,
+:func:`fit_variant_times` also fits a classifier of that variant and one regressor per
+(path, variant) (:class:`seer.predict.predictors.VariantTimes`), and keeps them for an
+algorithm only where a validation split of the train runs says they beat its single
+regressor (``benchmarks/kernel_oracle.py``, design ``per_predicted_variant``, measured the idea).
 """
 
 from __future__ import annotations
@@ -16,35 +22,52 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from sklearn.base import clone
+from sklearn.ensemble import HistGradientBoostingClassifier
 
 from seer.algorithms import algorithm_names
 from seer.layers.shapes import layer_frame
 from seer.predict.features import shape_features
-from seer.predict.predictors import ALL_RUNS, AlgorithmPredictor, AnswerTimePredictor, answer_inputs, answer_paths
+from seer.predict.predictors import (ALL_RUNS, RARE_VARIANTS, AlgorithmPredictor, AnswerTimePredictor, BoostedClassifier,
+                                     VariantTimes, answer_inputs, answer_paths)
 from seer.training.estimators import default_candidates, to_part
 
 #: The candidate of a path the shape-only model has no choice for.
 DEFAULT_CANDIDATE = "boosted_trees"
+#: Share of the train layers held out to decide, per algorithm, whether the variant mixture
+#: is kept and at which classifier confidence (never the test sets).
+VALIDATION_SHARE = 0.2
+#: Top probabilities of the variant classifier tried as the mixture's threshold on validation.
+THRESHOLDS = (0.0, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
+#: The mixture is kept where it lowers the validation MAPE by at least this many points: a
+#: smaller gain is within what refitting on other layers moves it, and each kept mixture
+#: costs a classifier per prediction.
+MIN_GAIN_POINTS = 0.2
+#: Traced train runs a (path, variant) needs for a regressor of its own.
+MIN_VARIANT_RUNS = 50
 
 
 def fit_answer_times(predictor: AlgorithmPredictor, shapes: pd.DataFrame, times: pd.DataFrame,
                      workspaces: pd.DataFrame, choice: dict | None = None, candidates: dict | None = None,
-                     min_runs: int = 20) -> tuple[AnswerTimePredictor, dict]:
-    """An :class:`AnswerTimePredictor` for ``predictor``'s cuDNN algorithms and what it chose.
+                     min_runs: int = 20, variants: pd.DataFrame | None = None,
+                     min_variant_runs: int = MIN_VARIANT_RUNS) -> tuple[AnswerTimePredictor, dict, dict]:
+    """An :class:`AnswerTimePredictor` for ``predictor``'s cuDNN algorithms, the candidate it
+    chose per algorithm and path, and what it decided of the kernel variants per algorithm.
 
     ``shapes``, ``times`` and ``workspaces`` are training frames (a row per layer; a column per
     algorithm, NaN where the run did not go ahead), ``workspaces`` the bytes cuDNN asked for.
     ``choice`` gives per algorithm and path the candidate name the shape-only model chose (the
     card's ``regressor``); ``candidates`` the candidates by name (default:
     :func:`seer.training.estimators.default_candidates`). A path with fewer than ``min_runs``
-    runs shares one regressor with the other.
+    runs shares one regressor with the other. ``variants`` (like ``times``: the traced kernel
+    variant of each run, missing where untraced) adds :func:`fit_variant_times` per algorithm
+    (without it the third dict is empty).
     """
     candidates = default_candidates() if candidates is None else candidates
     choice = choice or {}
     cudnn = [a for a in algorithm_names("cudnn") if a in workspaces.columns]
     F = shape_features(layer_frame(shapes), predictor.feature_spec).to_numpy()
     inputs = np.hstack([F, answer_inputs(workspaces[cudnn].to_numpy(dtype=float))])
-    regressors, chosen = {}, {}
+    regressors, chosen, mixtures, decided = {}, {}, {}, {}
     for algo in cudnn:
         if algo not in predictor.regressors or algo not in times.columns:
             continue
@@ -62,4 +85,87 @@ def fit_answer_times(predictor: AlgorithmPredictor, shapes: pd.DataFrame, times:
             name = name if name in candidates else DEFAULT_CANDIDATE
             fitted = clone(candidates[name]).fit(inputs[runs & rows], ratio[runs & rows])
             regressors[algo][path], chosen[algo][path] = to_part(fitted), name
-    return AnswerTimePredictor(cudnn, regressors), chosen
+        if variants is not None and algo in variants.columns:
+            of_run = variants[algo].to_numpy(dtype=object)
+            traced = runs & pd.notna(of_run)
+            mixture, decided[algo] = fit_variant_times(
+                inputs, ratio, runs, traced, of_run, paths, {p: candidates[n] for p, n in chosen[algo].items()},
+                min_variant_runs)
+            if mixture is not None:
+                mixtures[algo] = mixture
+    return AnswerTimePredictor(cudnn, regressors, mixtures), chosen, decided
+
+
+def variant_classifier() -> HistGradientBoostingClassifier:
+    """The kernel-variant classifier: boosted trees as ``benchmarks/kernel_oracle.py``
+    measured them, with fewer rounds (one tree per variant and round is stored and walked)."""
+    return HistGradientBoostingClassifier(max_iter=100, max_leaf_nodes=31, early_stopping=False, random_state=0)
+
+
+def fit_variant_mixture(inputs: np.ndarray, ratio: np.ndarray, traced: np.ndarray, of_run: np.ndarray,
+                        paths: dict[str, np.ndarray], candidates: dict,
+                        min_runs: int = MIN_VARIANT_RUNS) -> tuple[BoostedClassifier, dict] | None:
+    """The variant classifier and the per-(path, variant) regressors of :class:`VariantTimes`,
+    fitted on the ``traced`` rows (a variant with fewer than ``min_runs`` of them on a path
+    has no regressor there, and one with none anywhere is :data:`RARE_VARIANTS` to the
+    classifier); None where fewer than two classes are left (nothing to tell apart)."""
+    fitted = {}
+    for path, rows in paths.items():
+        for variant in sorted(set(of_run[traced & rows])):
+            members = traced & rows & (of_run == variant)
+            if members.sum() >= min_runs:
+                fitted.setdefault(path, {})[variant] = to_part(clone(candidates[path]).fit(inputs[members],
+                                                                                          ratio[members]))
+    own = {v for per_path in fitted.values() for v in per_path}
+    labels = np.array([v if v in own else RARE_VARIANTS for v in of_run[traced]], dtype=object).astype(str)
+    if len(set(labels)) < 2:
+        return None
+    classifier = to_part(variant_classifier().fit(inputs[traced], labels))
+    return classifier, fitted
+
+
+def fit_variant_times(inputs: np.ndarray, ratio: np.ndarray, runs: np.ndarray, traced: np.ndarray,
+                      of_run: np.ndarray, paths: dict[str, np.ndarray], candidates: dict,
+                      min_runs: int = MIN_VARIANT_RUNS, seed: int = 0) -> tuple[VariantTimes | None, dict]:
+    """One algorithm's :class:`VariantTimes`, or None where validation says keep its single regressor.
+
+    ``inputs`` and ``ratio`` (time over baseline) are per train layer, ``runs`` marks the
+    layers the algorithm ran on, ``traced`` those whose run was traced, ``of_run`` the traced
+    variant, ``paths`` the rows of each kernel path and ``candidates`` the regressor of each.
+    The decision: :data:`VALIDATION_SHARE` of the layers (seeded) is held out; on the rest the
+    single regressors and the mixture are fitted; the mixture's threshold is the one of
+    :data:`THRESHOLDS` with the lowest MAPE on the held-out layers' runs (traced or not: a
+    prediction cannot know), and the mixture is kept, refitted on every train run, where that
+    MAPE is at least :data:`MIN_GAIN_POINTS` below the single regressors'. The dict says why.
+    """
+    held = np.random.default_rng(seed).random(len(inputs)) < VALIDATION_SHARE
+    info: dict = {"traced_runs": int(traced.sum()), "variants": len(set(of_run[traced]))}
+    fitted = fit_variant_mixture(inputs, ratio, traced & ~held, of_run, paths, candidates, min_runs)
+    valid = runs & held
+    if fitted is not None and any(not (runs & rows & ~held).any() for rows in paths.values()):
+        fitted = None  # a path with no run left to fit its single regressor: nothing to compare with
+    if fitted is None or not valid.any():
+        return None, info | {"used": False, "reason": "fewer than two variants with enough runs"}
+    single = np.empty(len(inputs))
+    for path, rows in paths.items():
+        regressor = clone(candidates[path]).fit(inputs[runs & rows & ~held], ratio[runs & rows & ~held])
+        single[valid & rows] = regressor.predict(inputs[valid & rows])
+    classifier, regressors = fitted
+    row_paths = {p: rows[valid] for p, rows in paths.items()}
+
+    def error(predicted: np.ndarray) -> float:
+        return float(np.mean(np.abs(predicted / ratio[valid] - 1)) * 100)
+
+    errors = {t: error(VariantTimes(classifier, t, regressors).ratios(inputs[valid], row_paths, single[valid]))
+              for t in THRESHOLDS}
+    best = min(errors, key=errors.get)
+    info |= {"validation_runs": int(valid.sum()), "validation_mape_single": round(error(single[valid]), 3),
+             "validation_mape_mixture": {str(t): round(e, 3) for t, e in errors.items()}, "threshold": best}
+    if errors[best] > info["validation_mape_single"] - MIN_GAIN_POINTS:
+        return None, info | {"used": False, "reason": f"validation gain under {MIN_GAIN_POINTS} points"}
+    refit = fit_variant_mixture(inputs, ratio, traced, of_run, paths, candidates, min_runs)
+    if refit is None:
+        return None, info | {"used": False, "reason": "fewer than two variants with enough runs"}
+    classifier, regressors = refit
+    info |= {"used": True, "regressors": sum(len(v) for v in regressors.values()), "classes": len(classifier.classes)}
+    return VariantTimes(classifier, float(best), regressors), info
