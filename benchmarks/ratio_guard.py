@@ -1,0 +1,162 @@
+"""A guard calibrated on the ratio of the pick's time to PyTorch's, against today's guard.
+
+    python benchmarks/ratio_guard.py --runs h100:fwd h200:fwd h200:bwd_data h200:bwd_filter \\
+        --out benchmarks/results/ratio-guard
+
+Today's guard (:mod:`seer.predict.guard`) takes seer's pick where the upper bound of the pick's
+80% interval lies below the lower bound of PyTorch's. The two intervals are calibrated apart,
+as if the two predictions erred independently; on one layer they mostly err together (same
+shape, same features), so the rule asks for more than it needs. The alternative measured here
+calibrates the ratio itself: on the calibration half of Test-set-I (the layers that calibrate
+the shipped intervals), the residual ``log(measured pick / measured PyTorch) - log(predicted
+pick / predicted PyTorch)`` on layers where both ran; its one-sided split-conformal quantile at
+LEVEL per layer kind (a kind with fewer than :data:`MIN_CALIBRATION_RUNS` layers takes the larger
+of its own and the all-kinds quantile, as the intervals do); the pick is taken where
+``log(predicted pick / predicted PyTorch) + quantile < 0``. Both are then scored on Test-set-II
+as ``benchmarks/guard.py`` scores the guard (a pick that did not run counts PyTorch's time).
+Nothing in seer's models changes; this measures whether the rule should.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from guard import TARGET, measured_times  # noqa: E402  (the guard benchmark's own reading of the runs)
+
+from seer.algorithms import algorithm_names  # noqa: E402
+from seer.dataset.build import read_measurements  # noqa: E402
+from seer.layers.shapes import LAYER_COLUMNS  # noqa: E402
+from seer.predict.guard import PYTORCH_CHOICE  # noqa: E402
+from seer.predict.persist import load_model  # noqa: E402
+from seer.predict.uncertainty import ALL_KINDS, MIN_CALIBRATION_RUNS, interval_kind  # noqa: E402
+from seer.reporting.scoring import chosen_times  # noqa: E402
+from seer.schema import DatasetDir  # noqa: E402
+from seer.training.calibrate import calibration_half  # noqa: E402
+
+LEVELS = (80, 90)
+CALIBRATION_SPLIT = "test1"
+
+
+def one_sided_quantile(values: np.ndarray, level: int) -> float:
+    """The split-conformal upper quantile: a new value lies at or below it with chance >= level."""
+    values = np.sort(np.asarray(values, dtype=float))
+    return float(values[min(int(np.ceil((len(values) + 1) * level / 100)), len(values)) - 1])
+
+
+def fit_margins(residual: np.ndarray, kinds: np.ndarray, level: int) -> dict[str, float]:
+    """Per kind (and :data:`ALL_KINDS`), the quantile of the log-ratio residual at ``level``."""
+    overall = one_sided_quantile(residual, level)
+    out = {ALL_KINDS: overall}
+    for kind in np.unique(kinds):
+        own = residual[kinds == kind]
+        out[str(kind)] = (one_sided_quantile(own, level) if len(own) >= MIN_CALIBRATION_RUNS
+                          else max(overall, one_sided_quantile(own, level)))
+    return out
+
+
+def layer_frame_of(model, table: pd.DataFrame, math: str, algorithms: str | None, policies: list[str]) -> pd.DataFrame:
+    """Per layer of ``table`` (already one split, relabelled held-out) with PyTorch's choice measured:
+    kind, pick, predicted and measured times of the pick and of PyTorch's choice, today's choice."""
+    layers, wide, _ = measured_times(table, math, policies)
+    picks = model.pick(layers.reset_index(drop=True), math=math, algorithms=algorithms)
+    pytorch = wide[policies[0]].to_numpy()
+    best = picks["best_algo"].astype(object).where(picks["best_algo"].notna(), None).to_numpy()
+    measured = chosen_times(wide, best)
+    recommended = picks["recommended"].astype(object).where(picks["recommended"].notna(), None).to_numpy()
+    return pd.DataFrame({"kind": interval_kind(layers.reset_index(drop=True)), "pick": best,
+                         "pick_ms": picks["best_ms"].to_numpy(dtype=float),
+                         "pytorch_ms": picks["pytorch_ms"].to_numpy(dtype=float),
+                         "pick_measured": np.where(np.isfinite(measured), measured, pytorch),
+                         "pick_ran": np.isfinite(measured), "pytorch_measured": pytorch,
+                         "today": recommended != PYTORCH_CHOICE}, index=layers.index)
+
+
+def score(model, table: pd.DataFrame, math: str, algorithms: str | None, policies: list[str]) -> list[dict]:
+    """Totals per kind on Test-set-II of today's guard, the ratio guard per level, the pick alone."""
+    calibration = table[table["split"] == CALIBRATION_SPLIT].assign(split="test2")
+    calibration = calibration[calibration_half(calibration["shape_id"].to_numpy())]
+    cal = layer_frame_of(model, calibration, math, algorithms, policies)
+    usable = (cal["pick_ran"] & np.isfinite(cal["pick_ms"]) & np.isfinite(cal["pytorch_ms"])).to_numpy()
+    residual = (np.log(cal["pick_measured"] / cal["pytorch_measured"])
+                - np.log(cal["pick_ms"] / cal["pytorch_ms"])).to_numpy()[usable]
+    held = layer_frame_of(model, table[table["split"] == "test2"], math, algorithms, policies)
+    predicted = np.log(held["pick_ms"] / held["pytorch_ms"]).to_numpy()
+    columns = {"today": held["today"].to_numpy(), "unguarded": np.ones(len(held), dtype=bool)}
+    margins = {}
+    for level in LEVELS:
+        margins[level] = fit_margins(residual, cal["kind"].to_numpy()[usable], level)
+        margin = np.array([margins[level].get(k, margins[level][ALL_KINDS]) for k in held["kind"]])
+        columns[f"ratio{level}"] = np.isfinite(predicted) & (predicted + margin < 0)
+    rows = []
+    for kind, members in [("all", np.ones(len(held), dtype=bool)), *((k, (held["kind"] == k).to_numpy())
+                                                                     for k in sorted(held["kind"].unique()))]:
+        pytorch = float(held["pytorch_measured"][members].sum())
+        row = {"math": math, "algorithms": algorithms or "all", "kind": kind, "layers": int(members.sum()),
+               "calibration_layers": int(usable.sum() if kind == "all" else (usable & (cal["kind"] == kind)).sum()),
+               "pytorch_ms": round(pytorch, 4)}
+        for name, take in columns.items():
+            total = np.where(take, held["pick_measured"], held["pytorch_measured"])[members].sum()
+            row[f"{name}_vs_pytorch"] = round(float(total) / pytorch, 4)
+            row[f"{name}_takes"] = int((take & members & held["pick_ran"].to_numpy()).sum())
+        for level in LEVELS:
+            row[f"ratio{level}_margin"] = round(margins[level].get(kind, margins[level][ALL_KINDS]), 4)
+        rows.append(row)
+    return rows
+
+
+def markdown(rows: pd.DataFrame, command: str) -> str:
+    lines = ["# A guard calibrated on the ratio pick / PyTorch, against today's guard", "",
+             f"`{command}`. Measured totals on Test-set-II as a share of PyTorch's own choice (target: at most "
+             f"{TARGET}); in brackets, layers that leave PyTorch's choice. `ratio80`, `ratio90`: the pick where "
+             "the predicted log ratio plus the kind's one-sided conformal quantile (80%, 90%) of the calibration "
+             "layers' residual is below 0. `margin`: that quantile (log).", "",
+             "| GPU | pass | math | algorithms | kind | layers | today | ratio80 | ratio90 | unguarded | margin80 |",
+             "|" + "---|" * 11]
+    for r in rows.itertuples():
+        cells = [f"{getattr(r, f'{n}_vs_pytorch'):.4f} ({getattr(r, f'{n}_takes')})"
+                 for n in ("today", "ratio80", "ratio90", "unguarded")]
+        lines.append(f"| {r.gpu} | {r.pass_} | {r.math} | {r.algorithms} | {r.kind} | {r.layers} | "
+                     + " | ".join(cells) + f" | {r.ratio80_margin:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", nargs="+", default=["h100:fwd", "h200:fwd", "h200:bwd_data", "h200:bwd_filter"],
+                        help="GPU:PASS pairs")
+    parser.add_argument("--data-dir", type=Path, default=Path("data"))
+    parser.add_argument("--out", type=Path, required=True, help="folder for ratio-guard.json and ratio-guard.md")
+    args = parser.parse_args(argv)
+    rows = []
+    for run in args.runs:
+        gpu, pass_ = run.split(":")
+        model = load_model(gpu, pass_=pass_)
+        table = read_measurements(DatasetDir(args.data_dir / gpu).measurements,
+                                  [*LAYER_COLUMNS, "shape_id", "split", "math", "algo", "status", "time_ms",
+                                   "heuristic_rank"], passes=(pass_,))
+        policies = algorithm_names("pytorch", pass_=pass_)
+        sets = ((None, "cudnn") if algorithm_names("cupy", pass_=pass_) else (None,))
+        for math in model.maths:
+            for algorithms in sets:
+                rows += [{"gpu": gpu, "pass_": pass_} | r for r in score(model, table, math, algorithms, policies)]
+                print(f"{gpu} {pass_} {math} {algorithms or 'all'} done", file=sys.stderr)
+    frame = pd.DataFrame(rows)
+    command = "python benchmarks/ratio_guard.py --runs " + " ".join(args.runs) + f" --out {args.out}"
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "ratio-guard.md").write_text(markdown(frame, command))
+    (args.out / "ratio-guard.json").write_text(json.dumps({"command": command, "levels": list(LEVELS),
+                                                           "target": TARGET, "rows": frame.to_dict(orient="records")},
+                                                          indent=1) + "\n")
+    print(markdown(frame, command))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
