@@ -586,30 +586,60 @@ def _arrow_pieces(frame: pd.DataFrame, columns: list[str], starts: np.ndarray, p
 
 #: Rows of Arrow-built text made at a time (:func:`_arrow_blocks`): only a block's cells and
 #: text are ever whole, so memory stays bounded by the block, not the chunk.
-_ARROW_BLOCK_ROWS = 16384
+_ARROW_BLOCK_ROWS = 8192
 
 
 def _arrow_blocks(pieces: list, of_row: np.ndarray, head: str) -> Iterator[str]:
     """``head``, then the rows of ``pieces`` (:func:`_arrow_pieces`) with their line breaks,
-    :data:`_ARROW_BLOCK_ROWS` at a time."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    :data:`_ARROW_BLOCK_ROWS` at a time, in order. Arrow's kernels let go of Python's lock,
+    so the blocks after the one being written are built on a thread per core meanwhile (a
+    core's block at most ahead of the writer: memory stays bounded by a few blocks)."""
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
 
     if head:
         yield head
-    for start in range(0, len(of_row), _ARROW_BLOCK_ROWS):
-        end = min(start + _ARROW_BLOCK_ROWS, len(of_row))
-        parts = []
-        for piece in pieces:
-            if isinstance(piece, list):  # per-row columns: this block's cells
-                parts.extend(_arrow_cells(column.iloc[start:end]) for column in piece)
-            else:
-                parts.append(pc.take(piece, pa.array(of_row[start:end])))
-        lines = pc.binary_join_element_wise(*parts, ",")
-        block = pc.binary_join_element_wise(lines, "", "\n")  # each line, its break, and nothing
-        offsets, data = block.buffers()[1:3]
-        ends = np.frombuffer(offsets, np.int32)[block.offset:block.offset + len(block) + 1]
-        yield data.to_pybytes()[ends[0]:ends[-1]].decode("utf-8")
+    starts = range(0, len(of_row), _ARROW_BLOCK_ROWS)
+    workers = min(_cores(), len(starts))
+    if workers <= 1:
+        yield from (_arrow_block(pieces, of_row, start) for start in starts)
+        return
+    with ThreadPoolExecutor(workers, thread_name_prefix="seer-csv") as pool:
+        pending: deque = deque()
+        for start in starts:
+            pending.append(pool.submit(_arrow_block, pieces, of_row, start))
+            if len(pending) > workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+def _cores() -> int:
+    """The CPUs this process may run on (:func:`_arrow_blocks`' threads)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no affinity on this platform
+        return max(1, os.cpu_count() or 1)
+
+
+def _arrow_block(pieces: list, of_row: np.ndarray, start: int) -> str:
+    """The text of the rows ``start`` to ``start +`` :data:`_ARROW_BLOCK_ROWS` of ``pieces``
+    (:func:`_arrow_blocks`)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    end = min(start + _ARROW_BLOCK_ROWS, len(of_row))
+    parts = []
+    for piece in pieces:
+        if isinstance(piece, list):  # per-row columns: this block's cells
+            parts.extend(_arrow_cells(column.iloc[start:end]) for column in piece)
+        else:
+            parts.append(pc.take(piece, pa.array(of_row[start:end])))
+    lines = pc.binary_join_element_wise(*parts, ",")
+    block = pc.binary_join_element_wise(lines, "", "\n")  # each line, its break, and nothing
+    offsets, data = block.buffers()[1:3]
+    ends = np.frombuffer(offsets, np.int32)[block.offset:block.offset + len(block) + 1]
+    return str(memoryview(data)[ends[0]:ends[-1]], "utf-8")  # decoded from Arrow's buffer, not a copy of it
 
 
 def _csv_blocks(lines: Iterator[str], rows: int, head: str) -> Iterator[str]:

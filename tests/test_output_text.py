@@ -91,6 +91,18 @@ def test_csv_is_pandas_to_csv_byte_for_byte(seed, chunks, text_path):
     assert _written(frame, "csv", chunks=chunks) == frame.to_csv(columns=columns, index=False)
 
 
+@pytest.mark.parametrize("threads", [1, 2, 5])
+def test_blocks_built_on_threads_are_written_in_order(threads, monkeypatch):
+    """Arrow's blocks are built on a thread per core ahead of the writer: any number of threads,
+    blocks shorter than a layer or than the threads, gives pandas' text."""
+    if not output._arrow_writes_floats():
+        pytest.skip("this pyarrow writes some float otherwise than repr")
+    monkeypatch.setattr(output, "_cores", lambda: threads)
+    monkeypatch.setattr(output, "_ARROW_BLOCK_ROWS", 3)
+    frame = _frame(layers=60, seed=4)
+    assert _written(frame, "csv", chunks=2) == frame.to_csv(columns=output._output_columns(frame), index=False)
+
+
 def test_csv_carries_new_columns_and_a_per_layer_column_that_varies_stays_right(new_columns):
     frame = _frame(extra=True)
     columns = output._output_columns(frame)

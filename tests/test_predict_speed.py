@@ -77,3 +77,13 @@ def test_predicting_starts_no_openblas_threads_unless_asked(tmp_path, chosen):
     done = subprocess.run([sys.executable, "-c", probe, str(DATASET / "Test-set-II.txt"), str(tmp_path / "pred.csv")],
                           capture_output=True, text=True, env=env)
     assert done.stdout.splitlines()[-1] == f"0 {chosen or 1}", done.stdout + done.stderr
+
+
+@pytest.mark.skipif(sys.platform != "linux" or __import__("platform").libc_ver()[0] != "glibc",
+                    reason="mallopt is glibc's")
+def test_predicting_lets_glibc_keep_freed_blocks_for_reuse():
+    """seer predict asks glibc's malloc to keep freed blocks of megabytes for the next ones
+    (each fresh one faulted its pages in anew); elsewhere it changes nothing."""
+    probe = "import seer.cli; print(seer.cli._keep_freed_memory())"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.stdout.strip() == "True", done.stdout + done.stderr

@@ -91,6 +91,28 @@ def test_damaged_arrays_are_refused_before_any_walk(change, words):
         TreeEnsemble(**(_tiny() | change))
 
 
+def test_a_child_index_at_the_int32_limit_is_refused_not_wrapped():
+    with pytest.raises(TreeError, match="outside its tree"):
+        TreeEnsemble(**(_tiny() | {"left": np.array([2**31 - 1, -1, -1], np.int32)}))
+
+
+def test_output_bounds_are_the_least_and_greatest_sums_of_leaves():
+    """base plus each tree's least (greatest) leaf, per output: here against every path summed."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 5))
+    model = HistGradientBoostingRegressor(max_iter=6, max_leaf_nodes=5, random_state=0).fit(X, X[:, 0] + X[:, 1] ** 2)
+    trees = from_hist_gradient_boosting(model)
+    low, high = trees.output_bounds()
+    leaf_values = [trees.value[start:end][trees.left[start:end] < 0]
+                   for start, end in zip(trees.roots, [*trees.roots[1:], len(trees.left)])]
+    least, greatest = trees.base[0], trees.base[0]
+    for values in leaf_values:  # in tree order, as a walk adds them
+        least, greatest = least + values.min(), greatest + values.max()
+    assert (low[0], high[0]) == (least, greatest)
+    walked = trees.raw(X)[:, 0]
+    assert low[0] <= walked.min() and walked.max() <= high[0]
+
+
 def test_trees_cannot_jump_into_another_tree():
     two = _tiny()
     two.update(feature=np.r_[two["feature"], two["feature"]], threshold=np.r_[two["threshold"], two["threshold"]],

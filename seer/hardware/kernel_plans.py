@@ -23,9 +23,10 @@ from seer.layers.shapes import LAYOUTS, ConvShape, frame_volumes, tensor_element
 
 #: Largest element count of any tensor: the kernels index within a tensor in 32 bits.
 MAX_ELEMENTS = 2**31 - 1
-#: SMs that :func:`plan` sizes launches for when not told: the H100's, from the GPU table;
-#: :func:`forward` tells it the current GPU's.
-DEFAULT_SMS = get_gpu_spec("h100").sm_count
+#: The GPU whose SMs :func:`plan` sizes launches for when not told, its count read from the GPU
+#: table at first use (not at import: ``seer predict`` reads no GPU table); :func:`forward`
+#: tells it the current GPU's.
+DEFAULT_SMS_GPU = "h100"
 
 @dataclass(frozen=True)
 class Tile:
@@ -152,11 +153,13 @@ def _slices(reduction):
     return _ceil(reduction, 8)
 
 
-def plan(algo: str, shape: ConvShape, tile: str | None = None, sms: int = DEFAULT_SMS,
+def plan(algo: str, shape: ConvShape, tile: str | None = None, sms: int | None = None,
          layout: str = "nchw") -> Plan:
     """The kernel and launch of ``algo`` for ``shape`` (which it must support) on a GPU of
-    ``sms`` SMs, tensors in ``layout``; ``tile``, a name of :data:`GEMM_TILES`, overrides the
-    implicit GEMM's choice (the same in both layouts)."""
+    ``sms`` SMs (None: :data:`DEFAULT_SMS_GPU`'s), tensors in ``layout``; ``tile``, a name of
+    :data:`GEMM_TILES`, overrides the implicit GEMM's choice (the same in both layouts)."""
+    if sms is None:
+        sms = get_gpu_spec(DEFAULT_SMS_GPU).sm_count
     reason = unsupported_reason(algo, shape, layout)
     if reason:
         raise ValueError(f"{algo} does not run {shape}: {reason}")

@@ -129,15 +129,16 @@ class TreeEnsemble:
             raise TreeError("output names a column the ensemble does not have")
         # Each node's tree ends where the next tree starts: a child must lie after its
         # parent and before that end, so that every walk moves forward and stops.
+        # Each test runs over every node, masked, rather than over the internal nodes picked
+        # out: a model's 35 ensembles load in half the time (picking copies every array).
         ends = np.append(self.roots[1:], n)[self._tree_of_nodes()]
         internal = self.left >= 0
-        nodes = np.flatnonzero(internal)
-        children = self.left[internal].astype(np.int64)
-        if np.any(self.left[~internal] != -1):
+        if np.any(~internal & (self.left != -1)):
             raise TreeError("left must be -1 at leaves and a node index elsewhere")
-        if np.any((children <= nodes) | (children + 1 >= ends[internal])):
+        # ends - 1, not left + 1: left may be the largest int32
+        if np.any(internal & ((self.left <= np.arange(n)) | (self.left >= ends - 1))):
             raise TreeError("a child lies outside its tree or before its parent")
-        if np.any((self.feature[internal] < 0) | (self.feature[internal] >= self.n_features)):
+        if np.any(internal & ((self.feature < 0) | (self.feature >= self.n_features))):
             raise TreeError("a split names a feature the ensemble does not have")
 
     def _tree_of_nodes(self) -> np.ndarray:
@@ -149,11 +150,10 @@ class TreeEnsemble:
         """The least and greatest value each output can take: ``base`` plus, per tree, its
         least or greatest leaf (without evaluating anything)."""
         leaves = self.left < 0
-        tree_of = self._tree_of_nodes()
-        low = np.full(self.n_trees, np.inf)
-        high = np.full(self.n_trees, -np.inf)
-        np.minimum.at(low, tree_of[leaves], self.value[leaves])
-        np.maximum.at(high, tree_of[leaves], self.value[leaves])
+        # Per tree (its nodes are contiguous, from its root), the least and greatest of its
+        # leaves, internal nodes left out as infinities: exact, as a minimum is.
+        low = np.minimum.reduceat(np.where(leaves, self.value, np.inf), self.roots)
+        high = np.maximum.reduceat(np.where(leaves, self.value, -np.inf), self.roots)
         low_out, high_out = self.base.copy(), self.base.copy()
         with np.errstate(over="ignore", invalid="ignore"):  # huge leaves: the bound is infinite
             np.add.at(low_out, self.output, low)
