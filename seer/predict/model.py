@@ -340,19 +340,22 @@ def ranked(frame: pd.DataFrame, math: str, algorithms: list[str], times: np.ndar
 def pytorch_times(predictor, kinds: np.ndarray, ms: np.ndarray | None, policy: str = GUARD_POLICY) -> np.ndarray:
     """Per layer (``kinds``: each one's :func:`~seer.predict.uncertainty.interval_kind`): PyTorch's
     own choice's (``policy``'s) predicted time ``ms`` and its bounds (:data:`PYTORCH_COLUMNS` but
-    ``recommended``), NaN where ``ms`` is None (a model without a model of it)."""
-    out = np.full((len(kinds), 1 + 2 * len(INTERVAL_LEVELS)), np.nan)
+    ``recommended``), then the layer's guard margin (a last column that no output shows, NaN
+    without margins), NaN where ``ms`` is None (a model without a model of it)."""
+    out = np.full((len(kinds), 2 + 2 * len(INTERVAL_LEVELS)), np.nan)
     if ms is None or not len(kinds):
         return out
     bounds = interval_bounds(ms[:, None], kinds, [policy], predictor.intervals)[:, 0]
-    out[:, 0], out[:, 1:] = ms, bounds.reshape(len(kinds), -1)
+    out[:, 0], out[:, 1:-1] = ms, bounds.reshape(len(kinds), -1)
+    out[:, -1] = predictor.guard_margin(kinds)
     return out
 
 
 def with_pytorch(predictions: pd.DataFrame, pytorch: np.ndarray, guarded: bool = True) -> pd.DataFrame:
     """``predictions`` (:func:`ranked`) with each layer's :data:`PYTORCH_COLUMNS`: PyTorch's
-    predicted time and bounds (``pytorch``, one row per layer), and the guarded recommendation
-    (:func:`seer.predict.guard.recommended`; the pick itself unless ``guarded``)."""
+    predicted time and bounds (``pytorch``, one row per layer, as :func:`pytorch_times` gives
+    them: its last column, the guard margin, decides but is not shown), and the guarded
+    recommendation (:func:`seer.predict.guard.recommended`; the pick itself unless ``guarded``)."""
     layer = predictions["layer"].to_numpy()
     first = np.unique(layer, return_index=True)[1]  # the rank-1 row of each layer
     for k, column in enumerate(PYTORCH_COLUMNS[:-1]):
@@ -362,7 +365,7 @@ def with_pytorch(predictions: pd.DataFrame, pytorch: np.ndarray, guarded: bool =
     high = best[f"predicted_ms_high{GUARD_LEVEL}"].to_numpy(dtype=float)
     low = PYTORCH_COLUMNS.index(f"pytorch_low{GUARD_LEVEL}")
     choice = recommended(algo, best["predicted_ms"].to_numpy(dtype=float), high, pytorch[layer[first], 0],
-                         pytorch[layer[first], low]) if guarded else algo
+                         pytorch[layer[first], low], pytorch[layer[first], -1]) if guarded else algo
     per_layer = np.empty(len(pytorch), dtype=object)
     per_layer[layer[first]] = choice
     predictions["recommended"] = pd.array(per_layer, dtype="string").take(layer)  # a string per layer, not per row

@@ -36,8 +36,8 @@ from seer.hardware.kernel_plans import runs_layers
 from seer.layers.shapes import LAYER_COLUMNS, is_seer_layer, layer_frame
 from seer.predict.features import feature_names, log2_flops, shape_features
 from seer.predict.trees import TreeEnsemble, TreeError
-from seer.predict.uncertainty import (check_intervals, check_near_best, interval_bounds, interval_kind,
-                                      near_best_probability, pick_margin)
+from seer.predict.uncertainty import (check_guard_margins, check_intervals, check_near_best, guard_margin,
+                                      interval_bounds, interval_kind, near_best_probability, pick_margin)
 
 #: Support decisions that need no classifier: the algorithm ran on every or no training shape.
 ALWAYS, NEVER = "always", "never"
@@ -635,7 +635,9 @@ class AlgorithmPredictor(Part):
     ``power`` holds, per algorithm timed with energy readings, a regressor of its average
     power (W) from the shape features: energy per call is predicted time x predicted power.
     ``intervals`` and ``near_best`` say how sure the times and the pick are
-    (:mod:`seer.predict.uncertainty`). ``policies`` predicts the time of PyTorch's own choice
+    (:mod:`seer.predict.uncertainty`); ``guard_margins``, per layer kind, how far the pick's
+    predicted ratio to PyTorch's choice's time must lie below 1 for the guard to take it
+    (:func:`seer.predict.uncertainty.fit_guard_margins`; empty before them). ``policies`` predicts the time of PyTorch's own choice
     (not an algorithm seer picks): per policy, a regressor of its ratio to the predicted time
     of ``policy_reference`` (the algorithm whose kernels PyTorch's engine runs on most layers),
     from the shape features and that algorithm's own ratio to its baseline. A model carried
@@ -664,6 +666,7 @@ class AlgorithmPredictor(Part):
     policy_reference: str = ""
     source_spec: GPUSpec | None = None
     time_scale: dict = field(default_factory=dict)
+    guard_margins: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._roofline_column = self.features.index("log2_roofline_floor_s")
@@ -680,7 +683,14 @@ class AlgorithmPredictor(Part):
             del out["source_spec"]
         if not self.time_scale:
             del out["time_scale"]
+        if not self.guard_margins:  # an uncalibrated model's file stays as before them
+            del out["guard_margins"]
         return out
+
+    def guard_margin(self, kinds: np.ndarray) -> np.ndarray:
+        """Per layer (``kinds``: each one's :func:`~seer.predict.uncertainty.interval_kind`), the
+        guard's margin (:func:`seer.predict.uncertainty.guard_margin`; NaN without margins)."""
+        return guard_margin(kinds, self.guard_margins)
 
     def uncertainty(self, X: pd.DataFrame, times: np.ndarray, scores: np.ndarray,
                     kinds: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -996,9 +1006,11 @@ class AlgorithmPredictor(Part):
         if policies and reference not in regressors:
             raise StateError(f"{where}: PyTorch's policies need a reference algorithm it times")
         intervals, near_best = state.get("intervals", {}), state.get("near_best", {})  # none before 0.8
+        margins = state.get("guard_margins", {})  # none before the ratio guard
         try:
             check_intervals(intervals, [*regressors, *policies], where)
             check_near_best(near_best, where)
+            check_guard_margins(margins, where)
         except ValueError as exc:
             raise StateError(str(exc)) from None
         scale = state.get("time_scale", {})
@@ -1008,7 +1020,7 @@ class AlgorithmPredictor(Part):
         return cls(spec, features, algorithms, workspace, supports, regressors,
                    {a: float(v) for a, v in fixed_cost.items()}, baseline, classifier, weight, ranges, kernel_paths,
                    power, intervals, near_best, policies, reference, source,
-                   {a: float(v) for a, v in scale.items()})
+                   {a: float(v) for a, v in scale.items()}, dict(margins))
 
 
 def _check_inputs(n: int, algorithms: list[str], workspace: WorkspacePredictor | None, supports: dict,

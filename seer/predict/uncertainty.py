@@ -41,6 +41,14 @@ INTERVAL_KINDS: tuple[str, ...] = ("3D", "depthwise", "grouped", "dilated", "1xN
                                    "other")
 #: Key of an algorithm's quantiles over every kind.
 ALL_KINDS = "all"
+#: The one-sided level of the guard's margins (:func:`fit_guard_margins`): the pick replaces
+#: PyTorch's choice where its measured ratio to PyTorch's time would lie below 1 with this chance.
+GUARD_MARGIN_LEVEL = 90
+#: The guard's rule with margins, as the model card records it.
+GUARD_RULE = (f"the pick where log(pick_ms / pytorch_ms) + margin(kind) < 0; margin: the one-sided "
+              f"{GUARD_MARGIN_LEVEL}% split-conformal quantile of log(measured pick / measured PyTorch) - "
+              f"log(predicted pick / predicted PyTorch) on the calibration layers where both ran; a kind with "
+              f"fewer than {MIN_CALIBRATION_RUNS} such layers takes the larger of its own and the all-kinds one")
 
 
 def interval_kind(frame: pd.DataFrame) -> np.ndarray:
@@ -85,6 +93,53 @@ def fit_intervals(log_ratio: np.ndarray, kinds: np.ndarray) -> dict[str, list[li
             if widened != overall:
                 out[kind] = widened
     return out
+
+
+def one_sided_quantile(values: np.ndarray, level: int = GUARD_MARGIN_LEVEL) -> float:
+    """The split-conformal upper quantile of ``values``: a new value lies at or below it with
+    chance >= ``level`` (the (n + 1) correction; the largest value where n is too small)."""
+    values = np.sort(np.asarray(values, dtype=float))
+    return float(values[min(int(np.ceil((len(values) + 1) * level / 100)), len(values)) - 1])
+
+
+def fit_guard_margins(residual: np.ndarray, kinds: np.ndarray, level: int = GUARD_MARGIN_LEVEL) -> dict[str, float]:
+    """The guard's margins (:data:`GUARD_RULE`): per :data:`INTERVAL_KINDS` kind with layers and
+    over all (:data:`ALL_KINDS`), the :func:`one_sided_quantile` of ``residual`` (per layer, the
+    log ratio measured pick / PyTorch less the predicted one); a kind with fewer than
+    :data:`MIN_CALIBRATION_RUNS` layers takes the larger of its own and the all-kinds margin, as
+    the intervals do. Empty where there is no layer."""
+    residual, kinds = np.asarray(residual, dtype=float), np.asarray(kinds, dtype=object)
+    if not len(residual):
+        return {}
+    overall = one_sided_quantile(residual, level)
+    out = {ALL_KINDS: overall}
+    for kind in INTERVAL_KINDS:
+        own = residual[kinds == kind]
+        if len(own):
+            mine = one_sided_quantile(own, level)
+            out[kind] = mine if len(own) >= MIN_CALIBRATION_RUNS else max(overall, mine)
+    return out
+
+
+def guard_margin(kinds: np.ndarray, margins: dict[str, float]) -> np.ndarray:
+    """Per layer (``kinds``: each one's :func:`interval_kind`), its kind's guard margin, else the
+    all-kinds one; NaN for every layer where ``margins`` is empty (a model calibrated before them)."""
+    if not margins:
+        return np.full(len(kinds), np.nan)
+    table = np.array([margins.get(kind, margins[ALL_KINDS]) for kind in INTERVAL_KINDS], dtype=float)
+    return table[pd.Index(INTERVAL_KINDS).get_indexer(np.asarray(kinds, dtype=object))]
+
+
+def check_guard_margins(margins, where: str) -> None:
+    """Raise ValueError unless ``margins`` is empty or what :func:`fit_guard_margins` makes:
+    finite floats (within e^50) per interval kind, with one for all kinds."""
+    if margins == {}:
+        return
+    if not isinstance(margins, dict) or ALL_KINDS not in margins or not all(
+            type(k) is str and k in {ALL_KINDS, *INTERVAL_KINDS} for k in margins):
+        raise ValueError(f"{where}: the guard's margins must be given per layer kind, with one for all kinds")
+    if not all(type(v) is float and np.isfinite(v) and abs(v) <= 50 for v in margins.values()):
+        raise ValueError(f"{where}: the guard's margins must be finite log ratios within e^50")
 
 
 def interval_bounds(times: np.ndarray, kinds: np.ndarray, algorithms: list[str],

@@ -17,12 +17,13 @@ import numpy as np
 import pandas as pd
 from sklearn.isotonic import IsotonicRegression
 
-from seer.dataset.views import policy_frames, recorded_runs, training_frames
+from seer.dataset.views import algorithm_rows, policy_frames, recorded_runs, training_frames, values_by_algorithm
 from seer.layers.shapes import layer_frame
+from seer.predict.guard import guard_policy
 from seer.predict.model import Model
 from seer.predict.predictors import AlgorithmPredictor
-from seer.predict.uncertainty import (MIN_CALIBRATION_RUNS, NEAR_BEST, RARE_KIND_RULE, fit_intervals,
-                                      interval_kind, pick_margin)
+from seer.predict.uncertainty import (GUARD_MARGIN_LEVEL, GUARD_RULE, MIN_CALIBRATION_RUNS, NEAR_BEST, RARE_KIND_RULE,
+                                      fit_guard_margins, fit_intervals, interval_kind, pick_margin)
 
 #: The split whose calibration half calibrates the models.
 CALIBRATION_SPLIT = "test1"
@@ -96,6 +97,47 @@ def calibrate_policies(predictor: AlgorithmPredictor, shapes: pd.DataFrame, meas
     return intervals
 
 
+def guard_residuals(predictor: AlgorithmPredictor, policy: str, shapes: pd.DataFrame, measured: pd.DataFrame,
+                    pytorch: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Per layer of ``shapes`` where the pick (the predictor's fastest by its scores, among every
+    algorithm it ranks) and PyTorch's ``policy`` both ran (``measured``: one column per algorithm;
+    ``pytorch``: the policy's measured times, per layer) and both are predicted: the residual
+    log(measured pick / measured PyTorch) - log(predicted pick / predicted PyTorch), and the
+    layer's interval kind."""
+    if shapes.empty or policy not in predictor.policies:
+        return np.empty(0), np.empty(0, dtype=object)
+    frame = layer_frame(shapes)
+    times, scores = predictor.predict_with_scores(frame)
+    predicted_pytorch = predictor.predict_policies(frame, [policy])[:, 0]
+    has = np.isfinite(scores).any(axis=1)
+    pick = np.where(has, np.argmin(np.where(np.isfinite(scores), scores, np.inf), axis=1), 0)
+    rows = np.arange(len(frame))
+    pick_ms = np.where(has, times[rows, pick], np.nan)
+    m = measured.reindex(index=shapes.index, columns=predictor.algorithms).to_numpy(dtype=float)
+    pick_measured = np.where(has, m[rows, pick], np.nan)
+    pytorch_measured = pytorch.reindex(shapes.index).to_numpy(dtype=float)
+    usable = has & np.isfinite(pick_ms) & np.isfinite(predicted_pytorch) & (pick_measured > 0) & (pytorch_measured > 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        residual = np.log(pick_measured / pytorch_measured) - np.log(pick_ms / predicted_pytorch)
+    return residual[usable], interval_kind(frame)[usable]
+
+
+def calibrate_guard(predictor: AlgorithmPredictor, table: pd.DataFrame, math: str, pass_: str) -> dict[str, float]:
+    """The guard's margins of ``predictor`` (:func:`seer.predict.uncertainty.fit_guard_margins` at
+    :data:`GUARD_MARGIN_LEVEL`), from the calibration half's layers of ``table`` in ``math`` where the
+    pick and PyTorch's default policy of ``pass_`` both ran; empty where there is none."""
+    policy = guard_policy(pass_)
+    layers, policies = policy_frames(table, math, CALIBRATION_SPLIT)
+    if policy not in policies.columns or layers.empty:
+        return {}
+    layers = layers[calibration_half(layers.index)]
+    # Every layer's runs, not only those with a record of every algorithm: the pick is judged
+    # where it and PyTorch's choice ran, as the guard benchmark judges it.
+    measured = values_by_algorithm(algorithm_rows(table, math, CALIBRATION_SPLIT), "time_ms")
+    residual, kinds = guard_residuals(predictor, policy, layers, measured, policies[policy])
+    return fit_guard_margins(residual, kinds, GUARD_MARGIN_LEVEL)
+
+
 def calibrate(model: Model, table: pd.DataFrame) -> Model:
     """``model`` with each math mode's predictor calibrated on the calibration half of
     Test-set-I of ``table`` (the measurements table); a math mode with no such layers is left as it is."""
@@ -114,8 +156,12 @@ def calibrate(model: Model, table: pd.DataFrame) -> Model:
         if policy_intervals:
             predictors[math] = replace(predictors[math], intervals=predictors[math].intervals | policy_intervals)
             policy_shapes[math] = int(half.sum())
+        predictors[math] = replace(predictors[math], guard_margins=calibrate_guard(predictors[math], table, math,
+                                                                                   model.pass_))
     card = dict(model.card) | {"calibration": {"split": CALIBRATION_SPLIT, "half": CALIBRATION_HASH,
                                                "shapes": shapes_used, "policy_shapes": policy_shapes,
                                                "min_kind_runs": MIN_CALIBRATION_RUNS,
-                                               "rare_kinds": RARE_KIND_RULE}}
+                                               "rare_kinds": RARE_KIND_RULE,
+                                               "guard": {"level": GUARD_MARGIN_LEVEL, "sided": "one",
+                                                         "rule": GUARD_RULE}}}
     return replace(model, card=card, predictors=predictors)

@@ -77,7 +77,7 @@ def transfer(source: Model, dataset_dir: Path, spec: GPUSpec, maths: Sequence[st
     for math in maths:
         original = source.predictor(math)
         carried = replace(original, spec=spec, source_spec=original.feature_spec, time_scale={}, intervals={},
-                          near_best={}, policies={}, policy_reference="")
+                          near_best={}, policies={}, policy_reference="", guard_margins={})
         scales, info, shapes = time_scales(carried, table, math)
         if not info:
             raise InputError(f"no {math}-math runs of {source.gpu}'s algorithms in the train split",
