@@ -794,7 +794,8 @@ def _cmd_predict(args) -> int:
     console = err_console if to_stdout else out_console
     if args.table != "summary" and (show_all or (not args.out and summary.layers <= TABLE_LAYERS)):
         _print_table(console, model.gpu, args.math, pd.concat(shown) if shown else pd.DataFrame(), args.objective,
-                     label=_model_label(model), max_crowding=None if model.sparse is None else model.sparse.max_crowding)
+                     label=_model_label(model), max_crowding=None if model.sparse is None else model.sparse.max_crowding,
+                     ratio_guard=bool(model.predictor(args.math).guard_margins))
     else:
         _print_summary(console, _model_label(model), args.math, summary, args.out)
     return 0
@@ -1115,13 +1116,14 @@ def _source_name(file: str) -> str | None:
 
 
 def _print_table(console, gpu: str, math: str, rows, objective: str = "time", label: str | None = None,
-                 max_crowding: float | None = None) -> None:
+                 max_crowding: float | None = None, ratio_guard: bool = False) -> None:
     from rich import box
     from rich.table import Table
 
     import pandas as pd
 
     from seer.predict.guard import GUARD_LEVEL, PYTORCH_CHOICE
+    from seer.predict.uncertainty import GUARD_MARGIN_LEVEL
 
     from seer.hardware.gpus import get_gpu_spec
     from seer.layers.shapes import frame_tensor_bytes
@@ -1185,8 +1187,10 @@ def _print_table(console, gpu: str, math: str, rows, objective: str = "time", la
         if crowded_rows is not None:
             to_pytorch &= ~crowded_rows.to_numpy(dtype=bool)
         kept = int(to_pytorch.sum())
+        rule = (f"predicted ratio to PyTorch's time stays below 1 with its calibrated {GUARD_MARGIN_LEVEL}% "
+                "margin" if ratio_guard else f"{GUARD_LEVEL}% interval lies below PyTorch's")
         console.print(f"PyTorch ms: PyTorch's own choice (default mode), predicted. use: the pick where its "
-                      f"{GUARD_LEVEL}% interval lies below PyTorch's, else PyTorch's own choice (on {kept} of "
+                      f"{rule}, else PyTorch's own choice (on {kept} of "
                       f"{len(rows)} layers here, the gain is within the models' error)"
                       + ("; a name: the dense pick, where a sparse kernel's gain over it is within the models' "
                          "error" if (rows["recommended"].notna() & (rows["recommended"] != PYTORCH_CHOICE)

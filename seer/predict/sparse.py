@@ -620,7 +620,9 @@ def _layer_with_sparse(rows: pd.DataFrame, kernels: list[str], times: np.ndarray
         merged["recommended"] = first["algo"]
         return merged
     # A sparse kernel comes first: it replaces what would be recommended otherwise (the dense
-    # pick or PyTorch's choice) only where its interval lies wholly below that one's.
+    # pick or PyTorch's choice) only where its interval lies wholly below that one's. This stays
+    # on the interval rule: the guard's margins (seer.predict.guard) are calibrated on the dense
+    # pick's ratio to PyTorch's choice, not on a sparse kernel's ratio to a dense algorithm.
     if before is not None and before != PYTORCH_CHOICE and (dense["algo"] == before).any():
         reference = dense[dense["algo"] == before].iloc[0]
         low, point = reference[f"predicted_ms_low{GUARD_LEVEL}"], reference["predicted_ms"]

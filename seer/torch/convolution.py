@@ -38,6 +38,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
@@ -135,22 +136,31 @@ GUARD_BACKWARD_HOST_MS = 0.25
 class LayerGuess:
     """What the guard weighs on one layer: the pick's predicted ms and the upper bound of its
     guard interval, PyTorch's own choice's predicted ms and lower bound (NaN where the model
-    has no interval, or no model of PyTorch's choice)."""
+    has no interval, or no model of PyTorch's choice), and the layer's guard margin
+    (:func:`seer.predict.uncertainty.guard_margin`; NaN where the model has none, or where the
+    pick is compared with another than PyTorch's choice)."""
 
     pick: str
     pick_ms: float
     pick_high: float = float("nan")
     pytorch_ms: float = float("nan")
     pytorch_low: float = float("nan")
+    margin: float = float("nan")
 
     @property
     def pick_slowest(self) -> float:
-        """The pick's time as the guard takes it: its interval's upper bound, else its point."""
+        """The pick's time as the guard takes it: with a margin, its point x e^margin (the margin
+        bounds the error of the two times' ratio); else its interval's upper bound, else its point."""
+        if self.margin == self.margin:
+            return float(self.pick_ms * np.exp(self.margin))
         return self.pick_high if self.pick_high == self.pick_high else self.pick_ms
 
     @property
     def pytorch_fastest(self) -> float:
-        """PyTorch's time as the guard takes it: its interval's lower bound, else its point."""
+        """PyTorch's time as the guard takes it: with a margin, its point (the margin covers both
+        times' errors); else its interval's lower bound, else its point."""
+        if self.margin == self.margin:
+            return self.pytorch_ms
         return self.pytorch_low if self.pytorch_low == self.pytorch_low else self.pytorch_ms
 
 
@@ -202,10 +212,11 @@ class Predicted(Choice):
             answers = cudnn_workspaces(new, self.math) if torch.cuda.is_available() else None
             best = self.model.pick(new, self.math, algorithms=self._ranked, workspaces=answers)
             columns = ["best_algo", "best_ms", f"best_high{GUARD_LEVEL}", "pytorch_ms", f"pytorch_low{GUARD_LEVEL}"]
-            for layer, (algo, *times) in zip(new, best[columns].itertuples(index=False)):
+            margins = guard_margins(self.model, self.math, new)
+            for layer, (algo, *times), margin in zip(new, best[columns].itertuples(index=False), margins):
                 self.picks[layer] = None if pd.isna(algo) else str(algo)  # None: no algorithm predicted to run
                 if self.picks[layer] is not None:
-                    self.guesses[layer] = LayerGuess(self.picks[layer], *(float(v) for v in times))
+                    self.guesses[layer] = LayerGuess(self.picks[layer], *(float(v) for v in times), float(margin))
 
     def algorithm(self, layer: ConvShape) -> str | None:
         if layer not in self.picks:
@@ -315,6 +326,8 @@ class SparseInput(Choice):
             other_ms, other_low = alternative["predicted_ms"].iloc[0], alternative[f"predicted_ms_low{GUARD_LEVEL}"].iloc[0]
         else:
             other_ms, other_low = first["pytorch_ms"], first[f"pytorch_low{GUARD_LEVEL}"]
+        # No margin: the guard's margins are calibrated on the dense pick's ratio to PyTorch's
+        # choice, not on a sparse kernel's to a dense algorithm, so this stays on the interval rule.
         guess = LayerGuess(str(first["algo"]), float(first["predicted_ms"]),
                            float(first[f"predicted_ms_high{GUARD_LEVEL}"]), float(other_ms), float(other_low))
         self.guesses[layer] = guess
@@ -363,10 +376,11 @@ class PredictedPass(Choice):
 
             best = self.model.pick(new, self.math, algorithms=self._ranked)
             columns = ["best_algo", "best_ms", f"best_high{GUARD_LEVEL}", "pytorch_ms", f"pytorch_low{GUARD_LEVEL}"]
-            for layer, (algo, *times) in zip(new, best[columns].itertuples(index=False)):
+            margins = guard_margins(self.model, self.math, new)
+            for layer, (algo, *times), margin in zip(new, best[columns].itertuples(index=False), margins):
                 algo = None if pd.isna(algo) or algo == PYTORCH_CHOICE else str(algo)
                 if algo is not None:
-                    self.guesses[layer] = guess = LayerGuess(algo, *(float(v) for v in times))
+                    self.guesses[layer] = guess = LayerGuess(algo, *(float(v) for v in times), float(margin))
                     if self.guard and not keeps_pick(guess, None, captured=self.captured,
                                                      extra_ms=extra_host_ms(algo, layer, self.math)):
                         algo = None
@@ -502,22 +516,33 @@ def keeps_pick(guess: LayerGuess, heuristic: str | None, captured: bool = False,
                extra_ms: float = GUARD_HOST_MS) -> bool:
     """Whether ``guess.pick`` should replace PyTorch's convolution, given the algorithm cuDNN's
     heuristic names (None: unknown, or none that runs): not where the heuristic names the pick
-    itself (PyTorch runs it already); else where ``seer predict`` recommends it (the pick's
-    interval lies below PyTorch's: :func:`seer.predict.guard.recommended`) and, in an eager
-    pass, the pick's time (the longer of its host and GPU time, its host time ``extra_ms`` more
-    than PyTorch's: :func:`extra_host_ms`; GPU time only when ``captured`` in CUDA graphs) is
-    still shorter than PyTorch's, each at its interval's bound. Without a prediction of
-    PyTorch's time the pick stands, as in ``seer predict``."""
+    itself (PyTorch runs it already); else where ``seer predict`` recommends it (with the guard's
+    margin, the pick's time x e^margin below PyTorch's; without, the pick's interval below
+    PyTorch's: :func:`seer.predict.guard.recommended`) and, in an eager pass, the pick's time
+    (the longer of its host and GPU time, its host time ``extra_ms`` more than PyTorch's:
+    :func:`extra_host_ms`; GPU time only when ``captured`` in CUDA graphs) is still shorter
+    than PyTorch's, each GPU time as the guard takes it (:attr:`LayerGuess.pick_slowest`,
+    :attr:`LayerGuess.pytorch_fastest`). Without a prediction of PyTorch's time the pick
+    stands, as in ``seer predict``."""
     from seer.predict.guard import recommended
 
     if heuristic == guess.pick:
         return False
     surely = recommended([guess.pick], [guess.pick_ms], [guess.pick_high], [guess.pytorch_ms],
-                         [guess.pytorch_low])[0] == guess.pick
+                         [guess.pytorch_low], [guess.margin])[0] == guess.pick
     if not surely or captured or guess.pytorch_ms != guess.pytorch_ms:
         return surely
     host = GUARD_PYTORCH_HOST_MS
     return max(host + extra_ms, guess.pick_slowest) < max(host, guess.pytorch_fastest)
+
+
+def guard_margins(model, math: str, layers: Sequence[ConvShape]) -> np.ndarray:
+    """Per layer, the guard margin of ``model``'s ``math`` predictor for the layer's kind (NaN
+    where the model has none: the guard then compares the intervals)."""
+    from seer.layers.shapes import layer_frame
+    from seer.predict.uncertainty import interval_kind
+
+    return model.predictor(math).guard_margin(interval_kind(layer_frame(list(layers))))
 
 
 def extra_host_ms(algorithm: str, layer: ConvShape, math: str) -> float:
