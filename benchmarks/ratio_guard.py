@@ -14,7 +14,12 @@ LEVEL per layer kind (a kind with fewer than :data:`MIN_CALIBRATION_RUNS` layers
 of its own and the all-kinds quantile, as the intervals do); the pick is taken where
 ``log(predicted pick / predicted PyTorch) + quantile < 0``. Both are then scored on Test-set-II
 as ``benchmarks/guard.py`` scores the guard (a pick that did not run counts PyTorch's time).
-Nothing in seer's models changes; this measures whether the rule should.
+
+The ratio rule at 90% is now seer's guard: ``seer calibrate`` fits the margins
+(:func:`seer.predict.uncertainty.fit_guard_margins`, the functions used here) and
+:func:`seer.predict.guard.recommended` decides by them. The ``today`` column stays the interval
+rule (computed here from the predictions' bounds, not read from ``recommended``), so the committed
+comparison reproduces with the recalibrated models.
 """
 
 from __future__ import annotations
@@ -33,9 +38,10 @@ from guard import TARGET, measured_times  # noqa: E402  (the guard benchmark's o
 from seer.algorithms import algorithm_names  # noqa: E402
 from seer.dataset.build import read_measurements  # noqa: E402
 from seer.layers.shapes import LAYER_COLUMNS  # noqa: E402
-from seer.predict.guard import PYTORCH_CHOICE  # noqa: E402
+from seer.predict.guard import GUARD_LEVEL, PYTORCH_CHOICE, recommended  # noqa: E402
 from seer.predict.persist import load_model  # noqa: E402
-from seer.predict.uncertainty import ALL_KINDS, MIN_CALIBRATION_RUNS, interval_kind  # noqa: E402
+from seer.predict.uncertainty import ALL_KINDS, fit_guard_margins, interval_kind  # noqa: E402
+from seer.predict.uncertainty import one_sided_quantile as seer_one_sided_quantile  # noqa: E402
 from seer.reporting.scoring import chosen_times  # noqa: E402
 from seer.schema import DatasetDir  # noqa: E402
 from seer.training.calibrate import calibration_half  # noqa: E402
@@ -44,21 +50,9 @@ LEVELS = (80, 90)
 CALIBRATION_SPLIT = "test1"
 
 
-def one_sided_quantile(values: np.ndarray, level: int) -> float:
-    """The split-conformal upper quantile: a new value lies at or below it with chance >= level."""
-    values = np.sort(np.asarray(values, dtype=float))
-    return float(values[min(int(np.ceil((len(values) + 1) * level / 100)), len(values)) - 1])
-
-
-def fit_margins(residual: np.ndarray, kinds: np.ndarray, level: int) -> dict[str, float]:
-    """Per kind (and :data:`ALL_KINDS`), the quantile of the log-ratio residual at ``level``."""
-    overall = one_sided_quantile(residual, level)
-    out = {ALL_KINDS: overall}
-    for kind in np.unique(kinds):
-        own = residual[kinds == kind]
-        out[str(kind)] = (one_sided_quantile(own, level) if len(own) >= MIN_CALIBRATION_RUNS
-                          else max(overall, one_sided_quantile(own, level)))
-    return out
+#: The quantile and the margins per kind: seer's own (what ``seer calibrate`` fits).
+one_sided_quantile = seer_one_sided_quantile
+fit_margins = fit_guard_margins
 
 
 def layer_frame_of(model, table: pd.DataFrame, math: str, algorithms: str | None, policies: list[str]) -> pd.DataFrame:
@@ -69,13 +63,15 @@ def layer_frame_of(model, table: pd.DataFrame, math: str, algorithms: str | None
     pytorch = wide[policies[0]].to_numpy()
     best = picks["best_algo"].astype(object).where(picks["best_algo"].notna(), None).to_numpy()
     measured = chosen_times(wide, best)
-    recommended = picks["recommended"].astype(object).where(picks["recommended"].notna(), None).to_numpy()
+    # The interval rule (no margin), whatever rule the model's own recommendation follows.
+    today = recommended(best, picks["best_ms"], picks[f"best_high{GUARD_LEVEL}"], picks["pytorch_ms"],
+                        picks[f"pytorch_low{GUARD_LEVEL}"])
     return pd.DataFrame({"kind": interval_kind(layers.reset_index(drop=True)), "pick": best,
                          "pick_ms": picks["best_ms"].to_numpy(dtype=float),
                          "pytorch_ms": picks["pytorch_ms"].to_numpy(dtype=float),
                          "pick_measured": np.where(np.isfinite(measured), measured, pytorch),
                          "pick_ran": np.isfinite(measured), "pytorch_measured": pytorch,
-                         "today": recommended != PYTORCH_CHOICE}, index=layers.index)
+                         "today": today != PYTORCH_CHOICE}, index=layers.index)
 
 
 def score(model, table: pd.DataFrame, math: str, algorithms: str | None, policies: list[str]) -> list[dict]:
