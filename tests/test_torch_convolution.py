@@ -203,6 +203,32 @@ def test_the_guard_keeps_pytorch_unless_the_pick_is_surely_faster():
     assert keeps_pick(gpu, "B", extra_ms=extra_host_ms("WINOGRAD_NONFUSED", grouped, "fma"), captured=True)
 
 
+def test_with_a_margin_the_guard_weighs_the_picks_time_times_e_to_the_margin_against_pytorchs():
+    import math
+
+    from seer.predict.persist import load_model
+    from seer.torch.convolution import GUARD_HOST_MS, GUARD_PYTORCH_HOST_MS, LayerGuess, keeps_pick
+
+    # The intervals overlap (1.3 > 1.2), yet the ratio clears a margin of 0.3 (1.35 < 1.5), not one of 0.5.
+    assert keeps_pick(LayerGuess("A", 1.0, 1.3, 1.5, 1.2, margin=0.3), "B")
+    assert not keeps_pick(LayerGuess("A", 1.0, 1.3, 1.5, 1.2, margin=0.5), "B")
+    # Disjoint intervals do not keep a pick whose ratio misses the margin.
+    assert not keeps_pick(LayerGuess("A", 1.0, 1.1, 1.5, 1.2, margin=0.5), "B", captured=True)
+    guess = LayerGuess("A", 1.0, 1.3, 1.5, 1.2, margin=0.3)
+    assert guess.pick_slowest == pytest.approx(math.exp(0.3)) and guess.pytorch_fastest == 1.5
+    assert not keeps_pick(guess, "A")  # PyTorch's heuristic runs the pick already
+    # An eager pass: the host's time still hides a short layer's gain, margin or not.
+    host = GUARD_PYTORCH_HOST_MS + GUARD_HOST_MS
+    short = LayerGuess("A", host / 4, float("nan"), host * 0.9, float("nan"), margin=0.1)
+    assert not keeps_pick(short, "B") and keeps_pick(short, "B", captured=True)
+    # seer.torch takes the margin of the layer's kind from the model, as seer predict does.
+    model = load_model("h100", math="fma")
+    choice = Predicted(model, "fma")
+    layer = ConvShape.square(32, 256, 56, 64, 1)
+    choice.prepare([layer])
+    assert choice.guesses[layer].margin == model.predictor("fma").guard_margins["square"]
+
+
 def test_a_pass_takes_picks_while_it_is_gpu_bound():
     from seer.torch.convolution import pass_picks
 
