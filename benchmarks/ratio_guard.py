@@ -1,10 +1,11 @@
-"""A guard calibrated on the ratio of the pick's time to PyTorch's, against today's guard.
+"""A guard calibrated on the ratio of the pick's time to PyTorch's (now seer's), against the interval guard.
 
     python benchmarks/ratio_guard.py --runs h100:fwd h200:fwd h200:bwd_data h200:bwd_filter \\
         --out benchmarks/results/ratio-guard
 
-Today's guard (:mod:`seer.predict.guard`) takes seer's pick where the upper bound of the pick's
-80% interval lies below the lower bound of PyTorch's. The two intervals are calibrated apart,
+The interval guard (:mod:`seer.predict.guard` before the ratio rule, and still for models calibrated
+before the margins) takes seer's pick where the upper bound of the pick's 80% interval lies below the
+lower bound of PyTorch's. The two intervals are calibrated apart,
 as if the two predictions erred independently; on one layer they mostly err together (same
 shape, same features), so the rule asks for more than it needs. The alternative measured here
 calibrates the ratio itself: on the calibration half of Test-set-I (the layers that calibrate

@@ -515,8 +515,9 @@ def with_sparse_rows(predictions: pd.DataFrame, frame: pd.DataFrame, sparsity: n
     call, the kernels with a power model only), and :data:`BREAK_EVEN_COLUMN` per layer (by time).
 
     A sparse kernel placed first by time becomes ``recommended`` only where it is surely faster
-    (:mod:`seer.predict.guard`'s rule: the upper bound of its 80% interval lies below the lower
-    bound of what would be recommended otherwise, PyTorch's choice or the dense pick); by energy,
+    (:mod:`seer.predict.guard`'s interval rule: the upper bound of its 80% interval lies below the
+    lower bound of what would be recommended otherwise, PyTorch's choice or the dense pick; the
+    guard's margins are calibrated on the dense pick's ratio to PyTorch's choice only); by energy,
     it is recommended as the dense pick is, unguarded. The sparse times are predicted at the
     layer's ``crowding`` (NaN or None: not measured, taken as even); beyond
     :attr:`SparseTimeModel.max_crowding` no sparse kernel is recommended. The rows

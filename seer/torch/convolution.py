@@ -106,8 +106,10 @@ class Fixed(Choice):
 #: many kernels, cannot be told before it runs, and the guard errs toward PyTorch. All measured
 #: on the H100 machine by benchmarks/host_cost.py (benchmarks/results/h100-host-cost.json).
 #: On the GPU the rule is ``seer predict``'s (:mod:`seer.predict.guard`): a pick replaces
-#: PyTorch's convolution only where the upper bound of its 80% interval lies below the lower
-#: bound of PyTorch's own choice's. A model run captured in CUDA graphs has no host time per
+#: PyTorch's convolution only where its predicted time x e^margin (its layer kind's calibrated
+#: margin) lies below PyTorch's own choice's predicted time; with a model calibrated before the
+#: margins, where the upper bound of its 80% interval lies below the lower bound of PyTorch's
+#: choice's. The sparse kernels' guard compares the intervals (:class:`SparseInput`). A model run captured in CUDA graphs has no host time per
 #: call (``seer.torch.apply(..., cuda_graphs=True)``); ``guard=False`` turns the guard off.
 GUARD_PYTORCH_HOST_MS = 0.03
 GUARD_HOST_MS = 0.01
