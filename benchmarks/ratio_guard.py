@@ -41,19 +41,12 @@ from seer.dataset.build import read_measurements  # noqa: E402
 from seer.layers.shapes import LAYER_COLUMNS  # noqa: E402
 from seer.predict.guard import GUARD_LEVEL, PYTORCH_CHOICE, recommended  # noqa: E402
 from seer.predict.persist import load_model  # noqa: E402
-from seer.predict.uncertainty import ALL_KINDS, fit_guard_margins, interval_kind  # noqa: E402
-from seer.predict.uncertainty import one_sided_quantile as seer_one_sided_quantile  # noqa: E402
+from seer.predict.uncertainty import ALL_KINDS, fit_guard_margins, guard_margin, interval_kind  # noqa: E402
 from seer.reporting.scoring import chosen_times  # noqa: E402
 from seer.schema import DatasetDir  # noqa: E402
-from seer.training.calibrate import calibration_half  # noqa: E402
+from seer.training.calibrate import CALIBRATION_SPLIT, calibration_half  # noqa: E402
 
 LEVELS = (80, 90)
-CALIBRATION_SPLIT = "test1"
-
-
-#: The quantile and the margins per kind: seer's own (what ``seer calibrate`` fits).
-one_sided_quantile = seer_one_sided_quantile
-fit_margins = fit_guard_margins
 
 
 def layer_frame_of(model, table: pd.DataFrame, math: str, algorithms: str | None, policies: list[str]) -> pd.DataFrame:
@@ -88,8 +81,8 @@ def score(model, table: pd.DataFrame, math: str, algorithms: str | None, policie
     columns = {"today": held["today"].to_numpy(), "unguarded": np.ones(len(held), dtype=bool)}
     margins = {}
     for level in LEVELS:
-        margins[level] = fit_margins(residual, cal["kind"].to_numpy()[usable], level)
-        margin = np.array([margins[level].get(k, margins[level][ALL_KINDS]) for k in held["kind"]])
+        margins[level] = fit_guard_margins(residual, cal["kind"].to_numpy()[usable], level)
+        margin = guard_margin(held["kind"].to_numpy(), margins[level])
         columns[f"ratio{level}"] = np.isfinite(predicted) & (predicted + margin < 0)
     rows = []
     for kind, members in [("all", np.ones(len(held), dtype=bool)), *((k, (held["kind"] == k).to_numpy())
