@@ -101,9 +101,9 @@ def evaluate(model, table: pd.DataFrame, math: str, split: str = HELD_OUT) -> li
     got["learnt"] = scores(model, math, layers, times, workspaces)
     rows = []
     measured = times.to_numpy()
+    cudnn = [a for a in times.columns if a in algorithm_names("cudnn")]
     for kind in ["all", *sorted(set(kinds))]:
         members = np.ones(len(layers), bool) if kind == "all" else kinds == kind
-        cudnn = [a for a in times.columns if a in algorithm_names("cudnn")]
         errors = {way: [] for way in WAYS}
         for j, algo in enumerate(times.columns):
             every = members & np.isfinite(measured[:, j])
