@@ -1729,10 +1729,16 @@ def _add_roofline(sub) -> None:
     p = sub.add_parser("roofline", help="draw the hierarchical roofline (DRAM, L2, L1) of the profiled runs",
                        description="Each profiled run of the GPU's dataset placed by its arithmetic intensity at "
                                    "DRAM, L2 and L1 and its achieved FLOP/s (ncu's counters), under the ceilings "
-                                   "that `seer ceilings` measured. Writes OUT/roofline.csv and one plot per math mode.")
+                                   "that `seer ceilings` measured (or the datasheet's peaks). Writes OUT/roofline.csv "
+                                   "and one plot per pass and math mode.")
     p.add_argument("--gpu", required=True)
     p.add_argument("--data-dir", type=Path, default=Path("data"), help="datasets root (default: data)")
-    p.add_argument("--algo", default="all", help="algorithms or groups (cudnn, seer, all; default all)")
+    p.add_argument("--algo", default="all",
+                   help="algorithms or groups: cudnn, seer, all (the forward's; the default), bwd_data, bwd_filter, "
+                        "backward")
+    p.add_argument("--ceilings", choices=("measured", "datasheet"), default="measured",
+                   help="ceilings drawn: measured by `seer ceilings` (default), or the datasheet's FP32, TF32 and DRAM "
+                        "peaks, for a GPU not measured yet (no L2 or L1 line)")
     _add_math(p, several=True)
     p.add_argument("--layers", help="only these layers: a grid name or a shapes/layer file")
     p.add_argument("--out", type=Path, required=True, help="output folder")
@@ -1748,7 +1754,7 @@ def _cmd_roofline(args) -> int:
     spec = get_gpu_spec(args.gpu)
     algos, maths = _algorithms(args.algo), parse_math_modes(args.math)
     shape_ids = {s.shape.shape_id for s in resolve_grids(args.layers)} if args.layers else None
-    written = write_roofline(args.data_dir / spec.name, spec, args.out, algos, maths, shape_ids)
+    written = write_roofline(args.data_dir / spec.name, spec, args.out, algos, maths, shape_ids, args.ceilings)
     err_console.log(f"wrote {', '.join(str(p) for p in written)}")
     return 0
 

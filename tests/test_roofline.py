@@ -13,6 +13,7 @@ import pytest
 
 from seer.cli import main
 from seer.errors import InputError
+from seer.hardware.gpus import get_gpu_spec
 from seer.reporting.roofline import LEVELS, POINT_COLUMNS, read_ceilings, roofline_points
 
 H100 = Path(__file__).resolve().parents[1] / "data" / "h100"
@@ -80,3 +81,29 @@ def test_ceilings_without_a_gpu_stack_is_one_sentence(tmp_path, capsys):
     assert code == 1 and "needs a GPU host with CuPy" in err and "Traceback" not in err
     assert json.loads((tmp_path / "h100" / "ceilings.json").read_text()) == json.loads(
         (H100 / "ceilings.json").read_text())  # nothing half-written
+
+
+def test_backward_runs_under_the_datasheet_ceilings(tmp_path):
+    """The H200's profiled dgrad and wgrad runs (it has no measured ceilings): one plot per pass
+    and math, the points of the backward algorithms only, and a summary of them per algorithm."""
+    out = tmp_path / "roofline"
+    assert main(["roofline", "--gpu", "h200", "--algo", "backward", "--math", "fma", "--layers", "networks-general",
+                 "--ceilings", "datasheet", "--out", str(out)]) == 0
+    points = pd.read_csv(out / "roofline.csv")
+    assert set(points["pass"]) == {"bwd_data", "bwd_filter"} and set(points["math"]) == {"fma"}
+    assert points["algo"].str.startswith(("BWD_DATA_", "BWD_FILTER_")).all() and len(points) > 300
+    assert sorted(p.name for p in out.glob("*.png")) == ["roofline-bwd_data-fma.png", "roofline-bwd_filter-fma.png"]
+    summary = pd.read_csv(out / "summary.csv")
+    assert summary["runs"].sum() == len(points)
+    one = summary.set_index("algo").loc["BWD_DATA_ALGO_1"]
+    own = points[points["algo"] == "BWD_DATA_ALGO_1"]
+    assert np.isclose(one["median_flops_per_s"], own["flops_per_s"].median(), rtol=1e-3)
+    spec = get_gpu_spec("h200")
+    ridge = spec.peak_fp32_flops_per_s / spec.memory_bandwidth_bytes_per_s  # the datasheet's DRAM ridge
+    assert np.isclose(one["share_dram_bound"], (own["ai_dram"] < ridge).mean(), atol=1e-3)
+
+
+def test_a_gpu_without_measured_ceilings_is_told_of_the_datasheet(tmp_path, capsys):
+    assert main(["roofline", "--gpu", "h200", "--algo", "backward", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "seer ceilings" in err and "--ceilings datasheet" in err and len(err.strip().splitlines()) == 1
