@@ -2,6 +2,7 @@
 
     python benchmarks/cudnn_answers.py --gpu h100 --out benchmarks/results/h100-cudnn-answers
     python benchmarks/cudnn_answers.py --gpu h100 --split test1 --out ...   # Test-set-I
+    python benchmarks/cudnn_answers.py --gpu h200 --pass bwd_filter --out ...   # a backward pass
 
 Before anything runs, cuDNN tells (in microseconds, from descriptors alone) whether each of
 its algorithms takes a layer and how much workspace it asks for, which settles the kernel
@@ -12,7 +13,9 @@ held-out layers of Test-set-II (real networks, square and of every kind), per ma
 the shape alone (``guessed``), cuDNN's answer to whether each algorithm runs (``runs``, what
 seer uses), and that with its workspace answers too (``workspace``: the kernel path and
 size): each algorithm's MAPE on its measured runs, over the runs every way predicts, and
-the pick's top-1 rate and mean regret among every algorithm and among cuDNN's. Where the
+the pick's top-1 rate and mean regret among every algorithm and among cuDNN's. A backward
+pass's models take the workspace answers as the path where a GPU gives them
+(:data:`seer.predict.predictors.PATH_ANSWER_PASSES`); the forward's do not. Where the
 model has times learnt from cuDNN's answers (``seer train --answers-only``), a fourth way,
 ``learnt``, is what ``seer predict --cudnn-answers`` gives with them: cuDNN's runs answer and
 those times for its algorithms; ``learnt_single`` is the same with one regressor per kernel
@@ -37,7 +40,7 @@ from unittest import mock
 import numpy as np
 import pandas as pd
 
-from seer.algorithms import algorithm_names
+from seer.algorithms import PASSES, algorithm_names, pass_of
 from seer.dataset.views import algorithm_rows, layers_of, values_by_algorithm
 from seer.layers.shapes import LAYER_COLUMNS
 from seer.predict import predictors
@@ -52,18 +55,20 @@ WAYS = ("guessed", "runs", "workspace", "learnt_single", "learnt")
 POOLED = "cuDNN's pooled"
 
 
-def held_out(table: pd.DataFrame, math: str, split: str = HELD_OUT) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def held_out(table: pd.DataFrame, math: str, split: str = HELD_OUT,
+             pass_: str = "fwd") -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Layers, measured times per algorithm and cuDNN's recorded answers (workspace bytes;
-    NaN where it refused the algorithm or the workspace exceeded the cap) of a held-out split."""
-    rows = algorithm_rows(table, math, split)
+    NaN where it refused the algorithm or the workspace exceeded the cap) of a held-out split,
+    for the runs of one pass."""
+    rows = algorithm_rows(table[(pass_of(table["algo"]) == pass_).to_numpy()], math, split)
     times = values_by_algorithm(rows, "time_ms")
-    cudnn = rows[rows["algo"].isin(algorithm_names("cudnn"))]
+    cudnn = rows[rows["algo"].isin(algorithm_names("cudnn", pass_=pass_))]
     workspaces = values_by_algorithm(cudnn, "workspace_bytes").reindex(times.index)
     return layers_of(rows, times.index), times, workspaces
 
 
 def scores(model, math: str, layers: pd.DataFrame, times: pd.DataFrame,
-           workspaces: pd.DataFrame | None) -> dict[str, np.ndarray]:
+           workspaces: pd.DataFrame | None, pass_: str = "fwd") -> dict[str, np.ndarray]:
     """Predicted times (layers x algorithms of ``times``) and the picks among all and among cuDNN's."""
     frame = layers.reset_index(drop=True)
     out = {}
@@ -71,7 +76,7 @@ def scores(model, math: str, layers: pd.DataFrame, times: pd.DataFrame,
     predicted = model.predict(frame, math, workspaces=answers)
     wide = predicted.pivot_table(index="layer", columns="algo", values="predicted_ms")
     out["times"] = wide.reindex(index=range(len(frame)), columns=times.columns).to_numpy()
-    for name, algorithms in (("all", None), ("cudnn", "cudnn")):
+    for name, algorithms in (("all", None), ("cudnn", algorithm_names("cudnn", pass_=pass_))):
         picks = model.pick(frame, math, algorithms=algorithms, workspaces=answers)
         out[f"pick_{name}"] = picks["best_algo"].astype(object).where(picks["best_algo"].notna(), None).to_numpy()
     return out
@@ -87,21 +92,24 @@ def pick_quality(picks: np.ndarray, times: pd.DataFrame, columns: list[str]) -> 
     return float(np.mean(got <= fastest)), float(np.mean(got / fastest - 1) * 100)
 
 
-def evaluate(model, table: pd.DataFrame, math: str, split: str = HELD_OUT) -> list[dict]:
-    layers, times, workspaces = held_out(table, math, split)
+def evaluate(model, table: pd.DataFrame, math: str, split: str = HELD_OUT, pass_: str = "fwd") -> list[dict]:
+    layers, times, workspaces = held_out(table, math, split, pass_)
     kinds = interval_kind(layers.reset_index(drop=True))
     shape_only = replace(model, answer_times={})
-    got = {"guessed": scores(shape_only, math, layers, times, None),
-           "runs": scores(shape_only, math, layers, times, workspaces)}
-    with mock.patch.object(predictors, "with_cudnn_answers", partial(predictors.with_cudnn_answers, workspace=True)):
-        got["workspace"] = scores(shape_only, math, layers, times, workspaces)
-    # Without learnt times the last two ways are the second; without mixtures the last two are one.
+    score = partial(scores, math=math, layers=layers, times=times, pass_=pass_)
+    got = {"guessed": score(shape_only, workspaces=None)}
+    with mock.patch.object(predictors, "PATH_ANSWER_PASSES", ()):  # whether each runs, for every pass
+        got["runs"] = score(shape_only, workspaces=workspaces)
+    with mock.patch.object(predictors, "PATH_ANSWER_PASSES", PASSES):  # and the path, for every pass
+        got["workspace"] = score(shape_only, workspaces=workspaces)
+    # Without learnt times the last two ways are what the pass takes by default (the second for the
+    # forward, the third for a backward pass); without mixtures the last two are one.
     single = replace(model, answer_times={m: replace(a, variants={}) for m, a in model.answer_times.items()})
-    got["learnt_single"] = scores(single, math, layers, times, workspaces)
-    got["learnt"] = scores(model, math, layers, times, workspaces)
+    got["learnt_single"] = score(single, workspaces=workspaces)
+    got["learnt"] = score(model, workspaces=workspaces)
     rows = []
     measured = times.to_numpy()
-    cudnn = [a for a in times.columns if a in algorithm_names("cudnn")]
+    cudnn = [a for a in times.columns if a in algorithm_names("cudnn", pass_=pass_)]
     for kind in ["all", *sorted(set(kinds))]:
         members = np.ones(len(layers), bool) if kind == "all" else kinds == kind
         errors = {way: [] for way in WAYS}
@@ -163,26 +171,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models-dir", type=Path, default=None)
     parser.add_argument("--split", default=HELD_OUT, choices=("test2", "test1"),
                         help="the held-out split: test2 (Test-set-II, real networks; default) or test1")
+    parser.add_argument("--pass", dest="pass_", default="fwd", choices=PASSES, help="the convolution pass (default fwd)")
     parser.add_argument("--out", type=Path, required=True, help="folder for cudnn-answers.json and .md")
     args = parser.parse_args(argv)
-    model = load_model(args.gpu, models_dir=args.models_dir, cudnn_answers=True)
+    model = load_model(args.gpu, models_dir=args.models_dir, cudnn_answers=True, pass_=args.pass_)
     table = pd.read_parquet(DatasetDir(args.data_dir / args.gpu).measurements,
                             columns=[*LAYER_COLUMNS, "shape_id", "split", "math", "algo", "status", "time_ms",
                                      "workspace_bytes"])
-    rows = [row for math in model.maths for row in evaluate(model, table, math, args.split)]
+    rows = [row for math in model.maths for row in evaluate(model, table, math, args.split, args.pass_)]
     frame = pd.DataFrame(rows)
     args.out.mkdir(parents=True, exist_ok=True)
     name = {"test2": "Held-out networks (Test-set-II", "test1": "Held-out layers (Test-set-I"}[args.split]
-    header = (f"{name}, {args.gpu}): predictions from the shape alone, with cuDNN's own "
+    header = (f"{name}, {args.gpu}{'' if args.pass_ == 'fwd' else ', ' + args.pass_}): predictions from the shape alone, with cuDNN's own "
               f"answer to whether each algorithm runs, with its workspace answers too (the kernel path and size) "
               f"fed to the shape-only models, and with the times learnt from its answers, one regressor per kernel "
               f"path and then with the kernel-variant mixtures the model keeps (what `seer predict "
               f"--cudnn-answers` uses where the model has them); "
-              f"`python benchmarks/cudnn_answers.py --gpu {args.gpu} --split {args.split} --out {args.out}`.")
+              f"`python benchmarks/cudnn_answers.py --gpu {args.gpu} --split {args.split}"
+              f"{'' if args.pass_ == 'fwd' else ' --pass ' + args.pass_} --out {args.out}`.")
     text = markdown(frame, header)
     (args.out / "cudnn-answers.md").write_text(text)
     (args.out / "cudnn-answers.json").write_text(json.dumps(
-        {"gpu": args.gpu, "split": args.split, "target_mape": TARGET_MAPE,
+        {"gpu": args.gpu, "pass": args.pass_, "split": args.split, "target_mape": TARGET_MAPE,
          "card_trained_at": model.card.get("trained_at"),
          "answer_files": {k: v for k, v in model.card["model_files"].items() if k.startswith("answers-")},
          "variant_mixtures": {m: sorted(a.variants) for m, a in model.answer_times.items()},

@@ -689,7 +689,8 @@ def _add_predict(sub) -> None:
                         f"table up to {TABLE_LAYERS} layers without --out (auto, the default)")
     p.add_argument("--cudnn-answers", action="store_true",
                    help="ask this machine's GPU (cuDNN, from descriptors: nothing runs) whether each of cuDNN's "
-                        "algorithms takes each layer, instead of predicting it (needs a GPU and cuDNN)")
+                        "algorithms of --pass takes each layer, and for a backward pass the workspace it asks for "
+                        "(its kernel path), instead of predicting them (needs a GPU and cuDNN; not with --pass all)")
     p.add_argument("--cudnn", type=int, default=None, metavar="MAJOR",
                    help="for a GPU without per-algorithm models (the cross-GPU model): the cuDNN major version "
                         f"whose likely algorithm family to predict (default {DEFAULT_CUDNN_MAJOR}; the public "
@@ -742,8 +743,6 @@ def _cmd_predict(args) -> int:
                          field="cudnn")
     if args.pass_ == ALL_PASSES:
         return _predict_training_step(args)
-    if args.cudnn_answers and args.pass_ != "fwd":
-        raise InputError("--cudnn-answers asks cuDNN about the forward's algorithms only", field="cudnn-answers")
     if cross_gpu:
         return _predict_unmeasured_gpu(args)
     # "all" ranks every algorithm of the model, whatever its pass.
@@ -776,7 +775,7 @@ def _cmd_predict(args) -> int:
                                   f"pass, with models that include theirs (seer train --sparse; by energy where they "
                                   f"have their power); here ({_model_label(model)}, {args.objective}) it changes no "
                                   f"prediction", soft_wrap=True)
-            answers = cudnn_workspaces(chunk, args.math) if args.cudnn_answers else None
+            answers = cudnn_workspaces(chunk, args.math, pass_=args.pass_) if args.cudnn_answers else None
             predictions = with_labels(model.predict(chunk, args.math, algorithms, args.objective, answers, memo),
                                       chunk, offset)
             if writer is not None:

@@ -141,7 +141,7 @@ def test_seer_predict_pass_writes_the_pass_algorithms(backward_models, tmp_path,
 def test_backward_options_that_do_not_apply_are_refused_in_one_line(backward_models, tmp_path, capsys):
     layers = tmp_path / "layers.csv"
     layers.write_text("batch,in_ch,out_ch,in_h,in_w,kernel_h,kernel_w\n1,8,8,8,8,3,3\n")
-    assert main(["predict", str(layers), "--gpu", "h200", "--pass", PASS, "--cudnn-answers",
+    assert main(["predict", str(layers), "--gpu", "h200", "--pass", "all", "--cudnn-answers",
                  "--models-dir", str(backward_models)]) == 2
     assert main(["train", "--gpu", "h200", "--pass", PASS, "--policies-only",
                  "--models-dir", str(backward_models)]) == 2
@@ -149,7 +149,7 @@ def test_backward_options_that_do_not_apply_are_refused_in_one_line(backward_mod
         main(["predict", str(layers), "--pass", "backward"])
     assert exit_.value.code == 2
     err = capsys.readouterr().err
-    assert "--cudnn-answers asks cuDNN about the forward" in err and "--policies-only" in err
+    assert "--cudnn-answers is for one pass" in err and "--policies-only" in err
     from seer.training.train import train
 
     with pytest.raises(InputError, match="unknown pass"):

@@ -46,3 +46,33 @@ def test_workspace_answers_replace_the_path_and_size_only_when_asked(model):
     assert list(every[0, 3 * j:3 * j + 3]) == [1.0, 1.0, 20.0]
     seer = predictor.algorithms.index("SEER_IMPLICIT_GEMM")  # not cuDNN's: its guesses stay
     assert np.array_equal(every[:, 3 * seer:3 * seer + 3], guessed[:, 3 * seer:3 * seer + 3], equal_nan=True)
+
+
+def test_a_backward_model_takes_the_workspace_answer_as_the_kernel_path():
+    """Inception-v3's 7x1 wgrads at 17x17, batch 8, measured on the H200 (Test-set-II): cuDNN's
+    BWD_FILTER_ALGO_1 runs its direct kernel there (no workspace), 14-16x slower than at the
+    XMMA path the first stage guesses. Given cuDNN's answers, a backward model takes the path
+    from them (PATH_ANSWER_PASSES) and times the algorithm near its measurement."""
+    from seer.dataset.build import read_measurements
+    from seer.layers.shapes import LAYER_COLUMNS
+    from seer.schema import DatasetDir
+
+    runs = read_measurements(DatasetDir("data/h200").measurements, passes=("bwd_filter",),
+                             columns=[*LAYER_COLUMNS, "shape_id", "math", "algo", "status", "time_ms", "workspace_bytes"])
+    runs = runs[(runs["math"] == "fma") & (runs["kernel_h"] == 7) & (runs["kernel_w"] == 1) & (runs["in_h"] == 17)
+                & (runs["batch"] == 8) & runs["algo"].str.startswith("BWD_FILTER_")]
+    answers = runs.pivot_table(index="shape_id", columns="algo", values="workspace_bytes").where(
+        lambda w: w.notna())  # NaN: not supported
+    layers = runs.drop_duplicates("shape_id").set_index("shape_id").loc[answers.index, list(LAYER_COLUMNS)]
+    measured = runs[runs["algo"] == "BWD_FILTER_ALGO_1"].set_index("shape_id").loc[answers.index, "time_ms"]
+    assert len(layers) >= 3 and (answers["BWD_FILTER_ALGO_1"] == 0).all()
+    model = load_model("h200", math="fma", pass_="bwd_filter")
+
+    def algo_1(workspaces):
+        p = model.predict(layers.reset_index(drop=True), "fma", workspaces=workspaces)
+        return p[p["algo"] == "BWD_FILTER_ALGO_1"].sort_values("layer")["predicted_ms"].to_numpy()
+
+    guessed = algo_1(None)
+    answered = algo_1(answers.reindex(columns=algorithm_names("cudnn", pass_="bwd_filter")).reset_index(drop=True))
+    assert (guessed < 0.3 * measured.to_numpy()).all()  # the XMMA path's time
+    assert (np.abs(answered / measured.to_numpy() - 1) < 0.2).all()  # the direct kernel's

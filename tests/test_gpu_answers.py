@@ -68,3 +68,29 @@ def test_on_a_gpu_cudnns_answers_time_its_algorithms():
     cudnn = learnt.index.get_level_values("algo").isin(list(model.answer_times["fma"].regressors))
     assert not np.allclose(learnt[cudnn], shape_only[cudnn])  # timed from the answers
     assert np.allclose(learnt[~cudnn], shape_only[~cudnn])  # seer's own kernels keep their times
+
+
+@pytest.mark.parametrize("pass_", ["bwd_data", "bwd_filter"])
+def test_a_backward_pass_asks_its_own_calls_and_seer_predict_takes_them(tmp_path, pass_):
+    from seer.gpu import cudnn
+    from seer.gpu.answers import cudnn_workspaces
+
+    answers = cudnn_workspaces(LAYERS, "fma", pass_=pass_)
+    assert list(answers.columns) == algorithm_names("cudnn", pass_=pass_) and len(answers) == len(LAYERS)
+    with cudnn.Handle() as handle:
+        for i, layer in enumerate(LAYERS[:3]):
+            with cudnn.ConvolutionProblem(handle, layer, "fma") as problem:
+                for name in answers.columns:
+                    try:
+                        expected = float(problem.backward_workspace_size(pass_, get_algorithm(name).enum))
+                    except cudnn.CudnnError:
+                        expected = np.nan
+                    assert np.isclose(answers.at[i, name], expected, equal_nan=True), (layer, name)
+    layers, out = tmp_path / "layers.csv", tmp_path / "out.csv"
+    pd.DataFrame([layer.as_dict() for layer in LAYERS]).to_csv(layers, index=False)
+    assert main(["predict", str(layers), "--gpu", "h200", "--pass", pass_, "--math", "fma", "--cudnn-answers",
+                 "-o", str(out)]) == 0
+    ran = pd.read_csv(out).dropna(subset=["algo"]).groupby("layer")["algo"].agg(set)
+    for i in range(len(LAYERS)):  # only what cuDNN takes (and PyTorch's own, a policy)
+        assert ran[i] - {"PYTORCH_" + pass_.upper(), "PYTORCH_BENCHMARK_" + pass_.upper()} <= {
+            a for a in answers.columns if np.isfinite(answers.at[i, a])}

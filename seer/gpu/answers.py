@@ -1,8 +1,8 @@
 """cuDNN's own answers for layers, asked on this machine's GPU before anything runs.
 
 Whether cuDNN takes each of its algorithms for a layer and how much workspace it asks for
-come from descriptors alone (``cudnnGetConvolutionForwardWorkspaceSize``: no tensor is
-allocated, no kernel runs), the same calls the collector's census makes. On a GPU host
+come from descriptors alone (``cudnnGetConvolutionForwardWorkspaceSize`` and the backward
+passes' own: no tensor is allocated, no kernel runs), the same calls the collector's census makes. On a GPU host
 they replace the CPU models' guesses (:func:`seer.predict.predictors.with_cudnn_answers`).
 """
 
@@ -40,10 +40,11 @@ def workspace_answers(problem, pass_: str = "fwd") -> tuple[dict[str, int], list
     return workspace, unsupported, errors
 
 
-def cudnn_workspaces(layers, math: str, workspace_cap_bytes: int = WORKSPACE_CAP_BYTES) -> pd.DataFrame:
-    """Per layer (rows in order) and cuDNN algorithm (columns): the workspace bytes cuDNN asks
-    for on the current GPU under ``math``, NaN where it refuses the algorithm or asks for
-    more than ``workspace_cap_bytes``. Distinct layers are asked once."""
+def cudnn_workspaces(layers, math: str, workspace_cap_bytes: int = WORKSPACE_CAP_BYTES,
+                     pass_: str = "fwd") -> pd.DataFrame:
+    """Per layer (rows in order) and cuDNN algorithm of ``pass_`` (columns): the workspace
+    bytes cuDNN asks for on the current GPU under ``math``, NaN where it refuses the algorithm
+    or asks for more than ``workspace_cap_bytes``. Distinct layers are asked once."""
     from seer.errors import EnvironmentProblem
     from seer.gpu.cudnn import ConvolutionProblem, CudnnError, Handle, load_library
 
@@ -53,13 +54,13 @@ def cudnn_workspaces(layers, math: str, workspace_cap_bytes: int = WORKSPACE_CAP
     except CudnnError as exc:  # no GPU, or a driver cuDNN cannot use
         raise EnvironmentProblem(f"cuDNN cannot answer on this machine: {exc}") from None
     frame = layer_frame(layers).reset_index(drop=True)
-    names = algorithm_names("cudnn")
+    names = algorithm_names("cudnn", pass_=pass_)
     shapes = [ConvShape.from_mapping(row) for row in frame.to_dict("records")]
     asked: dict[ConvShape, list[float]] = {}
     with handle:
         for shape in dict.fromkeys(shapes):
             with ConvolutionProblem(handle, shape, math) as problem:
-                workspace = workspace_answers(problem)[0]  # a refusal of any kind: it does not run
+                workspace = workspace_answers(problem, pass_)[0]  # a refusal of any kind: it does not run
             asked[shape] = [float(workspace[name]) if workspace.get(name, np.inf) <= workspace_cap_bytes else np.nan
                             for name in names]
     return pd.DataFrame([asked[s] for s in shapes], columns=names, dtype=float)

@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 import pandas as pd
 
-from seer.algorithms import FAMILIES, algorithm_names
+from seer.algorithms import FAMILIES, algorithm_names, get_algorithm
 from seer.hardware.gpus import GPUSpec, spec_from_fields
 from seer.hardware.kernel_plans import runs_layers
 from seer.layers.shapes import LAYER_COLUMNS, is_seer_layer, layer_frame
@@ -417,6 +417,13 @@ def with_cudnn_answers(answers: np.ndarray, algorithms: list[str], workspaces: p
     return answers
 
 
+#: The passes whose models take cuDNN's workspace answers, where a GPU gives them, as the
+#: kernel path (and its size) too, not only as whether each algorithm runs: their models learnt
+#: no times from cuDNN's answers, and there the path's answer makes their time errors smaller
+#: (``benchmarks/cudnn_answers.py --pass``). The forward keeps its first stage's path.
+PATH_ANSWER_PASSES = ("bwd_data", "bwd_filter")
+
+
 #: The answer input of an algorithm cuDNN refuses (or that asks for more than the cap):
 #: below log2(1 + bytes) of any workspace, zero included.
 REFUSED = -1.0
@@ -717,7 +724,8 @@ class AlgorithmPredictor(Part):
         if self.workspace is not None:
             answers = self.workspace.answers(F, only_where_runs=not complete and workspaces is None)
             if workspaces is not None:
-                answers = with_cudnn_answers(answers, self.algorithms, workspaces)
+                path = get_algorithm(self.algorithms[0]).pass_ in PATH_ANSWER_PASSES
+                answers = with_cudnn_answers(answers, self.algorithms, workspaces, workspace=path)
         return F, answers, kernel_plan_support(X, self.algorithms, self.supports)
 
     def predict_power(self, X) -> np.ndarray:

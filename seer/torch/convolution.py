@@ -210,8 +210,9 @@ class Predicted(Choice):
             new = sorted({layer for layer in layers if layer not in self.picks})
             if not new:
                 return
-            # On a GPU cuDNN says which of its algorithms run each layer, instead of the model's guess.
-            answers = cudnn_workspaces(new, self.math) if torch.cuda.is_available() else None
+            # On a GPU cuDNN says which of its algorithms of the model's pass run each layer (and, for
+            # a backward pass, their kernel paths), instead of the model's guess.
+            answers = cudnn_workspaces(new, self.math, pass_=self.model.pass_) if torch.cuda.is_available() else None
             best = self.model.pick(new, self.math, algorithms=self._ranked, workspaces=answers)
             columns = ["best_algo", "best_ms", f"best_high{GUARD_LEVEL}", "pytorch_ms", f"pytorch_low{GUARD_LEVEL}"]
             margins = guard_margins(self.model, self.math, new)
