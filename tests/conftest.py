@@ -82,9 +82,19 @@ def gpu_available() -> bool:
 
 #: Markers of tests that need what a machine may lack; CI skips them where it is absent.
 MACHINE_MARKERS = ("gpu", "slurm")
+#: The test files that take longest (on CI's two cores), longest first. With -n, pytest-xdist hands
+#: out files in the order collected (pyproject.toml's --no-loadscope-reorder), so these go first and
+#: the run does not end on one of them while the other workers have nothing left: by default it
+#: hands out the files with the most tests first, and these few-test files came last.
+LONGEST_FIRST = ("test_dataset.py", "test_cross_gpu.py", "test_persist.py", "test_estimators.py",
+                 "test_variant_times.py", "test_orchestrate.py", "test_scoring.py", "test_transfer.py",
+                 "test_profile_network.py", "test_backward_models.py", "test_guard.py", "test_network_cli.py",
+                 "test_sparse_predict.py")
 
 
 def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's tests keep their order
     skips = {}
     if not gpu_available():
         skips["gpu"] = pytest.mark.skip(reason="needs an NVIDIA GPU with CuPy")

@@ -40,13 +40,19 @@ def census_of_runs(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def backward_census():
+def h200_table() -> pd.DataFrame:
+    """The committed H200 measurements, every pass (read once for the fixtures below)."""
+    return read_measurements(H200 / "measurements")
+
+
+@pytest.fixture(scope="module")
+def backward_census(h200_table):
     """A census of the forward (a sample of the committed H200 census) and of both backward
     passes (from train-split layers whose runs the fixture's dataset leaves out), and the
     shapes of wgrad's census with every wgrad algorithm answered under fma."""
     from seer.dataset.build import read_census
 
-    table = read_measurements(H200 / "measurements")
+    table = h200_table
     rng = np.random.default_rng(1)
     backward = table[(table["split"] == "train") & (table["pass"] != "fwd")]
     answered = backward[(backward["math"] == "fma") & backward["algo"].isin(algorithm_names("cudnn", pass_=None))]
@@ -61,14 +67,14 @@ def backward_census():
 
 
 @pytest.fixture(scope="module")
-def backward_models(tmp_path_factory, backward_census):
+def backward_models(tmp_path_factory, backward_census, h200_table):
     """A models directory with a small strict-FP32 wgrad model of a sample of the H200 runs,
     its first stage learnt from the census's wgrad answers."""
     from seer.dataset.tables import write_parts
     from seer.schema import DatasetDir
     from seer.training import train as training
 
-    table = read_measurements(H200 / "measurements")
+    table = h200_table
     census, census_ids = backward_census
     rng = np.random.default_rng(0)
     keep = []

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import io
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+from typing import NamedTuple
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from seer.cli import main
-from seer.dataset.build import read_measurements
-from seer.predict import persist
-from seer.reporting.report import write_report
-from seer.reporting.scoring import EVALUATION_COLUMNS, evaluate, regression_metrics, regrets, selection_metrics
+from seer.predict.model import Model
+from seer.reporting.scoring import evaluate, regression_metrics, regrets, selection_metrics
 
 
 def test_metrics_on_a_hand_checked_case():
@@ -31,12 +34,50 @@ def test_metrics_on_a_hand_checked_case():
     assert r["r2_log"] == pytest.approx(expected)
 
 
+class Evaluated(NamedTuple):
+    """What one ``seer evaluate`` run printed and wrote, and what :func:`evaluate` was given and gave there."""
+
+    code: int
+    report: Path
+    printed: str
+    logged: str
+    model: Model
+    table: pd.DataFrame
+    results: dict[str, pd.DataFrame]
+    steps: list[tuple[int, int, str]]
+
+
+@pytest.fixture(scope="module")
+def evaluated(small_models, small_dataset, tmp_path_factory) -> Evaluated:
+    """``seer evaluate`` of the small model on the small dataset, run once for the tests that read it
+    (its report's plots alone take seconds), with :func:`evaluate` watched for what it was given,
+    the steps it reported and its results."""
+    from seer.reporting import scoring
+
+    seen: dict = {"steps": []}
+
+    def watched(model: Model, table: pd.DataFrame, progress=None) -> dict[str, pd.DataFrame]:
+        def step(done: int, total: int, text: str) -> None:
+            seen["steps"].append((done, total, text))
+            if progress:
+                progress(done, total, text)
+
+        seen.update(model=model, table=table, results=evaluate(model, table, progress=step))
+        return seen["results"]
+
+    report = tmp_path_factory.mktemp("reports") / "h100-evaluation.md"
+    printed, logged = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, redirect_stdout(printed), redirect_stderr(logged):
+        patch.setattr(scoring, "evaluate", watched)
+        code = main(["evaluate", "--gpu", "h100", "--models-dir", str(small_models), "--data-dir",
+                     str(small_dataset.parent), "--out", str(report)])
+    return Evaluated(code, report, printed.getvalue(), logged.getvalue(), seen["model"], seen["table"],
+                     seen["results"], seen["steps"])
+
+
 @pytest.mark.slow
-def test_the_evaluation_compares_every_policy_with_the_measured_fastest(small_models, small_dataset, tmp_path):
-    model = persist.load(small_models / "h100")
-    table = read_measurements(small_dataset / "measurements", columns=EVALUATION_COLUMNS)
-    steps = []
-    results = evaluate(model, table, progress=lambda done, total, text: steps.append((done, total, text)))
+def test_the_evaluation_compares_every_policy_with_the_measured_fastest(evaluated):
+    results, steps = evaluated.results, evaluated.steps
     assert [s[0] for s in steps] == list(range(len(steps))) and steps[-1][1] == len(steps)
     selection = results["selection"]
     assert {"ours", "seer", "cudnn heuristic", "oracle", "always IMPLICIT_GEMM"} <= set(selection["policy"])
@@ -63,16 +104,13 @@ def test_the_evaluation_compares_every_policy_with_the_measured_fastest(small_mo
             < heuristic.loc[("Test-set-II", "fma"), "mean_regret_pct"])
     networks = results["networks"]
     assert not networks.empty and (networks["ours_ms"] >= networks["oracle_ms"] - 1e-9).all()
-    files = write_report(results, model, tmp_path / "h100-evaluation.md")
-    assert all(f.exists() and f.stat().st_size > 0 for f in files)
-    assert "## Test-set-II" in files[0].read_text()
+    assert all(f.stat().st_size > 0 for f in evaluated.report.parent.iterdir())
+    assert "## Test-set-II" in evaluated.report.read_text()
 
 
 @pytest.mark.slow
-def test_the_energy_models_are_scored_on_held_out_readings(small_models, small_dataset, tmp_path):
-    model = persist.load(small_models / "h100")
-    table = read_measurements(small_dataset / "measurements", columns=EVALUATION_COLUMNS)
-    results = evaluate(model, table)
+def test_the_energy_models_are_scored_on_held_out_readings(evaluated):
+    model, table, results = evaluated.model, evaluated.table, evaluated.results
     energy, picks = results["energy"], results["energy_selection"]
     fits = energy[(energy["split"] == "Test-set-II") & (energy["math"] == "fma")]
     # Every algorithm with an energy model is scored on the held-out readings, energy and power.
@@ -88,22 +126,18 @@ def test_the_energy_models_are_scored_on_held_out_readings(small_models, small_d
     # Where the least energy and the fastest differ, each pays by the other's measure.
     assert judged.loc[("energy", "fastest measured"), "mean_regret_pct"] >= 0
     assert judged.loc[("time", "least energy measured"), "mean_regret_pct"] >= 0
-    report = write_report(results, model, tmp_path / "h100-evaluation.md")[0].read_text()
+    report = evaluated.report.read_text()
     assert "## Energy per call" in report and "least energy measured" in report
 
 
 @pytest.mark.slow
-def test_the_evaluate_command_writes_the_report_and_plots(small_models, small_dataset, tmp_path, capsys):
-    out = tmp_path / "reports" / "h100-evaluation.md"
-    data_dir = str(small_dataset.parent)
-    assert main(["evaluate", "--gpu", "h100", "--models-dir", str(small_models), "--data-dir", data_dir,
-                 "--out", str(out)]) == 0
-    text = out.read_text()
+def test_the_evaluate_command_writes_the_report_and_plots(evaluated, small_models):
+    assert evaluated.code == 0
+    text = evaluated.report.read_text()
     assert "## Test-set-I" in text and "## Test-set-II" in text and "cudnn heuristic" in text
-    assert len(list(out.parent.glob("h100-evaluation-*.png"))) == 5
-    printed = capsys.readouterr()
-    assert "Test-set-II" in printed.out and "top-1" in printed.out
-    assert "evaluating: step 1/" in printed.err  # progress, as log lines without a terminal
+    assert len(list(evaluated.report.parent.glob("h100-evaluation-*.png"))) == 5
+    assert "Test-set-II" in evaluated.printed and "top-1" in evaluated.printed
+    assert "evaluating: step 1/" in evaluated.logged  # progress, as log lines without a terminal
     assert main(["evaluate", "--gpu", "a100", "--models-dir", str(small_models)]) == 2
 
 

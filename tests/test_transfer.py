@@ -72,12 +72,41 @@ def test_a_carried_model_needs_the_source_spec_its_features_came_from(h100_fma):
         AlgorithmPredictor.from_state(state)
 
 
+#: Shapes of the H200 sample per split: of those with runs of cuDNN's and seer's algorithms, and of
+#: those with PyTorch's choices alone (most of the train split: the policies' fit took most of the time).
+SAMPLE_SHAPES = {"train": (600, 600), "test1": (300, 300)}
+
+
+@pytest.fixture(scope="module")
+def h200_sample(tmp_path_factory):
+    """A data folder whose H200 dataset is a seeded sample of the committed one: what the carried
+    model is fitted to (time scales, SEER's model, PyTorch's choice, intervals) at every step,
+    on fewer layers."""
+    from seer.dataset.build import read_measurements
+    from seer.dataset.tables import write_parts
+    from seer.dataset.views import POLICIES
+    from seer.schema import DatasetDir
+
+    table = read_measurements(REPO / "data" / "h200" / "measurements", passes=("fwd",))
+    timed = set(table.loc[~table["algo"].isin(POLICIES), "shape_id"])
+    rng = np.random.default_rng(0)
+    keep = []
+    for split, counts in SAMPLE_SHAPES.items():
+        ids = np.sort(table.loc[table["split"] == split, "shape_id"].unique())
+        for group, count in zip((np.isin(ids, list(timed)), ~np.isin(ids, list(timed))), counts):
+            keep.extend(rng.choice(ids[group], size=count, replace=False))
+    root = tmp_path_factory.mktemp("data")
+    write_parts(table[table["shape_id"].isin(keep)], DatasetDir(root / "h200").measurements)
+    return root
+
+
 @pytest.mark.slow
-def test_seer_train_transfer_from_carries_the_model_over_and_fits_the_rest(tmp_path, capsys):
+def test_seer_train_transfer_from_carries_the_model_over_and_fits_the_rest(tmp_path, capsys, h200_sample):
     import shutil
 
     shutil.copytree(SHIPPED / "h100", tmp_path / "h100")
-    assert main(["train", "--gpu", "h200", "--transfer-from", "h100", "--models-dir", str(tmp_path)]) == 0
+    assert main(["train", "--gpu", "h200", "--transfer-from", "h100", "--models-dir", str(tmp_path),
+                 "--data-dir", str(h200_sample)]) == 0
     model = persist.load_model("h200", models_dir=tmp_path)
     card = model.card
     # SEER's model is not carried: it is fitted on the H200's own profiled runs.

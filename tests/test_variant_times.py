@@ -56,11 +56,19 @@ def test2(table):
 
 
 @pytest.fixture(scope="module")
-def small(predictor, table):
+def small_slice(predictor, table):
+    """The small slice, and IMPLICIT_GEMM's answer times fitted there with its traced variants."""
+    train = _slice(table, SMALL_SLICE)
+    return train, fit_answer_times(predictor, train.shapes, train.times[[ALGO]], train.workspaces,
+                                   variants=train.paths)
+
+
+@pytest.fixture(scope="module")
+def small(predictor, small_slice):
     """IMPLICIT_GEMM's answer times fitted on the small slice, given a mixture fitted there
     whatever validation says of it (threshold 0.5): what the file and refusal tests need."""
-    train = _slice(table, SMALL_SLICE)
-    answer_times, chosen, _ = fit_answer_times(predictor, train.shapes, train.times[[ALGO]], train.workspaces)
+    # The single regressors are fitted alike with or without the variants: one fit serves both.
+    train, (answer_times, chosen, _) = small_slice
     inputs = _inputs(answer_times, predictor, train)
     ms = train.times[ALGO].to_numpy(dtype=float)
     ran = np.isfinite(ms) & np.isfinite(train.workspaces[ALGO].to_numpy(dtype=float))
@@ -119,10 +127,8 @@ def test_validation_keeps_the_single_regressor_where_the_variants_tell_nothing(l
     assert decided[ALGO]["reason"].startswith("validation gain under")
 
 
-def test_on_a_small_slice_validation_keeps_the_single_regressor(predictor, table):
-    train = _slice(table, SMALL_SLICE)
-    answer_times, _, decided = fit_answer_times(predictor, train.shapes, train.times[[ALGO]], train.workspaces,
-                                                variants=train.paths)
+def test_on_a_small_slice_validation_keeps_the_single_regressor(small_slice):
+    _, (answer_times, _, decided) = small_slice
     # The same variants that 12,000 layers time better (above) are too thin a split of 3,000.
     assert not answer_times.variants and decided[ALGO]["validation_mape_single"] < min(
         decided[ALGO]["validation_mape_mixture"].values()), decided
