@@ -17,30 +17,12 @@ import os
 import signal
 import sys
 import time
-import types
 
-
-class _PandasOnFirstUse(types.ModuleType):
-    """Stands in for pandas until one of its names is used, then imports it."""
-
-    def __getattr__(self, name: str):
-        if sys.modules.get("pandas") is self:
-            del sys.modules["pandas"]
-        import pandas
-
-        return getattr(pandas, name)
-
-
-# The collection tests start this stand-in about ninety times a run. seer.layers.shapes imports
-# pandas for its frame helpers, which the stand-in never calls: that import was most of each start
-# (0.5 s of CPU time, 0.2 s without it), and so most of those tests' time.
-sys.modules.setdefault("pandas", _PandasOnFirstUse("pandas"))
-
-from seer.collect.children import die_with_parent  # noqa: E402
-from seer.algorithms import PASSES  # noqa: E402
-from seer.collect.protocol import CENSUS, DONE, EVENT, PROFILED, ROW, census_pass, emitter, start_event  # noqa: E402
-from seer.layers.shapes import ConvShape  # noqa: E402
-from seer.layers.sparsity import input_crowding, sparse_input, zero_fraction  # noqa: E402
+from seer.collect.children import die_with_parent
+from seer.algorithms import PASSES
+from seer.collect.protocol import CENSUS, DONE, EVENT, PROFILED, ROW, census_pass, emitter, start_event
+from seer.layers.shapes import ConvShape
+from seer.layers.sparsity import input_crowding, sparse_input, zero_fraction
 
 #: Per pass, the fake census's three algorithms: one without workspace, a GEMM, an FFT.
 CENSUS_ALGORITHMS = {"fwd": ("IMPLICIT_GEMM", "GEMM", "FFT"),
