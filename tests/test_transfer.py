@@ -3,6 +3,7 @@ the features keep the source GPU's figures, each algorithm's times take the scal
 the target, the target's memory bounds the layers, and the model file stores and checks both."""
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -78,7 +79,7 @@ SAMPLE_SHAPES = {"train": (600, 600), "test1": (300, 300)}
 
 
 @pytest.fixture(scope="module")
-def h200_sample(tmp_path_factory):
+def h200_sample(tmp_path_factory) -> Path:
     """A data folder whose H200 dataset is a seeded sample of the committed one: what the carried
     model is fitted to (time scales, SEER's model, PyTorch's choice, intervals) at every step,
     on fewer layers."""

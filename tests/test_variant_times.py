@@ -56,7 +56,7 @@ def test2(table):
 
 
 @pytest.fixture(scope="module")
-def small_slice(predictor, table):
+def small_slice(predictor, table) -> tuple:
     """The small slice, and IMPLICIT_GEMM's answer times fitted there with its traced variants."""
     train = _slice(table, SMALL_SLICE)
     return train, fit_answer_times(predictor, train.shapes, train.times[[ALGO]], train.workspaces,
