@@ -2,8 +2,9 @@
 
 Whether cuDNN takes each of its algorithms for a layer and how much workspace it asks for
 come from descriptors alone (``cudnnGetConvolutionForwardWorkspaceSize`` and the backward
-passes' own: no tensor is allocated, no kernel runs), the same calls the collector's census makes. On a GPU host
-they replace the CPU models' guesses (:func:`seer.predict.predictors.with_cudnn_answers`).
+passes' own: no tensor is allocated, no kernel runs), the same calls the collector's census
+makes. On a GPU host they replace the CPU models' guesses
+(:func:`seer.predict.predictors.with_cudnn_answers`).
 """
 
 from __future__ import annotations
