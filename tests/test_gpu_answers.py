@@ -15,23 +15,31 @@ LAYERS = [ConvShape.square(32, 256, 56, 64, 1), ConvShape.square(8, 64, 56, 64, 
           ConvShape.square(1, 96, 28, 96, 3, 1, 1, groups=96), ConvShape.square(32, 256, 56, 64, 1)]
 
 
-def test_answers_are_the_census_calls_and_the_predictions_follow_them():
+def _are_the_direct_calls(answers: pd.DataFrame, pass_: str = "fwd") -> None:
+    """The first three layers' answers are what cuDNN's own workspace call of ``pass_`` gives."""
     from seer.gpu import cudnn
+
+    with cudnn.Handle() as handle:
+        for i, layer in enumerate(LAYERS[:3]):
+            with cudnn.ConvolutionProblem(handle, layer, "fma") as problem:
+                for name in answers.columns:
+                    enum = get_algorithm(name).enum
+                    try:
+                        expected = float(problem.workspace_size(enum) if pass_ == "fwd"
+                                         else problem.backward_workspace_size(pass_, enum))
+                    except cudnn.CudnnError:
+                        expected = np.nan
+                    assert np.isclose(answers.at[i, name], expected, equal_nan=True), (layer, name)
+
+
+def test_answers_are_the_census_calls_and_the_predictions_follow_them():
     from seer.gpu.answers import cudnn_workspaces
     from seer.predict.persist import load_model
 
     answers = cudnn_workspaces(LAYERS, "fma")
     assert list(answers.columns) == algorithm_names("cudnn") and len(answers) == len(LAYERS)
     assert answers.iloc[0].equals(answers.iloc[3])  # one question per distinct layer, one row per layer
-    with cudnn.Handle() as handle:
-        for i, layer in enumerate(LAYERS[:3]):
-            with cudnn.ConvolutionProblem(handle, layer, "fma") as problem:
-                for name in answers.columns:
-                    try:
-                        expected = float(problem.workspace_size(get_algorithm(name).enum))
-                    except cudnn.CudnnError:
-                        expected = np.nan
-                    assert np.isclose(answers.at[i, name], expected, equal_nan=True), (layer, name)
+    _are_the_direct_calls(answers)
     assert np.isnan(answers.at[1, "FFT"])  # cuDNN's FFT takes no stride 2
     assert answers.at[0, "IMPLICIT_GEMM"] == 0
     model = load_model("h100", math="fma")
@@ -72,25 +80,16 @@ def test_on_a_gpu_cudnns_answers_time_its_algorithms():
 
 @pytest.mark.parametrize("pass_", ["bwd_data", "bwd_filter"])
 def test_a_backward_pass_asks_its_own_calls_and_seer_predict_takes_them(tmp_path, pass_):
-    from seer.gpu import cudnn
     from seer.gpu.answers import cudnn_workspaces
 
     answers = cudnn_workspaces(LAYERS, "fma", pass_=pass_)
     assert list(answers.columns) == algorithm_names("cudnn", pass_=pass_) and len(answers) == len(LAYERS)
-    with cudnn.Handle() as handle:
-        for i, layer in enumerate(LAYERS[:3]):
-            with cudnn.ConvolutionProblem(handle, layer, "fma") as problem:
-                for name in answers.columns:
-                    try:
-                        expected = float(problem.backward_workspace_size(pass_, get_algorithm(name).enum))
-                    except cudnn.CudnnError:
-                        expected = np.nan
-                    assert np.isclose(answers.at[i, name], expected, equal_nan=True), (layer, name)
+    _are_the_direct_calls(answers, pass_)
     layers, out = tmp_path / "layers.csv", tmp_path / "out.csv"
     pd.DataFrame([layer.as_dict() for layer in LAYERS]).to_csv(layers, index=False)
     assert main(["predict", str(layers), "--gpu", "h200", "--pass", pass_, "--math", "fma", "--cudnn-answers",
                  "-o", str(out)]) == 0
     ran = pd.read_csv(out).dropna(subset=["algo"]).groupby("layer")["algo"].agg(set)
     for i in range(len(LAYERS)):  # only what cuDNN takes (and PyTorch's own, a policy)
-        assert ran[i] - {"PYTORCH_" + pass_.upper(), "PYTORCH_BENCHMARK_" + pass_.upper()} <= {
+        assert ran[i] - set(algorithm_names("pytorch", pass_=pass_)) <= {
             a for a in answers.columns if np.isfinite(answers.at[i, a])}

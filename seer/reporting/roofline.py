@@ -56,8 +56,7 @@ def write_ceilings(dataset_dir: Path, spec: GPUSpec, measured: dict[str, float],
 
     record = {
         "gpu": spec.name, "measured": measured,
-        "datasheet": {"fp32_gemm_flops": spec.peak_fp32_flops_per_s, "tf32_gemm_flops": spec.peak_tf32_flops_per_s,
-                      "dram_bytes": spec.memory_bandwidth_bytes_per_s},
+        "datasheet": datasheet_ceilings(spec),
         "method": {name: f"{unit}: {how}" for name, (unit, how) in CEILINGS.items()},
         "machine": machine, "command": "seer " + " ".join(argv),
         "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -137,8 +136,8 @@ def write_roofline(dataset_dir: Path, spec: GPUSpec, out_dir: Path, algos: Seque
     written = [out_dir / "roofline.csv", out_dir / "summary.csv"]
     for (pass_, math), group in points.groupby([PASS_COLUMN, "math"], sort=False, observed=True):
         stem = f"roofline-{math}" if pass_ == "fwd" else f"roofline-{pass_}-{math}"
-        title = " ".join(filter(None, [f"{spec.display_name},", PASS_TITLES[pass_] and f"{PASS_TITLES[pass_]},",
-                                       f"{math} math: {len(group)} profiled runs"]))
+        of_pass = f"{PASS_TITLES[pass_]}, " if PASS_TITLES[pass_] else ""  # the forward's title is empty
+        title = f"{spec.display_name}, {of_pass}{math} math: {len(group)} profiled runs"
         written.append(plot_roofline(group, lines, out_dir / f"{stem}.png", title, ceilings))
     return written
 
