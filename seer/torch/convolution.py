@@ -37,6 +37,7 @@ import warnings
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -132,6 +133,13 @@ GUARD_SPARSE_HOST_MS = 0.09
 #: 0.25 ms, and both passes chosen cost 0.67 ms beyond PyTorch's (2026-11-28/ there).
 GUARD_STEP_MODULE_MS = 0.25
 GUARD_BACKWARD_HOST_MS = 0.25
+#: An eager pass whose GPU time (:func:`pass_gpu_ms`) is below this share of its wall time is
+#: host-bound: its GPU waits on the host, so a pick's GPU gain may not shorten it while its
+#: host time does lengthen it (:func:`pass_bounds`). On the H200, batch-32 passes of 15
+#: networks measured 0.97-1.0 of their eager time in GPU time (bursts), the batch-1 passes
+#: whose picks made them slower (ResNet-50 and -101, GoogLeNet; strict FP32) 0.58-0.85
+#: (benchmarks/results/h200-network-wall-ratio-guard/, forward_ms over eager_ms).
+GPU_BOUND_SHARE = 0.9
 
 
 @dataclass(frozen=True)
@@ -243,13 +251,15 @@ class Predicted(Choice):
         return self._keep(layer, keeps_pick(self.guesses[layer], cudnn_heuristic_choice(layer, self.math),
                                             captured=self.captured, extra_ms=extra_host_ms(pick, layer, self.math)))
 
-    def decide_pass(self, layers: Iterable[ConvShape], host_ms: float, wall_ms: float) -> None:
+    def decide_pass(self, layers: Iterable[ConvShape], host_ms: float, wall_ms: float,
+                    gpu_ms: float = float("nan")) -> None:
         """Decide every layer of one eager forward pass at once (``layers``: one per call),
-        given the pass under PyTorch's own convolutions: ``host_ms`` to enqueue it and
-        ``wall_ms`` per pass back to back (:func:`eager_pass_times`). The pass takes about the
-        longer of its host and GPU times, so a pick's GPU gain (the least the intervals allow)
-        counts only while the pass is GPU-bound, and its host cost only once it is host-bound
-        (:func:`pass_picks`). Each pick must also be surely faster on the GPU."""
+        given the pass under PyTorch's own convolutions: ``host_ms`` to enqueue it, ``wall_ms``
+        per pass back to back and ``gpu_ms`` of GPU time (NaN: unknown; :func:`eager_pass_times`).
+        The pass takes about the longer of its host and GPU times (:func:`pass_bounds`), so a
+        pick's GPU gain (the least the intervals allow) counts only while the pass is GPU-bound,
+        and its host cost only once it is host-bound (:func:`pass_picks`). Each pick must also be
+        surely faster on the GPU."""
         calls = Counter(layers)
         self.prepare(calls)
         candidates, wins_on_gpu = [], {}
@@ -262,7 +272,7 @@ class Predicted(Choice):
             if wins_on_gpu[layer] and gain == gain:  # else lost on the GPU alone, or nothing to weigh it against (kept)
                 candidates.append((layer, count * gain, count * extra_host_ms(guess.pick, layer, self.math)))
         weighed = {layer for layer, _, _ in candidates}
-        chosen = pass_picks(candidates, host_ms, wall_ms)
+        chosen = pass_picks(candidates, *pass_bounds(host_ms, wall_ms, gpu_ms))
         for layer, wins in wins_on_gpu.items():
             self._decided[layer] = self._keep(layer, wins and (layer not in weighed or layer in chosen))
 
@@ -399,11 +409,11 @@ class PredictedPass(Choice):
 
 
 def decide_step(choice: Predicted, backward: Sequence["PredictedPass | None"], layers: Iterable[ConvShape],
-                host_ms: float, wall_ms: float) -> None:
+                host_ms: float, wall_ms: float, gpu_ms: float = float("nan")) -> None:
     """Decide every layer of an eager training step at once (``layers``: one per call): which of
     its passes (forward, dgrad, wgrad) run seer's pick, given the step under PyTorch's own
-    convolutions: ``host_ms`` to enqueue it and ``wall_ms`` per step back to back
-    (:func:`eager_step_times`). As :meth:`Predicted.decide_pass` does for a forward pass, the
+    convolutions: ``host_ms`` to enqueue it, ``wall_ms`` per step back to back and ``gpu_ms``
+    of GPU time (NaN: unknown; :func:`eager_step_times`). As :meth:`Predicted.decide_pass` does for a forward pass, the
     picks that surely beat PyTorch's own on the GPU (``seer predict``'s rule) are weighed for
     the whole step (:func:`pass_picks`), each costing its host time (:func:`extra_host_ms`, and
     :data:`GUARD_STEP_MODULE_MS` per swapped module, shared by its picks); the others stay
@@ -426,7 +436,7 @@ def decide_step(choice: Predicted, backward: Sequence["PredictedPass | None"], l
         for chooser, gain, extra in options:
             candidates.append(((id(chooser), layer), count * gain,
                                count * (extra + GUARD_STEP_MODULE_MS / len(options))))
-    chosen = pass_picks(candidates, host_ms, wall_ms)
+    chosen = pass_picks(candidates, *pass_bounds(host_ms, wall_ms, gpu_ms))
     for layer in calls:
         if choice.picks.get(layer) is not None:
             choice._decided[layer] = choice._keep(layer, (id(choice), layer) in chosen)
@@ -435,12 +445,24 @@ def decide_step(choice: Predicted, backward: Sequence["PredictedPass | None"], l
             pass_choice.picks[layer] = guess.pick if guess is not None and (id(pass_choice), layer) in chosen else None
 
 
-def pass_picks(candidates: Iterable[tuple[object, float, float]], host_ms: float, wall_ms: float) -> set:
+def pass_bounds(host_ms: float, wall_ms: float, gpu_ms: float) -> tuple[float, float]:
+    """The host and GPU ms that :func:`pass_picks` models an eager pass by, from its measured
+    host time to enqueue, wall time back to back, and GPU time (NaN: unknown). A pass whose
+    GPU is busy for at least :data:`GPU_BOUND_SHARE` of its wall time is GPU-bound: its GPU
+    time is its wall time (which holds the launch gaps). Otherwise the GPU waits on the host
+    for the rest, and the host, however long it takes to enqueue, is what the pass waits on:
+    its host time is the wall time, so only a pick that adds no host time can shorten it."""
+    if gpu_ms == gpu_ms and gpu_ms < GPU_BOUND_SHARE * wall_ms:
+        return max(host_ms, wall_ms), gpu_ms
+    return host_ms, wall_ms
+
+
+def pass_picks(candidates: Iterable[tuple[object, float, float]], host_ms: float, gpu_ms: float) -> set:
     """The keys of ``candidates`` (key, GPU ms gained, host ms added per pass) that shorten an
     eager pass modelled as the longer of its host time (``host_ms``, plus what the picks
-    add) and its GPU time (at most ``wall_ms``, less what the picks gain): the cheapest in
-    host time per GPU ms first, each taken while the pass gets shorter."""
-    host, gpu, chosen = host_ms, wall_ms, set()
+    add) and its GPU time (``gpu_ms``, less what the picks gain; :func:`pass_bounds`): the
+    cheapest in host time per GPU ms first, each taken while the pass gets shorter."""
+    host, gpu, chosen = host_ms, gpu_ms, set()
     for key, gain, cost in sorted(candidates, key=lambda c: c[2] / c[1] if c[1] > 0 else float("inf")):
         if gain <= 0:
             continue
@@ -450,9 +472,19 @@ def pass_picks(candidates: Iterable[tuple[object, float, float]], host_ms: float
     return chosen
 
 
-def _host_and_wall_ms(call, repeats: int) -> tuple[float, float]:
-    """The host ms to enqueue one ``call`` (GPU idle at its start), and the wall ms per call of
-    ``repeats`` back to back; medians of a few repetitions, after a warm-up."""
+class PassTimes(NamedTuple):
+    """An eager pass (or training step) as :func:`decide_step` and :meth:`Predicted.decide_pass`
+    weigh it: ms to enqueue one, ms per pass back to back, and ms of GPU time (NaN: unknown)."""
+
+    host_ms: float
+    wall_ms: float
+    gpu_ms: float
+
+
+def _pass_times(call, repeats: int, device: torch.device) -> PassTimes:
+    """The host ms to enqueue one ``call`` (GPU idle at its start), the wall ms per call of
+    ``repeats`` back to back, medians of a few repetitions after a warm-up, and its GPU ms
+    (:func:`pass_gpu_ms`)."""
     from statistics import median
     from time import perf_counter
 
@@ -471,14 +503,38 @@ def _host_and_wall_ms(call, repeats: int) -> tuple[float, float]:
             call()
         torch.cuda.synchronize()
         walls.append((perf_counter() - started) / repeats)
-    return median(hosts) * 1e3, median(walls) * 1e3
+    wall_ms = median(walls) * 1e3
+    return PassTimes(median(hosts) * 1e3, wall_ms, pass_gpu_ms(call, wall_ms, device))
 
 
-def eager_pass_times(model: nn.Module, example: torch.Tensor, passes: int = 10) -> tuple[float, float]:
-    """``model``'s eager forward pass on ``example`` under ``torch.no_grad()``: the host ms to
-    enqueue one pass, and the wall ms per pass of ``passes`` back to back (:func:`_host_and_wall_ms`)."""
+def pass_gpu_ms(call, wall_ms: float, device: torch.device) -> float:
+    """GPU ms of one ``call`` (a pass on ``device`` that took ``wall_ms`` eager), as the collector times a
+    layer: bursts behind a spinning kernel (:class:`seer.gpu.timing.BurstTimer`), which keep the
+    host out and the launch gaps in; NaN without CuPy (seer's ``gpu`` extra), or where timing
+    fails, and the pass is then taken as GPU-bound (:func:`pass_bounds`)."""
+    import importlib.util
+
+    if importlib.util.find_spec("cupy") is None:
+        return float("nan")
+    import cupy
+
+    from seer.gpu.timing import BurstTimer
+
+    index = torch.device(device).index or 0
+    try:  # the spin and the events on PyTorch's current stream, where the pass runs
+        with cupy.cuda.Device(index), _cupy_stream(cupy, torch.cuda.current_stream(index).cuda_stream, index):
+            times, _, _ = BurstTimer().measure(call, wall_ms, budget_ms=max(10.0, 5 * wall_ms), min_reps=3,
+                                               max_reps=5)
+    except Exception:  # noqa: BLE001 - the pass is then weighed as before: GPU time its wall time
+        torch.cuda.synchronize()
+        return float("nan")
+    return float(np.median(times))
+
+
+def eager_pass_times(model: nn.Module, example: torch.Tensor, passes: int = 10) -> PassTimes:
+    """``model``'s eager forward pass on ``example`` under ``torch.no_grad()`` (:func:`_pass_times`)."""
     with torch.no_grad():
-        return _host_and_wall_ms(lambda: model(example), passes)
+        return _pass_times(lambda: model(example), passes, example.device)
 
 
 def training_step(model: nn.Module, x: torch.Tensor, optimizer: str = "none"):
@@ -506,13 +562,12 @@ def training_step(model: nn.Module, x: torch.Tensor, optimizer: str = "none"):
     return step
 
 
-def eager_step_times(model: nn.Module, example: torch.Tensor, steps: int = 5) -> tuple[float, float]:
+def eager_step_times(model: nn.Module, example: torch.Tensor, steps: int = 5) -> PassTimes:
     """An eager training step (:func:`training_step`) of a copy of ``model`` in train mode on
-    ``example`` (the model's own state and gradients are left alone): the host ms to enqueue
-    one step, and the wall ms per step of ``steps`` back to back (:func:`_host_and_wall_ms`)."""
+    ``example`` (the model's own state and gradients are left alone; :func:`_pass_times`)."""
     import copy
 
-    return _host_and_wall_ms(training_step(copy.deepcopy(model).train(), example), steps)
+    return _pass_times(training_step(copy.deepcopy(model).train(), example), steps, example.device)
 
 
 def keeps_pick(guess: LayerGuess, heuristic: str | None, captured: bool = False,
