@@ -55,6 +55,7 @@ def _profile_shapes(text: str) -> int | None:
 
 # -- collect ------------------------------------------------------------------------------
 def _add_collect(sub) -> None:
+    from seer.collect.gpus import MIN_SHAPES_PER_SHARD, SHARDS_PER_GPU
     from seer.collect.slurm import add_slurm_options
 
     p = sub.add_parser("collect", help="time (and profile) every algorithm over a grid of shapes on this GPU",
@@ -86,8 +87,8 @@ def _add_collect(sub) -> None:
     p.add_argument("--shard", default="1/1", help="i/n: collect only shard i of n of the grid (default 1/1)")
     p.add_argument("--gpus", metavar="all|0,1,...",
                    help="collect on several GPUs of this host at once: one process per GPU, each taking the next "
-                        "of 4 shards per GPU as it frees (fewer on a small grid: a shard has at least 100 shapes); all, "
-                        "or device numbers (default: the current GPU only)")
+                        f"of {SHARDS_PER_GPU} shards per GPU as it frees (fewer on a smaller grid: a shard has at least "
+                        f"{MIN_SHAPES_PER_SHARD:,} shapes); all, or device numbers (default: the current GPU only)")
     p.add_argument("--profile-shapes", type=_profile_shapes, default=None, metavar="N|all",
                    help="profile under ncu every successful run of N shapes chosen evenly over the "
                         "grid; 0 for timing only (default: all)")

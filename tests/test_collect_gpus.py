@@ -35,8 +35,9 @@ def test_each_shard_runs_the_users_command_with_its_shard():
 def test_a_small_grid_gets_fewer_and_longer_shards():
     """Each shard's process pays seconds to start, so a shard gets at least MIN_SHAPES_PER_SHARD
     shapes while the GPUs have more than one shard each; a big grid gets SHARDS_PER_GPU per GPU."""
-    assert shards_per_gpu(8000, 4) == SHARDS_PER_GPU == 4
-    assert shards_per_gpu(200, 4) == 1 and shards_per_gpu(200, 2) == 1 and shards_per_gpu(200, 1) == 2
+    assert shards_per_gpu(16000, 4) == SHARDS_PER_GPU == 4 and shards_per_gpu(8000, 4) == 2
+    assert shards_per_gpu(1700, 4) == shards_per_gpu(1700, 2) == shards_per_gpu(1700, 1) == 1
+    assert shards_per_gpu(2000, 1) == 2
     assert shards_per_gpu(5, 4) == 1 and shards_per_gpu(0, 1) == 1
     for shapes in (1, 150, 399, 400, 1000, 1999, 2000, 10**6):
         for gpus in (1, 2, 4, 8):
@@ -55,7 +56,7 @@ def test_seer_collect_cuts_its_grid_by_its_size(tmp_path, monkeypatch):
         return []
 
     monkeypatch.setattr(seer.collect.gpus, "collect_on_gpus", on_gpus)
-    for limit, per_gpu in (("250", 1), ("1000", 4)):
+    for limit, per_gpu in (("250", 1), ("4000", 2)):
         assert main(["collect", "--gpu", "h100", "--data-dir", str(tmp_path), "--grid", "random", "--gpus", "0,1",
                      "--limit-shapes", limit, "--no-parse"]) == 0
         gpus, shards, command = seen[-1]

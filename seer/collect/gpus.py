@@ -35,9 +35,12 @@ from seer.progress import CollectionProgress
 SHARDS_PER_GPU = 4
 #: The fewest shapes a collection's shard gets while it has more than one per GPU. Each shard's
 #: process spends about 16 s before and around its timings (Python's and PyTorch's imports, the
-#: probe, its worker's first cuDNN calls: ``benchmarks/results/h200-collect-gpus/``), about what
-#: 30 backward layers take to time; four shards per GPU on a 200-layer grid spent half their time so.
-MIN_SHAPES_PER_SHARD = 100
+#: probe, its worker's first cuDNN calls: ``benchmarks/results/h200-collect-gpus/``), while a layer
+#: takes about 0.2 s to time forward and 0.5 s backward; shards drawn evenly over a grid finish
+#: within about 10% of each other, so a GPU gains little from a second shard of a short job. On
+#: 1,700 forward layers, four shards per GPU (100 shapes each at least, the earlier rule) took
+#: 128.6 s on four GPUs and 202.6 s on two, one shard per GPU 85.7 s and 161.1 s.
+MIN_SHAPES_PER_SHARD = 1000
 #: Times a shard is started before its failure is reported instead of retried.
 ATTEMPTS = 2
 
