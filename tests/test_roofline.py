@@ -14,20 +14,31 @@ import pytest
 from seer.cli import main
 from seer.errors import InputError
 from seer.hardware.gpus import get_gpu_spec
-from seer.reporting.roofline import LEVELS, POINT_COLUMNS, read_ceilings, roofline_points
+from seer.reporting.roofline import (LEVELS, POINT_COLUMNS, datasheet_ceilings, read_ceilings, roofline_points,
+                                     write_ceilings)
 
 H100 = Path(__file__).resolve().parents[1] / "data" / "h100"
 
 
-def test_the_committed_ceilings_are_measured_values_beside_the_datasheet():
-    ceilings = read_ceilings(H100)
+@pytest.mark.parametrize("gpu, device", [("h100", "NVIDIA H100 80GB HBM3"), ("h200", "NVIDIA H200")])
+def test_the_committed_ceilings_are_measured_values_beside_the_datasheet(gpu, device):
+    ceilings = read_ceilings(H100.parent / gpu)
     measured, datasheet = ceilings["measured"], ceilings["datasheet"]
     assert set(measured) == {"fp32_gemm_flops", "tf32_gemm_flops", "dram_bytes", "l2_bytes", "l1_bytes"}
     # Measured below the datasheet, and the levels in the order of the hierarchy.
     for name in datasheet:
         assert 0.5 * datasheet[name] < measured[name] <= datasheet[name]
     assert measured["dram_bytes"] < measured["l2_bytes"] < measured["l1_bytes"]
-    assert ceilings["machine"]["device_name"] == "NVIDIA H100 80GB HBM3" and ceilings["command"].startswith("seer ")
+    assert ceilings["machine"]["device_name"] == device and ceilings["command"].startswith("seer ")
+    assert datasheet == datasheet_ceilings(get_gpu_spec(gpu))
+
+
+def test_ceilings_are_written_into_a_dataset_folder_not_yet_made(tmp_path):
+    spec = get_gpu_spec("h200")
+    measured = read_ceilings(H100.parent / "h200")["measured"]
+    path = write_ceilings(tmp_path / "data" / "h200", spec, measured, {"device_name": "NVIDIA H200"}, ["ceilings"])
+    assert path == tmp_path / "data" / "h200" / "ceilings.json"
+    assert read_ceilings(path.parent)["measured"] == measured
 
 
 def test_points_are_flops_over_bytes_and_time(table):
@@ -104,6 +115,12 @@ def test_backward_runs_under_the_datasheet_ceilings(tmp_path):
 
 
 def test_a_gpu_without_measured_ceilings_is_told_of_the_datasheet(tmp_path, capsys):
-    assert main(["roofline", "--gpu", "h200", "--algo", "backward", "--out", str(tmp_path)]) == 2
+    dataset = tmp_path / "data" / "h200"  # the H200's tables without its ceilings
+    dataset.mkdir(parents=True)
+    for entry in (H100.parent / "h200").iterdir():
+        if entry.name != "ceilings.json":
+            (dataset / entry.name).symlink_to(entry)
+    assert main(["roofline", "--gpu", "h200", "--data-dir", str(tmp_path / "data"), "--algo", "backward",
+                 "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert "seer ceilings" in err and "--ceilings datasheet" in err and len(err.strip().splitlines()) == 1

@@ -62,6 +62,7 @@ def write_ceilings(dataset_dir: Path, spec: GPUSpec, measured: dict[str, float],
         "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     path = DatasetDir(dataset_dir).ceilings
+    path.parent.mkdir(parents=True, exist_ok=True)  # as `seer collect` makes DATA_DIR/GPU/
     with AtomicOutput(path) as handle:
         json.dump(record, handle, indent=1)
     return path
