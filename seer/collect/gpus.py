@@ -26,7 +26,6 @@ from pathlib import Path
 
 from rich.console import Console
 
-from seer.collect import children
 from seer.errors import EXIT_INTERRUPTED, EnvironmentProblem, InputError
 from seer.progress import CollectionProgress
 
@@ -113,6 +112,8 @@ def collect_on_gpus(command: Callable[[int, int, float | None], Sequence[str]], 
     every shard's outcome, in shard order. ``stop_after_s``: no shard starts after that
     many seconds, and each is told the minutes left. Ctrl-C stops every process and
     raises KeyboardInterrupt once they are gone."""
+    from seer.collect import children  # here: every `seer` command reads the shard rule above, none other needs this
+
     total = len(gpus) * shards_per_gpu
     queue, attempts = deque(range(1, total + 1)), {}
     free, running, outcomes = list(gpus), {}, {}
@@ -159,6 +160,8 @@ def collect_on_gpus(command: Callable[[int, int, float | None], Sequence[str]], 
 def _interrupt(processes: list, grace_s: float = 10.0) -> None:
     """Ctrl-C to each process's group (it finishes its item and logs its session, as a
     ``seer collect`` interrupted at a terminal does), then, after ``grace_s``, a kill."""
+    from seer.collect import children
+
     for process in processes:
         try:
             os.killpg(process.pid, signal.SIGINT)
