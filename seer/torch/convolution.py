@@ -135,9 +135,9 @@ GUARD_STEP_MODULE_MS = 0.25
 GUARD_BACKWARD_HOST_MS = 0.25
 #: An eager pass whose GPU time (:func:`pass_gpu_ms`) is below this share of its wall time is
 #: host-bound: its GPU waits on the host, so a pick's GPU gain may not shorten it while its
-#: host time does lengthen it (:func:`pass_bounds`). On the H200, batch-32 passes of 15
-#: networks measured 0.97-1.0 of their eager time in GPU time (bursts), the batch-1 passes
-#: whose picks made them slower (ResNet-50 and -101, GoogLeNet; strict FP32) 0.58-0.85
+#: host time does lengthen it (:func:`pass_bounds`). On the H200, the batch-32 passes of 15
+#: networks under strict FP32 measured 0.97-1.0 of their eager time in GPU time (bursts), the
+#: batch-1 passes whose picks made them slower (ResNet-50 and -101, GoogLeNet) 0.58-0.85
 #: (benchmarks/results/h200-network-wall-ratio-guard/, forward_ms over eager_ms).
 GPU_BOUND_SHARE = 0.9
 
@@ -413,8 +413,8 @@ def decide_step(choice: Predicted, backward: Sequence["PredictedPass | None"], l
     """Decide every layer of an eager training step at once (``layers``: one per call): which of
     its passes (forward, dgrad, wgrad) run seer's pick, given the step under PyTorch's own
     convolutions: ``host_ms`` to enqueue it, ``wall_ms`` per step back to back and ``gpu_ms``
-    of GPU time (NaN: unknown; :func:`eager_step_times`). As :meth:`Predicted.decide_pass` does for a forward pass, the
-    picks that surely beat PyTorch's own on the GPU (``seer predict``'s rule) are weighed for
+    of GPU time (NaN: unknown; :func:`eager_step_times`). As :meth:`Predicted.decide_pass` does
+    for a forward pass, the picks that surely beat PyTorch's own on the GPU (``seer predict``'s rule) are weighed for
     the whole step (:func:`pass_picks`), each costing its host time (:func:`extra_host_ms`, and
     :data:`GUARD_STEP_MODULE_MS` per swapped module, shared by its picks); the others stay
     PyTorch's. Overrides each choice's own per-pass guard."""
@@ -508,8 +508,8 @@ def _pass_times(call, repeats: int, device: torch.device) -> PassTimes:
 
 
 def pass_gpu_ms(call, wall_ms: float, device: torch.device) -> float:
-    """GPU ms of one ``call`` (a pass on ``device`` that took ``wall_ms`` eager), as the collector times a
-    layer: bursts behind a spinning kernel (:class:`seer.gpu.timing.BurstTimer`), which keep the
+    """GPU ms of one ``call`` (a pass on ``device`` that took ``wall_ms`` eager), as the collector
+    times a layer: bursts behind a spinning kernel (:class:`seer.gpu.timing.BurstTimer`), which keep the
     host out and the launch gaps in; NaN without CuPy (seer's ``gpu`` extra), or where timing
     fails, and the pass is then taken as GPU-bound (:func:`pass_bounds`)."""
     import importlib.util
