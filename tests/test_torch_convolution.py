@@ -257,6 +257,20 @@ def test_a_pass_whose_gpu_waits_on_the_host_is_host_bound():
     assert pass_bounds(4.0, 2.9, 1.0) == (4.0, 1.0)  # enqueuing takes longer than the pass: host-bound already
 
 
+def test_without_cupy_a_pass_has_no_gpu_time_and_counts_as_gpu_bound(monkeypatch):
+    import importlib.util
+    import math
+
+    from seer.torch.convolution import pass_bounds, pass_gpu_ms
+
+    calls = []
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "cupy" else real_find_spec(name, *a))
+    gpu_ms = pass_gpu_ms(lambda: calls.append(1), 2.9, "cuda:0")
+    assert math.isnan(gpu_ms) and not calls  # nothing timed, nothing run
+    assert pass_bounds(2.0, 2.9, gpu_ms) == (2.0, 2.9)
+
+
 # -- the backward passes (apply(..., training=True), force(..., dgrad=, wgrad=)) -------------
 def test_force_takes_backward_algorithms_of_their_own_pass():
     model = torch_nets.every_kind()
