@@ -87,8 +87,8 @@ def _add_collect(sub) -> None:
     p.add_argument("--shard", default="1/1", help="i/n: collect only shard i of n of the grid (default 1/1)")
     p.add_argument("--gpus", metavar="all|0,1,...",
                    help="collect on several GPUs of this host at once: one process per GPU, each taking the next "
-                        f"of {SHARDS_PER_GPU} shards per GPU as it frees (fewer on a smaller grid: a shard has at least "
-                        f"{MIN_SHAPES_PER_SHARD:,} shapes); all, or device numbers (default: the current GPU only)")
+                        f"of {SHARDS_PER_GPU} shards per GPU as it frees (fewer on a smaller grid: a shard has at "
+                        f"least {MIN_SHAPES_PER_SHARD:,} shapes); all, or device numbers (default: the current GPU only)")
     p.add_argument("--profile-shapes", type=_profile_shapes, default=None, metavar="N|all",
                    help="profile under ncu every successful run of N shapes chosen evenly over the "
                         "grid; 0 for timing only (default: all)")

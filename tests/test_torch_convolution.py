@@ -265,7 +265,8 @@ def test_without_cupy_a_pass_has_no_gpu_time_and_counts_as_gpu_bound(monkeypatch
 
     calls = []
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "cupy" else real_find_spec(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "cupy" else real_find_spec(name, *a))
     gpu_ms = pass_gpu_ms(lambda: calls.append(1), 2.9, "cuda:0")
     assert math.isnan(gpu_ms) and not calls  # nothing timed, nothing run
     assert pass_bounds(2.0, 2.9, gpu_ms) == (2.0, 2.9)
