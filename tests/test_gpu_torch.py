@@ -433,6 +433,8 @@ def test_profile_network_measures_verifies_and_resumes(cuda, tmp_path, monkeypat
     # Where seer's pick ran (the guard leaves the rest to PyTorch), its prediction is there.
     assert seer_rows.loc[seer_rows["algo"] != "pytorch", "predicted_ms"].notna().all()
     assert overall.loc[overall["policy"] == "seer", "guarded_layers"].notna().all()
+    weighed = overall.loc[overall["policy"] == "seer", ["weighed_host_ms", "weighed_wall_ms", "weighed_gpu_ms"]]
+    assert (weighed > 0).all().all()  # the eager pass its picks were weighed against, GPU time included
     records = sorted((out / "raw").glob("pass_times-*.jsonl"))
     before = sum(len(p.read_text().splitlines()) for p in records)
     assert main(argv) == 0  # everything recorded: nothing measured again

@@ -350,6 +350,11 @@ def test_an_eager_training_step_takes_the_picks_that_shorten_it(monkeypatch):
     # So is a step whose GPU is busy for half of it, though it is enqueued in a tenth.
     forward, picks = decide(10.0, 100.0, 50.0)
     assert set(picks.values()) == {(None, None, None)} and set(forward.guarded) == set(guesses)
+    # What the picks were weighed against goes into seer profile-network's records.
+    from seer.networks.profile_network import weighed_fields
+
+    assert weighed_fields(forward) == {"weighed_host_ms": 10.0, "weighed_wall_ms": 100.0, "weighed_gpu_ms": 50.0}
+    assert weighed_fields(Predicted(load_model("h200", math="fma"), "fma")) == {}
 
 
 def test_apply_for_training_gives_every_module_its_backward_choices_and_pytorch_runs_on_the_cpu():

@@ -395,7 +395,7 @@ class NetworkProfiler:
             keep = left_to_pytorch(choice, layers, backward)
             swap_in(model, choice, nvtx=True, keep=keep, backward=backward or (None, None))
             if training:
-                self._pick_counts[policy] = pick_counts(choice, backward, layers)
+                self._pick_counts[policy] = {**pick_counts(choice, backward, layers), **weighed_fields(choice)}
         elif policy not in PYTORCH_POLICIES:
             force(model, policy, job.math, nvtx=True)
         return self._flags(job, policy)
@@ -492,6 +492,7 @@ class NetworkProfiler:
                   "forward_std_ms": float(np.std(times, ddof=1)), "forward_reps": int(len(times))}
         if policy in self._choices:
             passes["guarded_layers"] = len(self._choices[policy].guarded)
+            passes.update(weighed_fields(self._choices[policy]))
         frame = pd.DataFrame(rows)
         if len(frame):
             passes["conv_ms"] = float((frame["calls"] * frame["measured_ms"]).sum())
@@ -673,6 +674,14 @@ def compiled_wall(torch, model, x, passes: int, mode: str = COMPILE_MODES[0], *,
         torch.compiler.reset()
     return {"compiled_ms": float(np.median(windows)), "compiled_spread": spread(windows), "compile_s": compile_s,
             "compile_mode": mode, "layout_optimization": layout_optimization}
+
+
+def weighed_fields(choice) -> dict[str, float]:
+    """The eager pass (or training step) under PyTorch's own convolutions that ``choice``'s picks
+    were weighed against when the policy was set (``seer.torch.convolution.PassTimes``), as a
+    record's ``weighed_host_ms``, ``weighed_wall_ms`` and ``weighed_gpu_ms``; none if unweighed."""
+    times = getattr(choice, "weighed", None)
+    return {} if times is None else {f"weighed_{name}": float(value) for name, value in times._asdict().items()}
 
 
 def capture_graph(torch, forward: Callable[[], object]):

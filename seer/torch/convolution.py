@@ -208,6 +208,7 @@ class Predicted(Choice):
         self.guesses: dict[ConvShape, LayerGuess] = {}
         self.guarded: dict[ConvShape, tuple[str, float, str, float]] = {}
         self._decided: dict[ConvShape, str | None] = {}
+        self.weighed: PassTimes | None = None  # the eager pass (or step) the picks were weighed against
 
     def prepare(self, layers: Iterable[ConvShape]) -> None:
         """Predict every layer not yet seen, in one call to the model."""
@@ -272,6 +273,7 @@ class Predicted(Choice):
             if wins_on_gpu[layer] and gain == gain:  # else lost on the GPU alone, or nothing to weigh it against (kept)
                 candidates.append((layer, count * gain, count * extra_host_ms(guess.pick, layer, self.math)))
         weighed = {layer for layer, _, _ in candidates}
+        self.weighed = PassTimes(host_ms, wall_ms, gpu_ms)
         chosen = pass_picks(candidates, *pass_bounds(host_ms, wall_ms, gpu_ms))
         for layer, wins in wins_on_gpu.items():
             self._decided[layer] = self._keep(layer, wins and (layer not in weighed or layer in chosen))
@@ -436,6 +438,7 @@ def decide_step(choice: Predicted, backward: Sequence["PredictedPass | None"], l
         for chooser, gain, extra in options:
             candidates.append(((id(chooser), layer), count * gain,
                                count * (extra + GUARD_STEP_MODULE_MS / len(options))))
+    choice.weighed = PassTimes(host_ms, wall_ms, gpu_ms)
     chosen = pass_picks(candidates, *pass_bounds(host_ms, wall_ms, gpu_ms))
     for layer in calls:
         if choice.picks.get(layer) is not None:
