@@ -242,26 +242,26 @@ def test_a_pass_takes_picks_while_it_is_gpu_bound():
 
 
 def test_a_pass_whose_gpu_waits_on_the_host_is_host_bound():
-    from seer.torch.convolution import GPU_BOUND_SHARE, pass_bounds, pass_picks
+    from seer.torch.convolution import GPU_BOUND_SHARE, PassTimes, pass_picks
 
     candidates = [("cheap", 0.5, 0.1), ("free", 0.2, -0.01)]
     # GPU time unknown (no CuPy) or near the wall time: the GPU is busy, its time is the wall time.
-    assert pass_bounds(3.0, 5.0, float("nan")) == (3.0, 5.0)
-    assert pass_bounds(3.0, 5.0, 4.8) == (3.0, 5.0)
+    assert PassTimes(3.0, 5.0, float("nan")).bounds() == (3.0, 5.0)
+    assert PassTimes(3.0, 5.0, 4.8).bounds() == (3.0, 5.0)
     # ResNet-50 at batch 1 (H200, strict FP32): 2.9 ms eager, 2.35 ms on the GPU, enqueued in less
     # than either. The GPU idles while the host launches: only picks that add no host time help.
-    host, gpu = pass_bounds(2.0, 2.9, 2.35)
+    host, gpu = PassTimes(2.0, 2.9, 2.35).bounds()
     assert (host, gpu) == (2.9, 2.35) and 2.35 < GPU_BOUND_SHARE * 2.9
     assert pass_picks(candidates, host, gpu) == {"free"}
-    assert pass_picks(candidates, *pass_bounds(2.0, 2.9, float("nan"))) == {"free", "cheap"}
-    assert pass_bounds(4.0, 2.9, 1.0) == (4.0, 1.0)  # enqueuing takes longer than the pass: host-bound already
+    assert pass_picks(candidates, *PassTimes(2.0, 2.9, float("nan")).bounds()) == {"free", "cheap"}
+    assert PassTimes(4.0, 2.9, 1.0).bounds() == (4.0, 1.0)  # enqueuing takes longer than the pass: host-bound already
 
 
 def test_without_cupy_a_pass_has_no_gpu_time_and_counts_as_gpu_bound(monkeypatch):
     import importlib.util
     import math
 
-    from seer.torch.convolution import pass_bounds, pass_gpu_ms
+    from seer.torch.convolution import PassTimes, pass_gpu_ms
 
     calls = []
     real_find_spec = importlib.util.find_spec
@@ -269,7 +269,7 @@ def test_without_cupy_a_pass_has_no_gpu_time_and_counts_as_gpu_bound(monkeypatch
                         lambda name, *a: None if name == "cupy" else real_find_spec(name, *a))
     gpu_ms = pass_gpu_ms(lambda: calls.append(1), 2.9, "cuda:0")
     assert math.isnan(gpu_ms) and not calls  # nothing timed, nothing run
-    assert pass_bounds(2.0, 2.9, gpu_ms) == (2.0, 2.9)
+    assert PassTimes(2.0, 2.9, gpu_ms).bounds() == (2.0, 2.9)
 
 
 # -- the backward passes (apply(..., training=True), force(..., dgrad=, wgrad=)) -------------
@@ -308,8 +308,8 @@ def test_a_backward_choice_is_what_seer_predict_recommends_for_the_pass():
 def test_an_eager_training_step_takes_the_picks_that_shorten_it(monkeypatch):
     from seer.predict.persist import load_model
     from seer.torch import convolution
-    from seer.torch.convolution import (GUARD_BACKWARD_HOST_MS, GUARD_LAUNCH_MS, LayerGuess, PredictedPass,
-                                        decide_step, extra_host_ms)
+    from seer.torch.convolution import (GUARD_BACKWARD_HOST_MS, GUARD_LAUNCH_MS, LayerGuess, PassTimes,
+                                        PredictedPass, decide_step, extra_host_ms)
 
     monkeypatch.setattr(convolution, "cudnn_heuristic_choice", lambda layer, math: None)  # no GPU to ask
     long_, short, depthwise = (ConvShape.square(32, 256, 56, 256, 3, 1, 1), ConvShape.square(1, 64, 7, 64, 3, 1, 1),
@@ -328,7 +328,7 @@ def test_an_eager_training_step_takes_the_picks_that_shorten_it(monkeypatch):
         for layer, (f, d, w) in guesses.items():
             for chooser, guess in zip((forward, *backward), (f, d, w)):
                 chooser.picks[layer], chooser.guesses[layer] = guess[0], LayerGuess(*guess)
-        decide_step(forward, backward, list(guesses), host_ms, wall_ms, gpu_ms)
+        decide_step(forward, backward, list(guesses), PassTimes(host_ms, wall_ms, gpu_ms))
         return forward, {layer: (forward.algorithm(layer), *(b.algorithm(layer) for b in backward)) for layer in guesses}
 
     # A step whose GPU is busy (host 10 ms, 100 ms per step) hides the host time: every pick that wins on the GPU.

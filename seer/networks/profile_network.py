@@ -387,10 +387,10 @@ class NetworkProfiler:
                 choice.prepare(shapes)
                 if not SEER_POLICIES[policy] and not training:  # the pass model is of forward passes
                     with self._flags(job, "heuristic"):
-                        choice.decide_pass(shapes, *eager_pass_times(model, x))
+                        choice.decide_pass(shapes, eager_pass_times(model, x))
                 if training and not SEER_POLICIES[policy]:  # as apply(..., training=True) weighs an eager step
                     with self._flags(job, "heuristic"):
-                        decide_step(choice, backward, shapes, *eager_step_times(model, x))
+                        decide_step(choice, backward, shapes, eager_step_times(model, x))
             # As seer.torch.apply does: modules the guard leaves to PyTorch stay PyTorch's.
             keep = left_to_pytorch(choice, layers, backward)
             swap_in(model, choice, nvtx=True, keep=keep, backward=backward or (None, None))
@@ -680,7 +680,7 @@ def weighed_fields(choice) -> dict[str, float]:
     """The eager pass (or training step) under PyTorch's own convolutions that ``choice``'s picks
     were weighed against when the policy was set (``seer.torch.convolution.PassTimes``), as a
     record's ``weighed_host_ms``, ``weighed_wall_ms`` and ``weighed_gpu_ms``; none if unweighed."""
-    times = getattr(choice, "weighed", None)
+    times = choice.weighed
     return {} if times is None else {f"weighed_{name}": float(value) for name, value in times._asdict().items()}
 
 

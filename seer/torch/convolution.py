@@ -135,7 +135,7 @@ GUARD_STEP_MODULE_MS = 0.25
 GUARD_BACKWARD_HOST_MS = 0.25
 #: An eager pass whose GPU time (:func:`pass_gpu_ms`) is below this share of its wall time is
 #: host-bound: its GPU waits on the host, so a pick's GPU gain may not shorten it while its
-#: host time does lengthen it (:func:`pass_bounds`). On the H200, the batch-32 passes of 15
+#: host time does lengthen it (:meth:`PassTimes.bounds`). On the H200, the batch-32 passes of 15
 #: networks under strict FP32 measured 0.97-1.0 of their eager time in GPU time (bursts), the
 #: batch-1 passes whose picks made them slower (ResNet-50 and -101, GoogLeNet) 0.58-0.85
 #: (benchmarks/results/h200-network-wall-ratio-guard/, forward_ms over eager_ms).
@@ -252,12 +252,10 @@ class Predicted(Choice):
         return self._keep(layer, keeps_pick(self.guesses[layer], cudnn_heuristic_choice(layer, self.math),
                                             captured=self.captured, extra_ms=extra_host_ms(pick, layer, self.math)))
 
-    def decide_pass(self, layers: Iterable[ConvShape], host_ms: float, wall_ms: float,
-                    gpu_ms: float = float("nan")) -> None:
+    def decide_pass(self, layers: Iterable[ConvShape], times: PassTimes) -> None:
         """Decide every layer of one eager forward pass at once (``layers``: one per call),
-        given the pass under PyTorch's own convolutions: ``host_ms`` to enqueue it, ``wall_ms``
-        per pass back to back and ``gpu_ms`` of GPU time (NaN: unknown; :func:`eager_pass_times`).
-        The pass takes about the longer of its host and GPU times (:func:`pass_bounds`), so a
+        given the pass under PyTorch's own convolutions (``times``: :func:`eager_pass_times`).
+        The pass takes about the longer of its host and GPU times (:meth:`PassTimes.bounds`), so a
         pick's GPU gain (the least the intervals allow) counts only while the pass is GPU-bound,
         and its host cost only once it is host-bound (:func:`pass_picks`). Each pick must also be
         surely faster on the GPU."""
@@ -273,8 +271,8 @@ class Predicted(Choice):
             if wins_on_gpu[layer] and gain == gain:  # else lost on the GPU alone, or nothing to weigh it against (kept)
                 candidates.append((layer, count * gain, count * extra_host_ms(guess.pick, layer, self.math)))
         weighed = {layer for layer, _, _ in candidates}
-        self.weighed = PassTimes(host_ms, wall_ms, gpu_ms)
-        chosen = pass_picks(candidates, *pass_bounds(host_ms, wall_ms, gpu_ms))
+        self.weighed = times
+        chosen = pass_picks(candidates, *times.bounds())
         for layer, wins in wins_on_gpu.items():
             self._decided[layer] = self._keep(layer, wins and (layer not in weighed or layer in chosen))
 
@@ -411,13 +409,12 @@ class PredictedPass(Choice):
 
 
 def decide_step(choice: Predicted, backward: Sequence["PredictedPass | None"], layers: Iterable[ConvShape],
-                host_ms: float, wall_ms: float, gpu_ms: float = float("nan")) -> None:
+                times: PassTimes) -> None:
     """Decide every layer of an eager training step at once (``layers``: one per call): which of
     its passes (forward, dgrad, wgrad) run seer's pick, given the step under PyTorch's own
-    convolutions: ``host_ms`` to enqueue it, ``wall_ms`` per step back to back and ``gpu_ms``
-    of GPU time (NaN: unknown; :func:`eager_step_times`). As :meth:`Predicted.decide_pass` does
-    for a forward pass, the picks that surely beat PyTorch's own on the GPU (``seer predict``'s rule) are weighed for
-    the whole step (:func:`pass_picks`), each costing its host time (:func:`extra_host_ms`, and
+    convolutions (``times``: :func:`eager_step_times`). As :meth:`Predicted.decide_pass` does
+    for a forward pass, the picks that surely beat PyTorch's own on the GPU (``seer predict``'s
+    rule) are weighed for the whole step (:func:`pass_picks`), each costing its host time (:func:`extra_host_ms`, and
     :data:`GUARD_STEP_MODULE_MS` per swapped module, shared by its picks); the others stay
     PyTorch's. Overrides each choice's own per-pass guard."""
     passes = [c for c in backward if c is not None]
@@ -438,8 +435,8 @@ def decide_step(choice: Predicted, backward: Sequence["PredictedPass | None"], l
         for chooser, gain, extra in options:
             candidates.append(((id(chooser), layer), count * gain,
                                count * (extra + GUARD_STEP_MODULE_MS / len(options))))
-    choice.weighed = PassTimes(host_ms, wall_ms, gpu_ms)
-    chosen = pass_picks(candidates, *pass_bounds(host_ms, wall_ms, gpu_ms))
+    choice.weighed = times
+    chosen = pass_picks(candidates, *times.bounds())
     for layer in calls:
         if choice.picks.get(layer) is not None:
             choice._decided[layer] = choice._keep(layer, (id(choice), layer) in chosen)
@@ -448,22 +445,10 @@ def decide_step(choice: Predicted, backward: Sequence["PredictedPass | None"], l
             pass_choice.picks[layer] = guess.pick if guess is not None and (id(pass_choice), layer) in chosen else None
 
 
-def pass_bounds(host_ms: float, wall_ms: float, gpu_ms: float) -> tuple[float, float]:
-    """The host and GPU ms that :func:`pass_picks` models an eager pass by, from its measured
-    host time to enqueue, wall time back to back, and GPU time (NaN: unknown). A pass whose
-    GPU is busy for at least :data:`GPU_BOUND_SHARE` of its wall time is GPU-bound: its GPU
-    time is its wall time (which holds the launch gaps). Otherwise the GPU waits on the host
-    for the rest, and the host, however long it takes to enqueue, is what the pass waits on:
-    its host time is the wall time, so only a pick that adds no host time can shorten it."""
-    if gpu_ms == gpu_ms and gpu_ms < GPU_BOUND_SHARE * wall_ms:
-        return max(host_ms, wall_ms), gpu_ms
-    return host_ms, wall_ms
-
-
 def pass_picks(candidates: Iterable[tuple[object, float, float]], host_ms: float, gpu_ms: float) -> set:
     """The keys of ``candidates`` (key, GPU ms gained, host ms added per pass) that shorten an
     eager pass modelled as the longer of its host time (``host_ms``, plus what the picks
-    add) and its GPU time (``gpu_ms``, less what the picks gain; :func:`pass_bounds`): the
+    add) and its GPU time (``gpu_ms``, less what the picks gain; :meth:`PassTimes.bounds`): the
     cheapest in host time per GPU ms first, each taken while the pass gets shorter."""
     host, gpu, chosen = host_ms, gpu_ms, set()
     for key, gain, cost in sorted(candidates, key=lambda c: c[2] / c[1] if c[1] > 0 else float("inf")):
@@ -481,7 +466,18 @@ class PassTimes(NamedTuple):
 
     host_ms: float
     wall_ms: float
-    gpu_ms: float
+    gpu_ms: float = float("nan")
+
+    def bounds(self) -> tuple[float, float]:
+        """The host and GPU ms that :func:`pass_picks` models the pass by. A pass whose GPU is
+        busy for at least :data:`GPU_BOUND_SHARE` of its wall time (or of unknown GPU time) is
+        GPU-bound: its GPU time is its wall time (which holds the launch gaps). Otherwise the
+        GPU waits on the host for the rest, and the host, however long it takes to enqueue, is
+        what the pass waits on: its host time is the wall time, so only a pick that adds no
+        host time can shorten it."""
+        if self.gpu_ms == self.gpu_ms and self.gpu_ms < GPU_BOUND_SHARE * self.wall_ms:
+            return max(self.host_ms, self.wall_ms), self.gpu_ms
+        return self.host_ms, self.wall_ms
 
 
 def _pass_times(call, repeats: int, device: torch.device) -> PassTimes:
@@ -514,7 +510,7 @@ def pass_gpu_ms(call, wall_ms: float, device: torch.device) -> float:
     """GPU ms of one ``call`` (a pass on ``device`` that took ``wall_ms`` eager), as the collector
     times a layer: bursts behind a spinning kernel (:class:`seer.gpu.timing.BurstTimer`), which keep the
     host out and the launch gaps in; NaN without CuPy (seer's ``gpu`` extra), or where timing
-    fails, and the pass is then taken as GPU-bound (:func:`pass_bounds`)."""
+    fails, and the pass is then taken as GPU-bound (:meth:`PassTimes.bounds`)."""
     import importlib.util
 
     if importlib.util.find_spec("cupy") is None:
@@ -1578,9 +1574,9 @@ def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_s
             if training and not cuda_graphs:
                 step_example = _example(model, input_shape, training=True)
                 if step_example is not None:
-                    decide_step(choice, backward, layers, *eager_step_times(model, step_example))
+                    decide_step(choice, backward, layers, eager_step_times(model, step_example))
             elif example is not None and not cuda_graphs:
-                choice.decide_pass(layers, *eager_pass_times(model, example))
+                choice.decide_pass(layers, eager_pass_times(model, example))
             keep = left_to_pytorch(choice, calls, backward, per_module)
     return swap_in(model, choice, nvtx, keep, backward, per_module)
 
