@@ -42,11 +42,14 @@ TARGET = 1.005
 POLICY_COLUMNS = ("seer", "seer_unguarded", "pytorch", "pytorch_benchmark", "cudnn_heuristic", "oracle")
 
 
-def measured_times(table: pd.DataFrame, math: str, policies: list[str]) -> tuple[pd.DataFrame, pd.DataFrame, pd.Series]:
+def measured_times(table: pd.DataFrame, math: str, policies: list[str],
+                   split: str | None = HELD_OUT) -> tuple[pd.DataFrame, pd.DataFrame, pd.Series]:
     """Layers (index: shape_id), measured time per algorithm and policy, and the heuristic's
-    first choice's time, for the held-out layers of ``math`` where PyTorch's choice (the
-    first of ``policies``, those of the table's pass) ran."""
-    rows = table[(table["split"] == HELD_OUT) & ((table["math"] == math) | table["algo"].str.startswith("SEER"))]
+    first choice's time, for the layers of ``split`` (None: every layer) and ``math`` where
+    PyTorch's choice (the first of ``policies``, those of the table's pass) ran."""
+    rows = table[(table["math"] == math) | table["algo"].str.startswith("SEER")]
+    if split is not None:
+        rows = rows[rows["split"] == split]
     ok = rows[rows["status"] == "ok"]
     wide = ok.pivot_table(index="shape_id", columns="algo", values="time_ms")
     wide = wide[wide[policies[0]].notna()]
