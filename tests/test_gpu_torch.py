@@ -435,6 +435,8 @@ def test_profile_network_measures_verifies_and_resumes(cuda, tmp_path, monkeypat
     assert overall.loc[overall["policy"] == "seer", "guarded_layers"].notna().all()
     weighed = overall.loc[overall["policy"] == "seer", ["weighed_host_ms", "weighed_wall_ms", "weighed_gpu_ms"]]
     assert (weighed > 0).all().all()  # the eager pass its picks were weighed against, GPU time included
+    if "confirmed_wall_ms" in overall:  # and, where it took any, the pass with them
+        assert (overall["confirmed_wall_ms"].dropna() > 0).all()
     records = sorted((out / "raw").glob("pass_times-*.jsonl"))
     before = sum(len(p.read_text().splitlines()) for p in records)
     assert main(argv) == 0  # everything recorded: nothing measured again
@@ -507,6 +509,22 @@ def test_apply_times_the_pass_and_weighs_every_layer_of_it(cuda):
         warnings.simplefilter("always")
         got = model(x)
     assert _relative_error(got, expected) < 1e-2
+    # The swapped pass is timed too, and the picks stay only where it is faster (Predicted.confirm).
+    from seer.predict.persist import load_model
+    from seer.torch.convolution import CONFIRM_SHARE, restore, swap_in_confirmed
+
+    restore(model)
+    choice = Predicted(load_model("h100", math="fma"), "fma")
+    choice.prepare(layers)
+    choice.decide_pass(layers, eager_pass_times(model, x))
+    picked = choice.picked()
+    swap_in_confirmed(model, choice, conv_calls(model, tuple(x.shape)).layers, x)
+    assert (choice.confirmed is not None) == picked
+    if choice.picked():
+        assert choice.confirmed.wall_ms <= CONFIRM_SHARE * choice.weighed.wall_ms
+    assert bool(seer_convolutions(model)) == choice.picked()
+    with torch.no_grad():
+        assert _relative_error(model(x), expected) < 1e-2
 
 
 # -- seer's sparse kernels in PyTorch ------------------------------------------------------

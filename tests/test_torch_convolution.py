@@ -357,6 +357,47 @@ def test_an_eager_training_step_takes_the_picks_that_shorten_it(monkeypatch):
     assert weighed_fields(Predicted(load_model("h200", math="fma"), "fma")) == {}
 
 
+def test_the_picks_of_an_eager_pass_stay_only_where_the_swapped_pass_measures_faster(monkeypatch):
+    from seer.networks.profile_network import weighed_fields
+    from seer.predict.persist import load_model
+    from seer.torch import convolution
+    from seer.torch.convolution import CONFIRM_SHARE, LayerGuess, PassTimes
+
+    monkeypatch.setattr(convolution, "cudnn_heuristic_choice", lambda layer, math: None)  # no GPU to ask
+    big, small = ConvShape.square(32, 256, 56, 256, 3, 1, 1), ConvShape.square(32, 64, 56, 64, 1, 1, 0)
+    lost = ConvShape.square(1, 64, 7, 64, 3, 1, 1)  # its pick is not surely faster: PyTorch's from the start
+    guesses = {big: LayerGuess("IMPLICIT_GEMM", 1.0, 1.1, 2.0, 1.8), small: LayerGuess("GEMM", 0.1, 0.11, 0.2, 0.18),
+               lost: LayerGuess("FFT", 1.0, 1.1, 1.05, 1.0)}
+    weighed = PassTimes(host_ms=5.0, wall_ms=20.0, gpu_ms=19.8)  # GPU-bound: every pick that wins on the GPU
+
+    def decided():
+        choice = Predicted(load_model("h200", math="fma"), "fma")
+        for layer, guess in guesses.items():
+            choice.picks[layer], choice.guesses[layer] = guess.pick, guess
+        choice.decide_pass([big, big, small, lost], weighed)
+        assert choice.picked() and {layer: choice.algorithm(layer) for layer in guesses} == {
+            big: "IMPLICIT_GEMM", small: "GEMM", lost: None}
+        return choice
+
+    # Faster by at least 1 - CONFIRM_SHARE: the picks stay, and the record says what confirmed them.
+    choice = decided()
+    assert choice.confirm(PassTimes(5.4, CONFIRM_SHARE * 20.0, 17.0))
+    assert choice.algorithm(big) == "IMPLICIT_GEMM" and choice.algorithm(small) == "GEMM"
+    assert weighed_fields(choice) == {"weighed_host_ms": 5.0, "weighed_wall_ms": 20.0, "weighed_gpu_ms": 19.8,
+                                      "confirmed_host_ms": 5.4, "confirmed_wall_ms": CONFIRM_SHARE * 20.0,
+                                      "confirmed_gpu_ms": 17.0}
+    # Slower, or faster by less than that: their host cost ate the gain, and every layer goes back to PyTorch.
+    for wall_ms in (20.5, 19.9):
+        choice = decided()
+        assert not choice.confirm(PassTimes(21.0, wall_ms, 17.0))
+        assert not choice.picked() and {choice.algorithm(layer) for layer in guesses} == {None}
+        assert set(choice.guarded) == set(guesses)  # each says what it gave up
+        assert weighed_fields(choice)["confirmed_wall_ms"] == wall_ms
+    # A pass not weighed (the picks decided layer by layer) has nothing to confirm against.
+    unweighed = Predicted(load_model("h200", math="fma"), "fma")
+    assert not unweighed.picked() and unweighed.confirm(PassTimes(1.0, 2.0)) and unweighed.weighed is None
+
+
 def test_apply_for_training_gives_every_module_its_backward_choices_and_pytorch_runs_on_the_cpu():
     from seer.torch.convolution import PredictedPass
 

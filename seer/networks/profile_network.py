@@ -370,14 +370,16 @@ class NetworkProfiler:
         """Swap ``model``'s convolutions for the policy's (none for PyTorch's own policies) and
         return the context of PyTorch's flags under it (:meth:`_flags`). As
         ``seer.torch.apply`` does, the eager policy weighs its picks for the whole pass, from
-        the pass under PyTorch's default policy timed on ``x``."""
+        the pass under PyTorch's default policy timed on ``x``, and keeps them only where the
+        swapped pass times faster there (``swap_in_confirmed``)."""
         from seer.torch.convolution import (Predicted, decide_step, eager_pass_times, eager_step_times, force,
-                                           left_to_pytorch, swap_in)
+                                           swap_in_confirmed)
 
         if policy in SEER_POLICIES:
             training = job.step == "training"
             choice = self._choices.get(policy)
             backward = self._backward_choices(job, layers, policy) if training else ()
+            confirm_on = None  # the input the eager pass was weighed on, where the swapped pass is to be timed
             if choice is None:
                 from seer.layers.shapes import ConvShape
 
@@ -388,12 +390,14 @@ class NetworkProfiler:
                 if not SEER_POLICIES[policy] and not training:  # the pass model is of forward passes
                     with self._flags(job, "heuristic"):
                         choice.decide_pass(shapes, eager_pass_times(model, x))
+                    confirm_on = x
                 if training and not SEER_POLICIES[policy]:  # as apply(..., training=True) weighs an eager step
                     with self._flags(job, "heuristic"):
                         decide_step(choice, backward, shapes, eager_step_times(model, x))
-            # As seer.torch.apply does: modules the guard leaves to PyTorch stay PyTorch's.
-            keep = left_to_pytorch(choice, layers, backward)
-            swap_in(model, choice, nvtx=True, keep=keep, backward=backward or (None, None))
+            # As seer.torch.apply does: modules the guard leaves to PyTorch stay PyTorch's, and the
+            # eager policy's picks stay only if the swapped pass is faster (timed under its own flags).
+            with self._flags(job, policy):
+                swap_in_confirmed(model, choice, layers, confirm_on, nvtx=True, backward=backward or (None, None))
             if training:
                 self._pick_counts[policy] = {**pick_counts(choice, backward, layers), **weighed_fields(choice)}
         elif policy not in PYTORCH_POLICIES:
@@ -677,11 +681,16 @@ def compiled_wall(torch, model, x, passes: int, mode: str = COMPILE_MODES[0], *,
 
 
 def weighed_fields(choice) -> dict[str, float]:
-    """The eager pass (or training step) under PyTorch's own convolutions that ``choice``'s picks
-    were weighed against when the policy was set (``seer.torch.convolution.PassTimes``), as a
-    record's ``weighed_host_ms``, ``weighed_wall_ms`` and ``weighed_gpu_ms``; none if unweighed."""
-    times = choice.weighed
-    return {} if times is None else {f"weighed_{name}": float(value) for name, value in times._asdict().items()}
+    """What a seer policy's picks were weighed against when the policy was set, as a record's
+    ``weighed_host_ms``, ``weighed_wall_ms`` and ``weighed_gpu_ms`` (the eager pass or step
+    under PyTorch's convolutions, ``seer.torch.convolution.PassTimes``), and the eager pass with
+    the picks that confirmed or turned them down, as ``confirmed_host_ms``, ``confirmed_wall_ms``
+    and ``confirmed_gpu_ms``; none of either where not timed."""
+    fields = {}
+    for prefix, times in (("weighed", choice.weighed), ("confirmed", choice.confirmed)):
+        if times is not None:
+            fields.update({f"{prefix}_{name}": float(value) for name, value in times._asdict().items()})
+    return fields
 
 
 def capture_graph(torch, forward: Callable[[], object]):

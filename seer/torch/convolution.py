@@ -140,6 +140,13 @@ GUARD_BACKWARD_HOST_MS = 0.25
 #: batch-1 passes whose picks made them slower (ResNet-50 and -101, GoogLeNet) 0.58-0.85
 #: (benchmarks/results/h200-network-wall-ratio-guard/, forward_ms over eager_ms).
 GPU_BOUND_SHARE = 0.9
+#: The eager pass with the picks :meth:`Predicted.decide_pass` took must measure at most this
+#: share of the pass they were weighed against, or every layer goes back to PyTorch's path
+#: (:meth:`Predicted.confirm`). The guard's per-call host costs were measured on one machine; on
+#: quiet H200 hosts, swapped calls cost 80-120 us more each, not 10-43, and passes judged GPU-bound
+#: became host-bound and up to 27% slower (benchmarks/results/h200-network-wall-quiet/). Below
+#: 1, so that timing noise rarely keeps a pick that loses.
+CONFIRM_SHARE = 0.99
 
 
 @dataclass(frozen=True)
@@ -209,6 +216,7 @@ class Predicted(Choice):
         self.guarded: dict[ConvShape, tuple[str, float, str, float]] = {}
         self._decided: dict[ConvShape, str | None] = {}
         self.weighed: PassTimes | None = None  # the eager pass (or step) the picks were weighed against
+        self.confirmed: PassTimes | None = None  # the eager pass with the picks (confirm), where timed
 
     def prepare(self, layers: Iterable[ConvShape]) -> None:
         """Predict every layer not yet seen, in one call to the model."""
@@ -275,6 +283,24 @@ class Predicted(Choice):
         chosen = pass_picks(candidates, *times.bounds())
         for layer, wins in wins_on_gpu.items():
             self._decided[layer] = self._keep(layer, wins and (layer not in weighed or layer in chosen))
+
+    def picked(self) -> bool:
+        """Whether any layer decided so far runs its pick (not PyTorch's path)."""
+        return any(pick is not None for pick in self._decided.values())
+
+    def confirm(self, times: PassTimes) -> bool:
+        """Keep the picks :meth:`decide_pass` took only where the eager pass with them (``times``,
+        recorded as ``confirmed``) takes at most :data:`CONFIRM_SHARE` of the wall time of the
+        pass they were weighed against; else every layer goes back to PyTorch's path (recorded
+        in ``guarded``). The host costs the weighing counts are a model; this is the measurement.
+        Returns whether the picks stay."""
+        self.confirmed = times
+        if self.weighed is None or times.wall_ms <= CONFIRM_SHARE * self.weighed.wall_ms:
+            return True
+        for layer, pick in list(self._decided.items()):
+            if pick is not None:
+                self._decided[layer] = self._keep(layer, False)
+        return False
 
     def describe(self) -> str:
         return "seer"
@@ -1466,6 +1492,21 @@ def left_to_pytorch(choice: Choice, calls: pd.DataFrame, backward: Iterable[Choi
     return {name for name, picks in decided.items() if picks == {None}}
 
 
+def swap_in_confirmed(model: nn.Module, choice: Predicted, calls: pd.DataFrame, example: torch.Tensor | None,
+                      nvtx: bool = False, backward: tuple = (None, None),
+                      per_module: Mapping[str, Choice] | None = None) -> nn.Module:
+    """:func:`swap_in` with the modules :func:`left_to_pytorch` names kept. Given ``example``
+    (the input ``choice``'s eager forward pass was weighed on, :meth:`Predicted.decide_pass`),
+    the swapped model's eager pass is timed there and, where :meth:`Predicted.confirm` turns the
+    picks down, the swap is undone and done again with every layer of ``choice`` left to PyTorch
+    (``per_module``'s own choices stay)."""
+    swap_in(model, choice, nvtx, left_to_pytorch(choice, calls, backward, per_module), backward, per_module)
+    if example is not None and choice.picked() and not choice.confirm(eager_pass_times(model, example)):
+        restore(model)
+        swap_in(model, choice, nvtx, left_to_pytorch(choice, calls, backward, per_module), backward, per_module)
+    return model
+
+
 def module_sparsity(sparsity) -> dict[str, float]:
     """Each module's input sparsity from what ``apply(..., sparsity=)`` takes: a mapping of
     module name to share of zeros, or :func:`seer.torch.input_sparsity`'s calls (or their
@@ -1523,7 +1564,9 @@ def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_s
     choice by a margin (:class:`Predicted`). Given ``input_shape``, a model in eval mode on
     a GPU is first timed as it is (a few eager passes on random input): the picks are then
     weighed for the whole pass, host time against GPU time (:meth:`Predicted.decide_pass`),
-    and a module all of whose layers stay PyTorch's is not swapped at all. With
+    and a module all of whose layers stay PyTorch's is not swapped at all; the swapped model's
+    pass is then timed too, and unless it is faster, every layer keeps PyTorch's path
+    (:meth:`Predicted.confirm`). With
     ``cuda_graphs`` (the model will run captured, by ``torch.cuda.graph`` or
     ``torch.compile(mode="reduce-overhead")``), the guard leaves out host time. With
     ``training``, the gradients too run seer's recommended backward-data and backward-filter
@@ -1560,6 +1603,7 @@ def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_s
                                        guard=guard, deterministic=deterministic, captured=cuda_graphs)
                          for pass_ in ("bwd_data", "bwd_filter"))
     keep: set[str] = set()
+    confirm_on = None  # the input the eager pass was weighed on, where the swapped pass is to be timed
     if input_shape is not None:
         from seer.torch.layers import conv_calls
 
@@ -1577,6 +1621,9 @@ def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_s
                     decide_step(choice, backward, layers, eager_step_times(model, step_example))
             elif example is not None and not cuda_graphs:
                 choice.decide_pass(layers, eager_pass_times(model, example))
+                confirm_on = example
+            if confirm_on is not None:
+                return swap_in_confirmed(model, choice, calls, confirm_on, nvtx, backward, per_module)
             keep = left_to_pytorch(choice, calls, backward, per_module)
     return swap_in(model, choice, nvtx, keep, backward, per_module)
 
