@@ -1603,7 +1603,6 @@ def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_s
                                        guard=guard, deterministic=deterministic, captured=cuda_graphs)
                          for pass_ in ("bwd_data", "bwd_filter"))
     keep: set[str] = set()
-    confirm_on = None  # the input the eager pass was weighed on, where the swapped pass is to be timed
     if input_shape is not None:
         from seer.torch.layers import conv_calls
 
@@ -1621,9 +1620,7 @@ def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_s
                     decide_step(choice, backward, layers, eager_step_times(model, step_example))
             elif example is not None and not cuda_graphs:
                 choice.decide_pass(layers, eager_pass_times(model, example))
-                confirm_on = example
-            if confirm_on is not None:
-                return swap_in_confirmed(model, choice, calls, confirm_on, nvtx, backward, per_module)
+                return swap_in_confirmed(model, choice, calls, example, nvtx, backward, per_module)
             keep = left_to_pytorch(choice, calls, backward, per_module)
     return swap_in(model, choice, nvtx, keep, backward, per_module)
 
