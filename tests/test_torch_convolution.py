@@ -398,6 +398,43 @@ def test_the_picks_of_an_eager_pass_stay_only_where_the_swapped_pass_measures_fa
     assert not unweighed.picked() and unweighed.confirm(PassTimes(1.0, 2.0)) and unweighed.weighed is None
 
 
+def test_picks_turned_down_are_weighed_again_at_the_host_cost_the_measurement_shows(monkeypatch):
+    from seer.predict.persist import load_model
+    from seer.torch import convolution
+    from seer.torch.convolution import LayerGuess, PassTimes
+
+    monkeypatch.setattr(convolution, "cudnn_heuristic_choice", lambda layer, math: None)  # no GPU to ask
+    cheap, dear = ConvShape.square(32, 256, 56, 256, 3, 1, 1), ConvShape.square(32, 64, 56, 64, 1, 1, 0)
+    # GPU ms gained per call (PyTorch's lower bound less the pick's upper bound) and host ms counted per call.
+    guesses = {cheap: LayerGuess("IMPLICIT_GEMM", 1.0, 1.0, 3.0, 3.0), dear: LayerGuess("GEMM", 1.0, 1.0, 1.5, 1.5)}
+    costs = {cheap: 0.5, dear: 0.5}
+    monkeypatch.setattr(convolution, "extra_host_ms", lambda algorithm, layer, math: costs[layer])
+    weighed = PassTimes(host_ms=15.0, wall_ms=20.0, gpu_ms=19.8)  # GPU-bound, 5 ms of host time to spare
+
+    def decided():
+        choice = Predicted(load_model("h200", math="fma"), "fma")
+        for layer, guess in guesses.items():
+            choice.picks[layer], choice.guesses[layer] = guess.pick, guess
+        choice.decide_pass([cheap, dear], weighed)  # counted: host 16 ms, GPU 17.5 ms
+        assert {choice.algorithm(layer) for layer in guesses} == {"IMPLICIT_GEMM", "GEMM"}
+        return choice
+
+    # Measured host-bound at 21 ms: the two picks added 6 ms of host time, not 1. At 3 ms each, the cheap
+    # pick alone (2 ms of GPU time for 3 of host) still shortens the pass; the dear one (0.5 for 3) does not.
+    choice = decided()
+    assert not choice.confirm(PassTimes(21.0, 21.0, 17.5), final=False)
+    assert (choice.algorithm(cheap), choice.algorithm(dear)) == ("IMPLICIT_GEMM", None) and choice.picked()
+    assert choice.confirm(PassTimes(18.2, 18.5, 18.0))  # timed again: the cheap pick stays
+    # Timed again and still slower: every layer goes back to PyTorch's path.
+    choice = decided()
+    assert not choice.confirm(PassTimes(21.0, 21.0, 17.5), final=False)
+    assert not choice.confirm(PassTimes(20.5, 20.5, 18.0)) and not choice.picked()
+    # So much slower (30 ms: 7.5 ms of host time per pick) that no pick shortens the pass: none is timed again.
+    choice = decided()
+    assert not choice.confirm(PassTimes(30.0, 30.0, 17.5), final=False) and not choice.picked()
+    assert set(choice.guarded) == set(guesses)
+
+
 def test_apply_for_training_gives_every_module_its_backward_choices_and_pytorch_runs_on_the_cpu():
     from seer.torch.convolution import PredictedPass
 

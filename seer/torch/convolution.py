@@ -217,6 +217,8 @@ class Predicted(Choice):
         self._decided: dict[ConvShape, str | None] = {}
         self.weighed: PassTimes | None = None  # the eager pass (or step) the picks were weighed against
         self.confirmed: PassTimes | None = None  # the eager pass with the picks (confirm), where timed
+        # decide_pass's candidates: (layer, GPU ms gained, host ms added) per layer weighed
+        self._candidates: list[tuple[ConvShape, float, float]] = []
 
     def prepare(self, layers: Iterable[ConvShape]) -> None:
         """Predict every layer not yet seen, in one call to the model."""
@@ -279,7 +281,7 @@ class Predicted(Choice):
             if wins_on_gpu[layer] and gain == gain:  # else lost on the GPU alone, or nothing to weigh it against (kept)
                 candidates.append((layer, count * gain, count * extra_host_ms(guess.pick, layer, self.math)))
         weighed = {layer for layer, _, _ in candidates}
-        self.weighed = times
+        self.weighed, self._candidates = times, candidates
         chosen = pass_picks(candidates, *times.bounds())
         for layer, wins in wins_on_gpu.items():
             self._decided[layer] = self._keep(layer, wins and (layer not in weighed or layer in chosen))
@@ -288,19 +290,41 @@ class Predicted(Choice):
         """Whether any layer decided so far runs its pick (not PyTorch's path)."""
         return any(pick is not None for pick in self._decided.values())
 
-    def confirm(self, times: PassTimes) -> bool:
+    def confirm(self, times: PassTimes, final: bool = True) -> bool:
         """Keep the picks :meth:`decide_pass` took only where the eager pass with them (``times``,
         recorded as ``confirmed``) takes at most :data:`CONFIRM_SHARE` of the wall time of the
-        pass they were weighed against; else every layer goes back to PyTorch's path (recorded
-        in ``guarded``). The host costs the weighing counts are a model; this is the measurement.
-        Returns whether the picks stay."""
+        pass they were weighed against. The host costs the weighing counts are a model; this is
+        the measurement. Else, unless ``final``, the picks are weighed again at the host cost
+        per pick that the measurement implies (:meth:`_fewer_picks`), and where fewer of them
+        would still shorten the pass, only those stay, to be timed again; otherwise every
+        layer goes back to PyTorch's path (recorded in ``guarded``). Returns whether the picks
+        stay as they were."""
         self.confirmed = times
         if self.weighed is None or times.wall_ms <= CONFIRM_SHARE * self.weighed.wall_ms:
             return True
+        fewer = None if final else self._fewer_picks(times.wall_ms)
+        weighed = {layer for layer, _, _ in self._candidates}
         for layer, pick in list(self._decided.items()):
-            if pick is not None:
+            if pick is not None and (fewer is None or (layer in weighed and layer not in fewer)):
                 self._decided[layer] = self._keep(layer, False)
         return False
+
+    def _fewer_picks(self, wall_ms: float) -> set | None:
+        """The picks taken that still shorten the pass (:func:`pass_picks`) once each one's host
+        cost is scaled so that together they add what the measured pass (``wall_ms``, taken as
+        host-bound) shows beyond the host time they were weighed with; None where the pass is
+        not slower than its GPU time was counted to be (so the host is not why), where the
+        costs were not undercounted, or where no smaller set would shorten it."""
+        taken = [c for c in self._candidates if self._decided.get(c[0]) is not None]
+        host_ms, gpu_ms = self.weighed.bounds()
+        added = sum(cost for _, _, cost in taken)
+        if not taken or added <= 0 or wall_ms <= gpu_ms - sum(gain for _, gain, _ in taken):
+            return None
+        scale = (wall_ms - host_ms) / added
+        if scale <= 1:
+            return None
+        fewer = pass_picks([(layer, gain, cost * scale) for layer, gain, cost in taken], host_ms, gpu_ms)
+        return fewer if 0 < len(fewer) < len(taken) else None
 
     def describe(self) -> str:
         return "seer"
@@ -1498,10 +1522,12 @@ def swap_in_confirmed(model: nn.Module, choice: Predicted, calls: pd.DataFrame, 
     """:func:`swap_in` with the modules :func:`left_to_pytorch` names kept. Given ``example``
     (the input ``choice``'s eager forward pass was weighed on, :meth:`Predicted.decide_pass`),
     the swapped model's eager pass is timed there and, where :meth:`Predicted.confirm` turns the
-    picks down, the swap is undone and done again with every layer of ``choice`` left to PyTorch
-    (``per_module``'s own choices stay)."""
+    picks down, the swap is undone and done again with what it leaves: fewer picks, timed once
+    more, or every layer of ``choice`` left to PyTorch (``per_module``'s own choices stay)."""
     swap_in(model, choice, nvtx, left_to_pytorch(choice, calls, backward, per_module), backward, per_module)
-    if example is not None and choice.picked() and not choice.confirm(eager_pass_times(model, example)):
+    for final in (False, True):
+        if example is None or not choice.picked() or choice.confirm(eager_pass_times(model, example), final):
+            break
         restore(model)
         swap_in(model, choice, nvtx, left_to_pytorch(choice, calls, backward, per_module), backward, per_module)
     return model
