@@ -21,7 +21,8 @@ convolutions can give: ``(F - C + C_oracle) / F``, ``C`` being that policy's con
 total, is the least share of PyTorch's pass that a per-layer choice among these algorithms
 reaches, if the rest of the pass stays as it is and each layer takes in the pass what it takes
 alone. Beside it, ``seer / PyTorch``: the pass seer's eager policy ran, measured the same way.
-Writes ``oracle.csv`` (one row per network, batch and math) and ``oracle.md``.
+Writes ``oracle.csv`` (one row per network, batch and math) and ``oracle.md``; ``--plot`` draws
+the bound beside seer's pass per network.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import argparse
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -123,12 +125,39 @@ def markdown(table: pd.DataFrame, command: str) -> str:
     return "\n".join(parts)
 
 
+def plot(table: pd.DataFrame, path: Path) -> None:
+    """One panel per (batch, math), every algorithm: per network, the oracle's bound on the pass
+    and the pass seer's eager policy ran, as shares of PyTorch's pass in GPU time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = table[table["algorithms"] == "all"]
+    panels = sorted(rows.groupby(["batch", "math"]).groups)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 5.5), sharey=True, constrained_layout=True)
+    for ax, (batch, math) in zip(np.atleast_1d(axes), panels):
+        part = rows[(rows["batch"] == batch) & (rows["math"] == math)].sort_values("network")
+        y = np.arange(len(part))
+        ax.barh(y - 0.2, part["oracle_pass_bound"], height=0.4, label="oracle's bound")
+        ax.barh(y + 0.2, part["seer_pass_ratio"], height=0.4, label="seer's eager policy")
+        ax.axvline(1.0, color="k", lw=0.8)
+        ax.axvline(0.85, color="grey", lw=0.8, ls="--")
+        ax.set(title=f"batch {batch}, {math}", xlabel="pass GPU time / PyTorch's better policy",
+               yticks=y, yticklabels=part["network"], xlim=(0.5, 1.05))
+        ax.grid(axis="x", alpha=0.3)
+    np.atleast_1d(axes)[0].legend(loc="lower left", fontsize=8)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=Path, required=True, help="folder with layers/ and the GPU's dataset root")
     parser.add_argument("--gpu", default="h200")
     parser.add_argument("--passes", type=Path, help="seer profile-network's overall.csv for the same networks")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--plot", type=Path, help="PNG of the pass bound beside seer's pass per network (needs --passes)")
     args = parser.parse_args(argv)
     calls = layer_calls(args.runs / "layers")
     model = load_model(args.gpu)
@@ -149,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     result.to_csv(args.out / "oracle.csv", index=False, float_format="%.6g")
     command = "python benchmarks/network_oracle.py " + " ".join(argv if argv is not None else sys.argv[1:])
     text = markdown(result, command)
+    if args.plot is not None and args.passes is not None:
+        plot(result, args.plot)
     (args.out / "oracle.md").write_text(text)
     print(text)
     return 0
