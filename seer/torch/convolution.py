@@ -1591,8 +1591,8 @@ def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_s
     a GPU is first timed as it is (a few eager passes on random input): the picks are then
     weighed for the whole pass, host time against GPU time (:meth:`Predicted.decide_pass`),
     and a module all of whose layers stay PyTorch's is not swapped at all; the swapped model's
-    pass is then timed too, and unless it is faster, every layer keeps PyTorch's path
-    (:meth:`Predicted.confirm`). With
+    pass is then timed too, and unless it is faster, fewer picks are timed once more, and
+    failing that every layer keeps PyTorch's path (:meth:`Predicted.confirm`). With
     ``cuda_graphs`` (the model will run captured, by ``torch.cuda.graph`` or
     ``torch.compile(mode="reduce-overhead")``), the guard leaves out host time. With
     ``training``, the gradients too run seer's recommended backward-data and backward-filter
