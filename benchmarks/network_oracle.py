@@ -31,11 +31,11 @@ import argparse
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from guard import measured_times, per_layer  # noqa: E402  (the guard benchmark's own reading of the runs)
+from network_wall import bar_panels  # noqa: E402
 
 from seer.algorithms import algorithm_names  # noqa: E402
 from seer.dataset.build import read_measurements  # noqa: E402
@@ -127,28 +127,12 @@ def markdown(table: pd.DataFrame, command: str) -> str:
 
 def plot(table: pd.DataFrame, path: Path) -> None:
     """One panel per (batch, math), every algorithm: per network, the oracle's bound on the pass
-    and the pass seer's eager policy ran, as shares of PyTorch's pass in GPU time."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = table[table["algorithms"] == "all"]
-    panels = sorted(rows.groupby(["batch", "math"]).groups)
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 5.5), sharey=True, constrained_layout=True)
-    for ax, (batch, math) in zip(np.atleast_1d(axes), panels):
-        part = rows[(rows["batch"] == batch) & (rows["math"] == math)].sort_values("network")
-        y = np.arange(len(part))
-        ax.barh(y - 0.2, part["oracle_pass_bound"], height=0.4, label="oracle's bound")
-        ax.barh(y + 0.2, part["seer_pass_ratio"], height=0.4, label="seer's eager policy")
-        ax.axvline(1.0, color="k", lw=0.8)
-        ax.axvline(0.85, color="grey", lw=0.8, ls="--")
-        ax.set(title=f"batch {batch}, {math}", xlabel="pass GPU time / PyTorch's better policy",
-               yticks=y, yticklabels=part["network"], xlim=(0.5, 1.05))
-        ax.grid(axis="x", alpha=0.3)
-    np.atleast_1d(axes)[0].legend(loc="lower left", fontsize=8)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    and the pass seer's eager policy ran, as shares of PyTorch's pass in GPU time, beside the
+    issue's 15% (:func:`network_wall.bar_panels`)."""
+    bar_panels(table[table["algorithms"] == "all"],
+               {"oracle's bound": "oracle_pass_bound", "seer's eager policy": "seer_pass_ratio"}, path,
+               "pass GPU time / PyTorch's better policy", (0.5, 1.05),
+               marks=((1.0, {}), (0.85, {"color": "grey", "ls": "--"})), legend="lower left")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -135,32 +135,44 @@ def ceiling(overall: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def plot(overall: pd.DataFrame, path: Path, unit: str = "pass") -> None:
-    """One panel per (batch, math): seer's time over PyTorch's better policy per network, eager
-    and captured in a CUDA graph, with the spread of the eager windows as an error bar."""
+def bar_panels(frame: pd.DataFrame, bars: dict[str, str], path: Path, xlabel: str, xlim: tuple[float, float],
+               marks: tuple[tuple[float, dict], ...] = ((1.0, {}),), errors: dict[str, str] | None = None,
+               legend: str = "lower right") -> None:
+    """One panel per (batch, math) of ``frame``: per network, a horizontal bar for each of ``bars``
+    (legend label -> column), a vertical line at each of ``marks`` (x, line style beside black),
+    and, for the bars named in ``errors``, that column as an error bar."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    panels = sorted(frame.groupby(["batch", "math"]).groups)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 5.5), sharey=True, constrained_layout=True)
+    offsets = (-0.2, 0.2)
+    for ax, (batch, math) in zip(np.atleast_1d(axes), panels):
+        part = frame[(frame["batch"] == batch) & (frame["math"] == math)].sort_values("network")
+        y = np.arange(len(part))
+        for offset, (label, column) in zip(offsets, bars.items()):
+            error = (errors or {}).get(label)
+            extra = {"xerr": part[error] if error in part else None, "error_kw": {"lw": 0.8}} if error else {}
+            ax.barh(y + offset, part[column], height=0.4, label=label, **extra)
+        for x, style in marks:
+            ax.axvline(x, **{"color": "k", "lw": 0.8, **style})
+        ax.set(title=f"batch {batch}, {math}", xlabel=xlabel, yticks=y, yticklabels=part["network"], xlim=xlim)
+        ax.grid(axis="x", alpha=0.3)
+    np.atleast_1d(axes)[0].legend(loc=legend, fontsize=8)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot(overall: pd.DataFrame, path: Path, unit: str = "pass") -> None:
+    """seer's time over PyTorch's better policy per network, eager and captured in a CUDA graph,
+    with the spread of the eager windows as an error bar (:func:`bar_panels`)."""
     eager, graph = comparison(overall, "eager_ms"), comparison(overall, "graph_ms")
     keys = ["network", "batch", "math"]
     both = eager.merge(graph[[*keys, "seer_ratio"]], on=keys, suffixes=("_eager", "_graph"))
-    panels = sorted(both.groupby(["batch", "math"]).groups)
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 5.5), sharey=True, constrained_layout=True)
-    for ax, (batch, math) in zip(np.atleast_1d(axes), panels):
-        part = both[(both["batch"] == batch) & (both["math"] == math)].sort_values("network")
-        y = np.arange(len(part))
-        ax.barh(y - 0.2, part["seer_ratio_eager"], height=0.4, label="eager",
-                xerr=part["spread"] if "spread" in part else None, error_kw={"lw": 0.8})
-        ax.barh(y + 0.2, part["seer_ratio_graph"], height=0.4, label="CUDA graph")
-        ax.axvline(1.0, color="k", lw=0.8)
-        ax.set(title=f"batch {batch}, {math}", xlabel=f"seer / PyTorch's better policy (wall time per {unit})",
-               yticks=y, yticklabels=part["network"], xlim=(0.5, 1.5))
-        ax.grid(axis="x", alpha=0.3)
-    np.atleast_1d(axes)[0].legend(loc="lower right", fontsize=8)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    bar_panels(both, {"eager": "seer_ratio_eager", "CUDA graph": "seer_ratio_graph"}, path,
+               f"seer / PyTorch's better policy (wall time per {unit})", (0.5, 1.5), errors={"eager": "spread"})
 
 
 def main(argv=None) -> int:
