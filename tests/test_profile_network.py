@@ -345,3 +345,17 @@ def test_tables_only_needs_no_model_or_inputs(tmp_path):
     rebuilt = pd.read_csv(folder / "overall.csv")
     committed = pd.read_csv(RESULTS / "h200-network-compiled-no-layout-opt" / "overall.csv")
     pd.testing.assert_frame_equal(rebuilt, committed)
+
+
+def test_the_network_oracle_benchmark_gives_the_committed_totals_and_bound(tmp_path):
+    """benchmarks/network_oracle.py on its committed runs: the same totals, and the bound the docs quote."""
+    oracle = benchmark_module("network_oracle")
+    runs = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "h200-network-oracle"
+    assert oracle.main(["--runs", str(runs), "--gpu", "h200", "--passes",
+                        str(runs.parent / "h200-network-wall-quiet" / "overall.csv"), "--out", str(tmp_path)]) == 0
+    got, committed = pd.read_csv(tmp_path / "oracle.csv"), pd.read_csv(runs / "oracle.csv")
+    pd.testing.assert_frame_equal(got, committed)
+    b32 = got[(got["batch"] == 32) & (got["math"] == "fma") & (got["algorithms"] == "all")]
+    assert len(b32) == 15 and (b32["untimed_calls"] == 0).all()
+    assert round(b32["oracle_pass_bound"].median(), 3) == 0.853
+    assert (b32["oracle_ms"] <= b32[["pytorch_ms", "seer_ms", "seer_unguarded_ms"]].min(axis=1) + 1e-9).all()
