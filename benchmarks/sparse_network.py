@@ -78,7 +78,7 @@ def window_medians(runs: dict, windows: int, passes: int) -> dict[str, float]:
     replay), the median over ``windows`` windows of ``passes`` back-to-back calls that take turns."""
     import torch
 
-    from seer.networks.profile_network import window_ms
+    from seer.torch.convolution import window_ms
 
     samples: dict[str, list[float]] = {name: [] for name in runs}
     with torch.no_grad():
@@ -87,7 +87,7 @@ def window_medians(runs: dict, windows: int, passes: int) -> dict[str, float]:
                 run()
         for _ in range(windows):
             for name, run in runs.items():
-                samples[name].append(window_ms(torch, run, passes))
+                samples[name].append(window_ms(run, passes))
     return {name: median(v) for name, v in samples.items()}
 
 

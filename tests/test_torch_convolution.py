@@ -393,6 +393,14 @@ def test_the_picks_of_an_eager_pass_stay_only_where_the_swapped_pass_measures_fa
         assert not choice.picked() and {choice.algorithm(layer) for layer in guesses} == {None}
         assert set(choice.guarded) == set(guesses)  # each says what it gave up
         assert weighed_fields(choice)["confirmed_wall_ms"] == wall_ms
+    # Timed taking turns with PyTorch's pass, the ratio of the two decides, whatever the wall time
+    # measured minutes after the weighing says (the host drifts), and the record keeps it.
+    choice = decided()
+    assert choice.confirm(PassTimes(5.4, 20.5, 17.0), ratio=CONFIRM_SHARE)
+    assert choice.picked() and weighed_fields(choice)["confirmed_ratio"] == CONFIRM_SHARE
+    choice = decided()
+    assert not choice.confirm(PassTimes(5.4, 15.0, 17.0), ratio=1.02) and not choice.picked()
+    assert weighed_fields(choice)["confirmed_ratio"] == 1.02
     # A pass not weighed (the picks decided layer by layer) has nothing to confirm against.
     unweighed = Predicted(load_model("h200", math="fma"), "fma")
     assert not unweighed.picked() and unweighed.confirm(PassTimes(1.0, 2.0)) and unweighed.weighed is None
@@ -425,6 +433,10 @@ def test_picks_turned_down_are_weighed_again_at_the_host_cost_the_measurement_sh
     assert not choice.confirm(PassTimes(21.0, 21.0, 17.5), final=False)
     assert (choice.algorithm(cheap), choice.algorithm(dear)) == ("IMPLICIT_GEMM", None) and choice.picked()
     assert choice.confirm(PassTimes(18.2, 18.5, 18.0))  # timed again: the cheap pick stays
+    # The same from a ratio of the two passes timed taking turns: 1.05 of the weighed 20 ms is 21 ms.
+    choice = decided()
+    assert not choice.confirm(PassTimes(15.0, 20.0, 17.5), final=False, ratio=1.05)
+    assert (choice.algorithm(cheap), choice.algorithm(dear)) == ("IMPLICIT_GEMM", None)
     # Timed again and still slower: every layer goes back to PyTorch's path.
     choice = decided()
     assert not choice.confirm(PassTimes(21.0, 21.0, 17.5), final=False)

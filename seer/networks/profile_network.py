@@ -373,7 +373,7 @@ class NetworkProfiler:
         the pass under PyTorch's default policy timed on ``x``, and keeps them only where the
         swapped pass times faster there (``swap_in_confirmed``)."""
         from seer.torch.convolution import (Predicted, decide_step, eager_pass_times, eager_step_times, force,
-                                           swap_in_confirmed)
+                                           seer_convolutions, swap_in_confirmed)
 
         if policy in SEER_POLICIES:
             training = job.step == "training"
@@ -395,9 +395,12 @@ class NetworkProfiler:
                     with self._flags(job, "heuristic"):
                         decide_step(choice, backward, shapes, eager_step_times(model, x))
             # As seer.torch.apply does: modules the guard leaves to PyTorch stay PyTorch's, and the
-            # eager policy's picks stay only if the swapped pass is faster (timed under its own flags).
+            # eager policy's picks stay only if the swapped pass is faster (timed under its own flags,
+            # as a user runs it: without an NVTX range per call, which the traced passes then get).
             with self._flags(job, policy):
-                swap_in_confirmed(model, choice, layers, confirm_on, nvtx=True, backward=backward or (None, None))
+                swap_in_confirmed(model, choice, layers, confirm_on, backward=backward or (None, None))
+            for module in seer_convolutions(model).values():
+                module.set_nvtx(True)
             if training:
                 self._pick_counts[policy] = {**pick_counts(choice, backward, layers), **weighed_fields(choice)}
         elif policy not in PYTORCH_POLICIES:
@@ -413,7 +416,7 @@ class NetworkProfiler:
         swaps modules runs on its own copy of the model, swapped once, as a user's would be."""
         import copy
 
-        from seer.torch.convolution import seer_convolutions
+        from seer.torch.convolution import seer_convolutions, window_ms
 
         torch = self.torch
         walls = {p: {"eager_ms": None, "graph_ms": None} for p in policies}
@@ -433,7 +436,7 @@ class NetworkProfiler:
                         models[policy] = copy.deepcopy(model)
                         self._set_policy(models[policy], x, job, policy, layers)  # its flags: self._flags
                         for m in seer_convolutions(models[policy]).values():
-                            m.seer_nvtx = False  # as a user runs it: no NVTX range per convolution
+                            m.set_nvtx(False)  # as a user runs it: no NVTX range per convolution
                     forward = steps[policy] = run(models[policy], x)
                     with self._flags(job, policy):
                         one = _pass_seconds(torch, forward)
@@ -448,9 +451,9 @@ class NetworkProfiler:
                 for _ in range(WALL_ROUNDS):
                     for policy in live:
                         with self._flags(job, policy):
-                            eager[policy].append(window_ms(torch, steps[policy], passes))
+                            eager[policy].append(window_ms(steps[policy], passes))
                             if graphs.get(policy) is not None:
-                                replays[policy].append(window_ms(torch, graphs[policy].replay, passes))
+                                replays[policy].append(window_ms(graphs[policy].replay, passes))
             except Exception as exc:  # noqa: BLE001 - the passes' records say why; burst times go on
                 for policy in live:
                     walls[policy]["wall_error"] = _why(exc)
@@ -496,6 +499,7 @@ class NetworkProfiler:
                   "forward_std_ms": float(np.std(times, ddof=1)), "forward_reps": int(len(times))}
         if policy in self._choices:
             passes["guarded_layers"] = len(self._choices[policy].guarded)
+            passes.update(pick_counts(self._choices[policy], (), layers))
             passes.update(weighed_fields(self._choices[policy]))
         frame = pd.DataFrame(rows)
         if len(frame):
@@ -635,17 +639,6 @@ def _pass_seconds(torch, forward: Callable[[], object]) -> float:
     return max(time.perf_counter() - started, 1e-6)
 
 
-def window_ms(torch, forward: Callable[[], object], passes: int) -> float:
-    """Plain wall time (ms) per pass of ``passes`` back-to-back passes, host time included,
-    as a user runs them: synchronize, the passes, synchronize."""
-    torch.cuda.synchronize()
-    started = time.perf_counter()
-    for _ in range(passes):
-        forward()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - started) / passes * 1e3
-
-
 def compiled_wall(torch, model, x, passes: int, mode: str = COMPILE_MODES[0], *,
                   layout_optimization: bool = True) -> dict:
     """``model`` under ``torch.compile(mode=mode)`` (without inductor's layout optimisation:
@@ -655,6 +648,8 @@ def compiled_wall(torch, model, x, passes: int, mode: str = COMPILE_MODES[0], *,
     against dynamo's recompile limit, and timed after the others' turns: replays of
     captured passes repeat within a fraction of a percent, so they need no turns (without CUDA
     graphs, the spread of the windows says how far the host moved)."""
+    from seer.torch.convolution import window_ms
+
     torch.compiler.reset()
     try:
         if layout_optimization:
@@ -670,7 +665,7 @@ def compiled_wall(torch, model, x, passes: int, mode: str = COMPILE_MODES[0], *,
         compile_s = time.perf_counter() - started
         for _ in range(3):  # inductor's CUDA graphs are recorded on the calls after the first
             compiled(x)
-        windows = [window_ms(torch, lambda: compiled(x), passes) for _ in range(WALL_ROUNDS)]
+        windows = [window_ms(lambda: compiled(x), passes) for _ in range(WALL_ROUNDS)]
     except Exception as exc:  # noqa: BLE001 - recorded with the pass; the other timings stand
         torch.cuda.synchronize()
         return {"compiled_error": _why(exc), "compile_mode": mode, "layout_optimization": layout_optimization}
@@ -685,11 +680,14 @@ def weighed_fields(choice) -> dict[str, float]:
     ``weighed_host_ms``, ``weighed_wall_ms`` and ``weighed_gpu_ms`` (the eager pass or step
     under PyTorch's convolutions, ``seer.torch.convolution.PassTimes``), and the eager pass with
     the picks that confirmed or turned them down, as ``confirmed_host_ms``, ``confirmed_wall_ms``
-    and ``confirmed_gpu_ms``; none of either where not timed."""
+    and ``confirmed_gpu_ms``, with ``confirmed_ratio`` (its wall time over PyTorch's, the two
+    timed taking turns); none of either where not timed."""
     fields = {}
     for prefix, times in (("weighed", choice.weighed), ("confirmed", choice.confirmed)):
         if times is not None:
             fields.update({f"{prefix}_{name}": float(value) for name, value in times._asdict().items()})
+    if getattr(choice, "confirmed_ratio", None) is not None:
+        fields["confirmed_ratio"] = float(choice.confirmed_ratio)
     return fields
 
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 import threading
 import warnings
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -104,8 +104,13 @@ class Fixed(Choice):
 #: and :data:`GUARD_LAUNCH_MS` per kernel launched beyond the first
 #: (:attr:`seer.algorithms.Algorithm.launches`: some algorithms loop over a layer's groups).
 #: PyTorch's own call is taken to launch one kernel: which engine PyTorch runs, and so how
-#: many kernels, cannot be told before it runs, and the guard errs toward PyTorch. All measured
-#: on the H100 machine by benchmarks/host_cost.py (benchmarks/results/h100-host-cost.json).
+#: many kernels, cannot be told before it runs, and the guard errs toward PyTorch. PyTorch's
+#: figure was measured on the H100 machine by benchmarks/host_cost.py
+#: (benchmarks/results/h100-host-cost.json); seer's are what a swapped call adds to the host
+#: time of a whole pass on the H200 machine (benchmarks/network_host_cost.py, every algorithm
+#: forced on three networks, benchmarks/results/h200-network-host-cost/): inside a network a
+#: call costs more than called alone in a loop, the more the more kernels it launches, and
+#: slows the modules around it (FFT_TILING: about 100 us in passes, 46 us alone).
 #: On the GPU the rule is ``seer predict``'s (:mod:`seer.predict.guard`): a pick replaces
 #: PyTorch's convolution only where its predicted time x e^margin (its layer kind's calibrated
 #: margin) lies below PyTorch's own choice's predicted time; with a model calibrated before the
@@ -113,9 +118,9 @@ class Fixed(Choice):
 #: choice's. The sparse kernels' guard compares the intervals (:class:`SparseInput`). A model run captured in CUDA graphs has no host time per
 #: call (``seer.torch.apply(..., cuda_graphs=True)``); ``guard=False`` turns the guard off.
 GUARD_PYTORCH_HOST_MS = 0.03
-GUARD_HOST_MS = 0.01
-GUARD_LEGACY_HOST_MS = 0.03
-GUARD_LAUNCH_MS = 0.0055
+GUARD_HOST_MS = 0.015
+GUARD_LEGACY_HOST_MS = 0.075
+GUARD_LAUNCH_MS = 0.013
 #: One of seer's sparse kernels (:class:`SparseInput`) costs this much more host time per call
 #: than PyTorch's: CuPy arrays over PyTorch's tensors, the lists' buffers (from PyTorch's
 #: allocator), and its launches; the median over three layers on the H200 machine
@@ -141,12 +146,17 @@ GUARD_BACKWARD_HOST_MS = 0.25
 #: (benchmarks/results/h200-network-wall-ratio-guard/, forward_ms over eager_ms).
 GPU_BOUND_SHARE = 0.9
 #: The eager pass with the picks :meth:`Predicted.decide_pass` took must measure at most this
-#: share of the pass they were weighed against, or every layer goes back to PyTorch's path
-#: (:meth:`Predicted.confirm`). The guard's per-call host costs were measured on one machine; on
-#: quiet H200 hosts, swapped calls cost 80-120 us more each, not 10-43, and passes judged GPU-bound
-#: became host-bound and up to 27% slower (benchmarks/results/h200-network-wall-quiet/). Below
+#: share of PyTorch's pass, or every layer goes back to PyTorch's path (:meth:`Predicted.confirm`).
+#: The guard's per-call host costs are a model, and passes judged GPU-bound became host-bound
+#: and up to 27% slower on quiet H200 hosts (benchmarks/results/h200-network-wall-quiet/). Below
 #: 1, so that timing noise rarely keeps a pick that loses.
 CONFIRM_SHARE = 0.99
+#: The two passes are timed taking turns (:func:`paired_ratio`): :data:`CONFIRM_ROUNDS` rounds of
+#: a window of each, of at least :data:`CONFIRM_WINDOW_MS` ms, and the median of the rounds'
+#: ratios is taken. Measured minutes apart instead, the host's drift on lent H200 machines
+#: passed picks that then measured 4% slower (benchmarks/results/h200-network-wall-confirm-unpaired/).
+CONFIRM_ROUNDS = 5
+CONFIRM_WINDOW_MS = 50.0
 
 
 @dataclass(frozen=True)
@@ -217,6 +227,7 @@ class Predicted(Choice):
         self._decided: dict[ConvShape, str | None] = {}
         self.weighed: PassTimes | None = None  # the eager pass (or step) the picks were weighed against
         self.confirmed: PassTimes | None = None  # the eager pass with the picks (confirm), where timed
+        self.confirmed_ratio: float | None = None  # its wall time over PyTorch's, timed taking turns
         # decide_pass's candidates: (layer, GPU ms gained, host ms added) per layer weighed
         self._candidates: list[tuple[ConvShape, float, float]] = []
 
@@ -290,19 +301,24 @@ class Predicted(Choice):
         """Whether any layer decided so far runs its pick (not PyTorch's path)."""
         return any(pick is not None for pick in self._decided.values())
 
-    def confirm(self, times: PassTimes, final: bool = True) -> bool:
+    def confirm(self, times: PassTimes, final: bool = True, ratio: float | None = None) -> bool:
         """Keep the picks :meth:`decide_pass` took only where the eager pass with them (``times``,
-        recorded as ``confirmed``) takes at most :data:`CONFIRM_SHARE` of the wall time of the
-        pass they were weighed against. The host costs the weighing counts are a model; this is
-        the measurement. Else, unless ``final``, the picks are weighed again at the host cost
-        per pick that the measurement implies (:meth:`_fewer_picks`), and where fewer of them
+        recorded as ``confirmed``) takes at most :data:`CONFIRM_SHARE` of PyTorch's: ``ratio``,
+        the two timed taking turns (:func:`paired_ratio`), else the wall time of the pass they
+        were weighed against. The host costs the weighing counts are a model; this is the
+        measurement. Else, unless ``final``, the picks are weighed again at the host cost per
+        pick that the measurement implies (:meth:`_fewer_picks`), and where fewer of them
         would still shorten the pass, only those stay, to be timed again; otherwise every
         layer goes back to PyTorch's path (recorded in ``guarded``). Returns whether the picks
         stay as they were."""
-        self.confirmed = times
-        if self.weighed is None or times.wall_ms <= CONFIRM_SHARE * self.weighed.wall_ms:
+        self.confirmed, self.confirmed_ratio = times, ratio
+        if self.weighed is None:
             return True
-        fewer = None if final else self._fewer_picks(times.wall_ms)
+        if ratio is None:
+            ratio = times.wall_ms / self.weighed.wall_ms
+        if ratio <= CONFIRM_SHARE:
+            return True
+        fewer = None if final else self._fewer_picks(ratio * self.weighed.wall_ms)
         weighed = {layer for layer, _, _ in self._candidates}
         for layer, pick in list(self._decided.items()):
             if pick is not None and (fewer is None or (layer in weighed and layer not in fewer)):
@@ -578,6 +594,42 @@ def pass_gpu_ms(call, wall_ms: float, device: torch.device) -> float:
         torch.cuda.synchronize()
         return float("nan")
     return float(np.median(times))
+
+
+def window_ms(call, passes: int) -> float:
+    """Plain wall time (ms) per call of ``passes`` back-to-back ``call``s, host time included, as
+    a user runs them: synchronize, the calls, synchronize."""
+    from time import perf_counter
+
+    torch.cuda.synchronize()
+    started = perf_counter()
+    for _ in range(passes):
+        call()
+    torch.cuda.synchronize()
+    return (perf_counter() - started) / passes * 1e3
+
+
+def paired_ratio(model: nn.Module, example: torch.Tensor, swap: Callable[[], object], wall_ms: float,
+                 rounds: int = CONFIRM_ROUNDS) -> float:
+    """The eager forward pass of ``model`` on ``example`` with seer's convolutions (``swap`` puts
+    them in) over the pass with PyTorch's own (:func:`restore`): the median over ``rounds``
+    rounds of the ratio of a window of each (enough passes of about ``wall_ms`` to fill
+    :data:`CONFIRM_WINDOW_MS`), taking turns, so that the host's drift falls on both alike.
+    Each window follows a warm-up pass. ``model`` ends swapped."""
+    from math import ceil
+    from statistics import median
+
+    passes = max(2, ceil(CONFIRM_WINDOW_MS / max(wall_ms, 1e-3)))
+    ratios = []
+    with torch.no_grad():
+        for _ in range(rounds):
+            restore(model)
+            model(example)
+            plain = window_ms(lambda: model(example), passes)
+            swap()
+            model(example)
+            ratios.append(window_ms(lambda: model(example), passes) / plain)
+    return median(ratios)
 
 
 def eager_pass_times(model: nn.Module, example: torch.Tensor, passes: int = 10) -> PassTimes:
@@ -1238,6 +1290,12 @@ class _SeerConv:
     def last_algorithm(self) -> str | None:
         return self._last[0]
 
+    def set_nvtx(self, on: bool) -> None:
+        """Make each later call an NVTX range (``on``) or not. The fast path, which has no
+        range, is kept only for calls without one, so its runners are forgotten."""
+        self.seer_nvtx = on
+        self._fast = {}
+
     def to_conv(self) -> nn.Module:
         """The plain ``nn.Conv*`` module with this one's configuration and parameters."""
         return _configured_like(_BASES[type(self)], self)
@@ -1521,15 +1579,22 @@ def swap_in_confirmed(model: nn.Module, choice: Predicted, calls: pd.DataFrame, 
                       per_module: Mapping[str, Choice] | None = None) -> nn.Module:
     """:func:`swap_in` with the modules :func:`left_to_pytorch` names kept. Given ``example``
     (the input ``choice``'s eager forward pass was weighed on, :meth:`Predicted.decide_pass`),
-    the swapped model's eager pass is timed there and, where :meth:`Predicted.confirm` turns the
-    picks down, the swap is undone and done again with what it leaves: fewer picks, timed once
-    more, or every layer of ``choice`` left to PyTorch (``per_module``'s own choices stay)."""
-    swap_in(model, choice, nvtx, left_to_pytorch(choice, calls, backward, per_module), backward, per_module)
+    the swapped model's eager pass is timed there, taking turns with PyTorch's (:func:`paired_ratio`),
+    and, where :meth:`Predicted.confirm` turns the picks down, the swap is undone and done again
+    with what it leaves: fewer picks, timed once more, or every layer of ``choice`` left to
+    PyTorch (``per_module``'s own choices stay)."""
+    def swap() -> None:
+        swap_in(model, choice, nvtx, left_to_pytorch(choice, calls, backward, per_module), backward, per_module)
+
+    swap()
     for final in (False, True):
-        if example is None or not choice.picked() or choice.confirm(eager_pass_times(model, example), final):
+        if example is None or not choice.picked() or choice.weighed is None:
+            break
+        ratio = paired_ratio(model, example, swap, choice.weighed.wall_ms)
+        if choice.confirm(eager_pass_times(model, example), final, ratio):
             break
         restore(model)
-        swap_in(model, choice, nvtx, left_to_pytorch(choice, calls, backward, per_module), backward, per_module)
+        swap()
     return model
 
 
