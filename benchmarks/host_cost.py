@@ -13,6 +13,13 @@ The host time of one more kernel launch is measured on a grouped layer, on which
 IMPLICIT_GEMM launches a kernel per group (the slope of host time against the groups), and
 what the legacy call (GEMM) costs beyond PyTorch's module on a grouped layer of ResNeXt-50.
 
+    python benchmarks/host_cost.py --layers densenet121-b32.csv --out benchmarks/results/h200-layer-host-cost.json
+
+times every algorithm (``--algos``) forced on each distinct layer of a layer file (a network's,
+from ``seer network NAME --layers-out``) against PyTorch's module on the same input, beside what
+the guard counts for it (``extra_host_ms``): the per-call costs, layer by layer, that
+``seer.torch.apply`` weighs.
+
     python benchmarks/host_cost.py --sparse --out benchmarks/results/h200-sparse-host-cost.json
 
 times instead what seer's sparse kernel (``SEER_SPARSE_GATHER``, through CuPy) costs the host
@@ -210,6 +217,61 @@ def sparse_cost(torch, math: str, calls: int, reps: int, sparsity: float = 0.99)
     return rows, statistics.median(extra)
 
 
+#: The algorithms ``--layers`` forces by default: every forward algorithm seer.torch can run.
+LAYER_ALGOS = ("IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "FFT", "FFT_TILING", "WINOGRAD",
+               "WINOGRAD_NONFUSED", "SEER_IMPLICIT_GEMM", "SEER_IMPLICIT_GEMM_SPLITK")
+
+
+def layer_costs(torch, layers, algos, math: str, calls: int, reps: int) -> list[dict]:
+    """Per distinct layer of ``layers`` (ConvShapes): PyTorch's module, and each of ``algos``
+    forced on it (those that run it), in host microseconds per call, with the extra host time
+    the guard counts for the algorithm there (``model_extra_us``)."""
+    from seer.gpu.cudnn import CudnnError
+    from seer.torch.convolution import extra_host_ms
+
+    rows = []
+    for number, shape in enumerate(dict.fromkeys(layers)):
+        x = torch.randn(shape.input_dims, device="cuda")
+        conv = _conv_module(torch, shape)
+        module_us = host_us(torch, lambda: conv(x), calls, reps)
+        label = str(shape)
+        rows.append({"layer": label, "way": "nn.Conv module", "host_us": round(module_us, 2)})
+        for algo in algos:
+            try:
+                module, path = _forced(torch, shape, algo, math, x)
+            except (CudnnError, RuntimeError) as exc:
+                rows.append({"layer": label, "way": algo, "error": str(exc)[:200]})
+                continue
+            if not module.paths:  # PyTorch's fallback: the algorithm cannot run the layer
+                continue
+            us = host_us(torch, lambda: module(x), calls, reps)
+            rows.append({"layer": label, "way": algo, "path": path, "host_us": round(us, 2),
+                         "extra_us": round(us - module_us, 2),
+                         "model_extra_us": round(1e3 * extra_host_ms(algo, shape, math), 2)})
+        torch.cuda.empty_cache()
+        print(f"layer {number + 1}: {label}: module {module_us:.1f} us; "
+              + ", ".join(f"{r['way']} {r['extra_us']:+.1f}" for r in rows if r["layer"] == label and "extra_us" in r),
+              flush=True)
+    return rows
+
+
+def summarize_layers(rows: list[dict]) -> dict:
+    """Per algorithm: layers run, median and 90th percentile of the measured extra host us, and
+    the median the guard counts."""
+    import statistics
+
+    out = {}
+    for algo in dict.fromkeys(r["way"] for r in rows if "extra_us" in r):
+        extra = sorted(r["extra_us"] for r in rows if r["way"] == algo and "extra_us" in r)
+        model = [r["model_extra_us"] for r in rows if r["way"] == algo and "extra_us" in r]
+        out[algo] = {"layers": len(extra), "extra_us_median": round(statistics.median(extra), 2),
+                     "extra_us_p90": round(extra[int(0.9 * (len(extra) - 1))], 2),
+                     "model_extra_us_median": round(statistics.median(model), 2)}
+    modules = [r["host_us"] for r in rows if r["way"] == "nn.Conv module"]
+    out["nn.Conv module"] = {"layers": len(modules), "host_us_median": round(statistics.median(modules), 2)}
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--algorithm", default="IMPLICIT_PRECOMP_GEMM")
@@ -219,6 +281,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--sparse", action="store_true",
                         help="time seer's sparse kernel against PyTorch's module instead (SPARSE_LAYERS)")
+    parser.add_argument("--layers", type=Path, help="time every algorithm on each distinct layer of this layer file")
+    parser.add_argument("--algos", default=",".join(LAYER_ALGOS), help="with --layers: the algorithms to force")
     args = parser.parse_args(argv)
 
     import torch
@@ -230,6 +294,17 @@ def main(argv=None) -> int:
             rows, extra = sparse_cost(torch, args.math, args.calls, args.reps)
         print(f"seer's sparse kernel beyond PyTorch's module: {extra:.1f} us per call")
         write_report(torch, args, command, sparsity=0.99, results=rows, sparse_extra_us=round(extra, 2))
+        return 0
+    if args.layers:
+        from seer.layers.files import read_layers
+
+        shapes = [ConvShape.from_mapping(r) for r in read_layers(args.layers).to_dict("records")]
+        with torch.no_grad():
+            rows = layer_costs(torch, shapes, args.algos.split(","), args.math, args.calls, args.reps)
+        summary = summarize_layers(rows)
+        for algo, figures in summary.items():
+            print(f"{algo:28s} {figures}")
+        write_report(torch, args, command, layers_file=args.layers.name, summary=summary, results=rows)
         return 0
     results = []
     with torch.no_grad():

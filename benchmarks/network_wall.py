@@ -48,6 +48,16 @@ def comparison(overall: pd.DataFrame, column: str, seer: str = "seer") -> pd.Dat
         spreads = ok.pivot_table(index=index, columns="policy", values=spread_column, aggfunc="last")
         spreads = spreads.reindex(columns=sorted({*spreads.columns, *PYTORCH}))
         table["spread"] = spreads[[seer, *PYTORCH]].max(axis=1).reindex(table.index)
+    forward = "bwd_data_picks" not in ok.columns  # a training step's picks are of three passes (steps.csv)
+    if forward and "fwd_picks" in ok.columns and ok.loc[ok["policy"] == seer, "fwd_picks"].notna().any():
+        # Calls of a forward pass that ran a seer pick; none: seer's model was PyTorch's own, and its ratio is noise.
+        rows = ok[ok["policy"] == seer].copy()
+        if "confirmed_wall_ms" in rows:
+            # Records from before fwd_picks was kept: profile-network confirms (times) every set of picks an
+            # eager pass was weighed for, so a weighed pass with none confirmed took none.
+            took_none = rows["fwd_picks"].isna() & rows["weighed_wall_ms"].notna() & rows["confirmed_wall_ms"].isna()
+            rows.loc[took_none, "fwd_picks"] = 0
+        table["seer_picks"] = rows.set_index(index)["fwd_picks"].groupby(level=index).last().reindex(table.index)
     return table.reset_index()
 
 
@@ -63,23 +73,31 @@ def summary(table: pd.DataFrame) -> dict:
             "median_ratio_largest_batch_fma": float(b32_fma["seer_ratio"].median()) if len(b32_fma) else np.nan,
             "networks_largest_batch_fma": int(len(b32_fma)),
             # The noise floor: PyTorch's two policies against each other (the same kernels on most layers).
-            "pytorch_apart_1pct": int((abs(table["heuristic"] / table["benchmark"] - 1) > 0.01).sum())}
+            "pytorch_apart_1pct": int((abs(table["heuristic"] / table["benchmark"] - 1) > 0.01).sum()),
+            **({"cases_with_picks": int((table["seer_picks"] > 0).sum()),
+                "slower_with_picks": int((slower & (table["seer_picks"] > 0)).sum())}
+               if "seer_picks" in table and table["seer_picks"].notna().all() else {})}
 
 
 def markdown(table: pd.DataFrame, title: str) -> str:
-    spread = "spread" in table
+    spread, picks = "spread" in table, "seer_picks" in table
     lines = [f"### {title}", "", "| network | batch | math | seer ms | heuristic ms | benchmark ms | seer / best |"
-             + (" spread |" if spread else ""), "|---|---|---|---|---|---|---|" + ("---|" if spread else "")]
+             + (" spread |" if spread else "") + (" picks |" if picks else ""),
+             "|---|---|---|---|---|---|---|" + ("---|" if spread else "") + ("---|" if picks else "")]
     for r in table.sort_values(["math", "batch", "network"]).itertuples(index=False):
         lines.append(f"| {r.network} | {r.batch} | {r.math} | {r.seer:.2f} | {r.heuristic:.2f} | {r.benchmark:.2f} "
-                     f"| {r.seer_ratio:.3f} |" + (f" {r.spread:.3f} |" if spread else ""))
+                     f"| {r.seer_ratio:.3f} |" + (f" {r.spread:.3f} |" if spread else "")
+                     + (f" {r.seer_picks:.0f} |" if picks else ""))
     s = summary(table)
     lines += ["", f"{s['cases']} cases; seer more than 1% slower than PyTorch's better policy in "
                   f"{s['slower_than_1pct']} (by more than the spread of the windows: {s['slower_beyond_spread']}; "
                   f"worst {s['worst_ratio']:.3f}); median ratio {s['median_ratio']:.3f}; "
                   f"largest batch, fma: median {s['median_ratio_largest_batch_fma']:.3f} over "
                   f"{s['networks_largest_batch_fma']} networks. PyTorch's two policies are more than 1% apart "
-                  f"in {s['pytorch_apart_1pct']}.", ""]
+                  f"in {s['pytorch_apart_1pct']}."
+              + (f" seer ran any pick in {s['cases_with_picks']} cases, more than 1% slower in "
+                 f"{s['slower_with_picks']} of them; in the others seer's model was PyTorch's own, so their "
+                 "ratios are noise." if "cases_with_picks" in s else ""), ""]
     return "\n".join(lines)
 
 
@@ -186,7 +204,7 @@ def main(argv=None) -> int:
     policies = set(overall["policy"])
 
     # steps.csv (profile-network --training) holds training steps, overall.csv forward passes.
-    unit = "training step" if "fwd_picks" in overall.columns else "pass"
+    unit = "training step" if "bwd_data_picks" in overall.columns else "pass"
     for column, title in (("eager_ms", f"Eager: plain wall time per {unit}, back to back"),
                           ("graph_ms", "Captured in a CUDA graph: wall time per replay"),
                           ("forward_ms", "GPU time per pass (bursts behind a spinning kernel; host cost hidden)")):

@@ -359,3 +359,28 @@ def test_the_network_oracle_benchmark_gives_the_committed_totals_and_bound(tmp_p
     assert len(b32) == 15 and (b32["untimed_calls"] == 0).all()
     assert round(b32["oracle_pass_bound"].median(), 3) == 0.853
     assert (b32["oracle_ms"] <= b32[["pytorch_ms", "seer_ms", "seer_unguarded_ms"]].min(axis=1) + 1e-9).all()
+
+
+def test_the_confirmed_eager_runs_are_what_their_records_say():
+    """benchmarks/results/h200-network-wall-confirmed (the picks confirmed by timing the swapped pass
+    taking turns with PyTorch's): rebuilt from the records and scored as the docs say. Every case
+    more than 1% slower ran no pick: seer's model there was PyTorch's own."""
+    committed, _ = _committed_profile("h200-network-wall-confirmed")
+    eager = WALL.comparison(committed, "eager_ms")
+    scored = WALL.summary(eager)
+    assert scored["cases"] == 60 and scored["slower_than_1pct"] == 15 and scored["slower_beyond_spread"] == 0
+    assert scored["cases_with_picks"] == 6 and scored["slower_with_picks"] == 0
+    assert round(scored["median_ratio_largest_batch_fma"], 3) == 0.991
+    picked = eager[eager["seer_picks"] > 0]
+    assert set(picked["network"]) == {"vgg16", "wide_resnet50_2", "resnet152", "resnet101", "resnet50", "googlenet"}
+    assert (picked["batch"] == 32).all() and (picked["math"] == "fma").all()
+    # DenseNet-121: picks weighed, timed 1.099 of PyTorch's pass taking turns, and all turned down.
+    densenet = committed[(committed["network"] == "densenet121") & (committed["batch"] == 32)
+                         & (committed["math"] == "fma") & (committed["policy"] == "seer")].iloc[0]
+    assert round(densenet["confirmed_ratio"], 3) == 1.099 and densenet["fwd_picks"] == 0
+
+
+def test_the_network_host_cost_summary_is_what_its_runs_say():
+    """benchmarks/network_host_cost.py --summary on its committed runs gives the committed table."""
+    folder = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "h200-network-host-cost"
+    assert benchmark_module("network_host_cost").summarize(folder) == (folder / "summary.md").read_text()
