@@ -167,8 +167,8 @@ def test_the_layout_is_read_from_input_and_weight_alike():
 
 def test_the_guard_keeps_pytorch_unless_the_pick_is_surely_faster():
     from seer.predict.persist import load_model
-    from seer.torch.convolution import (GUARD_HOST_MS, GUARD_LAUNCH_MS, GUARD_LEGACY_HOST_MS, GUARD_PYTORCH_HOST_MS,
-                                        LayerGuess, extra_host_ms, keeps_pick)
+    from seer.torch.convolution import (GUARD_DEPTHWISE_HOST_MS, GUARD_HOST_MS, GUARD_LAUNCH_MS, GUARD_LEGACY_HOST_MS,
+                                        GUARD_PYTORCH_HOST_MS, LayerGuess, extra_host_ms, keeps_pick)
 
     model = load_model("h100", math="fma")
     choice = Predicted(model, "fma")
@@ -197,6 +197,10 @@ def test_the_guard_keeps_pytorch_unless_the_pick_is_surely_faster():
     assert extra_host_ms("IMPLICIT_PRECOMP_GEMM", layer, "fma") == GUARD_HOST_MS
     assert extra_host_ms("GEMM", layer, "fma") == GUARD_LEGACY_HOST_MS
     assert extra_host_ms("WINOGRAD_NONFUSED", grouped, "fma") == GUARD_HOST_MS + GUARD_LAUNCH_MS * (4 * 30 - 1)
+    # On a depthwise layer PyTorch's own kernel costs the host less than its cuDNN calls: a pick costs more there.
+    depthwise = ConvShape.square(32, 96, 56, 96, 3, padding=1, groups=96)
+    assert extra_host_ms("IMPLICIT_PRECOMP_GEMM", depthwise, "fma") == GUARD_HOST_MS + GUARD_DEPTHWISE_HOST_MS
+    assert extra_host_ms("SEER_IMPLICIT_GEMM", depthwise, "fma") == GUARD_HOST_MS + GUARD_DEPTHWISE_HOST_MS
     gpu = LayerGuess("A", 0.05, 0.06, 0.5, 0.45)
     assert keeps_pick(gpu, "B", extra_ms=extra_host_ms("IMPLICIT_GEMM", layer, "fma"))
     assert not keeps_pick(gpu, "B", extra_ms=extra_host_ms("WINOGRAD_NONFUSED", grouped, "fma"))

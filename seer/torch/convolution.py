@@ -102,7 +102,8 @@ class Fixed(Choice):
 #: A seer convolution costs more (:func:`extra_host_ms`): :data:`GUARD_HOST_MS` through a graph
 #: plan or seer's own kernel, :data:`GUARD_LEGACY_HOST_MS` through cuDNN's legacy call (GEMM),
 #: and :data:`GUARD_LAUNCH_MS` per kernel launched beyond the first
-#: (:attr:`seer.algorithms.Algorithm.launches`: some algorithms loop over a layer's groups).
+#: (:attr:`seer.algorithms.Algorithm.launches`: some algorithms loop over a layer's groups), and
+#: :data:`GUARD_DEPTHWISE_HOST_MS` more on a depthwise layer.
 #: PyTorch's own call is taken to launch one kernel: which engine PyTorch runs, and so how
 #: many kernels, cannot be told before it runs, and the guard errs toward PyTorch. PyTorch's
 #: figure was measured on the H100 machine by benchmarks/host_cost.py
@@ -121,6 +122,11 @@ GUARD_PYTORCH_HOST_MS = 0.03
 GUARD_HOST_MS = 0.015
 GUARD_LEGACY_HOST_MS = 0.075
 GUARD_LAUNCH_MS = 0.013
+#: On a depthwise layer (``groups == in_ch > 1``) PyTorch runs fp32 through its own kernel, the
+#: bias inside, for less host time than its cuDNN calls take (median 21 against 38 us on
+#: EfficientNet-V2-S's layers), while a seer call costs the same on both (46 us): a pick there
+#: costs this much more (the H200 machine, benchmarks/results/h200-network-host-cost/).
+GUARD_DEPTHWISE_HOST_MS = 0.017
 #: One of seer's sparse kernels (:class:`SparseInput`) costs this much more host time per call
 #: than PyTorch's: CuPy arrays over PyTorch's tensors, the lists' buffers (from PyTorch's
 #: allocator), and its launches; the median over three layers on the H200 machine
@@ -714,6 +720,8 @@ def extra_host_ms(algorithm: str, layer: ConvShape, math: str) -> float:
         path = GUARD_BACKWARD_HOST_MS
     else:
         path = GUARD_LEGACY_HOST_MS if algo.source == "cudnn" and algo.engines is None else GUARD_HOST_MS
+        if layer.groups > 1 and layer.groups == layer.in_ch:
+            path += GUARD_DEPTHWISE_HOST_MS
     return path + GUARD_LAUNCH_MS * (algo.launches.of(layer, math) - 1)
 
 
