@@ -562,19 +562,13 @@ def _pass_times(call, repeats: int, device: torch.device) -> PassTimes:
     for _ in range(3):
         call()
     torch.cuda.synchronize()
-    hosts, walls = [], []
+    hosts = []
     for _ in range(5):
         started = perf_counter()
         call()
         hosts.append(perf_counter() - started)
         torch.cuda.synchronize()
-    for _ in range(3):
-        started = perf_counter()
-        for _ in range(repeats):
-            call()
-        torch.cuda.synchronize()
-        walls.append((perf_counter() - started) / repeats)
-    wall_ms = median(walls) * 1e3
+    wall_ms = median(window_ms(call, repeats) for _ in range(3))
     return PassTimes(median(hosts) * 1e3, wall_ms, pass_gpu_ms(call, wall_ms, device))
 
 
