@@ -37,7 +37,7 @@ class Launches:
         """Launches of one call on ``layer`` (a :class:`seer.layers.shapes.ConvShape`)."""
         if layer.groups == 1:
             return self.fma if math == "fma" else self.default
-        if layer.groups == layer.in_ch:
+        if layer.is_depthwise:
             per_group = self.depthwise
         else:
             per_group = self.grouped if math == "fma" or self.grouped_default is None else self.grouped_default

@@ -180,6 +180,11 @@ class ConvShape:
         return self.dims == 3
 
     @property
+    def is_depthwise(self) -> bool:
+        """One group per input channel (``groups == in_ch > 1``), as :data:`LAYER_KINDS` says."""
+        return self.groups > 1 and self.groups == self.in_ch
+
+    @property
     def out_d(self) -> int:
         return conv_out_width(self.in_d, self.kernel_d, self.stride_d, self.pad_d, self.dilation_d)
 

@@ -714,7 +714,7 @@ def extra_host_ms(algorithm: str, layer: ConvShape, math: str) -> float:
         path = GUARD_BACKWARD_HOST_MS
     else:
         path = GUARD_LEGACY_HOST_MS if algo.source == "cudnn" and algo.engines is None else GUARD_HOST_MS
-        if layer.groups > 1 and layer.groups == layer.in_ch:
+        if layer.is_depthwise:
             path += GUARD_DEPTHWISE_HOST_MS
     return path + GUARD_LAUNCH_MS * (algo.launches.of(layer, math) - 1)
 
