@@ -29,6 +29,12 @@ import pandas as pd
 PYTORCH = ("heuristic", "benchmark")
 
 
+def holds_steps(records: pd.DataFrame) -> bool:
+    """Whether ``records`` are training steps (steps.csv of profile-network --training, whose
+    picks are of three passes), not forward passes (overall.csv)."""
+    return "bwd_data_picks" in records.columns
+
+
 def comparison(overall: pd.DataFrame, column: str, seer: str = "seer") -> pd.DataFrame:
     """One row per (network, batch, math): ``column`` under each policy, and the ratio of seer's
     policy ``seer`` (``seer``, or ``seer-graph`` guarded for CUDA graphs) to the better of
@@ -48,8 +54,7 @@ def comparison(overall: pd.DataFrame, column: str, seer: str = "seer") -> pd.Dat
         spreads = ok.pivot_table(index=index, columns="policy", values=spread_column, aggfunc="last")
         spreads = spreads.reindex(columns=sorted({*spreads.columns, *PYTORCH}))
         table["spread"] = spreads[[seer, *PYTORCH]].max(axis=1).reindex(table.index)
-    forward = "bwd_data_picks" not in ok.columns  # a training step's picks are of three passes (steps.csv)
-    if forward and "fwd_picks" in ok.columns and ok.loc[ok["policy"] == seer, "fwd_picks"].notna().any():
+    if not holds_steps(ok) and "fwd_picks" in ok.columns and ok.loc[ok["policy"] == seer, "fwd_picks"].notna().any():
         # Calls of a forward pass that ran a seer pick; none: seer's model was PyTorch's own, and its ratio is noise.
         rows = ok[ok["policy"] == seer].copy()
         if "confirmed_wall_ms" in rows:
@@ -203,8 +208,7 @@ def main(argv=None) -> int:
     parts = []
     policies = set(overall["policy"])
 
-    # steps.csv (profile-network --training) holds training steps, overall.csv forward passes.
-    unit = "training step" if "bwd_data_picks" in overall.columns else "pass"
+    unit = "training step" if holds_steps(overall) else "pass"
     for column, title in (("eager_ms", f"Eager: plain wall time per {unit}, back to back"),
                           ("graph_ms", "Captured in a CUDA graph: wall time per replay"),
                           ("forward_ms", "GPU time per pass (bursts behind a spinning kernel; host cost hidden)")):
