@@ -374,11 +374,11 @@ def _device_taps(shape: ConvShape, layout: str, device: int):
 def _cu_launch_kernel():
     """The CUDA driver's ``cuLaunchKernel`` through ctypes: a launch with arguments prepared
     once costs a few microseconds of host time, where CuPy's kernel call converts every
-    argument per call."""
+    argument per call. No ``argtypes``: every argument is passed as a ctypes object made
+    once (:class:`Launch`), which spares ctypes a conversion per argument and call."""
     import ctypes
 
     launch = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
-    launch.argtypes = [ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
     launch.restype = ctypes.c_int
     return launch
 
@@ -409,16 +409,21 @@ class Launch:
             if algo != "SEER_DIRECT":
                 self._taps = _device_taps(shape, layout, device)
                 self._arguments += [ctypes.c_uint64(self._taps.data.ptr), ctypes.c_int32(self.plan.tiles_per_split)]
-        self._parameters = (ctypes.c_void_p * len(self._arguments))(*map(ctypes.addressof, self._arguments))
+        parameters = (ctypes.c_void_p * len(self._arguments))(*map(ctypes.addressof, self._arguments))
         grid, block = tuple(self.plan.grid), (self.plan.block,)
-        self._dims = (*grid, *(1,) * (3 - len(grid)), *block, 1, 1)
+        dims = (*grid, *(1,) * (3 - len(grid)), *block, 1, 1, 0)  # grid, block, shared memory bytes
+        self._stream = ctypes.c_void_p()
+        # cuLaunchKernel's arguments, but the stream's value, made once.
+        self._launch_arguments = (ctypes.c_void_p(self._function), *map(ctypes.c_uint, dims), self._stream,
+                                  parameters, ctypes.c_void_p())
         self.zero_output = self.plan.splits > 1
 
     def enqueue(self, x_ptr: int, w_ptr: int, y_ptr: int, stream: int) -> None:
         """Launch on ``stream`` (a CUstream/cudaStream_t handle) of this device's context."""
         x, w, y = self._pointers
         x.value, w.value, y.value = x_ptr, w_ptr, y_ptr
-        status = _cu_launch_kernel()(self._function, *self._dims, 0, stream, self._parameters, None)
+        self._stream.value = stream
+        status = _cu_launch_kernel()(*self._launch_arguments)
         if status:
             raise RuntimeError(f"seer: cuLaunchKernel of {self.plan.kernel} failed with CUDA error {status}")
 

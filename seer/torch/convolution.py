@@ -807,7 +807,7 @@ class _GraphRunner(_Runner):
 
     def launch(self, x, w, y) -> None:
         state = self.state
-        stream = torch.cuda.current_stream(self.device).cuda_stream
+        stream = torch.cuda.current_stream(self.device_index).cuda_stream
         if stream != state.graph_stream:
             state.frontend.set_stream(state.graph_handle, stream)
             state.graph_stream = stream
@@ -825,7 +825,7 @@ class _LegacyRunner(_Runner):
         self.workspace_bytes = self.problem.workspace_size(self.algo)
 
     def launch(self, x, w, y) -> None:
-        stream = torch.cuda.current_stream(self.device).cuda_stream
+        stream = torch.cuda.current_stream(self.device_index).cuda_stream
         self.state.legacy_handle.set_stream(stream)
         size = self.workspace_bytes
         workspace = self.state.workspace(stream, size) if size else 0
@@ -843,7 +843,7 @@ class _OwnRunner(_Runner):
         self.zero_output = self._launch.zero_output
 
     def launch(self, x, w, y) -> None:
-        stream = torch.cuda.current_stream(self.device).cuda_stream
+        stream = torch.cuda.current_stream(self.device_index).cuda_stream
         self._launch.enqueue(x.data_ptr(), w.data_ptr(), y.data_ptr(), stream)
 
 
@@ -891,7 +891,7 @@ class _SparseRunner(_Runner):
         if not self.algo.capturable and torch.cuda.is_current_stream_capturing():
             raise RuntimeError(f"{self.algo.name} cannot be captured in a CUDA graph: each call counts the "
                                "input's non-zeros on the host (SEER_SPARSE_GATHER can be)")
-        pointer = torch.cuda.current_stream(self.device).cuda_stream
+        pointer = torch.cuda.current_stream(self.device_index).cuda_stream
         stream = self._streams.get(pointer)
         if stream is None:
             stream = self._streams[pointer] = _cupy_stream(self._cupy, pointer, self.device_index)
@@ -947,7 +947,7 @@ class _BackwardRunner:
         grad_y = grad_y.contiguous(memory_format=_CHANNELS_LAST[grad_y.dim() - 2] if self.layout == "nhwc"
                                    else torch.contiguous_format)
         out = like.new_empty_strided(like.shape, like.stride())
-        stream = torch.cuda.current_stream(self.device).cuda_stream
+        stream = torch.cuda.current_stream(self.device_index).cuda_stream
         self.state.legacy_handle.set_stream(stream)
         size = self.workspace_bytes
         workspace = self.state.workspace(stream, size) if size else 0
