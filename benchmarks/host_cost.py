@@ -41,11 +41,14 @@ from seer.algorithms import get_algorithm
 from seer.layers.shapes import ConvShape
 from seer.schema import get_math_mode
 
-#: (label, layer): the 1x1 layer of the issue, a 3x3 layer and a depthwise one.
+#: (label, layer, bias): the 1x1 layer of the issue, a 3x3 layer and a depthwise one, with a
+#: bias, and the depthwise one without, as networks that normalize after it have it. PyTorch
+#: adds a bias in a kernel of its own after cuDNN's, but inside its own depthwise kernel.
 LAYERS = (
-    ("1x1 32x256x56x56->64", ConvShape.square(32, 256, 56, 64, 1)),
-    ("3x3 32x64x56x56->64", ConvShape.square(32, 64, 56, 64, 3, padding=1)),
-    ("3x3 depthwise 32x96x56x56 g96", ConvShape.square(32, 96, 56, 96, 3, padding=1, groups=96)),
+    ("1x1 32x256x56x56->64", ConvShape.square(32, 256, 56, 64, 1), True),
+    ("3x3 32x64x56x56->64", ConvShape.square(32, 64, 56, 64, 3, padding=1), True),
+    ("3x3 depthwise 32x96x56x56 g96", ConvShape.square(32, 96, 56, 96, 3, padding=1, groups=96), True),
+    ("3x3 depthwise 32x96x56x56 g96, no bias", ConvShape.square(32, 96, 56, 96, 3, padding=1, groups=96), False),
 )
 
 
@@ -85,20 +88,20 @@ def write_report(torch, args, command: str, **fields) -> None:
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
 
 
-def _conv_module(torch, shape: ConvShape):
-    """PyTorch's own module of ``shape``, with a bias, on the GPU."""
+def _conv_module(torch, shape: ConvShape, bias: bool = True):
+    """PyTorch's own module of ``shape`` on the GPU."""
     conv_type = {2: torch.nn.Conv2d, 3: torch.nn.Conv3d}[len(shape.input_dims) - 2]
     return conv_type(shape.in_ch, shape.out_ch, shape.filter_dims[2:], stride=shape.spatial_stride,
                      padding=shape.spatial_padding, dilation=shape.spatial_dilation, groups=shape.groups,
-                     bias=True).cuda().eval()
+                     bias=bias).cuda().eval()
 
 
-def _forced(torch, shape: ConvShape, algorithm: str, math: str, x):
+def _forced(torch, shape: ConvShape, algorithm: str, math: str, x, bias: bool = True):
     """A SeerConv module of ``shape`` forced to ``algorithm``, its runner built on ``x``, and
     the path that runs it."""
     from seer.torch.convolution import force
 
-    holder = torch.nn.Sequential(_conv_module(torch, shape))
+    holder = torch.nn.Sequential(_conv_module(torch, shape, bias))
     force(holder, algorithm, math=math)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -106,7 +109,7 @@ def _forced(torch, shape: ConvShape, algorithm: str, math: str, x):
     return holder[0], next(iter(holder[0].paths.values()), "PyTorch's fallback")
 
 
-def ways(torch, shape: ConvShape, algorithm: str, math: str) -> dict:
+def ways(torch, shape: ConvShape, algorithm: str, math: str, bias: bool = True) -> dict:
     """Callables of one convolution, each a way seer or PyTorch can run it."""
     import torch.nn.functional as F
 
@@ -114,13 +117,13 @@ def ways(torch, shape: ConvShape, algorithm: str, math: str) -> dict:
 
     fn = {2: F.conv2d, 3: F.conv3d}[len(shape.input_dims) - 2]
     x = torch.randn(shape.input_dims, device="cuda")
-    conv = _conv_module(torch, shape)
-    w, b = conv.weight.detach(), conv.bias.detach()
+    conv = _conv_module(torch, shape, bias)
+    w, b = conv.weight.detach(), None if conv.bias is None else conv.bias.detach()
     out = {"F.conv": lambda: fn(x, w, b, shape.spatial_stride, shape.spatial_padding, shape.spatial_dilation,
                                  shape.groups),
            "nn.Conv module": lambda: conv(x)}
     for name in (algorithm, "SEER_IMPLICIT_GEMM"):
-        module, path = _forced(torch, shape, name, math, x)
+        module, path = _forced(torch, shape, name, math, x, bias)
         out[f"SeerConv {name} ({path})"] = lambda m=module: m(x)
     # The bare calls underneath, with no output allocation or bias.
     handle = cudnn.Handle(torch.cuda.current_stream().cuda_stream)
@@ -222,23 +225,23 @@ LAYER_ALGOS = ("IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "FFT", "FFT_TIL
                "WINOGRAD_NONFUSED", "SEER_IMPLICIT_GEMM", "SEER_IMPLICIT_GEMM_SPLITK")
 
 
-def layer_costs(torch, layers, algos, math: str, calls: int, reps: int) -> list[dict]:
-    """Per distinct layer of ``layers`` (ConvShapes): PyTorch's module, and each of ``algos``
-    forced on it (those that run it), in host microseconds per call, with the extra host time
-    the guard counts for the algorithm there (``model_extra_us``)."""
+def layer_costs(torch, layers, algos, math: str, calls: int, reps: int, bias: bool = True) -> list[dict]:
+    """Per distinct layer of ``layers`` (ConvShapes): PyTorch's module (with a ``bias`` or
+    not), and each of ``algos`` forced on it (those that run it), in host microseconds per
+    call, with the extra host time the guard counts for the algorithm there (``model_extra_us``)."""
     from seer.gpu.cudnn import CudnnError
     from seer.torch.convolution import extra_host_ms
 
     rows = []
     for number, shape in enumerate(dict.fromkeys(layers)):
         x = torch.randn(shape.input_dims, device="cuda")
-        conv = _conv_module(torch, shape)
+        conv = _conv_module(torch, shape, bias)
         module_us = host_us(torch, lambda: conv(x), calls, reps)
         label = str(shape)
         rows.append({"layer": label, "way": "nn.Conv module", "host_us": round(module_us, 2)})
         for algo in algos:
             try:
-                module, path = _forced(torch, shape, algo, math, x)
+                module, path = _forced(torch, shape, algo, math, x, bias)
             except (CudnnError, RuntimeError) as exc:
                 rows.append({"layer": label, "way": algo, "error": str(exc)[:200]})
                 continue
@@ -283,6 +286,8 @@ def main(argv=None) -> int:
                         help="time seer's sparse kernel against PyTorch's module instead (SPARSE_LAYERS)")
     parser.add_argument("--layers", type=Path, help="time every algorithm on each distinct layer of this layer file")
     parser.add_argument("--algos", default=",".join(LAYER_ALGOS), help="with --layers: the algorithms to force")
+    parser.add_argument("--no-bias", action="store_true",
+                        help="with --layers: modules without a bias (as networks that normalize after them)")
     args = parser.parse_args(argv)
 
     import torch
@@ -300,17 +305,19 @@ def main(argv=None) -> int:
 
         shapes = [ConvShape.from_mapping(r) for r in read_layers(args.layers).to_dict("records")]
         with torch.no_grad():
-            rows = layer_costs(torch, shapes, args.algos.split(","), args.math, args.calls, args.reps)
+            rows = layer_costs(torch, shapes, args.algos.split(","), args.math, args.calls, args.reps,
+                               bias=not args.no_bias)
         summary = summarize_layers(rows)
         for algo, figures in summary.items():
             print(f"{algo:28s} {figures}")
-        write_report(torch, args, command, layers_file=args.layers.name, summary=summary, results=rows)
+        write_report(torch, args, command, layers_file=args.layers.name, bias=not args.no_bias, summary=summary,
+                     results=rows)
         return 0
     results = []
     with torch.no_grad():
-        for label, shape in LAYERS:
+        for label, shape, bias in LAYERS:
             baseline = None
-            for way, call in ways(torch, shape, args.algorithm, args.math).items():
+            for way, call in ways(torch, shape, args.algorithm, args.math, bias).items():
                 us = host_us(torch, call, args.calls, args.reps)
                 baseline = baseline or us  # F.conv comes first
                 results.append({"layer": label, "way": way, "host_us": round(us, 2),
