@@ -2,24 +2,33 @@
 
     python benchmarks/host_cost_parts.py --out benchmarks/results/h200-host-cost-parts/after.json
 
-Times, as :mod:`benchmarks.host_cost` does (bursts of ``CALLS`` calls enqueued back to back,
+Times, as ``host_cost.py`` does (bursts of ``CALLS`` calls enqueued back to back,
 the device synchronized only after; the median of ``REPS`` bursts, in microseconds per call),
 PyTorch's ``F.conv2d`` and module beside each step a seer module's fast path takes: the
 module's call, its ``forward``, the runner's call, its launch, the bare launch underneath (a
 graph-API plan's ``run``, or ``cuLaunchKernel`` of seer's kernel), and the PyTorch calls the
 path makes (current device and stream, the output's allocation, the bias's addition), on
 depthwise layers (with a bias and without) and a 1x1 layer.
+
+    python benchmarks/host_cost_parts.py --summary benchmarks/results/h200-host-cost-parts
+
+writes that folder's ``summary.md`` from its runs: the steps before and after (``parts-before``
+and ``parts-after.json``), the issue's microbenchmark (``host-cost-calls20.json`` of
+``host_cost.py --calls 20``) and the layers of networks (``layers-*.json`` of ``host_cost.py
+--layers``), each seer call over PyTorch's.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
-import time
 import warnings
 from pathlib import Path
+
+import host_cost
 
 from seer.layers.shapes import ConvShape
 
@@ -35,17 +44,8 @@ ALGORITHMS = ("IMPLICIT_PRECOMP_GEMM", "SEER_IMPLICIT_GEMM")
 
 
 def host_us(torch, call) -> float:
-    for _ in range(3):
-        call()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(REPS):
-        started = time.perf_counter()
-        for _ in range(CALLS):
-            call()
-        samples.append((time.perf_counter() - started) / CALLS * 1e6)
-        torch.cuda.synchronize()
-    return round(statistics.median(samples), 2)
+    """:func:`host_cost.host_us` in bursts of ``CALLS``, the median of ``REPS``."""
+    return round(host_cost.host_us(torch, call, CALLS, REPS), 2)
 
 
 def _forced(torch, conv, algorithm: str, x):
@@ -117,10 +117,82 @@ def layer_parts(torch, shape: ConvShape, has_bias: bool) -> dict:
     return out
 
 
+#: (label in the summary, key of a parts file): the steps the summary shows.
+SUMMARY_STEPS = (
+    ("`F.conv2d`", "F.conv2d"),
+    ("PyTorch's module", "nn.Conv2d"),
+    ("seer module, graph plan (IMPLICIT_PRECOMP_GEMM)", "IMPLICIT_PRECOMP_GEMM module call"),
+    ("its launch", "IMPLICIT_PRECOMP_GEMM runner.launch"),
+    ("the bare plan's `run`", "IMPLICIT_PRECOMP_GEMM bare plan.run"),
+    ("seer module, seer's kernel (SEER_IMPLICIT_GEMM)", "SEER_IMPLICIT_GEMM module call"),
+    ("its launch", "SEER_IMPLICIT_GEMM runner.launch"),
+    ("the bare `cuLaunchKernel`", "SEER_IMPLICIT_GEMM bare enqueue"),
+    ("`torch.cuda.current_stream(device)`", "current_stream(dev).cuda_stream"),
+    ("`torch.cuda.current_stream(index)`", "current_stream(0).cuda_stream"),
+    ("the output's allocation", "new_empty_strided"),
+    ("the bias's `add_`", "y.add_(bias)"),
+    ("an empty module's call", "empty module call"),
+)
+#: The ways of ``host_cost.py``'s rows that the summary compares, by its column.
+SUMMARY_WAYS = (("graph plan", "IMPLICIT_PRECOMP_GEMM"), ("seer's kernel", "SEER_IMPLICIT_GEMM"))
+
+
+def _is_depthwise(label: str) -> bool:
+    """Whether ``str(ConvShape)`` names a depthwise layer (as many groups as input channels)."""
+    match = re.match(r"\d+x(\d+)x.* g(\d+)$", label)
+    return bool(match) and match.group(1) == match.group(2)
+
+
+def summarize(folder: Path) -> str:
+    """The folder's ``summary.md``: host microseconds per call, step by step before and after,
+    and seer's module over PyTorch's on the microbenchmark's layers and on networks' layers."""
+    before, after = (json.loads((folder / f"parts-{when}.json").read_text())["rows"] for when in ("before", "after"))
+    lines = ["## The steps (`parts-before.json` / `parts-after.json`), host us per call", "",
+             "| step | " + " | ".join(row["layer"] for row in after) + " |", "|---" * (len(after) + 1) + "|"]
+    for label, key in SUMMARY_STEPS:
+        cells = [" / ".join("-" if key not in row else f"{row[key]:.1f}" for row in pair)
+                 for pair in zip(before, after)]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    micro = json.loads((folder / "host-cost-calls20.json").read_text())["results"]
+    lines += ["", "## The issue's microbenchmark (`host-cost-calls20.json`), seer's module over `F.conv2d`", "",
+              "| layer | " + " | ".join(name for name, _ in SUMMARY_WAYS) + " |",
+              "|---" * (len(SUMMARY_WAYS) + 1) + "|"]
+    for layer in dict.fromkeys(r["layer"] for r in micro):
+        ratio = {r["way"]: r["vs_F_conv"] for r in micro if r["layer"] == layer}
+        cells = [next((f"{v:.2f}x" for way, v in ratio.items() if way.startswith(f"SeerConv {algo} ")), "-")
+                 for _, algo in SUMMARY_WAYS]
+        lines.append(f"| {layer} | " + " | ".join(cells) + " |")
+    lines += ["", "## Networks' layers, each alone (`layers-*.json`), seer's module over PyTorch's: median, largest",
+              "",
+              "| layers | " + " | ".join(f"{name} ({algo})" for name, algo in SUMMARY_WAYS) + " |",
+              "|---" * (len(SUMMARY_WAYS) + 1) + "|"]
+    for path in sorted(folder.glob("layers-*.json")):
+        run = json.loads(path.read_text())
+        module = {r["layer"]: r["host_us"] for r in run["results"] if r["way"] == "nn.Conv module"}
+        bias = "with a bias" if run.get("bias", True) else "no bias"
+        for depthwise in (False, True):
+            ratios = {algo: [r["host_us"] / module[r["layer"]] for r in run["results"]
+                             if r["way"] == algo and "host_us" in r and _is_depthwise(r["layer"]) == depthwise]
+                      for _, algo in SUMMARY_WAYS}
+            count = max(len(v) for v in ratios.values())
+            if not count:
+                continue
+            kind = "depthwise" if depthwise else "other"
+            cells = [f"{statistics.median(v):.2f}x, {max(v):.2f}x" if v else "-" for v in ratios.values()]
+            lines.append(f"| {run['layers_file']}, {count} {kind} ({bias}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path, help="the JSON file of a run (on a GPU)")
+    parser.add_argument("--summary", type=Path, metavar="FOLDER", help="write FOLDER/summary.md from its runs instead")
     args = parser.parse_args(argv)
+    if args.summary:
+        (args.summary / "summary.md").write_text(summarize(args.summary))
+        return 0
+    if args.out is None:
+        parser.error("give --out (a run) or --summary FOLDER")
 
     import torch
 
