@@ -53,6 +53,18 @@ def _profile_shapes(text: str) -> int | None:
     return value
 
 
+def _datasets_root(text: str) -> Path:
+    """``--data-dir``: a datasets root, whose GPU folders (DATA_DIR/GPU/) hold the records. A GPU's
+    own folder given instead would make every command read and write DATA_DIR/GPU/GPU/: a
+    collection would then time again what its records hold, so it is refused."""
+    path = Path(text)
+    if (path / "raw").is_dir():
+        raise argparse.ArgumentTypeError(
+            f"{text} holds raw/, so it is a GPU's folder, not a datasets root: seer reads and writes "
+            f"DATA_DIR/GPU/raw/; give its parent ({path.parent})")
+    return path
+
+
 # -- collect ------------------------------------------------------------------------------
 def _add_collect(sub) -> None:
     from seer.collect.gpus import MIN_SHAPES_PER_SHARD, SHARDS_PER_GPU
@@ -92,7 +104,7 @@ def _add_collect(sub) -> None:
     p.add_argument("--profile-shapes", type=_profile_shapes, default=None, metavar="N|all",
                    help="profile under ncu every successful run of N shapes chosen evenly over the "
                         "grid; 0 for timing only (default: all)")
-    p.add_argument("--data-dir", type=Path, default=Path("data"), help="datasets root (default: data)")
+    p.add_argument("--data-dir", type=_datasets_root, default=Path("data"), help="datasets root (default: data)")
     p.add_argument("--limit-shapes", type=_positive_int, help="only the first N shapes of the grid")
     p.add_argument("--workspace-cap-gib", type=float, default=8.0,
                    help="algorithms needing more workspace are recorded as workspace_too_large (default 8)")
@@ -323,7 +335,7 @@ def _cmd_collect(args) -> int:
 def _add_parse(sub) -> None:
     p = sub.add_parser("parse", help="rebuild the tidy tables, Excel files and provenance from raw records")
     p.add_argument("--gpu", required=True)
-    p.add_argument("--data-dir", type=Path, default=Path("data"))
+    p.add_argument("--data-dir", type=_datasets_root, default=Path("data"))
     p.add_argument("--pack", action="store_true",
                    help="merge the loose raw records into one new compressed pack per kind, leaving earlier "
                         "packs as they are (only when no collection runs)")
@@ -361,7 +373,7 @@ def _add_merge(sub) -> None:
     target.add_argument("--gpu", help="merge `seer collect` datasets into DATA_DIR/GPU and run `seer parse`")
     target.add_argument("--into", type=Path, metavar="OUT",
                         help="merge `seer profile-network` output folders into OUT and rebuild its tables")
-    p.add_argument("--data-dir", type=Path, default=Path("data"), help="datasets root, with --gpu (default: data)")
+    p.add_argument("--data-dir", type=_datasets_root, default=Path("data"), help="datasets root, with --gpu (default: data)")
     p.add_argument("--no-parse", action="store_true", help="do not rebuild the tables afterwards")
     p.set_defaults(func=_cmd_merge)
 
@@ -411,7 +423,7 @@ def _add_train(sub) -> None:
                        description="Fit one model per math mode on the train split of DATA_DIR/GPU/ "
                                    "and save it in the models directory, under GPU/.")
     p.add_argument("--gpu", required=True)
-    p.add_argument("--data-dir", type=Path, default=Path("data"))
+    p.add_argument("--data-dir", type=_datasets_root, default=Path("data"))
     p.add_argument("--models-dir", type=Path, default=None, help=MODELS_DIR_HELP)
     p.add_argument("--trees", choices=TREE_SETS, default="compact",
                    help="time regressors' boosted trees: compact (default; faster to predict) or "
@@ -576,7 +588,7 @@ def _add_train_cross_gpu(sub) -> None:
                                    "(PYTORCH_BENCHMARK runs under fma) and NeuSight's public timings; written to "
                                    "the models directory as cross-gpu.json and cross-gpu.zip, with each GPU's error "
                                    "when it is left out of the fit.")
-    p.add_argument("--data-dir", type=Path, default=Path("data"))
+    p.add_argument("--data-dir", type=_datasets_root, default=Path("data"))
     p.add_argument("--public", type=Path, default=Path("data/external/neusight-conv"),
                    help="NeuSight's public timings (default: data/external/neusight-conv)")
     p.add_argument("--models-dir", type=Path, default=None, help=MODELS_DIR_HELP)
@@ -610,7 +622,7 @@ def _add_calibrate(sub) -> None:
                                    "the curve of the pick's near-best chance (seer train does this too). The times "
                                    "and the picks do not change.")
     p.add_argument("--gpu", required=True)
-    p.add_argument("--data-dir", type=Path, default=Path("data"))
+    p.add_argument("--data-dir", type=_datasets_root, default=Path("data"))
     p.add_argument("--models-dir", type=Path, default=None, help=MODELS_DIR_HELP)
     _add_pass(p, "the convolution pass whose models to calibrate: fwd (default), bwd_data or bwd_filter")
     p.set_defaults(func=_cmd_calibrate)
@@ -1558,7 +1570,7 @@ def _add_profile_network(sub) -> None:
     _add_math(p, several=True)
     p.add_argument("--gpu", default="h100", help="GPU whose models predict seer's picks (default h100)")
     p.add_argument("--out", type=Path, required=True, help="output folder (records, tables, plots)")
-    p.add_argument("--data-dir", type=Path, default=Path("data"),
+    p.add_argument("--data-dir", type=_datasets_root, default=Path("data"),
                    help="datasets root: DATA_DIR/GPU/traced_kernels/ tells which kernels each algorithm "
                         "launches (default: data)")
     p.add_argument("--models-dir", type=Path, default=None, help=MODELS_DIR_HELP)
@@ -1700,7 +1712,7 @@ def _add_ceilings(sub) -> None:
                                    "re-read kernels), timed in bursts; written to DATA_DIR/GPU/ceilings.json beside "
                                    "the datasheet's figures, with the machine and command.")
     p.add_argument("--gpu", required=True, help="GPU spec name; the detected device must be this one")
-    p.add_argument("--data-dir", type=Path, default=Path("data"), help="datasets root (default: data)")
+    p.add_argument("--data-dir", type=_datasets_root, default=Path("data"), help="datasets root (default: data)")
     p.set_defaults(func=_cmd_ceilings)
 
 
@@ -1732,7 +1744,7 @@ def _add_roofline(sub) -> None:
                                    "that `seer ceilings` measured (or the datasheet's peaks). Writes OUT/roofline.csv "
                                    "and one plot per pass and math mode.")
     p.add_argument("--gpu", required=True)
-    p.add_argument("--data-dir", type=Path, default=Path("data"), help="datasets root (default: data)")
+    p.add_argument("--data-dir", type=_datasets_root, default=Path("data"), help="datasets root (default: data)")
     p.add_argument("--algo", default="all",
                    help="algorithms or groups: cudnn, seer, all (the forward's; the default), bwd_data, bwd_filter, "
                         "backward")
@@ -1762,7 +1774,7 @@ def _cmd_roofline(args) -> int:
 def _add_evaluate(sub) -> None:
     p = sub.add_parser("evaluate", help="report accuracy on Test-set-I and Test-set-II against cuDNN's heuristic")
     p.add_argument("--gpu", required=True)
-    p.add_argument("--data-dir", type=Path, default=Path("data"))
+    p.add_argument("--data-dir", type=_datasets_root, default=Path("data"))
     p.add_argument("--models-dir", type=Path, default=None, help=MODELS_DIR_HELP)
     p.add_argument("--out", type=Path, default=None,
                    help="report path (default: reports/GPU-evaluation.md, reports/GPU-PASS-evaluation.md for a "

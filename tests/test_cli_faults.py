@@ -94,6 +94,19 @@ def test_usage_mistakes_are_one_line_with_the_hint_to_help(capsys):
         _one_line(capsys.readouterr().err, stop.value.code, 2, words)
 
 
+def test_a_gpus_folder_given_as_the_datasets_root_is_refused_before_anything_runs(tmp_path, capsys):
+    """DATA_DIR/GPU/raw/ is where records are: a GPU's folder given as --data-dir would make a
+    collection time again, into DATA_DIR/GPU/GPU/, what its records already hold."""
+    (tmp_path / "h200" / "raw").mkdir(parents=True)
+    for argv in (["collect", "--gpu", "h200", "--grid", "quick"], ["parse", "--gpu", "h200"],
+                 ["train", "--gpu", "h200"], ["evaluate", "--gpu", "h200"]):
+        with pytest.raises(SystemExit) as stop:
+            main([*argv, "--data-dir", str(tmp_path / "h200")])
+        _one_line(capsys.readouterr().err, stop.value.code, 2, "--data-dir", "is a GPU's folder",
+                  f"give its parent ({tmp_path})")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["h200", "raw"]  # nothing written
+
+
 def test_a_file_name_with_a_newline_is_one_line(small_models, tmp_path, capsys):
     path = tmp_path / "two\nlines.txt"
     path.write_text("1\n1 64 56 64 99 3 1 1\n")
