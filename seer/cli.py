@@ -373,7 +373,8 @@ def _add_merge(sub) -> None:
     target.add_argument("--gpu", help="merge `seer collect` datasets into DATA_DIR/GPU and run `seer parse`")
     target.add_argument("--into", type=Path, metavar="OUT",
                         help="merge `seer profile-network` output folders into OUT and rebuild its tables")
-    p.add_argument("--data-dir", type=_datasets_root, default=Path("data"), help="datasets root, with --gpu (default: data)")
+    p.add_argument("--data-dir", type=_datasets_root, default=Path("data"),
+                   help="datasets root, with --gpu (default: data)")
     p.add_argument("--no-parse", action="store_true", help="do not rebuild the tables afterwards")
     p.set_defaults(func=_cmd_merge)
 
