@@ -25,7 +25,6 @@ import json
 import re
 import statistics
 import sys
-import warnings
 from pathlib import Path
 
 import host_cost
@@ -48,29 +47,14 @@ def host_us(torch, call) -> float:
     return round(host_cost.host_us(torch, call, CALLS, REPS), 2)
 
 
-def _forced(torch, conv, algorithm: str, x):
-    from seer.torch.convolution import force
-
-    holder = torch.nn.Sequential(conv)
-    force(holder, algorithm, math="fma")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        holder(x)  # the runner built
-    return holder[0]
-
-
 def layer_parts(torch, shape: ConvShape, has_bias: bool) -> dict:
     """Host microseconds per call of every piece, on one layer."""
     import torch.nn.functional as F
 
     from seer.torch import convolution as C
 
-    def conv_module():
-        return torch.nn.Conv2d(shape.in_ch, shape.out_ch, shape.filter_dims[2:], stride=shape.spatial_stride,
-                               padding=shape.spatial_padding, groups=shape.groups, bias=has_bias).cuda().eval()
-
     x = torch.randn(shape.input_dims, device="cuda")
-    conv = conv_module()
+    conv = host_cost._conv_module(torch, shape, has_bias)
     w, b = conv.weight.detach(), None if conv.bias is None else conv.bias.detach()
     out = {"F.conv2d": host_us(torch, lambda: F.conv2d(x, w, b, shape.spatial_stride, shape.spatial_padding, 1,
                                                        shape.groups)),
@@ -92,7 +76,7 @@ def layer_parts(torch, shape: ConvShape, has_bias: bool) -> dict:
     bias = torch.randn(1, shape.out_ch, 1, 1, device="cuda")
     out["y.add_(bias)"] = host_us(torch, lambda: y.add_(bias))
     for algo in ALGORITHMS:
-        module = _forced(torch, conv_module(), algo, x)
+        module, _ = host_cost._forced(torch, shape, algo, "fma", x, has_bias)  # its runner built on x
         if not module.paths:
             out[f"{algo} ran PyTorch"] = True
             continue
