@@ -118,7 +118,8 @@ SUMMARY_STEPS = (
     ("an empty module's call", "empty module call"),
 )
 #: The ways of ``host_cost.py``'s rows that the summary compares, by its column.
-SUMMARY_WAYS = (("graph plan", "IMPLICIT_PRECOMP_GEMM"), ("seer's kernel", "SEER_IMPLICIT_GEMM"))
+SUMMARY_WAYS = (("graph plan", "IMPLICIT_PRECOMP_GEMM"), ("seer's kernel", "SEER_IMPLICIT_GEMM"),
+                ("seer's direct kernel", "SEER_DIRECT"))
 
 
 def _is_depthwise(label: str) -> bool:
@@ -130,34 +131,40 @@ def _is_depthwise(label: str) -> bool:
 def summarize(folder: Path) -> str:
     """The folder's ``summary.md``: host microseconds per call, step by step before and after,
     and seer's module over PyTorch's on the microbenchmark's layers and on networks' layers."""
-    before, after = (json.loads((folder / f"parts-{when}.json").read_text())["rows"] for when in ("before", "after"))
-    lines = ["## The steps (`parts-before.json` / `parts-after.json`), host us per call", "",
+    runs = [json.loads((folder / f"parts-{when}.json").read_text())["rows"] for when in ("before", "after")
+            if (folder / f"parts-{when}.json").exists()]  # a folder of one run has parts-after.json alone
+    after = runs[-1]
+    title = " / ".join(f"`parts-{when}.json`" for when in ("before", "after")[-len(runs):])
+    lines = [f"## The steps ({title}), host us per call", "",
              "| step | " + " | ".join(row["layer"] for row in after) + " |", "|---" * (len(after) + 1) + "|"]
     for label, key in SUMMARY_STEPS:
-        cells = [" / ".join("-" if key not in row else f"{row[key]:.1f}" for row in pair)
-                 for pair in zip(before, after)]
+        cells = [" / ".join("-" if key not in row else f"{row[key]:.1f}" for row in rows)
+                 for rows in zip(*runs)]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     micro = json.loads((folder / "host-cost-calls20.json").read_text())["results"]
+    layer_runs = [json.loads(path.read_text()) for path in sorted(folder.glob("layers-*.json"))]
+    timed = {r["way"] for run in layer_runs for r in run["results"]}
+    ways = [(name, algo) for name, algo in SUMMARY_WAYS if algo in timed
+            or any(r["way"].startswith(f"SeerConv {algo} ") for r in micro)]  # the ways the folder's runs timed
     lines += ["", "## The issue's microbenchmark (`host-cost-calls20.json`), seer's module over `F.conv2d`", "",
-              "| layer | " + " | ".join(name for name, _ in SUMMARY_WAYS) + " |",
-              "|---" * (len(SUMMARY_WAYS) + 1) + "|"]
+              "| layer | " + " | ".join(name for name, _ in ways) + " |",
+              "|---" * (len(ways) + 1) + "|"]
     for layer in dict.fromkeys(r["layer"] for r in micro):
         ratio = {r["way"]: r["vs_F_conv"] for r in micro if r["layer"] == layer}
         cells = [next((f"{v:.2f}x" for way, v in ratio.items() if way.startswith(f"SeerConv {algo} ")), "-")
-                 for _, algo in SUMMARY_WAYS]
+                 for _, algo in ways]
         lines.append(f"| {layer} | " + " | ".join(cells) + " |")
     lines += ["", "## Networks' layers, each alone (`layers-*.json`), seer's module over PyTorch's: median, largest",
               "",
-              "| layers | " + " | ".join(f"{name} ({algo})" for name, algo in SUMMARY_WAYS) + " |",
-              "|---" * (len(SUMMARY_WAYS) + 1) + "|"]
-    for path in sorted(folder.glob("layers-*.json")):
-        run = json.loads(path.read_text())
+              "| layers | " + " | ".join(f"{name} ({algo})" for name, algo in ways) + " |",
+              "|---" * (len(ways) + 1) + "|"]
+    for run in layer_runs:
         module = {r["layer"]: r["host_us"] for r in run["results"] if r["way"] == "nn.Conv module"}
         bias = "with a bias" if run.get("bias", True) else "no bias"
         for depthwise in (False, True):
             ratios = {algo: [r["host_us"] / module[r["layer"]] for r in run["results"]
                              if r["way"] == algo and "host_us" in r and _is_depthwise(r["layer"]) == depthwise]
-                      for _, algo in SUMMARY_WAYS}
+                      for _, algo in ways}
             count = max(len(v) for v in ratios.values())
             if not count:
                 continue

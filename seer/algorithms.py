@@ -413,10 +413,11 @@ KERNEL_RULES: tuple[KernelRule, ...] = (
     # seer's sparse kernels (seer/gpu/sparse_kernels.py): the listing pass finds the non-zeros.
     KernelRule("seer_sparse", r"seer_sparse_(?P<what>gather|scatter)", "compute", "sparse_{what}"),
     KernelRule("seer_sparse", r"seer_sparse_list", "transform", "sparse_list"),
-    # seer's own kernels: the template arguments are the tile (seer/gpu/kernels.py).
-    KernelRule("seer_direct", r"seer_direct_conv<(?P<k>\d+)>", "compute", "direct_k{k}"),
+    # seer's own kernels: the template arguments are the tile (seer/gpu/kernels.py); an
+    # instance that adds the bias is the same tile.
+    KernelRule("seer_direct", r"seer_direct_conv(?:_bias)?<(?P<k>\d+)>", "compute", "direct_k{k}"),
     KernelRule("seer_implicit_gemm",
-               r"seer_implicit_gemm(?P<layout>_nhwc|)<(?P<bm>\d+),\s*(?P<bn>\d+),\s*(?P<bk>\d+),\s*(?P<tm>\d+),"
+               r"seer_implicit_gemm(?P<layout>_nhwc|)(?:_bias)?<(?P<bm>\d+),\s*(?P<bn>\d+),\s*(?P<bk>\d+),\s*(?P<tm>\d+),"
                r"\s*(?P<tn>\d+),\s*(?P<split>[01]),\s*(?P<minb>\d+),\s*(?P<stages>\d+)>",
                "compute", "igemm{layout}_{bm}x{bn}x{bk}_{tm}x{tn}_b{minb}_s{stages}"),
     # Revision 1 of the implicit GEMM (no stages: registers staged the next slice).

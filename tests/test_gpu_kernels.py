@@ -86,3 +86,52 @@ def test_every_tile_matches_float64(algo, tile, shape, layout):
     assert tensors.relative_error() <= get_math_mode("fma").tolerance / 50
     prefix = "igemm_" if layout == "nchw" else "igemm_nhwc_"
     assert plan.variant.startswith(f"{prefix}{tile.split('_')[0]}x8_")
+
+
+#: A layer per kernel path: depthwise (the direct kernel), a 2D layer whose reduction splits,
+#: a grouped 3D one, a 1xN one with channels in multiples of 8 (channels-last).
+BIAS_SHAPES = [ConvShape.square(2, 32, 17, 32, 3, padding=1, groups=32),
+               ConvShape.square(1, 64, 14, 96, 3, padding=1),
+               ConvShape(2, 64, 64, groups=2, in_d=5, in_h=6, in_w=7, kernel_d=3, kernel_h=3, kernel_w=3, pad_h=1),
+               ConvShape(2, 16, 40, in_h=9, in_w=13, kernel_h=1, kernel_w=3, pad_w=1)]
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("algo", OWN)
+@pytest.mark.parametrize("shape", BIAS_SHAPES, ids=str)
+def test_the_bias_instance_is_the_plain_output_plus_the_bias(algo, shape, layout, tracer):
+    """A kernel's bias instance (what seer.torch runs for a layer with a bias) writes the plain
+    instance's output plus the bias: to the bit where nothing is split (one fp32 add either
+    way), within tolerance where slices add in any order; one launch, of the same tile."""
+    import cupy as cp
+
+    from seer.gpu import kernels
+    from seer.gpu.reference import ShapeTensors
+    from seer.hardware import kernel_plans
+
+    if kernel_plans.unsupported_reason(algo, shape, layout):
+        return
+    tensors = ShapeTensors(shape, seed=5, layout=layout)
+    plain, plan = kernels.forward(algo, shape, tensors.x, tensors.w, tensors.y, layout=layout)
+    tensors.poison_output()
+    plain()
+    expected = tensors.y.copy()
+    channel_axis = 1 if layout == "nchw" else tensors.y.ndim - 1
+    bias = cp.random.default_rng(3).standard_normal(shape.out_ch, dtype=cp.float32)
+    view = [1] * tensors.y.ndim
+    view[channel_axis] = -1
+    expected += bias.reshape(view)
+    fused, fused_plan = kernels.forward(algo, shape, tensors.x, tensors.w, tensors.y, layout=layout, bias=bias)
+    assert fused_plan == plan
+    for _ in range(2):
+        tensors.poison_output()
+        fused()
+        cp.cuda.Device().synchronize()
+        if plan.splits > 1:
+            assert float(cp.abs(tensors.y - expected).max() / cp.abs(expected).max()) < 1e-6
+        else:
+            assert bool((tensors.y == expected).all())
+    names = [k.name for k in tracer.trace(fused)]
+    launched = [n for n in names if "seer_" in n]
+    assert len(launched) == 1 and "_bias<" in launched[0], names
+    assert classify_kernel(launched[0]).variant == plan.variant

@@ -137,7 +137,8 @@ def test_channels_last_runs_in_its_own_layout(cuda, tracer, algo):
             assert convs[name](inputs[name]).is_contiguous(memory_format=torch.channels_last), name
         names = [k.name for k in tracer.trace(lambda: convs["dilated"](inputs["dilated"]))]
     if algo.startswith("SEER"):
-        assert any("seer_implicit_gemm_nhwc<" in n for n in names), names
+        nhwc = ("void seer_implicit_gemm_nhwc<", "void seer_implicit_gemm_nhwc_bias<")  # the layer has a bias
+        assert any(n.startswith(nhwc) for n in names), names
 
 
 @pytest.mark.parametrize("algo", ["IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "FFT_TILING"])
@@ -208,11 +209,12 @@ def test_the_guard_leaves_to_pytorch_what_the_pick_does_not_win(cuda, batch, siz
     assert every - set(seer_convolutions(model)) == kept & every  # kept may name functional calls too
 
 
-def test_seer_convolutions_capture_in_a_cuda_graph(cuda):
+@pytest.mark.parametrize("algo", ["IMPLICIT_PRECOMP_GEMM", "SEER_DIRECT"])
+def test_seer_convolutions_capture_in_a_cuda_graph(cuda, algo):
     model = _every_kind(cuda)
     static = torch.randn(2, 3, 32, 32, device=cuda)
     with torch.no_grad():
-        force(model, "IMPLICIT_PRECOMP_GEMM", math="fma")
+        force(model, algo, math="fma")
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side), warnings.catch_warnings(record=True):
@@ -229,9 +231,42 @@ def test_seer_convolutions_capture_in_a_cuda_graph(cuda):
             graph.replay()
             restore(model)
             expected = model(x)
-            force(model, "IMPLICIT_PRECOMP_GEMM", math="fma")
+            force(model, algo, math="fma")
             torch.cuda.synchronize()
             assert _relative_error(out, expected) < 1e-5
+
+
+def test_seers_kernel_adds_the_bias_in_its_own_launch_and_any_other_bias_after(cuda, tracer):
+    """A seer kernel's runner adds a bias in the kernel (its bias instance, built at the first
+    call with a bias): one launch, PyTorch's output. A bias the kernel cannot read (strided)
+    is added after it, and a first call inside a CUDA-graph capture compiles nothing: it
+    also adds the bias after, and the graph replays PyTorch's output."""
+    import torch.nn.functional as F
+
+    from seer.torch.convolution import _Call, _call_layer, _runner
+
+    x, w = torch.randn(2, 24, 19, 19, device=cuda), torch.randn(24, 1, 3, 3, device=cuda)
+    call = _Call(2, (1, 1), (1, 1), (1, 1), 24)  # depthwise: the direct kernel, as seer picks it there
+    runner = _runner(_call_layer(x, w, call), get_algorithm("SEER_DIRECT"), "fma", "nchw", x.device, 2)
+    every_other = torch.randn(48, device=cuda)[::2]
+    bias = every_other.contiguous()
+    expected = F.conv2d(x, w, bias, 1, 1, 1, 24)
+    with torch.no_grad():
+        runner(x, w, None)  # warmed up without a bias, as a capture wants its kernels loaded
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = runner(x, w, runner.shaped(bias))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert _relative_error(captured, expected) < 1e-6
+        assert runner._bias_launch is None  # nothing compiled in the capture
+        names = [k.name for k in tracer.trace(lambda: runner(x, w, runner.shaped(bias)))]
+        assert len(names) == 1 and "seer_direct_conv_bias<" in names[0], names
+        assert _relative_error(runner(x, w, runner.shaped(bias)), expected) < 1e-6
+        names = [k.name for k in tracer.trace(lambda: runner(x, w, runner.shaped(every_other)))]
+        assert len(names) == 2 and "seer_direct_conv<" in names[0], names
+        assert _relative_error(runner(x, w, runner.shaped(every_other)), expected) < 1e-6
 
 
 def test_seer_convolutions_compile_through_their_custom_operator(cuda):

@@ -154,3 +154,24 @@ def test_channels_last_plans_and_refusals():
     assert "not one of" in kernel_plans.unsupported_reason("SEER_IMPLICIT_GEMM", layer, "chwn")
     with pytest.raises(ValueError, match="multiple of 8"):
         kernel_plans.plan("SEER_IMPLICIT_GEMM_SPLITK", odd, layout="nhwc")
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("algo", ["SEER_DIRECT", "SEER_IMPLICIT_GEMM", "SEER_IMPLICIT_GEMM_SPLITK"])
+def test_a_kernels_bias_instance_is_named_and_classified_as_its_tile(algo, layout):
+    """The instance that adds a bias (what seer.torch runs for a layer with one) is the plan's
+    kernel with ``_bias`` before its template arguments, compiled beside the plannable ones, and
+    its traced name falls in the plain kernel's variant."""
+    from seer.gpu import kernels
+
+    layer = ConvShape.square(8, 64, 28, 64, 3, padding=1, groups=64 if algo == "SEER_DIRECT" else 1)
+    if kernel_plans.unsupported_reason(algo, layer, layout):
+        assert algo == "SEER_DIRECT" and layout == "nhwc"
+        return
+    plain = kernel_plans.plan(algo, layer, layout=layout)
+    name = kernels.with_bias(plain.kernel)
+    assert name == plain.kernel.replace("<", "_bias<", 1) and name != plain.kernel
+    assert name in kernels._plannable_kernels(layout, bias=True)
+    assert plain.kernel not in kernels._plannable_kernels(layout, bias=True)
+    traced = f"void {name}(float const*, float const*, float*, int, int)"
+    assert classify_kernel(traced).variant == plain.variant

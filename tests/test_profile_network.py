@@ -387,10 +387,12 @@ def test_the_network_host_cost_summary_is_what_its_runs_say():
 
 
 def test_the_host_cost_parts_summary_is_what_its_runs_say():
-    """benchmarks/host_cost_parts.py --summary on its committed runs gives the committed tables."""
-    folder = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "h200-host-cost-parts"
+    """benchmarks/host_cost_parts.py --summary on its committed runs gives the committed tables
+    (a folder of two runs, before and after, and one of a single run)."""
+    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
     parts = benchmark_module("host_cost_parts")
-    assert parts.summarize(folder) == (folder / "summary.md").read_text()
+    for folder in (results / "h200-host-cost-parts", results / "h200-host-cost-bias"):
+        assert parts.summarize(folder) == (folder / "summary.md").read_text()
     assert parts._is_depthwise("32x960x14x14 -> 960, 3x3 s2 p1 g960")
     assert not parts._is_depthwise("32x128x56x56 -> 128, 3x3 s1 p1 g32")
     assert not parts._is_depthwise("32x256x14x14 -> 256, 1x1 s1 p0")

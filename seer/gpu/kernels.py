@@ -16,6 +16,10 @@ padding, dilation and group count, fp32 NCDHW in and out, plain FP32 FMA arithme
   ``seer_implicit_gemm_nhwc`` is the same GEMM on channels-last tensors (NDHWC, filters
   KTRSC), where a slice is 8 channels of one filter tap: 16-byte copies, one bounds check.
 
+Each kernel also has a bias instance (``seer_direct_conv_bias``, ``seer_implicit_gemm_bias``, ...:
+:func:`with_bias`) that adds a bias per output channel as it writes the output, which spares
+a layer with a bias a kernel of its own; the plain instances compile to what they did before.
+
 Which layers each kernel takes, and with which tile and launch, is decided on the CPU by
 :mod:`seer.hardware.kernel_plans`; this module holds the CUDA source and runs the plans.
 """
@@ -35,9 +39,12 @@ _SOURCE = r"""
     const int sd, const int sh, const int sw, const int pd, const int ph, const int pw, \
     const int dd, const int dh, const int dw, const int G
 
-template <int KPT>
-__global__ void __launch_bounds__(256) seer_direct_conv(
-    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, CONV_PARAMS)
+// BIAS: the output adds bias[k] (the bias kernels; the plain ones, which the dataset times,
+// compile to what they did before the bias came in).
+template <int KPT, bool BIAS>
+__device__ __forceinline__ void direct_conv(
+    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, CONV_PARAMS,
+    const float* __restrict__ bias)
 {
     const int Cg = C / G, Kg = K / G, KB = (Kg + KPT - 1) / KPT;
     const int HW = H * W, DHW = D * HW, RS = R * S, TRS = T * RS;
@@ -82,8 +89,28 @@ __global__ void __launch_bounds__(256) seer_direct_conv(
     }
     float* yp = y + ((long long)n * K + (long long)g * Kg + k0) * ODHW + pix;
 #pragma unroll
-    for (int j = 0; j < KPT; ++j)
+    for (int j = 0; j < KPT; ++j) {
+        if constexpr (BIAS)
+            if (j < kv) acc[j] += __ldg(bias + g * Kg + k0 + j);
         if (j < kv) yp[(long long)j * ODHW] = acc[j];
+    }
+}
+
+template <int KPT>
+__global__ void __launch_bounds__(256) seer_direct_conv(
+    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, CONV_PARAMS)
+{
+    direct_conv<KPT, false>(x, w, y, N, C, D, H, W, K, T, R, S, OD, OH, OW, sd, sh, sw, pd, ph, pw, dd, dh, dw, G,
+                            nullptr);
+}
+
+template <int KPT>
+__global__ void __launch_bounds__(256) seer_direct_conv_bias(
+    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, CONV_PARAMS,
+    const float* __restrict__ bias)
+{
+    direct_conv<KPT, true>(x, w, y, N, C, D, H, W, K, T, R, S, OD, OH, OW, sd, sh, sw, pd, ph, pw, dd, dh, dw, G,
+                           bias);
 }
 
 // N consecutive floats of shared memory in one vector load (N = 1, 2 or 4, aligned).
@@ -124,10 +151,11 @@ __device__ __forceinline__ float lane(const float4& v, const int i)
 // the reduction runs over (tap, channel), channel fastest. With C/G a multiple of BK a slice
 // is BK consecutive channels of one tap: per output position, BK/4 16-byte copies under one
 // bounds check and one tap, where NC[D]HW needs a 4-byte copy, a tap and a check per element.
-template <int BM, int BN, int BK, int TM, int TN, int SPLIT, int MINB, int STAGES, bool CL>
+// BIAS: the output adds bias[k], in the first slice of a split reduction only.
+template <int BM, int BN, int BK, int TM, int TN, int SPLIT, int MINB, int STAGES, bool CL, bool BIAS>
 __device__ __forceinline__ void implicit_gemm(
     const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, CONV_PARAMS,
-    const int4* __restrict__ taps, const int tiles_per_split)
+    const int4* __restrict__ taps, const int tiles_per_split, const float* __restrict__ bias)
 {
     constexpr int THREADS = (BM / TM) * (BN / TN);
     constexpr int A_ROWS = THREADS / BM;          // reduction rows one pass of A copies covers
@@ -272,6 +300,8 @@ __device__ __forceinline__ void implicit_gemm(
         stage = (stage + 1) % STAGES;
     }
 
+    // The bias is added once per output: by the reduction's first slice where it is split.
+    const bool add_bias = BIAS && split == 0;
     if constexpr (CL) {
         // y[m][K]: each half of a thread's channels is TN/2 consecutive floats of one row,
         // one 16-byte store (or, split, one 16-byte atomic add) where they are four and aligned.
@@ -284,7 +314,14 @@ __device__ __forceinline__ void implicit_gemm(
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int nn0 = n0 + h * (BN / 2) + ty * (TN / 2);
-                const float* v = acc[i] + h * (TN / 2);
+                float* v = acc[i] + h * (TN / 2);
+                if constexpr (BIAS) {
+                    if (add_bias) {
+#pragma unroll
+                        for (int j = 0; j < TN / 2; ++j)
+                            if (nn0 + j < Kg) v[j] += __ldg(bias + g * Kg + nn0 + j);
+                    }
+                }
                 if constexpr (TN / 2 == 4) {
                     if (aligned) {
                         if (nn0 < Kg) {
@@ -314,6 +351,9 @@ __device__ __forceinline__ void implicit_gemm(
             for (int j = 0; j < TN; ++j) {
                 const int nn = n0 + (j < TN / 2 ? ty * (TN / 2) + j : BN / 2 + ty * (TN / 2) + j - TN / 2);
                 if (nn >= Kg) continue;
+                if constexpr (BIAS) {
+                    if (add_bias) acc[i][j] += __ldg(bias + g * Kg + nn);
+                }
                 if (SPLIT) atomicAdd(yp + nn * ODHW, acc[i][j]);
                 else yp[nn * ODHW] = acc[i][j];
             }
@@ -327,20 +367,35 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN), MINB) NAME( \
     const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, CONV_PARAMS, \
     const int4* __restrict__ taps, const int tiles_per_split) \
 { \
-    implicit_gemm<BM, BN, BK, TM, TN, SPLIT, MINB, STAGES, CL>(x, w, y, N, C, D, H, W, K, T, R, S, OD, OH, OW, \
-        sd, sh, sw, pd, ph, pw, dd, dh, dw, G, taps, tiles_per_split); \
+    implicit_gemm<BM, BN, BK, TM, TN, SPLIT, MINB, STAGES, CL, false>(x, w, y, N, C, D, H, W, K, T, R, S, OD, OH, \
+        OW, sd, sh, sw, pd, ph, pw, dd, dh, dw, G, taps, tiles_per_split, nullptr); \
+} \
+template <int BM, int BN, int BK, int TM, int TN, int SPLIT, int MINB, int STAGES> \
+__global__ void __launch_bounds__((BM / TM) * (BN / TN), MINB) NAME##_bias( \
+    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, CONV_PARAMS, \
+    const int4* __restrict__ taps, const int tiles_per_split, const float* __restrict__ bias) \
+{ \
+    implicit_gemm<BM, BN, BK, TM, TN, SPLIT, MINB, STAGES, CL, true>(x, w, y, N, C, D, H, W, K, T, R, S, OD, OH, \
+        OW, sd, sh, sw, pd, ph, pw, dd, dh, dw, G, taps, tiles_per_split, bias); \
 }
 GEMM_KERNEL(seer_implicit_gemm, false)
 GEMM_KERNEL(seer_implicit_gemm_nhwc, true)
 """
 
-def _plannable_kernels(layout: str) -> tuple[str, ...]:
+def with_bias(kernel: str) -> str:
+    """The instance of ``kernel`` (a name :func:`plan` gives) that also adds a bias per output
+    channel: the same tile and launch, one more argument (the bias's pointer) at the end."""
+    name, bracket, rest = kernel.partition("<")
+    return f"{name}_bias{bracket}{rest}"
+
+
+def _plannable_kernels(layout: str, bias: bool = False) -> tuple[str, ...]:
     """Every template instance :func:`plan` can choose in ``layout`` (the direct kernels, and
-    the tiles of :data:`TILE_ORDER` with and without the split)."""
+    the tiles of :data:`TILE_ORDER` with and without the split), or their bias instances."""
     names = [f"seer_direct_conv<{k}>" for k in DIRECT_CHANNELS] if layout == "nchw" else []
     for name in TILE_ORDER:
         names += [GEMM_TILES[name].kernel(False, layout), GEMM_TILES[name].kernel(True, layout)]
-    return tuple(names)
+    return tuple(map(with_bias, names)) if bias else tuple(names)
 
 
 @lru_cache(maxsize=None)
@@ -352,9 +407,9 @@ def _module(names: tuple[str, ...]):
 
 def _function(kernel: str, layout: str):
     """The compiled kernel: one module per layout holds every instance :func:`plan` can
-    choose, compiled at first use; a tile only a ``tile=`` override names is compiled on its
-    own when asked."""
-    plannable = _plannable_kernels(layout)
+    choose, compiled at first use (and one their bias instances); a tile only a ``tile=``
+    override names is compiled on its own when asked."""
+    plannable = _plannable_kernels(layout, bias="_bias<" in kernel)
     return _module(plannable if kernel in plannable else (kernel,)).get_function(kernel)
 
 
@@ -387,10 +442,12 @@ class Launch:
     """One plan of ``algo`` for ``shape`` on GPU ``device``, its arguments prepared once: a
     call passes three device pointers and a stream (:meth:`enqueue`), or launches on CuPy's
     current stream (``__call__``). A plan with ``zero_output`` adds into its output, which
-    the caller zeroes first. Not thread-safe: the pointers are set on the instance."""
+    the caller zeroes first. With ``bias``, the kernel also adds a bias per output channel
+    (fp32, contiguous, its pointer passed to each call). Not thread-safe: the pointers are
+    set on the instance."""
 
     def __init__(self, algo: str, shape: ConvShape, device: int, tile: str | None = None,
-                 layout: str = "nchw") -> None:
+                 layout: str = "nchw", bias: bool = False) -> None:
         import ctypes
 
         import cupy as cp
@@ -398,7 +455,8 @@ class Launch:
         with cp.cuda.Device(device):
             self.plan = plan(algo, shape, tile, sms=cp.cuda.Device().attributes["MultiProcessorCount"],
                              layout=layout)
-            kernel = _function(self.plan.kernel, layout)
+            self.kernel = with_bias(self.plan.kernel) if bias else self.plan.kernel
+            kernel = _function(self.kernel, layout)
             self._function = kernel.kernel.ptr  # the CUfunction, loaded on this device
             sizes = (shape.batch, shape.in_ch, shape.in_d, shape.in_h, shape.in_w, shape.out_ch, shape.kernel_d,
                      shape.kernel_h, shape.kernel_w, shape.out_d, shape.out_h, shape.out_w, shape.stride_d,
@@ -409,6 +467,9 @@ class Launch:
             if algo != "SEER_DIRECT":
                 self._taps = _device_taps(shape, layout, device)
                 self._arguments += [ctypes.c_uint64(self._taps.data.ptr), ctypes.c_int32(self.plan.tiles_per_split)]
+            self._bias = ctypes.c_uint64() if bias else None
+            if bias:
+                self._arguments.append(self._bias)
         parameters = (ctypes.c_void_p * len(self._arguments))(*map(ctypes.addressof, self._arguments))
         grid, block = tuple(self.plan.grid), (self.plan.block,)
         dims = (*grid, *(1,) * (3 - len(grid)), *block, 1, 1, 0)  # grid, block, shared memory bytes
@@ -418,33 +479,38 @@ class Launch:
                                   parameters, ctypes.c_void_p())
         self.zero_output = self.plan.splits > 1
 
-    def enqueue(self, x_ptr: int, w_ptr: int, y_ptr: int, stream: int) -> None:
-        """Launch on ``stream`` (a CUstream/cudaStream_t handle) of this device's context."""
+    def enqueue(self, x_ptr: int, w_ptr: int, y_ptr: int, stream: int, bias_ptr: int = 0) -> None:
+        """Launch on ``stream`` (a CUstream/cudaStream_t handle) of this device's context;
+        ``bias_ptr``: the bias of a launch made with ``bias``."""
         x, w, y = self._pointers
         x.value, w.value, y.value = x_ptr, w_ptr, y_ptr
+        if self._bias is not None:
+            self._bias.value = bias_ptr
         self._stream.value = stream
         status = _cu_launch_kernel()(*self._launch_arguments)
         if status:
-            raise RuntimeError(f"seer: cuLaunchKernel of {self.plan.kernel} failed with CUDA error {status}")
+            raise RuntimeError(f"seer: cuLaunchKernel of {self.kernel} failed with CUDA error {status}")
 
-    def __call__(self, x_ptr: int, w_ptr: int, y_ptr: int) -> None:
+    def __call__(self, x_ptr: int, w_ptr: int, y_ptr: int, bias_ptr: int = 0) -> None:
         import cupy as cp
 
-        self.enqueue(x_ptr, w_ptr, y_ptr, cp.cuda.get_current_stream().ptr)
+        self.enqueue(x_ptr, w_ptr, y_ptr, cp.cuda.get_current_stream().ptr, bias_ptr)
 
 
 def forward(algo: str, shape: ConvShape, x, w, y, tile: str | None = None,
-            layout: str = "nchw") -> tuple[Callable[[], None], Plan]:
+            layout: str = "nchw", bias=None) -> tuple[Callable[[], None], Plan]:
     """A function that runs ``algo`` once on CuPy arrays ``x``, ``w``, ``y`` (float32, C
-    order, the shape's dims in ``layout``'s order: :meth:`ConvShape.layout_order`) on the
-    current stream, and its :class:`Plan` (``tile``: see :func:`plan`)."""
+    order, the shape's dims in ``layout``'s order: :meth:`ConvShape.layout_order`) and
+    ``bias`` (None, or ``out_ch`` floats the output adds) on the current stream, and its
+    :class:`Plan` (``tile``: see :func:`plan`)."""
     import cupy as cp
 
-    launch = Launch(algo, shape, cp.cuda.Device().id, tile, layout)
+    launch = Launch(algo, shape, cp.cuda.Device().id, tile, layout, bias=bias is not None)
+    bias_ptr = 0 if bias is None else bias.data.ptr
 
     def run() -> None:
         if launch.zero_output:  # slices add into the output
             cp.cuda.runtime.memsetAsync(y.data.ptr, 0, y.nbytes, cp.cuda.get_current_stream().ptr)
-        launch(x.data.ptr, w.data.ptr, y.data.ptr)
+        launch(x.data.ptr, w.data.ptr, y.data.ptr, bias_ptr)
 
     return run, launch.plan

@@ -757,6 +757,8 @@ class _Runner:
     """
 
     path = ""
+    #: Whether :meth:`launch` adds the bias itself (seer's kernels, in their epilogue).
+    adds_bias = False
 
     def __init__(self, layer: ConvShape, layout: str, device: torch.device, dims: int) -> None:
         self.layer, self.layout, self.device, self.dims = layer, layout, device, dims
@@ -772,7 +774,8 @@ class _Runner:
         """``bias`` as the view the output adds (what :meth:`__call__` takes)."""
         return None if bias is None else bias.view(self.bias_shape)
 
-    def launch(self, x: torch.Tensor, w: torch.Tensor, y: torch.Tensor) -> None:
+    def launch(self, x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        """Enqueue the convolution into ``y``; ``bias`` only where :attr:`adds_bias`."""
         raise NotImplementedError
 
     def __call__(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -785,10 +788,10 @@ class _Runner:
         y = x.new_empty_strided(self.out_dims, self.out_strides)
         if self.zero_output:
             y.zero_()
-        self.launch(x, w, y)
+        self.launch(x, w, y, bias)
         if self.dims == 1:
             y = y.squeeze(-2)
-        if bias is not None:
+        if bias is not None and not self.adds_bias:
             y.add_(bias)
         return y
 
@@ -805,7 +808,7 @@ class _GraphRunner(_Runner):
         self.workspace_bytes = self.plan.workspace_bytes
         self._run = self.plan.run
 
-    def launch(self, x, w, y) -> None:
+    def launch(self, x, w, y, bias=None) -> None:
         state = self.state
         stream = torch.cuda.current_stream(self.device_index).cuda_stream
         if stream != state.graph_stream:
@@ -824,7 +827,7 @@ class _LegacyRunner(_Runner):
         self.algo = algo.enum
         self.workspace_bytes = self.problem.workspace_size(self.algo)
 
-    def launch(self, x, w, y) -> None:
+    def launch(self, x, w, y, bias=None) -> None:
         stream = torch.cuda.current_stream(self.device_index).cuda_stream
         self.state.legacy_handle.set_stream(stream)
         size = self.workspace_bytes
@@ -833,18 +836,41 @@ class _LegacyRunner(_Runner):
 
 
 class _OwnRunner(_Runner):
+    """seer's kernel; a bias is added in the kernel's epilogue (the kernel's bias instance,
+    built at the first call with a bias), which spares the bias's own kernel and its host time."""
+
     path = "cupy"
+    adds_bias = True
 
     def __init__(self, layer, layout, device, dims, algo: Algorithm, math: str) -> None:
         from seer.gpu import kernels
 
         super().__init__(layer, layout, device, dims)
+        self._kernels, self._algo = kernels, algo.name
         self._launch = kernels.Launch(algo.name, layer, device.index, layout=layout)
+        self._bias_launch = None
         self.zero_output = self._launch.zero_output
+        self._bias_view = (1, -1, *([1] * (len(self.out_dims) - 2)))  # over y before a 1D layer's squeeze
 
-    def launch(self, x, w, y) -> None:
+    def shaped(self, bias: torch.Tensor | None) -> torch.Tensor | None:
+        return bias  # one float per output channel, as the kernel reads it
+
+    def launch(self, x, w, y, bias=None) -> None:
         stream = torch.cuda.current_stream(self.device_index).cuda_stream
-        self._launch.enqueue(x.data_ptr(), w.data_ptr(), y.data_ptr(), stream)
+        if bias is None:
+            self._launch.enqueue(x.data_ptr(), w.data_ptr(), y.data_ptr(), stream)
+            return
+        launch = self._bias_launch
+        # The kernel reads K floats from the pointer: anything else is added as PyTorch would.
+        readable = bias.is_contiguous() and bias.dtype == torch.float32 and bias.get_device() == self.device_index
+        if launch is None and readable and not torch.cuda.is_current_stream_capturing():  # no compiling in a capture
+            launch = self._bias_launch = self._kernels.Launch(self._algo, self.layer, self.device_index,
+                                                              layout=self.layout, bias=True)
+        if launch is not None and readable:
+            launch.enqueue(x.data_ptr(), w.data_ptr(), y.data_ptr(), stream, bias.data_ptr())
+        else:
+            self._launch.enqueue(x.data_ptr(), w.data_ptr(), y.data_ptr(), stream)
+            y.add_(bias.view(self._bias_view))
 
 
 class _SparseRunner(_Runner):
@@ -887,7 +913,7 @@ class _SparseRunner(_Runner):
             self._array(torch.empty(entries, dtype=torch.float32, device=device)),
             self._array(torch.empty(listed, dtype=torch.int32, device=device)), self._array(wt))
 
-    def launch(self, x, w, y) -> None:
+    def launch(self, x, w, y, bias=None) -> None:
         if not self.algo.capturable and torch.cuda.is_current_stream_capturing():
             raise RuntimeError(f"{self.algo.name} cannot be captured in a CUDA graph: each call counts the "
                                "input's non-zeros on the host (SEER_SPARSE_GATHER can be)")
