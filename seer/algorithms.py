@@ -415,6 +415,8 @@ KERNEL_RULES: tuple[KernelRule, ...] = (
     KernelRule("seer_sparse", r"seer_sparse_list", "transform", "sparse_list"),
     # seer's own kernels: the template arguments are the tile (seer/gpu/kernels.py); an
     # instance that adds the bias is the same tile.
+    KernelRule("seer_direct", r"seer_direct_conv_nhwc(?:_bias)?<(?P<k>\d+),\s*(?P<p>\d+)>", "compute",
+               "direct_nhwc_k{k}_p{p}"),
     KernelRule("seer_direct", r"seer_direct_conv(?:_bias)?<(?P<k>\d+)>", "compute", "direct_k{k}"),
     KernelRule("seer_implicit_gemm",
                r"seer_implicit_gemm(?P<layout>_nhwc|)(?:_bias)?<(?P<bm>\d+),\s*(?P<bn>\d+),\s*(?P<bk>\d+),\s*(?P<tm>\d+),"

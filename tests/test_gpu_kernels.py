@@ -5,7 +5,7 @@ layouts, and the kernels that ran are the ones the plan names."""
 import pytest
 
 from seer.algorithms import algorithm_names, classify_kernel
-from seer.hardware.kernel_plans import GEMM_TILES
+from seer.hardware.kernel_plans import DIRECT_TILES, GEMM_TILES
 from seer.layers.grids import quick_general_grid
 from seer.layers.shapes import ConvShape
 from seer.schema import get_math_mode
@@ -41,8 +41,8 @@ def test_output_matches_float64(algo, shape, layout, tracer):
 
     refused = kernel_plans.unsupported_reason(algo, shape, layout)
     if refused:
-        # Only a reduction too short to split, or channels-last where it is not run.
-        assert "split" in refused or (layout == "nhwc" and ("NC[D]HW" in refused or "multiple of 8" in refused))
+        # Only a reduction too short to split, or a channels-last GEMM's channels.
+        assert "split" in refused or (layout == "nhwc" and "multiple of 8" in refused)
         return
     tensors = ShapeTensors(shape, seed=7, layout=layout)
     forward, plan = kernels.forward(algo, shape, tensors.x, tensors.w, tensors.y, layout=layout)
@@ -86,6 +86,27 @@ def test_every_tile_matches_float64(algo, tile, shape, layout):
     assert tensors.relative_error() <= get_math_mode("fma").tolerance / 50
     prefix = "igemm_" if layout == "nchw" else "igemm_nhwc_"
     assert plan.variant.startswith(f"{prefix}{tile.split('_')[0]}x8_")
+
+
+@pytest.mark.parametrize("tile", list(DIRECT_TILES))
+@pytest.mark.parametrize("shape", [*TILE_SHAPES, ConvShape.square(2, 96, 15, 96, 7, padding=3, groups=96),
+                                   ConvShape.square(3, 40, 13, 40, 5, stride=2, padding=2, groups=40)], ids=str)
+def test_every_channels_last_direct_tile_matches_float64(tile, shape, tracer):
+    """Every number of output columns per thread of the channels-last direct kernel is right
+    (tails of a row included), not only the one its plan takes."""
+    import cupy as cp
+
+    from seer.gpu import kernels
+    from seer.gpu.reference import ShapeTensors
+
+    tensors = ShapeTensors(shape, seed=13, layout="nhwc")
+    forward, plan = kernels.forward("SEER_DIRECT", shape, tensors.x, tensors.w, tensors.y, tile=tile, layout="nhwc")
+    tensors.poison_output()
+    forward()
+    cp.cuda.Device().synchronize()
+    assert tensors.relative_error() <= get_math_mode("fma").tolerance / 50
+    assert plan.variant.endswith(f"_{tile}")
+    assert [classify_kernel(k.name).variant for k in tracer.trace(forward)] == [plan.variant]
 
 
 #: A layer per kernel path: depthwise (the direct kernel), a 2D layer whose reduction splits,

@@ -2,6 +2,7 @@
 launch of each (seer/hardware/kernel_plans.py), and their place in the registry."""
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from seer.algorithms import algorithm_names, classify_kernel, get_algorithm, select_algorithms
@@ -147,13 +148,37 @@ def test_channels_last_plans_and_refusals():
     assert nhwc.kernel.startswith("seer_implicit_gemm_nhwc<") and nhwc.grid == nchw.grid
     assert classify_kernel(nhwc.kernel).variant == "igemm_nhwc_256x64x8_8x8_b2_s3" == nhwc.variant
     assert len(kernel_plans.tap_table(layer, "nhwc")) == 256 * 9 // 8  # one tap per slice of 8 channels
-    assert "NC[D]HW" in kernel_plans.unsupported_reason("SEER_DIRECT", layer, "nhwc")
+    assert kernel_plans.unsupported_reason("SEER_DIRECT", layer, "nhwc") is None
     odd = ConvShape.square(1, 12, 8, 16, 3)
     assert "multiple of 8" in kernel_plans.unsupported_reason("SEER_IMPLICIT_GEMM", odd, "nhwc")
     assert kernel_plans.unsupported_reason("SEER_IMPLICIT_GEMM", odd, "nchw") is None
     assert "not one of" in kernel_plans.unsupported_reason("SEER_IMPLICIT_GEMM", layer, "chwn")
     with pytest.raises(ValueError, match="multiple of 8"):
         kernel_plans.plan("SEER_IMPLICIT_GEMM_SPLITK", odd, layout="nhwc")
+
+
+@pytest.mark.parametrize(("layer", "sms", "kernel"), [
+    # ConvNeXt-T's first depthwise 7x7 layer at batch 32: rows enough for 8 columns a thread.
+    (ConvShape.square(32, 96, 56, 96, 7, padding=3, groups=96), 132, "seer_direct_conv_nhwc<1, 8>"),
+    # Its last at batch 1: 7 rows of 768 channels fill the GPU only a column a thread.
+    (ConvShape.square(1, 768, 7, 768, 7, padding=3, groups=768), 132, "seer_direct_conv_nhwc<1, 1>"),
+    (ConvShape.square(1, 768, 7, 768, 7, padding=3, groups=768), 8, "seer_direct_conv_nhwc<1, 8>"),
+    # A grouped layer of 16 output channels per group: 8 a thread, as in NC[D]HW.
+    (ConvShape.square(4, 64, 28, 64, 3, padding=1, groups=4), 8, "seer_direct_conv_nhwc<8, 4>")], ids=str)
+def test_the_channels_last_direct_kernel_takes_the_most_columns_that_fill_the_gpu(layer, sms, kernel):
+    """The channels-last direct kernel reads each filter value once for several output columns,
+    as many as still make two blocks per SM; its NC[D]HW twin keeps its launch."""
+    got = kernel_plans.plan("SEER_DIRECT", layer, sms=sms, layout="nhwc")
+    assert got.kernel == kernel and got.block == kernel_plans.THREADS_DIRECT
+    columns = kernel_plans.DIRECT_TILES[got.variant.rsplit("_", 1)[1]]
+    channel_blocks = layer.groups * -(-(layer.out_ch // layer.groups) // int(kernel.split("<")[1].split(",")[0]))
+    threads = channel_blocks * layer.batch * layer.out_h * -(-layer.out_w // columns)
+    assert got.grid == (-(-threads // 256), 1, 1)
+    nchw = kernel_plans.plan("SEER_DIRECT", layer, sms=sms)
+    positions = layer.batch * layer.out_h * layer.out_w
+    assert nchw.kernel.startswith("seer_direct_conv<") and nchw.grid == (-(-channel_blocks * positions // 256), 1, 1)
+    for tile in kernel_plans.DIRECT_TILES:
+        assert kernel_plans.plan("SEER_DIRECT", layer, tile, sms, "nhwc").variant.endswith(f"_{tile}")
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
@@ -165,9 +190,6 @@ def test_a_kernels_bias_instance_is_named_and_classified_as_its_tile(algo, layou
     from seer.gpu import kernels
 
     layer = ConvShape.square(8, 64, 28, 64, 3, padding=1, groups=64 if algo == "SEER_DIRECT" else 1)
-    if kernel_plans.unsupported_reason(algo, layer, layout):
-        assert algo == "SEER_DIRECT" and layout == "nhwc"
-        return
     plain = kernel_plans.plan(algo, layer, layout=layout)
     name = kernels.with_bias(plain.kernel)
     assert name == plain.kernel.replace("<", "_bias<", 1) and name != plain.kernel
@@ -175,3 +197,30 @@ def test_a_kernels_bias_instance_is_named_and_classified_as_its_tile(algo, layou
     assert plain.kernel not in kernels._plannable_kernels(layout, bias=True)
     traced = f"void {name}(float const*, float const*, float*, int, int)"
     assert classify_kernel(traced).variant == plain.variant
+
+
+def test_the_algorithms_said_to_split_always_split():
+    """The guard counts a zeroing launch for them (seer.torch.convolution.extra_host_ms)."""
+    layers = [ConvShape.square(1, 8, 7, 8, 2), ConvShape.square(256, 1024, 56, 1024, 3, padding=1),
+              ConvShape.square(2, 64, 9, 64, 3, padding=1, groups=2), ConvShape.square(1, 3, 224, 64, 7, 2, 3)]
+    for algo in kernel_plans.SPLITS_ALWAYS:
+        planned = [kernel_plans.plan(algo, layer, sms=132) for layer in layers
+                   if not kernel_plans.unsupported_reason(algo, layer)]
+        assert len(planned) >= 3 and all(p.splits >= 2 for p in planned)
+
+
+def test_the_channels_last_direct_benchmark_summary_is_what_its_runs_say():
+    """benchmarks/direct_channels_last.py's committed summary comes from its committed runs and
+    the network layer files, and the runs it marked planned are what the plan takes today."""
+    from conftest import REPO, benchmark_module
+
+    bench = benchmark_module("direct_channels_last")
+    folder = REPO / "benchmarks" / "results" / "h200-direct-channels-last"
+    runs = pd.read_csv(folder / "runs.csv")
+    runs["planned"] = runs["planned"].astype(bool)
+    calls = bench.grouped_calls(sorted((REPO / "benchmarks" / "results" / "h200-network-oracle" / "layers").glob("*.csv")))
+    assert bench.summarize(runs, calls) == (folder / "summary.md").read_text().split("\n", 3)[3]
+    assert set(calls["layer"]) == set(runs["layer"]) and len(set(runs["layer"])) == 100
+    shapes = dict(zip(calls["layer"], calls["shape"]))
+    for row in runs[runs["planned"] & runs["way"].str.startswith("seer_nhwc")].itertuples():
+        assert kernel_plans.plan("SEER_DIRECT", shapes[row.layer], sms=132, layout="nhwc").kernel == row.kernel

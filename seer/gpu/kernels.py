@@ -29,7 +29,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Callable
 
-from seer.hardware.kernel_plans import DIRECT_CHANNELS, GEMM_TILES, TILE_ORDER, Plan, plan, tap_table
+from seer.hardware.kernel_plans import DIRECT_CHANNELS, DIRECT_COLUMNS, GEMM_TILES, TILE_ORDER, Plan, plan, tap_table
 from seer.layers.shapes import ConvShape
 
 _SOURCE = r"""
@@ -111,6 +111,93 @@ __global__ void __launch_bounds__(256) seer_direct_conv_bias(
 {
     direct_conv<KPT, true>(x, w, y, N, C, D, H, W, K, T, R, S, OD, OH, OW, sd, sh, sw, pd, ph, pw, dd, dh, dw, G,
                            bias);
+}
+
+// Channels-last: x [N][D][H][W][C], w [K][T][R][S][C/G], y [N][OD][OH][OW][K]. A thread
+// computes KPT output channels of one group at PPT consecutive output columns, so each filter
+// value it reads serves PPT outputs. Consecutive threads take consecutive channel blocks of one
+// output position: on a depthwise layer a warp reads and writes 32 consecutive floats.
+template <int KPT, int PPT, bool BIAS>
+__device__ __forceinline__ void direct_conv_nhwc(
+    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, CONV_PARAMS,
+    const float* __restrict__ bias)
+{
+    const int Cg = C / G, Kg = K / G, KB = (Kg + KPT - 1) / KPT, GKB = G * KB;
+    const int TRS = T * R * S, OWB = (OW + PPT - 1) / PPT;
+    const long long total = (long long)N * OD * OH * OWB * GKB;
+    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= total) return;
+    const int gk = (int)(idx % GKB);
+    long long rest = idx / GKB;
+    const int owb = (int)(rest % OWB); rest /= OWB;
+    const int oh = (int)(rest % OH); rest /= OH;
+    const int od = (int)(rest % OD);
+    const int n = (int)(rest / OD);
+    const int g = gk / KB, k0 = (gk % KB) * KPT, kv = min(KPT, Kg - k0);
+    const int ow0 = owb * PPT;
+    const int id0 = od * sd - pd, ih0 = oh * sh - ph, iw0 = ow0 * sw - pw;
+    float acc[PPT][KPT];
+#pragma unroll
+    for (int p = 0; p < PPT; ++p)
+#pragma unroll
+        for (int j = 0; j < KPT; ++j) acc[p][j] = 0.f;
+    const float* xn = x + (long long)n * D * H * W * C + g * Cg;
+    const float* wk = w + (long long)(g * Kg + k0) * TRS * Cg;
+    for (int t = 0; t < T; ++t) {
+        const int id = id0 + t * dd;
+        if (id < 0 || id >= D) continue;
+        for (int r = 0; r < R; ++r) {
+            const int ih = ih0 + r * dh;
+            if (ih < 0 || ih >= H) continue;
+            const float* xrow = xn + ((long long)id * H + ih) * W * C;
+            for (int s = 0; s < S; ++s) {
+                const float* wtap = wk + ((t * R + r) * S + s) * Cg;
+                const int iws = iw0 + s * dw;
+                for (int c = 0; c < Cg; ++c) {
+                    float wv[KPT];
+#pragma unroll
+                    for (int j = 0; j < KPT; ++j) wv[j] = j < kv ? __ldg(wtap + (long long)j * TRS * Cg + c) : 0.f;
+#pragma unroll
+                    for (int p = 0; p < PPT; ++p) {
+                        const int iw = iws + p * sw;
+                        if (iw < 0 || iw >= W) continue;
+                        const float xv = __ldg(xrow + (long long)iw * C + c);
+#pragma unroll
+                        for (int j = 0; j < KPT; ++j) acc[p][j] = fmaf(xv, wv[j], acc[p][j]);
+                    }
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int p = 0; p < PPT; ++p) {
+        if (ow0 + p >= OW) break;
+        float* yp = y + ((((long long)n * OD + od) * OH + oh) * OW + ow0 + p) * K + g * Kg + k0;
+#pragma unroll
+        for (int j = 0; j < KPT; ++j) {
+            if (j >= kv) break;
+            float v = acc[p][j];
+            if constexpr (BIAS) v += __ldg(bias + g * Kg + k0 + j);
+            yp[j] = v;
+        }
+    }
+}
+
+template <int KPT, int PPT>
+__global__ void __launch_bounds__(256) seer_direct_conv_nhwc(
+    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, CONV_PARAMS)
+{
+    direct_conv_nhwc<KPT, PPT, false>(x, w, y, N, C, D, H, W, K, T, R, S, OD, OH, OW, sd, sh, sw, pd, ph, pw, dd, dh,
+                                      dw, G, nullptr);
+}
+
+template <int KPT, int PPT>
+__global__ void __launch_bounds__(256) seer_direct_conv_nhwc_bias(
+    const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, CONV_PARAMS,
+    const float* __restrict__ bias)
+{
+    direct_conv_nhwc<KPT, PPT, true>(x, w, y, N, C, D, H, W, K, T, R, S, OD, OH, OW, sd, sh, sw, pd, ph, pw, dd, dh,
+                                     dw, G, bias);
 }
 
 // N consecutive floats of shared memory in one vector load (N = 1, 2 or 4, aligned).
@@ -392,7 +479,8 @@ def with_bias(kernel: str) -> str:
 def _plannable_kernels(layout: str, bias: bool = False) -> tuple[str, ...]:
     """Every template instance :func:`plan` can choose in ``layout`` (the direct kernels, and
     the tiles of :data:`TILE_ORDER` with and without the split), or their bias instances."""
-    names = [f"seer_direct_conv<{k}>" for k in DIRECT_CHANNELS] if layout == "nchw" else []
+    names = ([f"seer_direct_conv<{k}>" for k in DIRECT_CHANNELS] if layout == "nchw" else
+             [f"seer_direct_conv_nhwc<{k}, {p}>" for k in DIRECT_CHANNELS for p in DIRECT_COLUMNS])
     for name in TILE_ORDER:
         names += [GEMM_TILES[name].kernel(False, layout), GEMM_TILES[name].kernel(True, layout)]
     return tuple(map(with_bias, names)) if bias else tuple(names)

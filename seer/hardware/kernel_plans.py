@@ -73,10 +73,19 @@ GEMM_TILES = {t_name: Tile(*t_fields) for t_name, t_fields in {
 #: networks grid's layers on the H100 (benchmarks/kernel_tiles.py, which also scores this rule).
 TILE_ORDER = ("256x64_8x8", "128x64_8x8", "64x64_4x4", "64x32_4x4")
 MIN_BLOCKS_PER_SM = {"SEER_IMPLICIT_GEMM": 1.5, "SEER_IMPLICIT_GEMM_SPLITK": 1.0}
+#: Algorithms whose every plan splits the reduction, its slices adding into an output zeroed
+#: before each call (:func:`plan` makes at least two).
+SPLITS_ALWAYS = ("SEER_IMPLICIT_GEMM_SPLITK",)
 #: Channels of one filter tap that a slice of the channels-last implicit GEMM holds (its BK).
 CHANNELS_LAST_SLICE = 8
 #: Output channels per thread of the direct kernel.
 DIRECT_CHANNELS = (1, 4, 8)
+#: Output columns per thread of the channels-last direct kernel, which reads each filter value
+#: once for all of them (its NC[D]HW twin takes one), by tile name (``tile=`` of :func:`plan`).
+#: :func:`plan` takes the most that still make :data:`DIRECT_MIN_BLOCKS_PER_SM` blocks per SM.
+DIRECT_TILES = {"p8": 8, "p4": 4, "p2": 2, "p1": 1}
+DIRECT_COLUMNS = tuple(DIRECT_TILES.values())
+DIRECT_MIN_BLOCKS_PER_SM = 2
 THREADS_DIRECT = 256
 
 
@@ -116,13 +125,17 @@ def unsupported_reason(algo: str, shape: ConvShape, layout: str = "nchw") -> str
             return why
     if layout not in LAYOUTS:
         return f"layout {layout!r} is not one of {', '.join(LAYOUTS)}"
-    if layout == "nhwc":
-        if algo == "SEER_DIRECT":
-            return "SEER_DIRECT runs NC[D]HW tensors only"
+    if layout == "nhwc" and algo != "SEER_DIRECT":
         if (shape.in_ch // shape.groups) % CHANNELS_LAST_SLICE:
             return (f"channels-last needs input channels per group a multiple of {CHANNELS_LAST_SLICE} "
                     "(a slice of the reduction is that many channels of one filter tap)")
     return None
+
+
+def aligned_bytes(algo: str, layout: str) -> int:
+    """Bytes that the input's and the filter's addresses must be a multiple of for ``algo`` in
+    ``layout`` (0: any fp32 address): the channels-last implicit GEMM copies 16 bytes at a time."""
+    return 16 if layout == "nhwc" and algo in ("SEER_IMPLICIT_GEMM", "SEER_IMPLICIT_GEMM_SPLITK") else 0
 
 
 def runs_layers(algo: str, layers: pd.DataFrame) -> np.ndarray:
@@ -157,7 +170,8 @@ def plan(algo: str, shape: ConvShape, tile: str | None = None, sms: int | None =
          layout: str = "nchw") -> Plan:
     """The kernel and launch of ``algo`` for ``shape`` (which it must support) on a GPU of
     ``sms`` SMs (None: :data:`DEFAULT_SMS_GPU`'s), tensors in ``layout``; ``tile``, a name of
-    :data:`GEMM_TILES`, overrides the implicit GEMM's choice (the same in both layouts)."""
+    :data:`GEMM_TILES`, overrides the implicit GEMM's choice (the same in both layouts), and one
+    of :data:`DIRECT_TILES` the channels-last direct kernel's."""
     if sms is None:
         sms = get_gpu_spec(DEFAULT_SMS_GPU).sm_count
     reason = unsupported_reason(algo, shape, layout)
@@ -167,9 +181,19 @@ def plan(algo: str, shape: ConvShape, tile: str | None = None, sms: int | None =
     positions = shape.batch * shape.out_d * shape.out_h * shape.out_w
     if algo == "SEER_DIRECT":
         kpt = 1 if k_per_group == 1 else 4 if k_per_group <= 8 else 8
-        threads = shape.batch * shape.groups * _ceil(k_per_group, kpt) * (positions // shape.batch)
-        return Plan(algo, f"seer_direct_conv<{kpt}>", (_ceil(threads, THREADS_DIRECT), 1, 1),
-                    THREADS_DIRECT)
+        channel_blocks = shape.groups * _ceil(k_per_group, kpt)
+        if layout == "nchw":
+            blocks = _ceil(channel_blocks * positions, THREADS_DIRECT)
+            return Plan(algo, f"seer_direct_conv<{kpt}>", (blocks, 1, 1), THREADS_DIRECT)
+        rows = positions // shape.out_w
+        if tile is not None:
+            ppt = DIRECT_TILES[tile]
+        else:
+            fills = [ppt for ppt in DIRECT_COLUMNS if _ceil(channel_blocks * rows * _ceil(shape.out_w, ppt),
+                                                            THREADS_DIRECT) >= DIRECT_MIN_BLOCKS_PER_SM * sms]
+            ppt = fills[0] if fills else DIRECT_COLUMNS[-1]
+        blocks = _ceil(channel_blocks * rows * _ceil(shape.out_w, ppt), THREADS_DIRECT)
+        return Plan(algo, f"seer_direct_conv_nhwc<{kpt}, {ppt}>", (blocks, 1, 1), THREADS_DIRECT)
     if algo not in ("SEER_IMPLICIT_GEMM", "SEER_IMPLICIT_GEMM_SPLITK"):
         raise KeyError(f"{algo} is not one of seer's kernels")
     if tile is None:
