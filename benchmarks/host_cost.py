@@ -225,16 +225,21 @@ LAYER_ALGOS = ("IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "FFT", "FFT_TIL
                "WINOGRAD_NONFUSED", "SEER_IMPLICIT_GEMM", "SEER_IMPLICIT_GEMM_SPLITK")
 
 
-def layer_costs(torch, layers, algos, math: str, calls: int, reps: int, bias: bool = True) -> list[dict]:
+def layer_costs(torch, layers, algos, math: str, calls: int, reps: int, bias: bool = True,
+                channels_last: bool = False) -> list[dict]:
     """Per distinct layer of ``layers`` (ConvShapes): PyTorch's module (with a ``bias`` or
     not), and each of ``algos`` forced on it (those that run it), in host microseconds per
-    call, with the extra host time the guard counts for the algorithm there (``model_extra_us``)."""
+    call, with the extra host time the guard counts for the algorithm there (``model_extra_us``).
+    With ``channels_last`` the input is channels-last and the weight as the module makes it
+    (NCHW; a depthwise one is both), as ConvNeXt's blocks hand their convolutions."""
     from seer.gpu.cudnn import CudnnError
     from seer.torch.convolution import extra_host_ms
 
     rows = []
     for number, shape in enumerate(dict.fromkeys(layers)):
         x = torch.randn(shape.input_dims, device="cuda")
+        if channels_last:
+            x = x.contiguous(memory_format={4: torch.channels_last, 5: torch.channels_last_3d}[x.dim()])
         conv = _conv_module(torch, shape, bias)
         module_us = host_us(torch, lambda: conv(x), calls, reps)
         label = str(shape)
@@ -249,7 +254,7 @@ def layer_costs(torch, layers, algos, math: str, calls: int, reps: int, bias: bo
                 continue
             us = host_us(torch, lambda: module(x), calls, reps)
             rows.append({"layer": label, "way": algo, "path": path, "host_us": round(us, 2),
-                         "extra_us": round(us - module_us, 2),
+                         "extra_us": round(us - module_us, 2), "fallbacks": sorted(module.fallbacks),
                          "model_extra_us": round(1e3 * extra_host_ms(algo, shape, math), 2)})
         torch.cuda.empty_cache()
         print(f"layer {number + 1}: {label}: module {module_us:.1f} us; "
@@ -286,6 +291,8 @@ def main(argv=None) -> int:
                         help="time seer's sparse kernel against PyTorch's module instead (SPARSE_LAYERS)")
     parser.add_argument("--layers", type=Path, help="time every algorithm on each distinct layer of this layer file")
     parser.add_argument("--algos", default=",".join(LAYER_ALGOS), help="with --layers: the algorithms to force")
+    parser.add_argument("--channels-last", action="store_true",
+                        help="with --layers: channels-last inputs (the weights as the modules make them)")
     parser.add_argument("--no-bias", action="store_true",
                         help="with --layers: modules without a bias (as networks that normalize after them)")
     args = parser.parse_args(argv)
@@ -306,12 +313,12 @@ def main(argv=None) -> int:
         shapes = [ConvShape.from_mapping(r) for r in read_layers(args.layers).to_dict("records")]
         with torch.no_grad():
             rows = layer_costs(torch, shapes, args.algos.split(","), args.math, args.calls, args.reps,
-                               bias=not args.no_bias)
+                               bias=not args.no_bias, channels_last=args.channels_last)
         summary = summarize_layers(rows)
         for algo, figures in summary.items():
             print(f"{algo:28s} {figures}")
-        write_report(torch, args, command, layers_file=args.layers.name, bias=not args.no_bias, summary=summary,
-                     results=rows)
+        write_report(torch, args, command, layers_file=args.layers.name, bias=not args.no_bias,
+                     channels_last=args.channels_last, summary=summary, results=rows)
         return 0
     results = []
     with torch.no_grad():

@@ -214,6 +214,9 @@ def main(argv=None) -> int:
                           ("forward_ms", "GPU time per pass (bursts behind a spinning kernel; host cost hidden)")):
         if "seer" in policies and column in overall.columns and overall[column].notna().any():
             parts.append(markdown(comparison(run_with(overall, "seer"), column), title))
+    if "seer-all" in policies and overall["eager_ms"].notna().any():
+        parts.append(markdown(comparison(run_with(overall, "seer-all"), "eager_ms", seer="seer-all"),
+                              f"Eager, seer's picks among every algorithm, its own kernels too (seer-all), per {unit}"))
     if "seer-graph" in policies and overall["graph_ms"].notna().any():
         parts.append(markdown(comparison(run_with(overall, "seer-graph"), "graph_ms", seer="seer-graph"),
                               f"Captured in a CUDA graph, seer's picks guarded for CUDA graphs (seer-graph), per {unit}"))

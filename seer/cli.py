@@ -1554,7 +1554,7 @@ def _add_profile_network(sub) -> None:
                     "behind a spinning kernel (GPU time, host cost hidden; median of repetitions), and each "
                     "convolution's kernels traced and checked against the algorithm that was to run. Policies: "
                     "seer (seer's predicted fastest), seer-graph (the same, guarded for a model run in CUDA "
-                    "graphs), heuristic (PyTorch's default), benchmark (cudnn.benchmark=True), a cuDNN "
+                    "graphs), seer-all (seer among seer's own kernels too), heuristic (PyTorch's default), benchmark (cudnn.benchmark=True), a cuDNN "
                     "algorithm forced everywhere, or all. "
                     "Resumable: records go to OUT/raw as each policy finishes, and a rerun skips them. Writes "
                     "OUT/overall.csv, OUT/layers.csv and plots.")
@@ -1566,7 +1566,8 @@ def _add_profile_network(sub) -> None:
     p.add_argument("--batch", type=_positive_int, default=1, help="batch of --sizes inputs (default 1)")
     p.add_argument("--channels", type=_positive_int, default=3, help="channels of --sizes inputs (default 3)")
     p.add_argument("--algo", default="seer,heuristic",
-                   help="policies, comma-separated: seer, seer-graph, heuristic, benchmark, a cuDNN algorithm, or all "
+                   help="policies, comma-separated: seer, seer-graph, seer-all, heuristic, benchmark, a cuDNN algorithm, "
+                        "or all "
                         "(default: seer,heuristic)")
     _add_math(p, several=True)
     p.add_argument("--gpu", default="h100", help="GPU whose models predict seer's picks (default h100)")

@@ -120,7 +120,8 @@ def test_forced_algorithm_runs_and_its_kernels_say_so(cuda, evidence, tracer, al
     assert not seer_convolutions(model)
 
 
-@pytest.mark.parametrize("algo", ["SEER_IMPLICIT_GEMM", "SEER_IMPLICIT_GEMM_SPLITK", "IMPLICIT_PRECOMP_GEMM"])
+@pytest.mark.parametrize("algo", ["SEER_DIRECT", "SEER_IMPLICIT_GEMM", "SEER_IMPLICIT_GEMM_SPLITK",
+                                  "IMPLICIT_PRECOMP_GEMM"])
 def test_channels_last_runs_in_its_own_layout(cuda, tracer, algo):
     """A channels-last model runs channels-last: outputs match, keep the layout, and seer's
     kernels are the channels-last ones; layers they refuse in this layout fall back."""
@@ -129,16 +130,60 @@ def test_channels_last_runs_in_its_own_layout(cuda, tracer, algo):
     with torch.no_grad():
         convs, ran = _forced(model, x, algo)
         assert {"shared.conv", "one_by_seven", "dilated", "reflect"} <= ran, ran
-        if algo.startswith("SEER"):  # 3, 4 or 1 input channels per group: refused, and said why
+        if algo.startswith("SEER_IMPLICIT"):  # 3, 4 or 1 input channels per group: refused, and said why
             assert all(convs[n].fallbacks and n not in ran for n in ("stem", "grouped", "depthwise"))
             assert all("multiple of 8" in " ".join(convs[n].fallbacks) for n in ("stem", "grouped"))
+        elif algo == "SEER_DIRECT":  # any layer but the one PyTorch pads itself
+            assert ran == set(convs) - {"same_even"}
+            assert [n for n, c in convs.items() if c.fallbacks] == ["same_even"]
         inputs = _inputs(model, x)
         for name in ran:
             assert convs[name](inputs[name]).is_contiguous(memory_format=torch.channels_last), name
         names = [k.name for k in tracer.trace(lambda: convs["dilated"](inputs["dilated"]))]
-    if algo.startswith("SEER"):
-        nhwc = ("void seer_implicit_gemm_nhwc<", "void seer_implicit_gemm_nhwc_bias<")  # the layer has a bias
-        assert any(n.startswith(nhwc) for n in names), names
+        depthwise = [k.name for k in tracer.trace(lambda: convs["depthwise"](inputs["depthwise"]))]
+    kernel = "seer_direct_conv_nhwc" if algo == "SEER_DIRECT" else "seer_implicit_gemm_nhwc"
+    if algo.startswith("SEER"):  # the layer has a bias: its instance runs (after a split's zeroing)
+        launched = [n for n in names if "seer_" in n]
+        assert len(launched) == 1 and launched[0].startswith(f"void {kernel}_bias<"), names
+        assert len(names) == 1 + (algo == "SEER_IMPLICIT_GEMM_SPLITK"), names
+    if algo == "SEER_DIRECT":
+        assert len(depthwise) == 1 and depthwise[0].startswith("void seer_direct_conv_nhwc"), depthwise
+
+
+@pytest.mark.parametrize("algo", ["SEER_DIRECT", "SEER_IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM"])
+def test_a_channels_last_input_with_an_nchw_weight_runs_a_kept_channels_last_copy(cuda, tracer, algo):
+    """A channels-last input meeting an NCHW weight (as ConvNeXt's LayerNorm hands its
+    downsampling layers) runs channels-last with a copy of the weight made once and again only
+    when the weight changes; an input off a 16-byte boundary falls back where the runner needs
+    one (a graph plan, the channels-last implicit GEMM), on the fast path too."""
+    import torch.nn.functional as F
+
+    conv = torch.nn.Conv2d(16, 32, 2, stride=2).to(cuda).eval()
+    x = torch.randn(2, 16, 20, 20, device=cuda).to(memory_format=torch.channels_last)
+    holder = torch.nn.Sequential(conv)
+    with torch.no_grad():
+        expected = conv(x)
+        force(holder, algo, math="fma")
+        for _ in range(2):  # the checked path, then the fast one
+            got = holder(x)
+            assert not conv.fallbacks and conv.last_algorithm == algo, conv.fallbacks
+            assert _relative_error(got, expected) < 1e-5 and got.is_contiguous(memory_format=torch.channels_last)
+        assert conv.weight.is_contiguous() and any(repacked for _, _, repacked in conv._fast.values())
+        copy = conv._weight_copy[3]
+        names = [k.name for k in tracer.trace(lambda: holder(x))]
+        assert conv._weight_copy[3] is copy
+        if algo.startswith("SEER"):  # no copy of the weight: the kernel, with the bias, alone
+            assert len(names) == 1 and "_nhwc_bias<" in names[0], names
+        conv.weight.mul_(2)
+        assert _relative_error(holder(x), F.conv2d(x, conv.weight, conv.bias, 2)) < 1e-5
+        assert conv._weight_copy[3] is not copy
+        storage = torch.randn(x.numel() + 1, device=cuda)
+        shifted = storage[1:].view(2, 20, 20, 16).permute(0, 3, 1, 2)  # channels-last, 4 bytes off
+        assert shifted.stride() == x.stride() and shifted.data_ptr() % 16
+        assert _relative_error(holder(shifted), F.conv2d(shifted, conv.weight, conv.bias, 2)) < 1e-5
+        misaligned = algo != "SEER_DIRECT"
+        assert (conv.last_algorithm == PYTORCH) == misaligned
+        assert any("16-byte" in reason for reason in conv.fallbacks) == misaligned
 
 
 @pytest.mark.parametrize("algo", ["IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "FFT_TILING"])

@@ -25,7 +25,7 @@ DATASET = Path(__file__).resolve().parents[1] / "data" / "h100"
 def test_policies():
     assert parse_policies("seer, Heuristic,implicit_gemm") == ["seer", "heuristic", "IMPLICIT_GEMM"]
     everything = parse_policies("all")
-    assert everything[:4] == ["seer", "seer-graph", "heuristic", "benchmark"] and "WINOGRAD_NONFUSED" in everything
+    assert everything[:5] == ["seer", "seer-graph", "seer-all", "heuristic", "benchmark"] and "WINOGRAD_NONFUSED" in everything
     assert parse_policies("Seer-Graph") == ["seer-graph"]
     assert parse_policies("seer,all") == everything  # no repeats
     for bad in ("", "fastest", "SEER_DIRECT"):

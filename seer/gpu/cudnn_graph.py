@@ -57,6 +57,12 @@ def engine_of(plan_name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+#: Bytes that a plan's tensor addresses must be a multiple of: cudnn-frontend declares its
+#: tensors 16-byte aligned unless told otherwise, and a plan refuses any other address
+#: (CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER, on an input 4 bytes off; H200, cuDNN 9.19).
+POINTER_ALIGNMENT = 16
+
+
 def operation_graph(handle: Any, shape: ConvShape, math: str, layout: str = "nchw"):
     """A built cuDNN operation graph of ``shape``'s fp32 forward convolution, and the uids of
     its input, filter and output tensors, in that order. Under ``fma`` math, plans that use

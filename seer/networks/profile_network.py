@@ -4,7 +4,7 @@ whole training steps (``--training``).
 
 A policy says who picks each layer's algorithm: ``seer`` (seer's predicted fastest,
 :func:`seer.torch.apply`), ``seer-graph`` (the same, guarded for a model run in CUDA
-graphs), ``heuristic`` (PyTorch's own choice, cuDNN's heuristics),
+graphs), ``seer-all`` (``seer`` among seer's own kernels too), ``heuristic`` (PyTorch's own choice, cuDNN's heuristics),
 ``benchmark`` (PyTorch with ``cudnn.benchmark=True``: trial runs pick), or a cuDNN
 algorithm forced on every layer (:func:`seer.torch.force`). Times are taken as the collector
 takes them (:class:`seer.gpu.timing.BurstTimer`: warm-up, then bursts behind a spinning
@@ -49,10 +49,14 @@ from seer.gpu.pytorch_policy import pytorch_flags
 from seer.layers.shapes import LAYER_FIELDS
 
 #: Policies that are not a forced algorithm.
-OWN_POLICIES = ("seer", "seer-graph", "heuristic", "benchmark")
+OWN_POLICIES = ("seer", "seer-graph", "seer-all", "heuristic", "benchmark")
 #: seer's policies: its picks, guarded for an eager model (``seer``) or for one run captured in
-#: CUDA graphs (``seer-graph``: ``seer.torch.apply(..., cuda_graphs=True)``, no host time per call).
-SEER_POLICIES = {"seer": False, "seer-graph": True}
+#: CUDA graphs (``seer-graph``: ``seer.torch.apply(..., cuda_graphs=True)``, no host time per call),
+#: and whether captured; ``seer-all`` is ``seer`` among seer's own kernels too
+#: (``apply(..., algorithms="all")``, :data:`SEER_ALGORITHMS`).
+SEER_POLICIES = {"seer": False, "seer-graph": True, "seer-all": False}
+#: What each of seer's policies picks among (``Predicted.algorithms``).
+SEER_ALGORITHMS = {"seer": "cudnn", "seer-graph": "cudnn", "seer-all": "all"}
 #: PyTorch's own policies: ``torch.backends.cudnn.benchmark`` under each.
 PYTORCH_POLICIES = {"heuristic": False, "benchmark": True}
 #: What a job times: the forward pass (eval mode, ``torch.no_grad``), or a training step.
@@ -107,7 +111,7 @@ def parse_policies(text: str) -> list[str]:
             try:
                 algo = get_algorithm(name)
             except KeyError:
-                raise InputError(f"{name!r} is not seer, seer-graph, heuristic, benchmark, all or an algorithm "
+                raise InputError(f"{name!r} is not seer, seer-graph, seer-all, heuristic, benchmark, all or an algorithm "
                                  f"({', '.join(algorithm_names('cudnn'))})", field="algo") from None
             if algo.source != "cudnn":
                 raise InputError(f"{algo.name} is not a cuDNN algorithm", field="algo")
@@ -384,6 +388,7 @@ class NetworkProfiler:
                 from seer.layers.shapes import ConvShape
 
                 choice = self._choices[policy] = Predicted(self.seer_model(job.math), job.math,
+                                                           algorithms=SEER_ALGORITHMS[policy],
                                                            captured=SEER_POLICIES[policy])
                 shapes = [ConvShape.from_mapping(r) for r in layers.to_dict("records")]
                 choice.prepare(shapes)

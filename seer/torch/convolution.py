@@ -47,6 +47,7 @@ from torch import nn
 
 from seer.algorithms import SPARSE_SOURCE, Algorithm, get_algorithm, select_algorithms
 from seer.errors import InputError
+from seer.hardware.kernel_plans import SPLITS_ALWAYS, aligned_bytes
 from seer.layers.shapes import ConvShape, ShapeError
 from seer.schema import PYTORCH_CHOICE, STEP_OPTIMIZERS, get_math_mode
 from seer.torch.layers import layer_of_call
@@ -69,6 +70,10 @@ class Choice:
 
     def algorithm(self, layer: ConvShape) -> str | None:
         raise NotImplementedError
+
+    def algorithm_in(self, layer: ConvShape, layout: str) -> str | None:
+        """The algorithm for ``layer`` with tensors in ``layout``."""
+        return self.algorithm(layer)
 
     def describe(self) -> str:
         return type(self).__name__
@@ -100,10 +105,10 @@ class Fixed(Choice):
 #: and its GPU time (the GPU waits for a host slower than itself; a busy GPU hides the host).
 #: PyTorch's host time per call (an ``nn.Conv2d`` with a bias) is :data:`GUARD_PYTORCH_HOST_MS`.
 #: A seer convolution costs more (:func:`extra_host_ms`): :data:`GUARD_HOST_MS` through a graph
-#: plan or seer's own kernel, :data:`GUARD_LEGACY_HOST_MS` through cuDNN's legacy call (GEMM),
-#: and :data:`GUARD_LAUNCH_MS` per kernel launched beyond the first
+#: plan, :data:`GUARD_LEGACY_HOST_MS` through cuDNN's legacy call (GEMM), :data:`GUARD_OWN_HOST_MS`
+#: through seer's own kernel, and :data:`GUARD_LAUNCH_MS` per kernel launched beyond the first
 #: (:attr:`seer.algorithms.Algorithm.launches`: some algorithms loop over a layer's groups), and
-#: :data:`GUARD_DEPTHWISE_HOST_MS` more on a depthwise layer.
+#: :data:`GUARD_DEPTHWISE_HOST_MS` more on a depthwise layer through cuDNN.
 #: PyTorch's own call is taken to launch one kernel: which engine PyTorch runs, and so how
 #: many kernels, cannot be told before it runs, and the guard errs toward PyTorch. PyTorch's
 #: figure was measured on the H100 machine by benchmarks/host_cost.py
@@ -127,6 +132,14 @@ GUARD_LAUNCH_MS = 0.013
 #: EfficientNet-V2-S's layers), while a seer call costs the same on both (46 us): a pick there
 #: costs this much more (the H200 machine, benchmarks/results/h200-network-host-cost/).
 GUARD_DEPTHWISE_HOST_MS = 0.017
+#: seer's own kernels (launch arguments prepared once, the bias added inside) cost the host
+#: about what PyTorch's convolution costs: inside whole passes at batch 1 with every layer
+#: forced, SEER_IMPLICIT_GEMM added a median of -5 us per call in eight passes of seven networks
+#: (-12 to +8 us; +30 on ConvNeXt-T, where it ran 4 of 22 layers: 0.12 ms of a 5.1 ms pass) and
+#: SEER_DIRECT -6 us in six (-27 to -3), depthwise layers included, so no depthwise extra (H200,
+#: benchmarks/network_host_cost.py; benchmarks/results/h200-network-host-cost/,
+#: h200-host-cost-bias/ and h200-network-host-cost-own/). The guard counts more than all but those two.
+GUARD_OWN_HOST_MS = 0.005
 #: One of seer's sparse kernels (:class:`SparseInput`) costs this much more host time per call
 #: than PyTorch's: CuPy arrays over PyTorch's tensors, the lists' buffers (from PyTorch's
 #: allocator), and its launches; the median over three layers on the H200 machine
@@ -267,6 +280,15 @@ class Predicted(Choice):
             self._decided[layer] = self._guarded(layer, pick)
         return self._decided[layer]
 
+    def algorithm_in(self, layer: ConvShape, layout: str) -> str | None:
+        # The models' times are NC[D]HW's. Channels-last, PyTorch runs a depthwise layer in
+        # 0.30-0.90 of its NCHW time (median 0.67 over 70 layers of six networks), and 1.9-4.4x
+        # faster than seer's direct kernel there (H200, benchmarks/results/h200-direct-channels-last/):
+        # a gain predicted against its NCHW time is not there, so the guard leaves them to PyTorch.
+        if self.guard and layout == "nhwc" and layer.is_depthwise:
+            return None
+        return self.algorithm(layer)
+
     def _keep(self, layer: ConvShape, wins: bool) -> str | None:
         """The decision on ``layer``: its pick where it ``wins``, else PyTorch's (recorded)."""
         guess = self.guesses[layer]
@@ -385,6 +407,10 @@ class SparseInput(Choice):
         if layer not in self.picks:
             self.picks[layer] = self._sparse_pick(layer)
         return self.picks[layer] or self.dense.algorithm(layer)
+
+    def algorithm_in(self, layer: ConvShape, layout: str) -> str | None:
+        # The sparse kernels take NC[D]HW tensors only.
+        return self.algorithm(layer) if layout == "nchw" else self.dense.algorithm_in(layer, layout)
 
     def _sparse_pick(self, layer: ConvShape) -> str | None:
         from seer.gpu.answers import cudnn_workspaces
@@ -712,8 +738,10 @@ def extra_host_ms(algorithm: str, layer: ConvShape, math: str) -> float:
         return GUARD_SPARSE_HOST_MS
     if algo.pass_ != "fwd":
         path = GUARD_BACKWARD_HOST_MS
+    elif algo.source == "cupy":  # a split reduction's output is zeroed first: a launch more
+        path = GUARD_OWN_HOST_MS + GUARD_LAUNCH_MS * (algo.name in SPLITS_ALWAYS)
     else:
-        path = GUARD_LEGACY_HOST_MS if algo.source == "cudnn" and algo.engines is None else GUARD_HOST_MS
+        path = GUARD_LEGACY_HOST_MS if algo.engines is None else GUARD_HOST_MS
         if layer.is_depthwise:
             path += GUARD_DEPTHWISE_HOST_MS
     return path + GUARD_LAUNCH_MS * (algo.launches.of(layer, math) - 1)
@@ -757,8 +785,8 @@ class _Runner:
     """
 
     path = ""
-    #: Whether :meth:`launch` adds the bias itself (seer's kernels, in their epilogue).
-    adds_bias = False
+    #: Bytes that the input's and the weight's addresses must be a multiple of (0: any).
+    alignment = 0
 
     def __init__(self, layer: ConvShape, layout: str, device: torch.device, dims: int) -> None:
         self.layer, self.layout, self.device, self.dims = layer, layout, device, dims
@@ -774,8 +802,8 @@ class _Runner:
         """``bias`` as the view the output adds (what :meth:`__call__` takes)."""
         return None if bias is None else bias.view(self.bias_shape)
 
-    def launch(self, x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None = None) -> None:
-        """Enqueue the convolution into ``y``; ``bias`` only where :attr:`adds_bias`."""
+    def launch(self, x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
+        """Enqueue the convolution into ``y``; whether it also added ``bias`` (:meth:`shaped`)."""
         raise NotImplementedError
 
     def __call__(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -788,10 +816,10 @@ class _Runner:
         y = x.new_empty_strided(self.out_dims, self.out_strides)
         if self.zero_output:
             y.zero_()
-        self.launch(x, w, y, bias)
+        added = self.launch(x, w, y, bias)
         if self.dims == 1:
             y = y.squeeze(-2)
-        if bias is not None and not self.adds_bias:
+        if bias is not None and not added:
             y.add_(bias)
         return y
 
@@ -800,15 +828,16 @@ class _GraphRunner(_Runner):
     path = "graph"
 
     def __init__(self, layer, layout, device, dims, algo: Algorithm, math: str) -> None:
-        from seer.gpu.cudnn_graph import GraphConvolution
+        from seer.gpu.cudnn_graph import POINTER_ALIGNMENT, GraphConvolution
 
         super().__init__(layer, layout, device, dims)
+        self.alignment = POINTER_ALIGNMENT
         self.plan = GraphConvolution.realising(self.state.graph_handle, layer, math, algo.engines.for_math(math),
                                                layout)
         self.workspace_bytes = self.plan.workspace_bytes
         self._run = self.plan.run
 
-    def launch(self, x, w, y, bias=None) -> None:
+    def launch(self, x, w, y, bias=None) -> bool:
         state = self.state
         stream = torch.cuda.current_stream(self.device_index).cuda_stream
         if stream != state.graph_stream:
@@ -816,6 +845,7 @@ class _GraphRunner(_Runner):
             state.graph_stream = stream
         size = self.workspace_bytes
         self._run(x.data_ptr(), w.data_ptr(), y.data_ptr(), state.workspace(stream, size) if size else 0)
+        return False
 
 
 class _LegacyRunner(_Runner):
@@ -827,12 +857,13 @@ class _LegacyRunner(_Runner):
         self.algo = algo.enum
         self.workspace_bytes = self.problem.workspace_size(self.algo)
 
-    def launch(self, x, w, y, bias=None) -> None:
+    def launch(self, x, w, y, bias=None) -> bool:
         stream = torch.cuda.current_stream(self.device_index).cuda_stream
         self.state.legacy_handle.set_stream(stream)
         size = self.workspace_bytes
         workspace = self.state.workspace(stream, size) if size else 0
         self.problem.forward(self.algo, x.data_ptr(), w.data_ptr(), y.data_ptr(), workspace, size)
+        return False
 
 
 class _OwnRunner(_Runner):
@@ -840,7 +871,6 @@ class _OwnRunner(_Runner):
     built at the first call with a bias), which spares the bias's own kernel and its host time."""
 
     path = "cupy"
-    adds_bias = True
 
     def __init__(self, layer, layout, device, dims, algo: Algorithm, math: str) -> None:
         from seer.gpu import kernels
@@ -850,27 +880,21 @@ class _OwnRunner(_Runner):
         self._launch = kernels.Launch(algo.name, layer, device.index, layout=layout)
         self._bias_launch = None
         self.zero_output = self._launch.zero_output
-        self._bias_view = (1, -1, *([1] * (len(self.out_dims) - 2)))  # over y before a 1D layer's squeeze
+        self.alignment = aligned_bytes(algo.name, layout)
 
-    def shaped(self, bias: torch.Tensor | None) -> torch.Tensor | None:
-        return bias  # one float per output channel, as the kernel reads it
-
-    def launch(self, x, w, y, bias=None) -> None:
+    def launch(self, x, w, y, bias=None) -> bool:
         stream = torch.cuda.current_stream(self.device_index).cuda_stream
-        if bias is None:
-            self._launch.enqueue(x.data_ptr(), w.data_ptr(), y.data_ptr(), stream)
-            return
-        launch = self._bias_launch
-        # The kernel reads K floats from the pointer: anything else is added as PyTorch would.
-        readable = bias.is_contiguous() and bias.dtype == torch.float32 and bias.get_device() == self.device_index
-        if launch is None and readable and not torch.cuda.is_current_stream_capturing():  # no compiling in a capture
-            launch = self._bias_launch = self._kernels.Launch(self._algo, self.layer, self.device_index,
-                                                              layout=self.layout, bias=True)
-        if launch is not None and readable:
-            launch.enqueue(x.data_ptr(), w.data_ptr(), y.data_ptr(), stream, bias.data_ptr())
-        else:
-            self._launch.enqueue(x.data_ptr(), w.data_ptr(), y.data_ptr(), stream)
-            y.add_(bias.view(self._bias_view))
+        # The kernel reads K floats from the bias's pointer: any other bias is added after it.
+        if bias is not None and bias.is_contiguous() and bias.dtype == torch.float32 \
+                and bias.get_device() == self.device_index:
+            if self._bias_launch is None and not torch.cuda.is_current_stream_capturing():  # nothing compiles in one
+                self._bias_launch = self._kernels.Launch(self._algo, self.layer, self.device_index,
+                                                         layout=self.layout, bias=True)
+            if self._bias_launch is not None:
+                self._bias_launch.enqueue(x.data_ptr(), w.data_ptr(), y.data_ptr(), stream, bias.data_ptr())
+                return True
+        self._launch.enqueue(x.data_ptr(), w.data_ptr(), y.data_ptr(), stream)
+        return False
 
 
 class _SparseRunner(_Runner):
@@ -913,7 +937,7 @@ class _SparseRunner(_Runner):
             self._array(torch.empty(entries, dtype=torch.float32, device=device)),
             self._array(torch.empty(listed, dtype=torch.int32, device=device)), self._array(wt))
 
-    def launch(self, x, w, y, bias=None) -> None:
+    def launch(self, x, w, y, bias=None) -> bool:
         if not self.algo.capturable and torch.cuda.is_current_stream_capturing():
             raise RuntimeError(f"{self.algo.name} cannot be captured in a CUDA graph: each call counts the "
                                "input's non-zeros on the host (SEER_SPARSE_GATHER can be)")
@@ -924,6 +948,7 @@ class _SparseRunner(_Runner):
         extra = (self._gather_scratch(w),) if self._gather else ()
         with self._cupy.cuda.Device(self.device_index), stream:
             self._kernel(self.layer, self._array(x), self._array(w), self._array(y), *extra)
+        return False
 
 
 class _StreamHandle:
@@ -1197,6 +1222,9 @@ def cudnn_convolution(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     call = _Call(dims, tuple(stride), tuple(padding), tuple(dilation), int(groups))
     algo = _algorithm(algorithm, "cudnn")
     runner = _runner(_call_layer(x, weight, call), algo, get_math_mode(math).name, layout, x.device, dims)
+    if runner.alignment and any(t.data_ptr() % runner.alignment for t in (x, weight)):
+        raise InputError(f"{algo.name} ({runner.path}) needs tensors on {runner.alignment}-byte boundaries",
+                         field="input")
     return _run(x, weight, bias, call, runner)
 
 
@@ -1216,7 +1244,7 @@ def _op_convolution(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
             call = _Call(dims, tuple(stride), tuple(padding), tuple(dilation), groups)
             runner = runners[key] = _runner(_call_layer(x, weight, call), get_algorithm(algorithm), math,
                                             _layout(x, weight, dims), x.device, dims)
-        if runner is not None:
+        if runner is not None and not (runner.alignment and (x.data_ptr() | weight.data_ptr()) % runner.alignment):
             _local.compiled_call = True  # its workspace is its own (_DeviceState.workspace)
             try:
                 return runner(x, weight, runner.shaped(bias))
@@ -1303,7 +1331,8 @@ class _SeerConv:
         conv._bias_view = (None, 0, None)  # (bias, its data pointer, its view as the output adds it)
         conv.paths = {}  # input kind -> the runner's path (graph, legacy, cupy)
         conv._plans = {}  # input shape -> _Plan; a choice is fixed per layer
-        conv._fast = {}  # input kind -> (algorithm name, runner)
+        conv._fast = {}  # input kind -> (algorithm name, runner, whether the weight is repacked)
+        conv._weight_copy = (None, 0, 0, None)  # (weight, its version, its data pointer, channels-last copy)
         return conv
 
     def make_plain(self) -> nn.Module:
@@ -1342,7 +1371,7 @@ class _SeerConv:
             return "the input is not on a GPU"
         if x.dtype != torch.float32 or self.weight.dtype != torch.float32:
             return f"seer runs fp32 tensors only, not {x.dtype}"
-        if _layout(x, self.weight, len(self.kernel_size)) is None:
+        if _layout(x, self.weight, len(self.kernel_size)) is None and not self._repacks(x):
             return "input and weight are neither both contiguous NC[D]HW nor both channels-last"
         if self._numeric_padding() is None:
             return "'same' padding that pads one side more is left to PyTorch"
@@ -1367,7 +1396,7 @@ class _SeerConv:
             except ShapeError as exc:
                 self._plans[key] = _Plan(padding, problem=f"not a layer seer describes ({exc})")
             else:
-                name = self.seer_choice.algorithm(layer)
+                name = self.seer_choice.algorithm_in(layer, layout)
                 algo = None if name is None else get_algorithm(name)
                 backward = tuple(None if choice is None or (n := choice.algorithm(layer)) is None
                                  else get_algorithm(n) for choice in self.seer_backward)
@@ -1388,14 +1417,34 @@ class _SeerConv:
         weight, bias = parameters["weight"], parameters["bias"]
         fast = self._fast.get(_input_kind(x, weight))
         if fast is not None:
-            name, runner = fast
+            name, runner, repacked = fast
             if runner is None:  # the choice leaves this input to PyTorch: its own module's path
                 self._last[0] = PYTORCH
                 return self._conv_forward(x, weight, bias)
             if not _needs_grad(x, weight, bias):
-                self._last[0] = name
-                return runner(x, weight, self._shaped_bias(bias, runner))
+                if repacked:
+                    weight = self._channels_last_weight(weight)
+                if not runner.alignment or not (x.data_ptr() | weight.data_ptr()) % runner.alignment:
+                    self._last[0] = name
+                    return runner(x, weight, self._shaped_bias(bias, runner))
         return self._forward(x)
+
+    def _channels_last_weight(self, weight: torch.Tensor) -> torch.Tensor:
+        """A channels-last copy of the NC[D]HW ``weight``, for a channels-last input (as
+        ConvNeXt's LayerNorm hands its downsampling layers); made again only when the weight
+        changed (its version counter or storage), where PyTorch copies it on every call."""
+        kept, version, pointer, packed = self._weight_copy
+        if kept is not weight or version != weight._version or pointer != weight.data_ptr():
+            packed = weight.detach().contiguous(memory_format=_CHANNELS_LAST[weight.dim() - 2])
+            self._weight_copy = (weight, weight._version, weight.data_ptr(), packed)
+        return packed
+
+    def _repacks(self, x: torch.Tensor) -> bool:
+        """Whether seer runs ``x`` with :meth:`_channels_last_weight`: x channels-last, the weight
+        NC[D]HW, and neither gradients nor torch.compile (which trace the weight itself)."""
+        channels_last = _CHANNELS_LAST.get(len(self.kernel_size))
+        return (channels_last is not None and x.is_contiguous(memory_format=channels_last)
+                and self.weight.is_contiguous() and not _needs_grad(x, self.weight, self.bias) and not _compiling())
 
     def _shaped_bias(self, bias: torch.Tensor | None, runner: _Runner) -> torch.Tensor | None:
         """The bias's view that the runner adds, made again only when the bias's storage
@@ -1417,10 +1466,14 @@ class _SeerConv:
         if self.padding_mode != "zeros":  # PyTorch pads the input itself, then convolves unpadded
             padding = self._numeric_padding()
             x = F.pad(x, [p for p in reversed(padding) for _ in range(2)], mode=self.padding_mode)
-        layout = _layout(x, self.weight, len(self.kernel_size))
-        if layout is None:  # padding_mode's padding changed the input's layout
-            x = x.contiguous(memory_format=_CHANNELS_LAST[len(self.kernel_size)])
+        weight = self.weight
+        layout = _layout(x, weight, len(self.kernel_size))
+        if layout is None:  # padding_mode's padding changed the input's layout, or the weight is NC[D]HW
+            channels_last = _CHANNELS_LAST[len(self.kernel_size)]
+            x = x.contiguous(memory_format=channels_last)
             layout = "nhwc"
+            if not weight.is_contiguous(memory_format=channels_last):
+                weight = self._channels_last_weight(weight)
         plan = self._plan(x, layout)
         if plan.problem is not None:
             self._fall_back(plan.problem)
@@ -1430,7 +1483,7 @@ class _SeerConv:
         if algo is None and backward == (None, None):  # the choice leaves this layer to PyTorch
             if self.padding_mode == "zeros" and not isinstance(self.padding, str) and not self.seer_nvtx \
                     and plan.backward == (None, None):
-                self._fast[key] = (PYTORCH, None)
+                self._fast[key] = (PYTORCH, None, False)
             return self._pytorch(x, plan.padding)
         dims = len(self.kernel_size)
         if algo is None:  # PyTorch's forward, a chosen algorithm's backward
@@ -1439,9 +1492,6 @@ class _SeerConv:
                      self._backward_runners(plan, layout, x.device, dims))
             self._last[0] = PYTORCH
             return y
-        if layout == "nhwc" and algo.source == "cupy" and any(t.data_ptr() % 16 for t in (x, self.weight)):
-            self._fall_back(f"{algo.name} needs channels-last tensors on 16-byte boundaries")
-            return self._pytorch(x, plan.padding)
         call = _Call(dims, tuple(self.stride), plan.padding, tuple(self.dilation), self.groups)
         if convolution_op is not None and _compiling():
             self._last[0] = algo.name
@@ -1451,7 +1501,10 @@ class _SeerConv:
             torch.cuda.nvtx.range_push(f"seer:{self.seer_name}:{algo.name}")
         try:
             runner = _runner(plan.layer, algo, self.seer_choice.math, layout, x.device, dims)
-            y = _run(x, self.weight, self.bias, call, runner,
+            if runner.alignment and any(t.data_ptr() % runner.alignment for t in (x, weight)):
+                self._fall_back(f"{algo.name} ({runner.path}) needs tensors on {runner.alignment}-byte boundaries")
+                return self._pytorch(x, plan.padding)
+            y = _run(x, weight, self.bias, call, runner,
                      self._backward_runners(plan, layout, x.device, dims) if backward != (None, None) else (None, None))
         except ImportError as exc:  # CuPy, which seer's own kernels need, is not installed
             self._fall_back(f"{algo.name} needs CuPy ({exc})")
@@ -1468,11 +1521,10 @@ class _SeerConv:
                 torch.cuda.nvtx.range_pop()
         self._last[0] = algo.name
         self.paths[key] = runner.path
-        # Later calls with this input go straight to the runner, unless each call is an NVTX
-        # range, or the input is padded by padding_mode first, or the layout's 16-byte
-        # alignment has to be checked per call (channels-last, seer's kernels).
-        if not self.seer_nvtx and self.padding_mode == "zeros" and not (layout == "nhwc" and algo.source == "cupy"):
-            self._fast[key] = (algo.name, runner)
+        # Later calls with this input go straight to the runner (after the alignment check),
+        # unless each call is an NVTX range, or the input is padded by padding_mode first.
+        if not self.seer_nvtx and self.padding_mode == "zeros":
+            self._fast[key] = (algo.name, runner, weight is not self.weight)
         return y
 
     def _backward_runners(self, plan: "_Plan", layout: str, device: torch.device, dims: int) -> tuple:
@@ -1562,7 +1614,7 @@ class SeerConv3d(_SeerConv, nn.Conv3d):
 
 #: What :meth:`_SeerConv.from_conv` adds to a convolution module.
 _SEER_ATTRIBUTES = ("seer_choice", "seer_name", "seer_nvtx", "seer_backward", "backward_algorithms", "fallbacks",
-                    "_last", "_bias_view", "paths", "_plans", "_fast")
+                    "_last", "_bias_view", "paths", "_plans", "_fast", "_weight_copy")
 
 #: Exact module types swapped, and what they become.
 SWAPS = {nn.Conv1d: SeerConv1d, nn.Conv2d: SeerConv2d, nn.Conv3d: SeerConv3d}
