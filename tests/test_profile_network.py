@@ -396,3 +396,23 @@ def test_the_host_cost_parts_summary_is_what_its_runs_say():
     assert parts._is_depthwise("32x960x14x14 -> 960, 3x3 s2 p1 g960")
     assert not parts._is_depthwise("32x128x56x56 -> 128, 3x3 s1 p1 g32")
     assert not parts._is_depthwise("32x256x14x14 -> 256, 1x1 s1 p0")
+
+
+def test_the_wall_times_with_seers_own_kernels_among_the_picks_are_what_their_records_say(tmp_path):
+    """benchmarks/results/h200-network-wall-seer-all: seer-all (apply(..., algorithms="all")) beside
+    seer and PyTorch's policies, rebuilt from the records and scored as its README says."""
+    folder = RESULTS / "h200-network-wall-seer-all"
+    committed = pd.read_csv(folder / "overall.csv")
+    passes, _ = read_profile(folder)
+    assert len(committed) == len(passes) == 15 * 2 * 4 and (committed["status"] == "ok").all()
+    merged = committed.merge(passes, on=list(PASS_KEY), suffixes=("", "_raw"))
+    assert np.allclose(merged["eager_ms"], merged["eager_ms_raw"], rtol=1e-5)
+    every = WALL.comparison(committed, "eager_ms", seer="seer-all")
+    scored = WALL.summary(every)
+    assert scored["cases"] == 30 and round(scored["median_ratio_largest_batch_fma"], 3) == 0.968
+    picked = every[every["seer_picks"] > 0]
+    assert len(picked) == 9 and (picked["seer_ratio"] <= 1.01).all()
+    cudnn_only = WALL.summary(WALL.comparison(committed, "eager_ms"))
+    assert round(cudnn_only["median_ratio_largest_batch_fma"], 3) == 0.996
+    assert WALL.main([str(folder / "overall.csv"), "--out", str(tmp_path / "summary.md")]) == 0
+    assert (tmp_path / "summary.md").read_text() == (folder / "summary.md").read_text()
