@@ -738,7 +738,8 @@ def _cmd_predict(args) -> int:
     _check_input(args.file)  # before the libraries and the models load, which takes a second
     _single_threaded_blas()
     _keep_freed_memory()
-    with _collector_paused(freeze=args.program):
+    freeze = getattr(args, "program", False)  # the seer program, which ends after this command
+    with _collector_paused(freeze):
         from contextlib import nullcontext
 
         import pandas as pd
@@ -764,7 +765,7 @@ def _cmd_predict(args) -> int:
         return _predict_unmeasured_gpu(args)
     # "all" ranks every algorithm of the model, whatever its pass.
     algorithms = None if args.algo.strip().lower() == "all" else _algorithms(args.algo)
-    with _collector_paused(freeze=args.program):
+    with _collector_paused(freeze):
         model = load_model(args.gpu, math=args.math, models_dir=args.models_dir, pass_=args.pass_,
                            cudnn_answers=args.cudnn_answers)
     if args.deterministic:
