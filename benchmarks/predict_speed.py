@@ -31,6 +31,7 @@ bytecode cache makes imports as fast as they are after installation.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -131,14 +132,21 @@ def _stages(argv: list[str]) -> dict:
 
     # What seer predict does before numpy loads (a checkout before 1.0 does nothing there).
     getattr(seer.cli, "_single_threaded_blas", lambda: None)()
-    import numpy as np
+    # The seer program pauses Python's garbage collector around its imports and the model's load,
+    # and freezes what they made; seer.cli.main called from Python does not freeze (a checkout
+    # before 2026-11-29 does neither).
+    paused = getattr(seer.cli, "_collector_paused", None)
+    if paused is not None:
+        seer.cli._collector_paused = lambda freeze: paused(freeze=True)
+    with seer.cli._collector_paused(freeze=True) if paused is not None else contextlib.nullcontext():
+        import numpy as np
 
-    import seer.layers.files
-    import seer.output
-    import seer.predict.model
-    import seer.predict.persist
-    import seer.predict.predictors
-    import seer.predict.trees as trees
+        import seer.layers.files
+        import seer.output
+        import seer.predict.model
+        import seer.predict.persist
+        import seer.predict.predictors
+        import seer.predict.trees as trees
     imported, cpu_imported = time.perf_counter(), time.process_time()
     # The compiled loop, built once (or loaded from numba's cache): in a plain run the first prediction does it.
     one = trees.TreeEnsemble(np.zeros(1, np.int32), np.zeros(1), np.full(1, -1, np.int32), np.zeros(1, bool),

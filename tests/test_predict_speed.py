@@ -87,3 +87,21 @@ def test_predicting_lets_glibc_keep_freed_blocks_for_reuse():
     probe = "import seer.cli; print(seer.cli._keep_freed_memory())"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.stdout.strip() == "True", done.stdout + done.stderr
+
+
+def test_predicting_from_python_leaves_the_garbage_collector_as_it_was(tmp_path):
+    """seer predict pauses Python's collector while it imports and loads the model; a caller
+    from Python gets it back on, with nothing frozen out of its reach (the seer program alone
+    freezes what it loaded: it ends after one command)."""
+    import gc
+
+    import seer.cli
+
+    frozen = gc.get_freeze_count()
+    assert seer.cli.main(["predict", str(DATASET / "Test-set-II.txt"), "-o", str(tmp_path / "pred.csv")]) == 0
+    assert gc.isenabled() and gc.get_freeze_count() == frozen
+    probe = ("import gc, seer.cli\n"
+             "with seer.cli._collector_paused(freeze=True):\n    paused = gc.isenabled()\n"
+             "print(paused, gc.isenabled(), gc.get_freeze_count() > 0)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.stdout.split() == ["False", "True", "True"], done.stdout + done.stderr
