@@ -105,3 +105,81 @@ def test_predicting_from_python_leaves_the_garbage_collector_as_it_was(tmp_path)
              "print(paused, gc.isenabled(), gc.get_freeze_count() > 0)")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.stdout.split() == ["False", "True", "True"], done.stdout + done.stderr
+
+
+def test_the_trees_walked_ahead_give_the_bits_of_predicting():
+    """`seer predict` walks the trees of a file's first layers before pandas is imported
+    (Model.walk_ahead); the prediction that takes those answers is the one that walks them itself."""
+    from seer.layers.files import first_seer_values
+
+    model = load_model("h100")
+    path = DATASET / "Test-set-II.txt"
+    layers = read_layers(path)
+    values = first_seer_values(path, 1 << 15)
+    assert values is not None and len(values) == len(layers)
+    for math in ("fma", "default"):
+        walked = model.walk_ahead(values, math)
+        distinct = layers.drop_duplicates(list(LAYER_COLUMNS))[list(LAYER_COLUMNS)]
+        assert walked.holds(distinct.reset_index(drop=True), math, walked.policies)
+        assert not walked.holds(distinct.iloc[1:].reset_index(drop=True), math, walked.policies)
+        assert not walked.holds(distinct.reset_index(drop=True), "fma" if math == "default" else "default",
+                                walked.policies)
+        for memo in (None, PredictionMemo()):
+            expected = model.predict(layers, math, memo=None if memo is None else PredictionMemo())
+            got = model.predict(layers, math, memo=memo, walked=walked)
+            pd.testing.assert_frame_equal(got, expected, check_exact=True)
+
+
+def test_seer_layer_columns_and_the_feature_matrix_are_the_frames_values():
+    from seer.hardware.gpus import get_gpu_spec
+    from seer.layers.files import first_seer_values
+    from seer.layers.shapes import seer_layer_columns
+    from seer.predict.features import feature_matrix, shape_features
+
+    path = DATASET / "Test-set-II.txt"
+    frame = read_layers(path)
+    columns = seer_layer_columns(first_seer_values(path, 1 << 15))
+    assert list(columns) == list(LAYER_COLUMNS)
+    for name in LAYER_COLUMNS:
+        assert columns[name].dtype == np.int64 and np.array_equal(columns[name], frame[name].to_numpy()), name
+    spec = get_gpu_spec("h100")
+    names, values = feature_matrix({name: column.astype(float) for name, column in columns.items()}, spec)
+    expected = shape_features(frame, spec)
+    assert names == list(expected.columns) and values.tobytes() == expected.to_numpy().tobytes()
+
+
+def test_first_seer_values_reads_only_a_regular_file_in_seers_format(tmp_path):
+    from seer.layers.files import first_seer_values
+
+    good = tmp_path / "good.txt"
+    good.write_text("3\n8 32 17 376 17 7 1 3\n# a comment\n32 785 7 64 5 3 1 0\n8 32 17 376 17 7 1 3\n")
+    assert first_seer_values(good, 2).tolist() == [[8, 32, 17, 376, 17, 7, 1, 3], [32, 785, 7, 64, 5, 3, 1, 0]]
+    assert len(first_seer_values(good, 10)) == 3
+    wrong = tmp_path / "wrong.txt"
+    wrong.write_text("2\n8 32 17 376 17 7 1 3\n1 2 3\n")  # the reader proper says what is wrong
+    assert first_seer_values(wrong, 10) is None
+    assert first_seer_values(DATASET / "Test-set-II-general.csv", 10) is None  # a CSV
+    assert first_seer_values(tmp_path / "missing.txt", 10) is None
+    assert first_seer_values(tmp_path, 10) is None
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)  # read twice it would lose its layers: never read ahead
+    assert first_seer_values(fifo, 10) is None
+
+
+def test_loading_a_model_and_walking_its_trees_import_no_pandas():
+    """What `seer predict` does before pandas has imported, on another thread (seer.cli._walk_ahead)."""
+    probe = ("import sys; from seer.predict.persist import load_model; from seer.layers.files import first_seer_values; "
+             "model = load_model('h100', math='default', probe=False); "
+             "model.walk_ahead(first_seer_values(sys.argv[1], 1 << 15), 'default'); print('pandas' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe, str(DATASET / "Test-set-II.txt")], capture_output=True,
+                          text=True)
+    assert done.stdout.split() == ["False"], done.stdout + done.stderr
+
+
+def test_an_import_on_a_thread_raises_its_error_in_the_thread_that_waits():
+    from seer.cli import _ImportThread
+
+    thread = _ImportThread("seer_no_such_module")
+    thread.start()
+    with pytest.raises(ModuleNotFoundError):
+        thread.wait()

@@ -361,9 +361,11 @@ def read_card(directory: Path) -> dict:
     return card
 
 
-def load(directory: Path, maths: Sequence[str] | None = None, families: Sequence[str] = tuple(FAMILIES)) -> Model:
+def load(directory: Path, maths: Sequence[str] | None = None, families: Sequence[str] = tuple(FAMILIES),
+         probe: bool = True) -> Model:
     """Load a saved model set (only ``maths`` and ``families`` if given), refusing any file
-    whose SHA-256 differs from its card's or that is not a valid seer model file."""
+    whose SHA-256 differs from its card's or that is not a valid seer model file. ``probe=False``
+    leaves out :func:`probe_model`, for a caller that runs it later (it needs pandas)."""
     card = read_card(directory)
     maths = list(card["maths"]) if maths is None else list(maths)
     parts: dict[str, dict] = {family: {} for family in FAMILIES}
@@ -398,10 +400,17 @@ def load(directory: Path, maths: Sequence[str] | None = None, families: Sequence
         if model.sparse is not None and model.sparse.gpu != card["gpu"]:
             raise InputError(f"sparse model is for GPU {model.sparse.gpu!r}, the card for {card['gpu']!r}",
                              path=directory / SPARSE_FILE)
-    # Each part checks its own state, but not that it fits the others (a tree over more features
-    # than the model computes): one layer predicted now turns such a file into one sentence
-    # here, not a traceback in the middle of a user's predictions.
-    for math in parts["ours"]:
+    model.directory = directory
+    if probe:
+        probe_model(model)
+    return model
+
+
+def probe_model(model: Model) -> None:
+    """Each part of a loaded model checks its own state, but not that it fits the others (a tree
+    over more features than the model computes): one layer predicted per math mode turns such a
+    file into one sentence (InputError), not a traceback in the middle of a user's predictions."""
+    for math in model.predictors:
         try:
             model.predict([_PROBE_LAYER], math)
         except InputError:
@@ -409,8 +418,7 @@ def load(directory: Path, maths: Sequence[str] | None = None, families: Sequence
         except Exception as exc:  # noqa: BLE001 - whatever a hand-made file provokes
             reason = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
             raise InputError(f"not a valid seer model file: it cannot predict ({reason})",
-                             path=directory / model_file("ours", math)) from None
-    return model
+                             path=model.directory / model_file("ours", math)) from None
 
 
 # -- where models live --------------------------------------------------------------------
@@ -476,20 +484,21 @@ def resolve_gpu(gpu: str | None, root: Path, pass_: str | Sequence[str] = "fwd")
 
 def load_model(gpu: str | None = None, *, math: str | Sequence[str] | None = None,
                models_dir: str | Path | None = None, baselines: bool = False, pass_: str = "fwd",
-               cudnn_answers: bool = False) -> Model:
+               cudnn_answers: bool = False, probe: bool = True) -> Model:
     """Load the trained models of a GPU (the only one there is, or :data:`DEFAULT_GPU`, when
     ``gpu`` is None) for one convolution pass (:data:`seer.algorithms.PASSES`; the forward by default).
 
     ``math`` limits loading to one or more math modes; ``baselines`` also loads SEER's
     model (for evaluation); ``cudnn_answers`` also loads the times from cuDNN's own answers,
     where the model has them (for a caller that will give them: ``Model.predict(...,
-    workspaces=...)``). See :func:`models_root` for where models are looked up.
+    workspaces=...)``). See :func:`models_root` for where models are looked up. ``probe=False``:
+    see :func:`load`.
     """
     root = models_root(models_dir)
     name = resolve_gpu(gpu, root, pass_)
     maths = [math] if isinstance(math, str) else math
     families = ("ours", *(("seer",) if baselines else ()), *(("answers",) if cudnn_answers else ()))
-    return load(model_dir(root, name, pass_), maths=maths, families=families)
+    return load(model_dir(root, name, pass_), maths=maths, families=families, probe=probe)
 
 
 def load_passes(gpu: str | None = None, *, math: str | Sequence[str] | None = None,
