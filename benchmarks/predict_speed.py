@@ -23,9 +23,6 @@ glue, masks, seer's kernel plans), ranking into the tidy frame, the labels, writ
 and what is left (``other``: argument parsing, the progress line). Each stage counts its own
 time only (the trees inside loading the model count as trees). Timers wrap seer's functions by
 name, so the same script measures an older checkout (``PYTHONPATH=/path/to/checkout``).
-The stage *imports* loads pandas before the command runs, so a breakdown shows the stages one
-after the other: where ``seer predict`` walks the trees of the file's first layers while pandas
-imports on another thread (since 2026-11-29), only the end-to-end runs show that overlap.
 
 Child processes run without ``PYTHONDONTWRITEBYTECODE``, as a user's do, so that Python's
 bytecode cache makes imports as fast as they are after installation.
@@ -162,12 +159,6 @@ def _stages(argv: list[str]) -> dict:
                (seer.predict.model, "ranked", "ranking"), (seer.output, "with_labels", "labels"),
                (seer.output.PredictionWriter, "write", "writing"), (seer.output.PredictionWriter, "close", "writing"),
                (seer.output.PickSummary, "add", "summary")]
-    # Since 2026-11-29 seer predict walks a file's first layers ahead, before pandas (a checkout
-    # before that has none of these).
-    patches += [(owner, name, stage) for owner, name, stage in (
-        (seer.predict.predictors, "feature_matrix", "features"), (seer.predict.model.Model, "walk_ahead", "model other"),
-        (seer.predict.persist, "probe_model", "model load"), (seer.layers.files, "first_seer_values", "reading"))
-        if hasattr(owner, name)]
     for owner, name, stage in patches:
         setattr(owner, name, clock.timed(stage, getattr(owner, name)))
     seer.layers.files.iter_layer_chunks = clock.timed_iterator("reading", seer.layers.files.iter_layer_chunks)

@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib
 import os
 import signal
 import stat
 import sys
-import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Sequence
@@ -742,25 +740,6 @@ def _cmd_predict(args) -> int:
     _keep_freed_memory()
     freeze = getattr(args, "program", False)  # the seer program, which ends after this command
     with _collector_paused(freeze):
-        from seer.predict import persist  # no pandas yet: see _walk_ahead
-
-    root = persist.models_root(args.models_dir)
-    cross_gpu = (args.gpu and args.pass_ == "fwd" and args.gpu.strip().lower() not in persist.available(root)
-                 and persist.has_cross_gpu(root))
-    if args.cudnn is not None and not cross_gpu:
-        raise InputError("--cudnn names the cuDNN version for a GPU without per-algorithm models (the cross-GPU "
-                         "model, forward pass only); seer's models of a GPU learnt its own cuDNN's algorithms",
-                         field="cudnn")
-    if args.pass_ == ALL_PASSES or cross_gpu:
-        with _collector_paused(freeze):
-            import pandas  # noqa: F401 - under the pause, as below
-        return _predict_training_step(args) if args.pass_ == ALL_PASSES else _predict_unmeasured_gpu(args)
-    # "all" ranks every algorithm of the model, whatever its pass.
-    algorithms = None if args.algo.strip().lower() == "all" else _algorithms(args.algo)
-    with _collector_paused(freeze):
-        model = persist.load_model(args.gpu, math=args.math, models_dir=args.models_dir, pass_=args.pass_,
-                                   cudnn_answers=args.cudnn_answers, probe=False)
-        walked = _walk_ahead(model, args)
         from contextlib import nullcontext
 
         import pandas as pd
@@ -769,8 +748,26 @@ def _cmd_predict(args) -> int:
         from seer.output import (STDOUT, PickSummary, PredictionWriter, checked_layers, format_for,
                                  is_stream, with_labels)
         from seer.predict.model import PredictionMemo, best_per_layer
+        from seer.predict.persist import load_model
 
-        persist.probe_model(model)
+        from seer.predict import persist
+
+    root = persist.models_root(args.models_dir)
+    cross_gpu = (args.gpu and args.pass_ == "fwd" and args.gpu.strip().lower() not in persist.available(root)
+                 and persist.has_cross_gpu(root))
+    if args.cudnn is not None and not cross_gpu:
+        raise InputError("--cudnn names the cuDNN version for a GPU without per-algorithm models (the cross-GPU "
+                         "model, forward pass only); seer's models of a GPU learnt its own cuDNN's algorithms",
+                         field="cudnn")
+    if args.pass_ == ALL_PASSES:
+        return _predict_training_step(args)
+    if cross_gpu:
+        return _predict_unmeasured_gpu(args)
+    # "all" ranks every algorithm of the model, whatever its pass.
+    algorithms = None if args.algo.strip().lower() == "all" else _algorithms(args.algo)
+    with _collector_paused(freeze):
+        model = load_model(args.gpu, math=args.math, models_dir=args.models_dir, pass_=args.pass_,
+                           cudnn_answers=args.cudnn_answers)
     if args.deterministic:
         from seer.algorithms import get_algorithm
 
@@ -798,9 +795,8 @@ def _cmd_predict(args) -> int:
                                   f"have their power); here ({_model_label(model)}, {args.objective}) it changes no "
                                   f"prediction", soft_wrap=True)
             answers = cudnn_workspaces(chunk, args.math, pass_=args.pass_) if args.cudnn_answers else None
-            predictions = with_labels(model.predict(chunk, args.math, algorithms, args.objective, answers, memo,
-                                                    walked), chunk, offset)
-            walked = None  # the first chunk's
+            predictions = with_labels(model.predict(chunk, args.math, algorithms, args.objective, answers, memo),
+                                      chunk, offset)
             if writer is not None:
                 writer.write(predictions)
             summary.add(predictions)
@@ -821,51 +817,6 @@ def _cmd_predict(args) -> int:
     else:
         _print_summary(console, _model_label(model), args.math, summary, args.out)
     return 0
-
-
-def _walk_ahead(model, args):
-    """The trees' answers of the layer file's first chunk (:meth:`seer.predict.model.Model.walk_ahead`),
-    walked while pandas imports on another thread; None where there is nothing to walk ahead (the
-    file is not in SEER's format, has a mistake, or the command asks cuDNN), and then pandas is
-    simply imported. Importing pandas takes about 0.25 s and holds Python's lock, the tree loop lets
-    go of it, so on two cores the two overlap; without them everything ran one after the other,
-    and until the layers and the features no longer needed pandas, the trees had to wait for it."""
-    from seer.layers.files import first_seer_values
-
-    values = None if args.cudnn_answers else first_seer_values(args.file, PREDICT_CHUNK)
-    if values is None or not len(values):
-        return None
-    pandas_import = _ImportThread("pandas")
-    pandas_import.start()
-    try:
-        return model.walk_ahead(values, args.math)
-    except Exception:  # noqa: BLE001 - a damaged model file: probe_model, after the imports, says so in a sentence
-        return None
-    finally:
-        pandas_import.wait()
-
-
-class _ImportThread(threading.Thread):
-    """Imports modules on a thread of its own (a daemon, so that it never holds up an exit):
-    an import holds Python's lock, but native code that lets go of it runs beside it on another
-    core. :meth:`wait` returns once the imports are done, and raises what they raised."""
-
-    def __init__(self, *modules: str) -> None:
-        super().__init__(name=f"seer import {', '.join(modules)}", daemon=True)
-        self.modules = modules
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            for module in self.modules:
-                importlib.import_module(module)
-        except BaseException as exc:  # noqa: BLE001 - raised again in the main thread by wait()
-            self.error = exc
-
-    def wait(self) -> None:
-        self.join()
-        if self.error is not None:
-            raise self.error
 
 
 def _has_sparse_layers(chunk) -> bool:

@@ -50,13 +50,13 @@ import itertools
 import math
 import os
 import re
-import stat
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Generator, Iterator, Sequence, TextIO
+from typing import Generator, Iterator, Sequence, TextIO
 
 import numpy as np
+import pandas as pd
 
 from seer.errors import InputError
 from seer.layers.shapes import (LAYER_COLUMNS, LAYER_DEFAULTS, LAYER_FIELDS, MAX_FIELD, OUTPUT_FIELDS, SEER_FIELDS,
@@ -78,21 +78,7 @@ STDIN = "-"
 
 LayerSource = str | os.PathLike | TextIO
 LayerTarget = str | os.PathLike | TextIO
-if TYPE_CHECKING:  # imported where used: seer predict reads a file's first layers while pandas
-    import pandas as pd  # still imports on another thread (seer.cli)
-
-    Layers = pd.DataFrame | np.ndarray | Sequence[ConvShape]
-
-
-def __getattr__(name: str):
-    """``Layers``, the type of what the writers take, made at first use: it names pandas'
-    frame, and this module imports pandas only where it uses it."""
-    if name == "Layers":
-        import pandas as pd
-
-        return pd.DataFrame | np.ndarray | Sequence[ConvShape]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+Layers = pd.DataFrame | np.ndarray | Sequence[ConvShape]
 
 # Fields are separated by ASCII blanks only, so that a no-break or ideographic space is
 # refused as part of a field instead of silently separating two. These are also exactly
@@ -121,8 +107,6 @@ def read_layers(source: LayerSource, *, name: str | None = None) -> pd.DataFrame
     ``source`` is a path, ``"-"`` for standard input, or an open text stream; ``name``
     overrides the file name used in messages. Raises :class:`InputError` on any mistake.
     """
-    import pandas as pd
-
     chunks = list(iter_layer_chunks(source, DEFAULT_CHUNK_LAYERS, name=name))
     if not chunks:
         return layer_frame(pd.DataFrame(np.empty((0, len(SEER_FIELDS)), dtype=np.int64), columns=list(SEER_FIELDS)))
@@ -149,26 +133,6 @@ def iter_layer_chunks(source: LayerSource, chunk_layers: int = DEFAULT_CHUNK_LAY
         else:
             yield from _read_chunks(None if first is None else (number, first),
                                     _content_lines(blocks, label, number), label, chunk_layers)
-
-
-def first_seer_values(path: str | os.PathLike, limit: int) -> np.ndarray | None:
-    """SEER's eight numbers of the first ``limit`` layers of a regular file in SEER's format, read
-    without pandas, so that ``seer predict`` can walk their trees while pandas imports; None for
-    anything else (a CSV file, a pipe or standard input, which cannot be read twice, or any
-    mistake: :func:`iter_layer_chunks` reads the file again and says what is wrong)."""
-    try:
-        if os.fspath(path) == STDIN or not stat.S_ISREG(os.stat(path).st_mode):
-            return None
-        with _reading(path, None) as (blocks, label):
-            number, first, rest = _first_line(blocks, label)
-            if first is None or label.lower().endswith(".csv") or "," in first:
-                return None
-            _check_count(first.lstrip("\ufeff"), number, label)
-            lines = _content_lines(itertools.chain([rest], blocks) if rest else blocks, label, number)
-            contents = [content for _, content in itertools.islice(lines, limit)]
-    except (InputError, OSError, ValueError):
-        return None
-    return _fast_values(contents)
 
 
 @contextmanager
@@ -354,8 +318,6 @@ def _read_chunks(first: tuple[int, str] | None, lines: Iterator[tuple[int, str]]
 
 def _frame(values: np.ndarray, start: int) -> pd.DataFrame:
     """A layer frame from SEER's eight columns, indexed by layer number - 1."""
-    import pandas as pd
-
     return layer_frame(pd.DataFrame(values, columns=list(SEER_FIELDS), index=pd.RangeIndex(start, start + len(values))))
 
 
@@ -700,8 +662,6 @@ _LONGEST_CELL = 64
 
 def _csv_frame(contents: list[str], numbers: list[int], columns: list[str], path: str, start: int) -> pd.DataFrame:
     """The layer frame of CSV records; InputError for a mistake (the first of its kind found)."""
-    import pandas as pd
-
     rows = list(csv.reader(contents))
     for row, number in zip(rows, numbers):
         if len(row) != len(columns):
@@ -827,8 +787,6 @@ def read_module_inputs(source: LayerSource, *, name: str | None = None) -> pd.Da
     line numbers as in the file, and the same cells (empty sparsity: 0; empty crowding: not
     measured, NaN). Columns ``name``, ``sparsity``, ``crowding`` where the file has it, and
     ``line``; InputError naming the file, line and field of the first mistake."""
-    import pandas as pd
-
     with _reading(source, name) as (blocks, label):
         number, first, rest = _first_line(blocks, label)
         if first is None:
@@ -914,8 +872,6 @@ def check_layers(layers: Layers) -> pd.DataFrame:
     SEER's eight columns (a frame or an array of them) are checked by SEER's rules,
     ``out_width`` included.
     """
-    import pandas as pd
-
     if not isinstance(layers, pd.DataFrame) and not len(layers):  # an empty list has no columns to tell
         return _frame(np.empty((0, len(SEER_FIELDS)), dtype=np.int64), 0)
     seer_columns = (not isinstance(layers, pd.DataFrame) and not isinstance(layers[0], ConvShape)) or (
@@ -942,8 +898,6 @@ def format_layers(layers: Layers, fmt: str = "auto") -> str:
     undilated), ``csv`` (the layer CSV, every column), or ``auto``: SEER's where it can
     describe every layer, else CSV.
     """
-    import pandas as pd
-
     frame = check_layers(layers)
     seer = is_seer_layer(frame).all()
     if fmt == "auto":

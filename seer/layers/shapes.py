@@ -509,24 +509,6 @@ def layer_frame(layers: pd.DataFrame | np.ndarray | Sequence[ConvShape]) -> pd.D
     return pd.DataFrame({name: out[name] for name in LAYER_COLUMNS}, index=layers.index)
 
 
-def seer_layer_columns(values: np.ndarray) -> dict[str, np.ndarray]:
-    """Every layer column (:data:`LAYER_COLUMNS`, int64) of rows of SEER's eight numbers, the
-    same values :func:`layer_frame` gives, without pandas (``seer predict`` walks the trees of a
-    file's first layers while pandas imports). The rows are not checked."""
-    seer = {name: np.ascontiguousarray(values[:, i], dtype=np.int64) for i, name in enumerate(SEER_FIELDS)}
-    given = {"batch": "batch", "in_ch": "in_ch", "out_ch": "out_ch", "in_h": "in_width", "in_w": "in_width",
-             "kernel_h": "kernel_width", "kernel_w": "kernel_width", "stride_h": "stride", "stride_w": "stride",
-             "pad_h": "padding", "pad_w": "padding"}  # as _from_seer_columns renames them
-    out = {name: seer[given[name]].copy() if name in given else np.full(len(values), LAYER_DEFAULTS[name], np.int64)
-           for name in LAYER_FIELDS if name != "dims"}
-    out["dims"] = np.full(len(values), 2, dtype=np.int64)  # no depth field differs from its default
-    with np.errstate(divide="ignore", invalid="ignore"):  # zero strides: rows the reader refuses
-        for a in AXES:
-            out[f"out_{a}"] = conv_out_width(out[f"in_{a}"], out[f"kernel_{a}"], np.maximum(out[f"stride_{a}"], 1),
-                                             out[f"pad_{a}"], out[f"dilation_{a}"])
-    return {name: out[name] for name in LAYER_COLUMNS}
-
-
 def invalid_layer_rows(frame: pd.DataFrame) -> np.ndarray:
     """Which rows of a :func:`layer_frame` are not valid layers: :data:`LAYER_RULES` on the
     whole frame at once (a row is flagged exactly when ``ConvShape`` would raise)."""
@@ -562,10 +544,9 @@ def check_layer_frame(frame: pd.DataFrame, where: Callable[[int], str] = lambda 
         raise ShapeError(exc.field, f"{exc.message} ({where(int(bad[0]))})")
 
 
-def frame_volumes(frame: pd.DataFrame | Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Input, kernel and output volumes (product over the spatial axes) per row, as floats, of a
-    layer frame or of its columns as arrays (:func:`seer_layer_columns`)."""
-    return {q: np.prod([np.asarray(frame[f"{q}_{a}"], dtype=float) for a in AXES], axis=0)
+def frame_volumes(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Input, kernel and output volumes (product over the spatial axes) per row, as floats."""
+    return {q: np.prod([frame[f"{q}_{a}"].to_numpy(dtype=float) for a in AXES], axis=0)
             for q in ("in", "kernel", "out")}
 
 

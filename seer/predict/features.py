@@ -21,16 +21,12 @@ algorithms work:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping
-
 import numpy as np
+import pandas as pd
 
 from seer.hardware.gpus import GPUSpec
-from seer.layers.shapes import (AXES, FP32_BYTES, LAYER_COLUMNS, SEER_FIELDS, direct_macs, frame_flops, frame_volumes,
-                                layer_frame, seer_layer_columns, tensor_elements)
-
-if TYPE_CHECKING:  # imported where used: seer predict loads models and walks the trees while pandas
-    import pandas as pd  # still imports on another thread (seer.cli)
+from seer.layers.shapes import (AXES, FP32_BYTES, LAYER_COLUMNS, direct_macs, frame_flops, frame_volumes, layer_frame,
+                                tensor_elements)
 
 #: (rows, columns) tiles of the output matrix that cuDNN's implicit-GEMM kernels use.
 GEMM_TILES = ((32, 32), (64, 64), (128, 64), (128, 128), (256, 64))
@@ -46,24 +42,14 @@ def _log2(x) -> np.ndarray:
 
 def shape_features(layers: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:
     """Feature frame (one row per layer) from a layer frame (:func:`seer.layers.shapes.layer_frame`)."""
-    import pandas as pd
-
     f = layer_frame(layers)
-    names, values = feature_matrix({name: f[name].to_numpy(dtype=float) for name in LAYER_COLUMNS}, spec)
-    return pd.DataFrame(values, index=f.index, columns=names, copy=False)
-
-
-def feature_matrix(col: Mapping[str, np.ndarray], spec: GPUSpec) -> tuple[list[str], np.ndarray]:
-    """The features' names and values (one row per layer, row-major: what the tree loop reads)
-    from every layer column (:data:`~seer.layers.shapes.LAYER_COLUMNS`) as a float array;
-    :func:`shape_features` without pandas."""
-    rows = len(col["batch"])
+    col = {name: f[name].to_numpy(dtype=float) for name in LAYER_COLUMNS}
     out = {}
     for name in LAYER_COLUMNS:
         out[f"log2_{name}"] = _log2(col[name] + (1 if name.startswith("pad_") else 0))
     n, c, k, g = col["batch"], col["in_ch"], col["out_ch"], col["groups"]
     c_g, k_g = c / g, k / g
-    vol = frame_volumes(col)
+    vol = frame_volumes(f)
     out["log2_in_ch_per_group"] = _log2(c_g)
     out["log2_out_ch_per_group"] = _log2(k_g)
     out["depthwise"] = ((g > 1) & (g == c)).astype(float)
@@ -121,10 +107,10 @@ def feature_matrix(col: Mapping[str, np.ndarray], spec: GPUSpec) -> tuple[list[s
     # Per tile size of FFT_TILING, the tiles and each tile's points. 3D FFT_TILING transforms
     # 16x16x16 tiles (fft3d_r2c_16x16x16 in the traces); each tile yields 16 - k + 1 outputs per
     # axis. A 2D layer's depth axis counts one tile, of one point: its depth takes no transform.
-    padded_points = np.ones(rows)
-    tiles, tile_points = {16: np.ones(rows), 32: np.ones(rows)}, {16: np.ones(rows), 32: np.ones(rows)}
+    padded_points = np.ones(len(f))
+    tiles, tile_points = {16: np.ones(len(f)), 32: np.ones(len(f))}, {16: np.ones(len(f)), 32: np.ones(len(f))}
     for a in AXES:
-        used = col[f"in_{a}"] > 1 if a == "d" else np.ones(rows, dtype=bool)
+        used = col[f"in_{a}"] > 1 if a == "d" else np.ones(len(f), dtype=bool)
         padded_points *= np.where(used, 2 ** np.ceil(np.log2(np.maximum(col[f"in_{a}"] + 2 * col[f"pad_{a}"], 1))), 1)
         reach = col[f"dilation_{a}"] * (col[f"kernel_{a}"] - 1) + 1
         for size in tiles:
@@ -145,18 +131,18 @@ def feature_matrix(col: Mapping[str, np.ndarray], spec: GPUSpec) -> tuple[list[s
     for m in (4, 8, 32):
         out[f"in_ch_mult_{m}"] = (c_g % m == 0).astype(float)
         out[f"out_ch_mult_{m}"] = (k_g % m == 0).astype(float)
-    same = np.ones(rows, dtype=bool)
+    same = np.ones(len(f), dtype=bool)
     for a in AXES:
         same &= col[f"pad_{a}"] == col[f"dilation_{a}"] * (col[f"kernel_{a}"] - 1) // 2
     out["same_padding"] = same.astype(float)
     out["output_pixels_per_input"] = vol["out"] / vol["in"]
-    # One C-ordered block: :func:`shape_features`' frame is a view of it, so its values
-    # (``to_numpy()``) are the row-major matrix the tree loop reads, with no copy per model (a
-    # frame built from the dict holds the transpose).
-    values = np.empty((rows, len(out)))
+    # One C-ordered block, the frame a view of it: the frame's values (``to_numpy()``) are then the
+    # row-major matrix the tree loop reads, with no copy per model (a frame built from the dict
+    # holds the transpose).
+    values = np.empty((len(f), len(out)))
     for j, column in enumerate(out.values()):
         values[:, j] = column
-    return list(out), values
+    return pd.DataFrame(values, index=f.index, columns=list(out), copy=False)
 
 
 def _fft_seconds(points, transforms_per_image, n, c, k, g, spec: GPUSpec) -> np.ndarray:
@@ -177,5 +163,6 @@ def log2_flops(shapes: pd.DataFrame) -> np.ndarray:
 
 def feature_names(spec: GPUSpec) -> list[str]:
     """The columns :func:`shape_features` returns, in order."""
-    one = seer_layer_columns(np.ones((1, len(SEER_FIELDS)), dtype=np.int64))
-    return feature_matrix({name: column.astype(float) for name, column in one.items()}, spec)[0]
+    one = pd.DataFrame({"batch": [1], "in_ch": [1], "out_ch": [1], "in_h": [1], "in_w": [1], "kernel_h": [1],
+                        "kernel_w": [1]})
+    return list(shape_features(one, spec).columns)

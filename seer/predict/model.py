@@ -14,35 +14,20 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
+import pandas as pd
 
 from seer.algorithms import select_algorithms
 from seer.errors import InputError
-from seer.layers.shapes import (LAYER_COLUMNS, ConvShape, ShapeError, check_layer_frame, layer_frame,
-                                seer_layer_columns)
+from seer.layers.shapes import LAYER_COLUMNS, ConvShape, ShapeError, check_layer_frame, layer_frame
 from seer.predict.predictors import AlgorithmPredictor, AnswerTimePredictor, SeerFamilyPredictor
 from seer.predict.guard import GUARD_LEVEL, GUARD_POLICY, guard_policy, recommended
 from seer.predict.sparse import SparseTimeModel, with_sparse_rows
 from seer.predict.uncertainty import interval_bounds, interval_kind
 from seer.schema import INTERVAL_COLUMNS, INTERVAL_LEVELS, OBJECTIVES, PREDICTION_COLUMNS, PYTORCH_COLUMNS
 
-if TYPE_CHECKING:  # imported where used: seer predict loads models and walks the trees while pandas
-    import pandas as pd  # still imports on another thread (seer.cli)
-
-    Layers = pd.DataFrame | np.ndarray | Sequence[ConvShape]
-
-
-def __getattr__(name: str):
-    """``Layers``, the type of what :meth:`Model.predict` takes, made at first use: it names
-    pandas' frame, and this module imports pandas only where it uses it."""
-    if name == "Layers":
-        import pandas as pd
-
-        return pd.DataFrame | np.ndarray | Sequence[ConvShape]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+Layers = pd.DataFrame | np.ndarray | Sequence[ConvShape]
 
 
 @dataclass(repr=False)
@@ -65,8 +50,6 @@ class Model:
     sparse : SparseTimeModel or None
         The sparse kernels' times (:mod:`seer.predict.sparse`), where the GPU has that model:
         used for layers whose frame gives a ``sparsity`` above 0.
-    directory : Path or None
-        The folder it was loaded from (:func:`seer.predict.persist.load`), None if made in memory.
     """
 
     gpu: str
@@ -75,7 +58,6 @@ class Model:
     baselines: dict[str, SeerFamilyPredictor] = field(default_factory=dict)
     answer_times: dict[str, AnswerTimePredictor] = field(default_factory=dict)
     sparse: SparseTimeModel | None = None
-    directory: Path | None = None
 
     @property
     def maths(self) -> list[str]:
@@ -104,7 +86,7 @@ class Model:
 
     def predict(self, layers: Layers, math: str = "default", algorithms: Sequence[str] | None = None,
                 objective: str = "time", workspaces: pd.DataFrame | None = None,
-                memo: PredictionMemo | None = None, walked: WalkedLayers | None = None) -> pd.DataFrame:
+                memo: PredictionMemo | None = None) -> pd.DataFrame:
         """Every algorithm's predicted time for each layer, ranked by the pick.
 
         ``layers``: a frame with the layer columns (``seer.read_layers``; optional ones may be
@@ -129,11 +111,8 @@ class Model:
         (:func:`seer.predict.sparse.with_sparse_rows`); by energy, the kernels with a power model.
         A ``crowding`` column (:func:`seer.layers.sparsity.pixel_crowding`) gives the sparse
         kernels' times at it; beyond :attr:`seer.predict.sparse.SparseTimeModel.max_crowding` no
-        sparse kernel is recommended. ``walked``: the trees' answers of some layers, walked ahead
-        (:meth:`walk_ahead`); used where the distinct layers to predict are those, else ignored.
+        sparse kernel is recommended.
         """
-        import pandas as pd
-
         if objective not in OBJECTIVES:
             raise InputError(f"unknown objective {objective!r}; choose one of: {', '.join(OBJECTIVES)}",
                              field="objective")
@@ -154,11 +133,11 @@ class Model:
             workspaces = workspaces.iloc[first].reset_index(drop=True)
             memo = None
         if memo is None:
-            answers = self._layer_answers(distinct, math, algorithms, objective, workspaces, walked)
+            answers = self._layer_answers(distinct, math, algorithms, objective, workspaces)
         else:
             chosen = None if algorithms is None else tuple([algorithms] if isinstance(algorithms, str) else algorithms)
             answers = memo.answers(distinct, (self, math, chosen, objective),
-                                   lambda new: self._layer_answers(new, math, algorithms, objective, walked=walked))
+                                   lambda new: self._layer_answers(new, math, algorithms, objective))
         times, scores, energies, bounds, near_best, pytorch, extrapolated = (values[inverse] for values in answers)
         out = ranked(frame, math, predictor.algorithms, times, scores, extrapolated, energies, bounds, near_best)
         out = with_pytorch(out, pytorch, guarded=objective == "time")
@@ -169,42 +148,15 @@ class Model:
             out = with_sparse_rows(out, frame, sparsity, self.sparse, kernels, objective, layer_crowding(layers))
         return out
 
-    def walk_ahead(self, values: np.ndarray, math: str) -> WalkedLayers:
-        """The trees' answers for the distinct layers among rows of SEER's eight numbers, computed
-        without pandas: ``seer predict`` walks a file's first layers while pandas imports on
-        another thread (the tree loop lets go of Python's lock), and :meth:`predict` given them
-        takes them instead of walking those layers again."""
-        columns = seer_layer_columns(values)
-        layers = np.column_stack([columns[name] for name in LAYER_COLUMNS])
-        # Each distinct layer's first row, in order: the layers predict() keeps (distinct_layers).
-        rows = np.ascontiguousarray(layers).view(np.dtype((np.void, layers.itemsize * layers.shape[1]))).ravel()
-        first = np.sort(np.unique(rows, return_index=True)[1])
-        predictor = self.predictor(math)
-        guard = self._guard(predictor)
-        with np.errstate(all="ignore"):  # an invalid layer is the reader's to refuse, and then nothing is used
-            answers = predictor.predict_columns_with_energy({name: column[first] for name, column in columns.items()},
-                                                            guard)
-        return WalkedLayers(layers[first], math, tuple(guard), answers)
-
-    def _guard(self, predictor: AlgorithmPredictor) -> list[str]:
-        """The PyTorch policy the guard weighs the pick against, where the predictor models it."""
-        policy = guard_policy(self.pass_)
-        return [policy] if policy in predictor.policies else []
-
     def _layer_answers(self, layers: pd.DataFrame, math: str, algorithms: Sequence[str] | None, objective: str,
-                       workspaces: pd.DataFrame | None = None, walked: WalkedLayers | None = None
-                       ) -> tuple[np.ndarray, ...]:
+                       workspaces: pd.DataFrame | None = None) -> tuple[np.ndarray, ...]:
         """Per layer of ``layers`` (distinct, the layer columns): what :func:`ranked` and
-        :func:`with_pytorch` take, as :data:`PredictionMemo.FIELDS` names them; the trees'
-        answers taken from ``walked`` where it holds these layers."""
+        :func:`with_pytorch` take, as :data:`PredictionMemo.FIELDS` names them."""
         predictor = self.predictor(math)
         policy = guard_policy(self.pass_)
-        guard = self._guard(predictor)
-        if walked is not None and workspaces is None and walked.holds(layers, math, guard):
-            times, scores, energies, pytorch = (values.copy() for values in walked.answers)
-        else:
-            times, scores, energies, pytorch = predictor.predict_with_energy(
-                layers, guard, workspaces, self.answer_times.get(math) if workspaces is not None else None)
+        guard = [policy] if policy in predictor.policies else []
+        times, scores, energies, pytorch = predictor.predict_with_energy(
+            layers, guard, workspaces, self.answer_times.get(math) if workspaces is not None else None)
         _check_answers(times, energies, predictor.algorithms, f"the {self.gpu} {math}-math model")
         reported = times
         if objective == "energy":
@@ -226,24 +178,6 @@ class Model:
              objective: str = "time", workspaces: pd.DataFrame | None = None) -> pd.DataFrame:
         """Per layer: the pick and its predicted time, the runner-up, and the extrapolation mark."""
         return best_per_layer(self.predict(layers, math, algorithms, objective, workspaces))
-
-
-@dataclass(repr=False)
-class WalkedLayers:
-    """The trees' answers of some distinct layers, walked ahead (:meth:`Model.walk_ahead`)."""
-
-    #: The layers, one row each: every layer column (:data:`LAYER_COLUMNS`), int64.
-    layers: np.ndarray
-    math: str
-    #: The PyTorch policies timed with them (the guard's).
-    policies: tuple[str, ...]
-    #: :meth:`~seer.predict.predictors.AlgorithmPredictor.predict_with_energy`'s answers for them.
-    answers: tuple[np.ndarray, ...]
-
-    def holds(self, layers: pd.DataFrame, math: str, policies: Sequence[str]) -> bool:
-        """Whether these are the answers of exactly ``layers`` (a layer frame), in that order."""
-        return (math == self.math and tuple(policies) == self.policies and len(layers) == len(self.layers)
-                and np.array_equal(layers[list(LAYER_COLUMNS)].to_numpy(dtype=np.int64), self.layers))
 
 
 class PredictionMemo:
@@ -326,8 +260,6 @@ def layer_sparsity(layers: Layers) -> np.ndarray | None:
 def _input_column(layers: Layers, column: str, rule: str, valid, empty: float) -> np.ndarray | None:
     """A column of a layer frame that describes the layer's input, as floats (``empty`` where a
     cell is empty), None where there is none; InputError naming the first cell not ``valid``."""
-    import pandas as pd
-
     if not isinstance(layers, pd.DataFrame) or column not in layers.columns:
         return None
     values = pd.to_numeric(layers[column].replace("", np.nan), errors="coerce").to_numpy(dtype=float)
@@ -361,8 +293,6 @@ def _algorithm_names(algorithms: Sequence[str]) -> list[str]:
 def distinct_layers(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """The rows of a layer frame where each distinct layer (by the layer columns) first
     appears, in order, and per row its layer's position among them."""
-    import pandas as pd
-
     values = frame[list(LAYER_COLUMNS)].to_numpy()
     codes, _ = pd.factorize(pd.util.hash_pandas_object(frame[list(LAYER_COLUMNS)], index=False), sort=False)
     first = np.unique(codes, return_index=True)[1]
@@ -377,8 +307,6 @@ def ranked(frame: pd.DataFrame, math: str, algorithms: list[str], times: np.ndar
     """The tidy prediction frame of :meth:`Model.predict` from per-layer arrays of times,
     pick scores (NaN: predicted not to run), energies (NaN: no energy model), the times'
     bounds (layers, algorithms, levels, 2) and each pick's chance of being near the fastest."""
-    import pandas as pd
-
     runs = np.isfinite(times)
     # Algorithms by score, those that run first: a stable sort keeps the algorithms' order
     # on ties, as a first-come rank does. Row-major nonzero then walks (layer, rank).
@@ -428,8 +356,6 @@ def with_pytorch(predictions: pd.DataFrame, pytorch: np.ndarray, guarded: bool =
     predicted time and bounds (``pytorch``, one row per layer, as :func:`pytorch_times` gives
     them: its last column, the guard margin, decides but is not shown), and the guarded
     recommendation (:func:`seer.predict.guard.recommended`; the pick itself unless ``guarded``)."""
-    import pandas as pd
-
     layer = predictions["layer"].to_numpy()
     first = np.unique(layer, return_index=True)[1]  # the rank-1 row of each layer
     for k, column in enumerate(PYTORCH_COLUMNS[:-1]):
@@ -460,8 +386,6 @@ def best_per_layer(predictions: pd.DataFrame) -> pd.DataFrame:
     fastest algorithm and its time, the runner-up (missing where there is none), the
     extrapolation mark, both times' bounds (``best_low80``, ..., ``runner_up_high95``) and the
     pick's chance of being near the fastest (``pick_near_best``)."""
-    import pandas as pd
-
     first = predictions.drop_duplicates("layer").set_index("layer")
     second = predictions[predictions["rank"] == 2].set_index("layer")
     out = pd.DataFrame(index=first.index)

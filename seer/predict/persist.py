@@ -361,11 +361,9 @@ def read_card(directory: Path) -> dict:
     return card
 
 
-def load(directory: Path, maths: Sequence[str] | None = None, families: Sequence[str] = tuple(FAMILIES),
-         probe: bool = True) -> Model:
+def load(directory: Path, maths: Sequence[str] | None = None, families: Sequence[str] = tuple(FAMILIES)) -> Model:
     """Load a saved model set (only ``maths`` and ``families`` if given), refusing any file
-    whose SHA-256 differs from its card's or that is not a valid seer model file. ``probe=False``
-    leaves out :func:`probe_model`, for a caller that runs it later (it needs pandas)."""
+    whose SHA-256 differs from its card's or that is not a valid seer model file."""
     card = read_card(directory)
     maths = list(card["maths"]) if maths is None else list(maths)
     parts: dict[str, dict] = {family: {} for family in FAMILIES}
@@ -400,17 +398,10 @@ def load(directory: Path, maths: Sequence[str] | None = None, families: Sequence
         if model.sparse is not None and model.sparse.gpu != card["gpu"]:
             raise InputError(f"sparse model is for GPU {model.sparse.gpu!r}, the card for {card['gpu']!r}",
                              path=directory / SPARSE_FILE)
-    model.directory = directory
-    if probe:
-        probe_model(model)
-    return model
-
-
-def probe_model(model: Model) -> None:
-    """Each part of a loaded model checks its own state, but not that it fits the others (a tree
-    over more features than the model computes): one layer predicted per math mode turns such a
-    file into one sentence (InputError), not a traceback in the middle of a user's predictions."""
-    for math in model.predictors:
+    # Each part checks its own state, but not that it fits the others (a tree over more features
+    # than the model computes): one layer predicted now turns such a file into one sentence
+    # here, not a traceback in the middle of a user's predictions.
+    for math in parts["ours"]:
         try:
             model.predict([_PROBE_LAYER], math)
         except InputError:
@@ -418,7 +409,8 @@ def probe_model(model: Model) -> None:
         except Exception as exc:  # noqa: BLE001 - whatever a hand-made file provokes
             reason = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
             raise InputError(f"not a valid seer model file: it cannot predict ({reason})",
-                             path=model.directory / model_file("ours", math)) from None
+                             path=directory / model_file("ours", math)) from None
+    return model
 
 
 # -- where models live --------------------------------------------------------------------
@@ -484,21 +476,20 @@ def resolve_gpu(gpu: str | None, root: Path, pass_: str | Sequence[str] = "fwd")
 
 def load_model(gpu: str | None = None, *, math: str | Sequence[str] | None = None,
                models_dir: str | Path | None = None, baselines: bool = False, pass_: str = "fwd",
-               cudnn_answers: bool = False, probe: bool = True) -> Model:
+               cudnn_answers: bool = False) -> Model:
     """Load the trained models of a GPU (the only one there is, or :data:`DEFAULT_GPU`, when
     ``gpu`` is None) for one convolution pass (:data:`seer.algorithms.PASSES`; the forward by default).
 
     ``math`` limits loading to one or more math modes; ``baselines`` also loads SEER's
     model (for evaluation); ``cudnn_answers`` also loads the times from cuDNN's own answers,
     where the model has them (for a caller that will give them: ``Model.predict(...,
-    workspaces=...)``). See :func:`models_root` for where models are looked up. ``probe=False``:
-    see :func:`load`.
+    workspaces=...)``). See :func:`models_root` for where models are looked up.
     """
     root = models_root(models_dir)
     name = resolve_gpu(gpu, root, pass_)
     maths = [math] if isinstance(math, str) else math
     families = ("ours", *(("seer",) if baselines else ()), *(("answers",) if cudnn_answers else ()))
-    return load(model_dir(root, name, pass_), maths=maths, families=families, probe=probe)
+    return load(model_dir(root, name, pass_), maths=maths, families=families)
 
 
 def load_passes(gpu: str | None = None, *, math: str | Sequence[str] | None = None,

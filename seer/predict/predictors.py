@@ -25,21 +25,19 @@ checks them before it builds anything.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
+import pandas as pd
 
 from seer.algorithms import FAMILIES, algorithm_names, get_algorithm
 from seer.hardware.gpus import GPUSpec, spec_from_fields
 from seer.hardware.kernel_plans import runs_layers
 from seer.layers.shapes import LAYER_COLUMNS, is_seer_layer, layer_frame
-from seer.predict.features import feature_matrix, feature_names, log2_flops, shape_features
+from seer.predict.features import feature_names, log2_flops, shape_features
 from seer.predict.trees import TreeEnsemble, TreeError
 from seer.predict.uncertainty import (check_guard_margins, check_intervals, check_near_best, guard_margin,
                                       interval_bounds, interval_kind, near_best_probability, pick_margin)
-
-if TYPE_CHECKING:  # imported where used: seer predict loads models and walks the trees while pandas
-    import pandas as pd  # still imports on another thread (seer.cli)
 
 #: Support decisions that need no classifier: the algorithm ran on every or no training shape.
 ALWAYS, NEVER = "always", "never"
@@ -721,12 +719,7 @@ class AlgorithmPredictor(Part):
         predictions). ``workspaces``: cuDNN's own answers, where a GPU gave them
         (:func:`with_cudnn_answers`)."""
         X = layer_frame(X)
-        return self._prepared(shape_features(X, self.feature_spec).to_numpy(), X, complete, workspaces)
-
-    def _prepared(self, F: np.ndarray, X, complete: bool, workspaces: pd.DataFrame | None
-                  ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
-        """:meth:`prepare` from the features ``F`` of the layers ``X`` (a layer frame, or its
-        columns as arrays)."""
+        F = shape_features(X, self.feature_spec).to_numpy()
         answers = None
         if self.workspace is not None:
             answers = self.workspace.answers(F, only_where_runs=not complete and workspaces is None)
@@ -784,20 +777,6 @@ class AlgorithmPredictor(Part):
         them (:meth:`prepare`), and then, given ``answer_times``, the times of the algorithms
         it models from those answers (:meth:`with_answer_times`)."""
         F, answers, planned = self.prepare(X, complete=False, workspaces=workspaces)
-        return self._with_energy(F, answers, planned, policies, workspaces, answer_times)
-
-    def predict_columns_with_energy(self, columns: Mapping[str, np.ndarray], policies: Sequence[str] = ()
-                                    ) -> tuple[np.ndarray, ...]:
-        """:meth:`predict_with_energy` of layers given as every layer column's array
-        (:func:`seer.layers.shapes.seer_layer_columns`), without pandas: ``seer predict`` walks
-        a file's first layers while pandas imports. The same answers, bit for bit."""
-        F = feature_matrix({name: np.asarray(columns[name], dtype=float) for name in LAYER_COLUMNS},
-                           self.feature_spec)[1]
-        return self._with_energy(*self._prepared(F, columns, complete=False, workspaces=None), policies)
-
-    def _with_energy(self, F: np.ndarray, answers: np.ndarray | None, planned: np.ndarray, policies: Sequence[str],
-                     workspaces: pd.DataFrame | None = None, answer_times: AnswerTimePredictor | None = None
-                     ) -> tuple[np.ndarray, ...]:
         known: dict = {}
         reported, weighed = self._times(F, answers, planned, ratios=known)
         if workspaces is not None and answer_times is not None:
@@ -1079,12 +1058,10 @@ def _check_inputs(n: int, algorithms: list[str], workspace: WorkspacePredictor |
         check(regressor, n, f"{algo}'s power model")
 
 
-def kernel_plan_support(X: pd.DataFrame | Mapping[str, np.ndarray], algorithms: list[str], supports: dict
-                        ) -> np.ndarray:
+def kernel_plan_support(X: pd.DataFrame, algorithms: list[str], supports: dict) -> np.ndarray:
     """Per shape and algorithm, whether seer's kernel plan takes the shape: for the
-    algorithms whose support is :data:`BY_KERNEL_PLAN`; True for the others. ``X``: a layer
-    frame, or its columns as arrays."""
-    planned = np.ones((len(X["batch"]), len(algorithms)), dtype=bool)
+    algorithms whose support is :data:`BY_KERNEL_PLAN`; True for the others."""
+    planned = np.ones((len(X), len(algorithms)), dtype=bool)
     for j, algo in enumerate(algorithms):
         if supports.get(algo) == BY_KERNEL_PLAN:
             planned[:, j] = runs_layers(algo, X)

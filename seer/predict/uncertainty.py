@@ -20,15 +20,11 @@ Both are calibrated on layers the models never saw, the calibration half of Test
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
+import pandas as pd
 
 from seer.layers.shapes import layer_kind_flags
 from seer.schema import INTERVAL_LEVELS
-
-if TYPE_CHECKING:  # imported where used: seer predict loads models and walks the trees while pandas
-    import pandas as pd  # still imports on another thread (seer.cli)
 
 #: A pick "near the fastest" measures within this fraction of the fastest algorithm's time:
 #: where algorithms run the same kernel (IMPLICIT_GEMM, IMPLICIT_PRECOMP_GEMM and GEMM run one
@@ -128,8 +124,6 @@ def fit_guard_margins(residual: np.ndarray, kinds: np.ndarray, level: int = GUAR
 def guard_margin(kinds: np.ndarray, margins: dict[str, float]) -> np.ndarray:
     """Per layer (``kinds``: each one's :func:`interval_kind`), its kind's guard margin, else the
     all-kinds one; NaN for every layer where ``margins`` is empty (a model calibrated before them)."""
-    import pandas as pd
-
     if not margins:
         return np.full(len(kinds), np.nan)
     table = np.array([margins.get(kind, margins[ALL_KINDS]) for kind in INTERVAL_KINDS], dtype=float)
@@ -152,8 +146,6 @@ def interval_bounds(times: np.ndarray, kinds: np.ndarray, algorithms: list[str],
                     intervals: dict[str, dict[str, list[list[float]]]]) -> np.ndarray:
     """Bounds of ``times`` (rows x algorithms, ms): an array (rows, algorithms, levels, 2), NaN
     where a time is missing or its algorithm has no quantiles."""
-    import pandas as pd
-
     out = np.full((*times.shape, len(INTERVAL_LEVELS), 2), np.nan)
     index = pd.Index(INTERVAL_KINDS).get_indexer(kinds)  # each row's kind, the same for every algorithm
     for j, algo in enumerate(algorithms):
