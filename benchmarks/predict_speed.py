@@ -135,10 +135,10 @@ def _stages(argv: list[str]) -> dict:
     # The seer program pauses Python's garbage collector around its imports and the model's load,
     # and freezes what they made; seer.cli.main called from Python does not freeze (a checkout
     # before 2026-11-29 does neither).
-    paused = getattr(seer.cli, "_collector_paused", None)
+    paused = getattr(seer.cli, "collector_paused", None)
     if paused is not None:
-        seer.cli._collector_paused = lambda freeze: paused(freeze=True)
-    with seer.cli._collector_paused(freeze=True) if paused is not None else contextlib.nullcontext():
+        seer.cli.collector_paused = lambda freeze: paused(freeze=True)
+    with seer.cli.collector_paused(freeze=True) if paused is not None else contextlib.nullcontext():
         import numpy as np
 
         import seer.layers.files

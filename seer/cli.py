@@ -12,12 +12,10 @@ optional dependency (torch, onnx, cupy) is missing fails alone, in one sentence.
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import signal
 import stat
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Sequence
 
@@ -25,6 +23,7 @@ from rich.console import Console
 
 import seer
 from seer.errors import EXIT_BROKEN_PIPE, EXIT_INPUT, EXIT_INTERRUPTED, InputError, SeerError
+from seer.gc_pause import collector_paused
 from seer.progress import CountProgress, StepProgress
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True, log_path=False,
@@ -739,7 +738,7 @@ def _cmd_predict(args) -> int:
     _single_threaded_blas()
     _keep_freed_memory()
     freeze = getattr(args, "program", False)  # the seer program, which ends after this command
-    with _collector_paused(freeze):
+    with collector_paused(freeze):
         from contextlib import nullcontext
 
         import pandas as pd
@@ -765,7 +764,7 @@ def _cmd_predict(args) -> int:
         return _predict_unmeasured_gpu(args)
     # "all" ranks every algorithm of the model, whatever its pass.
     algorithms = None if args.algo.strip().lower() == "all" else _algorithms(args.algo)
-    with _collector_paused(freeze):
+    with collector_paused(freeze):
         model = load_model(args.gpu, math=args.math, models_dir=args.models_dir, pass_=args.pass_,
                            cudnn_answers=args.cudnn_answers)
     if args.deterministic:
@@ -1083,25 +1082,6 @@ def _keep_freed_memory() -> bool:
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return bool(mallopt(_M_MMAP_THRESHOLD, KEEP_FREED_BYTES)) and bool(mallopt(_M_TRIM_THRESHOLD, KEEP_FREED_BYTES))
-
-
-@contextmanager
-def _collector_paused(freeze: bool):
-    """Python's cyclic garbage collector off for the block, then as it was. Importing pandas and
-    loading a model make some 70,000 lasting objects and little garbage, and the collections they
-    set off took 0.06-0.08 s of the 10,000-layer benchmark. Paused alone, the objects wait in the
-    youngest generation and the first collections after the block scan them all; with ``freeze``
-    (the seer program, which ends after one command) they move to the generation the collector
-    never scans. A caller from Python gets no freeze: its later garbage stays collectable."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if freeze:
-            gc.freeze()
-        if enabled:
-            gc.enable()
 
 
 def _check_input(file: str) -> None:

@@ -101,7 +101,7 @@ def test_predicting_from_python_leaves_the_garbage_collector_as_it_was(tmp_path)
     assert seer.cli.main(["predict", str(DATASET / "Test-set-II.txt"), "-o", str(tmp_path / "pred.csv")]) == 0
     assert gc.isenabled() and gc.get_freeze_count() == frozen
     probe = ("import gc, seer.cli\n"
-             "with seer.cli._collector_paused(freeze=True):\n    paused = gc.isenabled()\n"
+             "with seer.cli.collector_paused(freeze=True):\n    paused = gc.isenabled()\n"
              "print(paused, gc.isenabled(), gc.get_freeze_count() > 0)")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.stdout.split() == ["False", "True", "True"], done.stdout + done.stderr

@@ -27,7 +27,7 @@ def test_no_large_file_is_tracked_outside_the_data_folders():
 #: before it and the shared top-level modules, never a later one.
 STAGES = ("layers", "hardware", "collect", "gpu", "dataset", "predict", "training", "torch", "networks", "reporting")
 #: Top-level modules every stage may use; they import no stage but layers.
-SHARED = ("errors", "progress", "output", "schema", "algorithms", "metrics")
+SHARED = ("errors", "progress", "output", "schema", "algorithms", "metrics", "gc_pause")
 
 
 def _imported_units(path) -> set[str]:

@@ -18,8 +18,6 @@ Readers take plain, ``.gz`` and ``.xz`` files alike.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import gzip
 import json
 import logging
@@ -35,6 +33,7 @@ import pandas as pd
 
 from seer.algorithms import current_revision, stamp_revision
 from seer.errors import InputError
+from seer.gc_pause import collector_paused
 from seer.metrics import GROUP_COLUMNS, METRICS
 from seer.schema import CENSUS_DEFAULTS, GROUP_KEY
 
@@ -72,23 +71,6 @@ def _open_text(path: Path):
     # crash's garbage) fail as a corrupt record, with file and line.
     opener = OPENERS.get(path.suffix, open)
     return opener(path, "rt", newline="", errors="replace")
-
-
-@contextlib.contextmanager
-def collector_paused():
-    """Python's cyclic garbage collector off for the block, then as it was.
-
-    Decoding records makes millions of dicts and lists and frees none: each of them counts
-    towards the collector's next pass, and those passes (over every container made so far,
-    none of them garbage) took half the time of decoding a dataset's raw records.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def read_jsonl(path: Path) -> list[dict]:

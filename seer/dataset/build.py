@@ -47,11 +47,12 @@ import pandas as pd
 from seer.algorithms import (ALGORITHMS, ALL_ALGORITHMS, PASSES, REGISTRY, algorithm_names, canonical_kernel_name,
                              classify_kernel, current_revision, get_algorithm, heuristic_ranks, pass_of)
 from seer.collect.records import stored_trace
-from seer.collect.store import (DAMAGED_COMPRESSED, RunStore, collector_paused, first_grids, grouped_records,
-                                latest_records, profile_records, recorded_columns)
+from seer.collect.store import (DAMAGED_COMPRESSED, RunStore, first_grids, grouped_records, latest_records,
+                                profile_records, recorded_columns)
 from seer.dataset.excel import seer_sheets, write_excel
 from seer.dataset.provenance import provenance
 from seer.dataset.tables import read_parts, write_parts
+from seer.gc_pause import collector_paused
 from seer.errors import InputError
 from seer.gpu.energy import ENERGY_FIELDS
 from seer.hardware.gpus import GPUSpec
