@@ -785,7 +785,7 @@ class _Runner:
     """
 
     path = ""
-    #: Bytes that the input's and the weight's addresses must be a multiple of (0: any).
+    #: Bytes (a power of two) that the input's and the weight's addresses must be a multiple of (0: any).
     alignment = 0
 
     def __init__(self, layer: ConvShape, layout: str, device: torch.device, dims: int) -> None:
@@ -797,6 +797,10 @@ class _Runner:
         self.bias_shape = (1, -1, *([1] * dims))
         self.zero_output = False
         self.state = _device_state(device)
+
+    def misaligned(self, x: torch.Tensor, w: torch.Tensor) -> bool:
+        """Whether ``x`` or ``w`` lies off the :attr:`alignment` this runner needs."""
+        return bool(self.alignment) and bool((x.data_ptr() | w.data_ptr()) % self.alignment)
 
     def shaped(self, bias: torch.Tensor | None) -> torch.Tensor | None:
         """``bias`` as the view the output adds (what :meth:`__call__` takes)."""
@@ -1222,7 +1226,7 @@ def cudnn_convolution(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     call = _Call(dims, tuple(stride), tuple(padding), tuple(dilation), int(groups))
     algo = _algorithm(algorithm, "cudnn")
     runner = _runner(_call_layer(x, weight, call), algo, get_math_mode(math).name, layout, x.device, dims)
-    if runner.alignment and any(t.data_ptr() % runner.alignment for t in (x, weight)):
+    if runner.misaligned(x, weight):
         raise InputError(f"{algo.name} ({runner.path}) needs tensors on {runner.alignment}-byte boundaries",
                          field="input")
     return _run(x, weight, bias, call, runner)
@@ -1244,7 +1248,7 @@ def _op_convolution(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
             call = _Call(dims, tuple(stride), tuple(padding), tuple(dilation), groups)
             runner = runners[key] = _runner(_call_layer(x, weight, call), get_algorithm(algorithm), math,
                                             _layout(x, weight, dims), x.device, dims)
-        if runner is not None and not (runner.alignment and (x.data_ptr() | weight.data_ptr()) % runner.alignment):
+        if runner is not None and not runner.misaligned(x, weight):
             _local.compiled_call = True  # its workspace is its own (_DeviceState.workspace)
             try:
                 return runner(x, weight, runner.shaped(bias))
@@ -1424,7 +1428,7 @@ class _SeerConv:
             if not _needs_grad(x, weight, bias):
                 if repacked:
                     weight = self._channels_last_weight(weight)
-                if not runner.alignment or not (x.data_ptr() | weight.data_ptr()) % runner.alignment:
+                if not runner.misaligned(x, weight):
                     self._last[0] = name
                     return runner(x, weight, self._shaped_bias(bias, runner))
         return self._forward(x)
@@ -1501,7 +1505,7 @@ class _SeerConv:
             torch.cuda.nvtx.range_push(f"seer:{self.seer_name}:{algo.name}")
         try:
             runner = _runner(plan.layer, algo, self.seer_choice.math, layout, x.device, dims)
-            if runner.alignment and any(t.data_ptr() % runner.alignment for t in (x, weight)):
+            if runner.misaligned(x, weight):
                 self._fall_back(f"{algo.name} ({runner.path}) needs tensors on {runner.alignment}-byte boundaries")
                 return self._pytorch(x, plan.padding)
             y = _run(x, weight, self.bias, call, runner,
