@@ -73,6 +73,8 @@ GEMM_TILES = {t_name: Tile(*t_fields) for t_name, t_fields in {
 #: networks grid's layers on the H100 (benchmarks/kernel_tiles.py, which also scores this rule).
 TILE_ORDER = ("256x64_8x8", "128x64_8x8", "64x64_4x4", "64x32_4x4")
 MIN_BLOCKS_PER_SM = {"SEER_IMPLICIT_GEMM": 1.5, "SEER_IMPLICIT_GEMM_SPLITK": 1.0}
+#: seer's implicit GEMMs: the algorithms whose tiles :data:`MIN_BLOCKS_PER_SM` chooses.
+IMPLICIT_GEMMS = tuple(MIN_BLOCKS_PER_SM)
 #: Algorithms whose every plan splits the reduction, its slices adding into an output zeroed
 #: before each call (:func:`plan` makes at least two).
 SPLITS_ALWAYS = ("SEER_IMPLICIT_GEMM_SPLITK",)
@@ -135,7 +137,7 @@ def unsupported_reason(algo: str, shape: ConvShape, layout: str = "nchw") -> str
 def aligned_bytes(algo: str, layout: str) -> int:
     """Bytes that the input's and the filter's addresses must be a multiple of for ``algo`` in
     ``layout`` (0: any fp32 address): the channels-last implicit GEMM copies 16 bytes at a time."""
-    return 16 if layout == "nhwc" and algo in ("SEER_IMPLICIT_GEMM", "SEER_IMPLICIT_GEMM_SPLITK") else 0
+    return 16 if layout == "nhwc" and algo in IMPLICIT_GEMMS else 0
 
 
 def runs_layers(algo: str, layers: pd.DataFrame) -> np.ndarray:
@@ -186,15 +188,17 @@ def plan(algo: str, shape: ConvShape, tile: str | None = None, sms: int | None =
             blocks = _ceil(channel_blocks * positions, THREADS_DIRECT)
             return Plan(algo, f"seer_direct_conv<{kpt}>", (blocks, 1, 1), THREADS_DIRECT)
         rows = positions // shape.out_w
+
+        def blocks_of(ppt: int) -> int:  # a thread per ppt columns of a row, per channel block
+            return _ceil(channel_blocks * rows * _ceil(shape.out_w, ppt), THREADS_DIRECT)
+
         if tile is not None:
             ppt = DIRECT_TILES[tile]
         else:
-            fills = [ppt for ppt in DIRECT_COLUMNS if _ceil(channel_blocks * rows * _ceil(shape.out_w, ppt),
-                                                            THREADS_DIRECT) >= DIRECT_MIN_BLOCKS_PER_SM * sms]
+            fills = [ppt for ppt in DIRECT_COLUMNS if blocks_of(ppt) >= DIRECT_MIN_BLOCKS_PER_SM * sms]
             ppt = fills[0] if fills else DIRECT_COLUMNS[-1]
-        blocks = _ceil(channel_blocks * rows * _ceil(shape.out_w, ppt), THREADS_DIRECT)
-        return Plan(algo, f"seer_direct_conv_nhwc<{kpt}, {ppt}>", (blocks, 1, 1), THREADS_DIRECT)
-    if algo not in ("SEER_IMPLICIT_GEMM", "SEER_IMPLICIT_GEMM_SPLITK"):
+        return Plan(algo, f"seer_direct_conv_nhwc<{kpt}, {ppt}>", (blocks_of(ppt), 1, 1), THREADS_DIRECT)
+    if algo not in IMPLICIT_GEMMS:
         raise KeyError(f"{algo} is not one of seer's kernels")
     if tile is None:
         width = 32 if k_per_group <= 32 else 64 if k_per_group <= 64 else 128
