@@ -4,8 +4,8 @@ whole training steps (``--training``).
 
 A policy says who picks each layer's algorithm: ``seer`` (seer's predicted fastest,
 :func:`seer.torch.apply`), ``seer-graph`` (the same, guarded for a model run in CUDA
-graphs), ``seer-all`` (``seer`` among seer's own kernels too), ``heuristic`` (PyTorch's own choice, cuDNN's heuristics),
-``benchmark`` (PyTorch with ``cudnn.benchmark=True``: trial runs pick), or a cuDNN
+graphs), ``seer-all`` (``seer`` among seer's own kernels too), ``heuristic`` (PyTorch's own
+choice, cuDNN's heuristics), ``benchmark`` (PyTorch with ``cudnn.benchmark=True``: trial runs pick), or a cuDNN
 algorithm forced on every layer (:func:`seer.torch.force`). Times are taken as the collector
 takes them (:class:`seer.gpu.timing.BurstTimer`: warm-up, then bursts behind a spinning
 kernel, median over repetitions), so host dispatch stays out:
@@ -37,6 +37,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -50,13 +51,21 @@ from seer.layers.shapes import LAYER_FIELDS
 
 #: Policies that are not a forced algorithm.
 OWN_POLICIES = ("seer", "seer-graph", "seer-all", "heuristic", "benchmark")
-#: seer's policies: its picks, guarded for an eager model (``seer``) or for one run captured in
-#: CUDA graphs (``seer-graph``: ``seer.torch.apply(..., cuda_graphs=True)``, no host time per call),
-#: and whether captured; ``seer-all`` is ``seer`` among seer's own kernels too
-#: (``apply(..., algorithms="all")``, :data:`SEER_ALGORITHMS`).
-SEER_POLICIES = {"seer": False, "seer-graph": True, "seer-all": False}
-#: What each of seer's policies picks among (``Predicted.algorithms``).
-SEER_ALGORITHMS = {"seer": "cudnn", "seer-graph": "cudnn", "seer-all": "all"}
+
+
+class SeerPolicy(NamedTuple):
+    """One of seer's policies: what it picks among (``Predicted.algorithms``), and whether its
+    picks are guarded for a model run captured in CUDA graphs (no host time per call)."""
+
+    algorithms: str
+    captured: bool
+
+
+#: seer's policies: its picks among cuDNN's algorithms, guarded for an eager model (``seer``) or
+#: for one captured in CUDA graphs (``seer-graph``: ``seer.torch.apply(..., cuda_graphs=True)``),
+#: and ``seer``'s among seer's own kernels too (``seer-all``: ``apply(..., algorithms="all")``).
+SEER_POLICIES = {"seer": SeerPolicy("cudnn", False), "seer-graph": SeerPolicy("cudnn", True),
+                 "seer-all": SeerPolicy("all", False)}
 #: PyTorch's own policies: ``torch.backends.cudnn.benchmark`` under each.
 PYTORCH_POLICIES = {"heuristic": False, "benchmark": True}
 #: What a job times: the forward pass (eval mode, ``torch.no_grad``), or a training step.
@@ -111,8 +120,8 @@ def parse_policies(text: str) -> list[str]:
             try:
                 algo = get_algorithm(name)
             except KeyError:
-                raise InputError(f"{name!r} is not seer, seer-graph, seer-all, heuristic, benchmark, all or an algorithm "
-                                 f"({', '.join(algorithm_names('cudnn'))})", field="algo") from None
+                raise InputError(f"{name!r} is not seer, seer-graph, seer-all, heuristic, benchmark, all or an "
+                                 f"algorithm ({', '.join(algorithm_names('cudnn'))})", field="algo") from None
             if algo.source != "cudnn":
                 raise InputError(f"{algo.name} is not a cuDNN algorithm", field="algo")
             out.append(algo.name)
@@ -241,7 +250,7 @@ class NetworkProfiler:
             if key not in self._models:
                 self._models[key] = load_model(self.options.gpu, math=job.math, models_dir=self.options.models_dir,
                                                pass_=pass_)
-            choice = PredictedPass(self._models[key], job.math, captured=SEER_POLICIES[policy],
+            choice = PredictedPass(self._models[key], job.math, captured=SEER_POLICIES[policy].captured,
                                    deterministic=self.torch.are_deterministic_algorithms_enabled())
             choice.prepare([ConvShape.from_mapping(r) for r in layers.to_dict("records")])
             choices.append(choice)
@@ -388,15 +397,15 @@ class NetworkProfiler:
                 from seer.layers.shapes import ConvShape
 
                 choice = self._choices[policy] = Predicted(self.seer_model(job.math), job.math,
-                                                           algorithms=SEER_ALGORITHMS[policy],
-                                                           captured=SEER_POLICIES[policy])
+                                                           algorithms=SEER_POLICIES[policy].algorithms,
+                                                           captured=SEER_POLICIES[policy].captured)
                 shapes = [ConvShape.from_mapping(r) for r in layers.to_dict("records")]
                 choice.prepare(shapes)
-                if not SEER_POLICIES[policy] and not training:  # the pass model is of forward passes
+                if not SEER_POLICIES[policy].captured and not training:  # the pass model is of forward passes
                     with self._flags(job, "heuristic"):
                         choice.decide_pass(shapes, eager_pass_times(model, x))
                     confirm_on = x
-                if training and not SEER_POLICIES[policy]:  # as apply(..., training=True) weighs an eager step
+                if training and not SEER_POLICIES[policy].captured:  # as apply(..., training=True) weighs an eager step
                     with self._flags(job, "heuristic"):
                         decide_step(choice, backward, shapes, eager_step_times(model, x))
             # As seer.torch.apply does: modules the guard leaves to PyTorch stay PyTorch's, and the
