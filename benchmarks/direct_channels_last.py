@@ -5,8 +5,9 @@ convolution, in GPU time, on the grouped and depthwise layers of whole networks 
         --out benchmarks/results/h200-direct-channels-last
 
 Each distinct layer with groups (from the layer files ``seer network NAME --layers-out`` writes,
-one row per call) is timed with the collector's protocol (bursts behind a spinning kernel,
-:class:`seer.gpu.timing.BurstTimer`, so GPU time without the host's) by:
+one row per call) is timed in bursts behind a spinning kernel (:class:`seer.gpu.timing.BurstTimer`,
+so GPU time without the host's; an unsteady measurement is not taken again, as the collector
+does: ``spread`` says how unsteady) by:
 
 - ``pytorch_nchw`` and ``pytorch_nhwc``: ``F.conv2d``/``conv3d`` as PyTorch runs it (default
   mode, strict FP32), on contiguous and on channels-last tensors;
