@@ -18,7 +18,7 @@ from seer.predict import persist
 from seer.predict.persist import load_model
 from seer.predict.predictors import (ALL_RUNS, RARE_VARIANTS, AnswerTimePredictor, StateError, VariantTimes,
                                      answer_inputs)
-from seer.training.answers import MIN_GAIN_POINTS, fit_answer_times, fit_variant_mixture, fit_variant_times
+from seer.training.answers import DESIGNS, MIN_GAIN_POINTS, fit_answer_times, fit_variant_mixture, fit_variant_times
 from seer.training.estimators import default_candidates
 from seer.training.train import training_inputs
 
@@ -33,6 +33,10 @@ LARGE_SLICE = 12000
 @pytest.fixture(scope="module")
 def predictor():
     return load_model("h100", math="fma").predictors["fma"]
+
+
+# The variants' tests fit the default design alone (DESIGNS[:1]): what they measure is the
+# mixture against the single regressor, and the design's own choice is tests/test_answer_designs.py's.
 
 
 def _slice(table, size: int):
@@ -60,7 +64,7 @@ def small_slice(predictor, table) -> tuple:
     """The small slice, and IMPLICIT_GEMM's answer times fitted there with its traced variants."""
     train = _slice(table, SMALL_SLICE)
     return train, fit_answer_times(predictor, train.shapes, train.times[[ALGO]], train.workspaces,
-                                   variants=train.paths)
+                                   variants=train.paths, designs=DESIGNS[:1])
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +72,7 @@ def small(predictor, small_slice):
     """IMPLICIT_GEMM's answer times fitted on the small slice, given a mixture fitted there
     whatever validation says of it (threshold 0.5): what the file and refusal tests need."""
     # The single regressors are fitted alike with or without the variants: one fit serves both.
-    train, (answer_times, chosen, _) = small_slice
+    train, (answer_times, chosen, _, _) = small_slice
     inputs = _inputs(answer_times, predictor, train)
     ms = train.times[ALGO].to_numpy(dtype=float)
     ran = np.isfinite(ms) & np.isfinite(train.workspaces[ALGO].to_numpy(dtype=float))
@@ -84,7 +88,7 @@ def small(predictor, small_slice):
 def large(predictor, table):
     train = _slice(table, LARGE_SLICE)
     return train, fit_answer_times(predictor, train.shapes, train.times[[ALGO]], train.workspaces,
-                                   variants=train.paths)
+                                   variants=train.paths, designs=DESIGNS[:1])
 
 
 def _ratios(answer_times: AnswerTimePredictor, predictor, frames) -> tuple[np.ndarray, np.ndarray]:
@@ -99,7 +103,7 @@ def _ratios(answer_times: AnswerTimePredictor, predictor, frames) -> tuple[np.nd
 
 @pytest.mark.slow
 def test_a_mixture_kept_on_a_slice_times_implicit_gemm_closer_on_the_held_out_networks(large, predictor, test2):
-    _, (answer_times, _, decided) = large
+    _, (answer_times, _, decided, _) = large
     assert set(answer_times.variants) == {ALGO} and decided[ALGO]["used"], decided
     info = decided[ALGO]
     assert info["validation_mape_mixture"][str(info["threshold"])] <= info["validation_mape_single"] - MIN_GAIN_POINTS
@@ -121,14 +125,14 @@ def test_validation_keeps_the_single_regressor_where_the_variants_tell_nothing(l
     traced = np.flatnonzero(pd.notna(column))
     column[traced] = column[np.random.default_rng(1).permutation(traced)]
     shuffled[ALGO] = column
-    answer_times, _, decided = fit_answer_times(predictor, train.shapes, train.times[[ALGO]], train.workspaces,
-                                                variants=shuffled)
+    answer_times, _, decided, _ = fit_answer_times(predictor, train.shapes, train.times[[ALGO]], train.workspaces,
+                                                variants=shuffled, designs=DESIGNS[:1])
     assert not answer_times.variants and not decided[ALGO]["used"], decided
     assert decided[ALGO]["reason"].startswith("validation gain under")
 
 
 def test_on_a_small_slice_validation_keeps_the_single_regressor(small_slice):
-    _, (answer_times, _, decided) = small_slice
+    _, (answer_times, _, decided, _) = small_slice
     # The same variants that 12,000 layers time better (above) are too thin a split of 3,000.
     assert not answer_times.variants and decided[ALGO]["validation_mape_single"] < min(
         decided[ALGO]["validation_mape_mixture"].values()), decided

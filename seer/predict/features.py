@@ -17,6 +17,9 @@ algorithms work:
 - alignment: whether channels are multiples of 4, 8, 32 (vectorised and tensor-core paths).
 
 :class:`ShapeFeatures` wraps :func:`shape_features` as a stateless scikit-learn transformer.
+:func:`transform_features` adds the transform algorithms' problem sizes per axis and per
+transform (FFT sizes, the batched complex GEMM, Winograd's GEMMs), which only the times learnt
+from cuDNN's answers read, where validation chose them (:mod:`seer.training.answers`).
 """
 
 from __future__ import annotations
@@ -166,3 +169,66 @@ def feature_names(spec: GPUSpec) -> list[str]:
     one = pd.DataFrame({"batch": [1], "in_ch": [1], "out_ch": [1], "in_h": [1], "in_w": [1], "kernel_h": [1],
                         "kernel_w": [1]})
     return list(shape_features(one, spec).columns)
+
+
+#: Winograd transforms (output tile m, filter r) whose sizes :func:`transform_features` counts:
+#: F(4x4, 3x3), F(2x2, 3x3), F(2x2, 5x5).
+WINOGRAD_TRANSFORMS = ((4, 3), (2, 3), (2, 5))
+#: FFT_TILING's tile sizes (points per axis) that :func:`transform_features` counts.
+FFT_TILE_SIZES = (32, 16)
+
+
+def transform_features(layers: pd.DataFrame) -> pd.DataFrame:
+    """The transform algorithms' problem sizes per layer, which :func:`shape_features` sums up
+    per layer only: the FFT's size per axis (the padded input's next power of two, as cuDNN's
+    ``fft2d_r2c_NxN`` kernels take it) and how full it is, its frequencies, the spectra's
+    elements, the batched complex GEMM's FLOPs and blocks (one GEMM of N x K/G x C/G per
+    frequency and group); per FFT_TILING tile size the same per tile; per Winograd transform
+    the batched GEMM's FLOPs, the transformed input's elements and blocks; and how far the
+    batch and channels per group are from multiples of 32. Read by the answer-informed time
+    regressors of the algorithms whose validation they helped (:mod:`seer.training.answers`)."""
+    f = layer_frame(layers)
+    col = {name: f[name].to_numpy(dtype=float) for name in LAYER_COLUMNS}
+    n, c, k, g = col["batch"], col["in_ch"], col["out_ch"], col["groups"]
+    c_g, k_g = c / g, k / g
+    out = {}
+    size = {}
+    for a in ("h", "w"):
+        padded = col[f"in_{a}"] + 2 * col[f"pad_{a}"]
+        size[a] = 2 ** np.ceil(np.log2(np.maximum(padded, 1)))
+        out[f"log2_fft_{a}"] = np.log2(size[a])
+        out[f"fft_fill_{a}"] = padded / size[a]
+    frequencies = size["h"] * (size["w"] / 2 + 1)  # a real transform's half spectrum
+    out["log2_fft_frequencies"] = np.log2(frequencies)
+    out["log2_fft_input_elements"] = np.log2(n * c * frequencies)
+    out["log2_fft_filter_elements"] = np.log2(c * k_g * frequencies)
+    out["log2_fft_output_elements"] = np.log2(n * k * frequencies)
+    out["log2_fft_gemm_flops"] = np.log2(8 * frequencies * n * c_g * k_g * g)
+    for tile in (32, 64):
+        out[f"log2_fft_gemm_blocks_{tile}"] = np.log2(frequencies * g * np.ceil(n / tile) * np.ceil(k_g / tile))
+    for points in FFT_TILE_SIZES:
+        tiles = col["out_d"].copy()
+        for a in ("h", "w"):
+            reach = col[f"dilation_{a}"] * (col[f"kernel_{a}"] - 1) + 1
+            tiles *= np.ceil(col[f"out_{a}"] / np.maximum(points - reach + 1, 1))
+        tile_frequencies = points * (points / 2 + 1)
+        out[f"log2_tile{points}_rows"] = np.log2(n * tiles)
+        out[f"log2_tile{points}_gemm_flops"] = np.log2(8 * tile_frequencies * n * tiles * c_g * k_g * g)
+        out[f"log2_tile{points}_input_elements"] = np.log2(n * tiles * c * tile_frequencies)
+        out[f"log2_tile{points}_gemm_blocks_32"] = np.log2(
+            tile_frequencies * g * np.ceil(n * tiles / 32) * np.ceil(k_g / 32))
+    for m, r in WINOGRAD_TRANSFORMS:
+        tiles = n * np.ceil(col["out_h"] / m) * np.ceil(col["out_w"] / m) * col["out_d"]
+        points = (m + r - 1) ** 2  # one GEMM per point of the transformed tile
+        out[f"log2_winograd_{m}x{r}_gemm_flops"] = np.log2(2 * points * tiles * c_g * k_g * g)
+        out[f"log2_winograd_{m}x{r}_input_elements"] = np.log2(points * tiles * c)
+        out[f"log2_winograd_{m}x{r}_gemm_blocks_64"] = np.log2(points * g * np.ceil(tiles / 64) * np.ceil(k_g / 64))
+    for name, value in (("batch", n), ("in_ch_per_group", c_g), ("out_ch_per_group", k_g)):
+        out[f"{name}_mod_32"] = (value % 32) / 32
+        out[f"{name}_power_of_2"] = (np.log2(value) % 1 == 0).astype(float)
+    return pd.DataFrame(out, index=f.index)
+
+
+#: The columns :func:`transform_features` returns, in order.
+TRANSFORM_FEATURES: tuple[str, ...] = tuple(transform_features(pd.DataFrame({
+    "batch": [1], "in_ch": [1], "out_ch": [1], "in_h": [1], "in_w": [1], "kernel_h": [1], "kernel_w": [1]})).columns)

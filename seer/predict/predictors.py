@@ -34,7 +34,7 @@ from seer.algorithms import FAMILIES, algorithm_names, get_algorithm
 from seer.hardware.gpus import GPUSpec, spec_from_fields
 from seer.hardware.kernel_plans import runs_layers
 from seer.layers.shapes import LAYER_COLUMNS, is_seer_layer, layer_frame
-from seer.predict.features import feature_names, log2_flops, shape_features
+from seer.predict.features import TRANSFORM_FEATURES, feature_names, log2_flops, shape_features, transform_features
 from seer.predict.trees import TreeEnsemble, TreeError
 from seer.predict.uncertainty import (check_guard_margins, check_intervals, check_near_best, guard_margin,
                                       interval_bounds, interval_kind, near_best_probability, pick_margin)
@@ -516,17 +516,27 @@ class AnswerTimePredictor(Part):
     and the workspace each asks for, which together tell the kernel path. The path of the
     algorithm itself is its workspace answer (:func:`answer_paths`), so no guess is mixed in.
     Where ``variants`` has an algorithm, its runs whose kernel variant is confidently guessed
-    take that variant's regressor instead (:class:`VariantTimes`). Learnt from the measured
-    runs' recorded answers and traces (:mod:`seer.training.answers`).
+    take that variant's regressor instead (:class:`VariantTimes`). The regressors of the
+    algorithms in ``transform_inputs`` also read the transform algorithms' problem sizes
+    (:func:`seer.predict.features.transform_features`), after the answers. Learnt from the
+    measured runs' recorded answers and traces (:mod:`seer.training.answers`).
     """
 
     algorithms: list[str]
     regressors: dict
     variants: dict = field(default_factory=dict)
+    transform_inputs: list = field(default_factory=list)
 
-    def ratios(self, algo: str, F: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-        """``algo``'s time over its baseline per row of features ``F`` and answer inputs ``sizes``."""
-        inputs = np.hstack([F, sizes])
+    def ratios(self, algo: str, F: np.ndarray, sizes: np.ndarray, transforms: np.ndarray | None = None) -> np.ndarray:
+        """``algo``'s time over its baseline per row of features ``F`` and answer inputs ``sizes``;
+        ``transforms`` (:func:`seer.predict.features.transform_features`, same rows) is needed
+        where ``algo`` is in :attr:`transform_inputs`."""
+        blocks = [F, sizes]
+        if algo in self.transform_inputs:
+            if transforms is None:
+                raise ValueError(f"{algo}'s answer-informed times read the transform features")
+            blocks.append(transforms)
+        inputs = np.hstack(blocks)
         paths = self.regressors[algo]
         if ALL_RUNS in paths:
             rows_of = {ALL_RUNS: np.ones(len(F), dtype=bool)}
@@ -555,6 +565,14 @@ class AnswerTimePredictor(Part):
                 raise StateError(f"{where}: {algo}'s regressors must be one per kernel path")
             if len({r.n_inputs for r in paths.values()}) != 1:
                 raise StateError(f"{where}: {algo}'s regressors must read the same inputs")
+        # Optional: files written before the transform features existed read none.
+        transform_inputs = _require(state, "transform_inputs", list, where) if "transform_inputs" in state else []
+        if transform_inputs and not set(_names(transform_inputs, where)) <= set(regressors):
+            raise StateError(f"{where}: transform inputs must be of algorithms it has regressors of")
+        if len({next(iter(paths.values())).n_inputs - (len(TRANSFORM_FEATURES) if algo in transform_inputs else 0)
+                for algo, paths in regressors.items()}) != 1:
+            raise StateError(f"{where}: every algorithm's regressors must read the same shape features and answers, "
+                             f"and the transform features where it lists them")
         # Optional: files written before variants existed have none, and predict as they did.
         variants = state.get("variants", {})
         if not isinstance(variants, dict) or not set(variants) <= set(regressors):
@@ -563,11 +581,13 @@ class AnswerTimePredictor(Part):
             if not isinstance(mixture, VariantTimes) or not set(mixture.regressors) <= set(regressors[algo]) \
                     or mixture.n_inputs != next(iter(regressors[algo].values())).n_inputs:
                 raise StateError(f"{where}: {algo}'s variants must be on its kernel paths, reading its inputs")
-        return cls(algorithms, regressors, variants)
+        return cls(algorithms, regressors, variants, list(transform_inputs))
 
     @property
     def n_inputs(self) -> int | None:
-        return next(iter(next(iter(self.regressors.values())).values())).n_inputs
+        """The shape features and answers every regressor reads (without the transform features)."""
+        algo, paths = next(iter(self.regressors.items()))
+        return next(iter(paths.values())).n_inputs - (len(TRANSFORM_FEATURES) if algo in self.transform_inputs else 0)
 
 
 def regressor_inputs(F: np.ndarray, answers: np.ndarray | None, j: int) -> np.ndarray:
@@ -780,16 +800,20 @@ class AlgorithmPredictor(Part):
         known: dict = {}
         reported, weighed = self._times(F, answers, planned, ratios=known)
         if workspaces is not None and answer_times is not None:
-            reported, weighed = self.with_answer_times(F, workspaces, answer_times, reported, weighed)
+            transforms = transform_features(X).to_numpy() if answer_times.transform_inputs else None
+            reported, weighed = self.with_answer_times(F, workspaces, answer_times, reported, weighed, transforms)
         return (reported, self._scores(F, answers, weighed), self._energies(F, reported),
                 self._policy_times(F, answers, policies, known))
 
     def with_answer_times(self, F: np.ndarray, workspaces: pd.DataFrame, answer_times: AnswerTimePredictor,
-                          reported: np.ndarray, weighed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                          reported: np.ndarray, weighed: np.ndarray,
+                          transforms: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``reported`` and ``weighed`` (:meth:`_times`) with ``answer_times``' times of its
         algorithms wherever they have a time (cuDNN takes them, and they fit in memory): there
         the kernel path is known, so the time to report and the one the pick weighs are one.
-        PyTorch's predicted time stays the shape-only reference's, which its models learnt from."""
+        PyTorch's predicted time stays the shape-only reference's, which its models learnt from.
+        ``transforms``: the layers' :func:`~seer.predict.features.transform_features`, where
+        ``answer_times`` reads them."""
         missing = [a for a in answer_times.algorithms if a not in workspaces.columns]
         if missing:
             raise ValueError(f"cuDNN's answers lack {', '.join(missing)}, which the answer-informed models read")
@@ -799,7 +823,8 @@ class AlgorithmPredictor(Part):
             j = self.algorithms.index(algo)
             rows = np.isfinite(reported[:, j])
             if rows.any():
-                ms = answer_times.ratios(algo, F[rows], sizes[rows]) * self.baseline_ms(F[rows], algo)
+                ms = answer_times.ratios(algo, F[rows], sizes[rows], None if transforms is None else transforms[rows]
+                                         ) * self.baseline_ms(F[rows], algo)
                 reported[rows, j] = weighed[rows, j] = ms
         return reported, weighed
 

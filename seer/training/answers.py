@@ -10,6 +10,12 @@ the shape features and every cuDNN algorithm's answer
 chose for the shape-only regressor of that algorithm and path. On the held-out networks
 they lower cuDNN's algorithms' MAPE (``benchmarks/answer_inputs.py``, ``docs/predicting.md``).
 
+Per algorithm, a validation split of the train layers also chooses the regressors' design
+(:func:`choose_design`): the chosen candidate as it is or with four times finer trees, and
+reading the transform algorithms' problem sizes or not
+(:func:`seer.predict.features.transform_features`); the FFT and Winograd algorithms' errors were
+the trees' fit, not which kernel runs (``benchmarks/answer_error.py``).
+
 Where the runs' CUPTI traces name the kernel variant cuDNN launched inside an algorithm,
 :func:`fit_variant_times` also fits a classifier of that variant and one regressor per
 (path, variant) (:class:`seer.predict.predictors.VariantTimes`), and keeps them for an
@@ -26,10 +32,10 @@ from sklearn.ensemble import HistGradientBoostingClassifier
 
 from seer.algorithms import algorithm_names
 from seer.layers.shapes import layer_frame
-from seer.predict.features import shape_features
+from seer.predict.features import shape_features, transform_features
 from seer.predict.predictors import (ALL_RUNS, RARE_VARIANTS, AlgorithmPredictor, AnswerTimePredictor, BoostedClassifier,
                                      VariantTimes, answer_inputs, answer_paths)
-from seer.training.estimators import default_candidates, to_part
+from seer.training.estimators import default_candidates, finer_trees, mape, to_part
 
 #: The candidate of a path the shape-only model has no choice for.
 DEFAULT_CANDIDATE = "boosted_trees"
@@ -44,14 +50,20 @@ THRESHOLDS = (0.0, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
 MIN_GAIN_POINTS = 0.2
 #: Traced train runs a (path, variant) needs for a regressor of its own.
 MIN_VARIANT_RUNS = 50
+#: The regressor designs :func:`choose_design` weighs per algorithm: (trees, reads the
+#: transform features); trees "chosen" is the candidate as given, "finer" :func:`finer_trees`
+#: of it. The first is the default, which a design must beat by :data:`MIN_GAIN_POINTS`.
+DESIGNS = (("chosen", False), ("chosen", True), ("finer", False), ("finer", True))
 
 
 def fit_answer_times(predictor: AlgorithmPredictor, shapes: pd.DataFrame, times: pd.DataFrame,
                      workspaces: pd.DataFrame, choice: dict | None = None, candidates: dict | None = None,
                      min_runs: int = 20, variants: pd.DataFrame | None = None,
-                     min_variant_runs: int = MIN_VARIANT_RUNS) -> tuple[AnswerTimePredictor, dict, dict]:
+                     min_variant_runs: int = MIN_VARIANT_RUNS,
+                     designs: tuple = DESIGNS) -> tuple[AnswerTimePredictor, dict, dict, dict]:
     """An :class:`AnswerTimePredictor` for ``predictor``'s cuDNN algorithms, the candidate it
-    chose per algorithm and path, and what it decided of the kernel variants per algorithm.
+    chose per algorithm and path, what it decided of the kernel variants per algorithm, and
+    the design :func:`choose_design` chose per algorithm (what validation measured).
 
     ``shapes``, ``times`` and ``workspaces`` are training frames (a row per layer; a column per
     algorithm, NaN where the run did not go ahead), ``workspaces`` the bytes cuDNN asked for.
@@ -60,14 +72,16 @@ def fit_answer_times(predictor: AlgorithmPredictor, shapes: pd.DataFrame, times:
     :func:`seer.training.estimators.default_candidates`). A path with fewer than ``min_runs``
     runs shares one regressor with the other. ``variants`` (like ``times``: the traced kernel
     variant of each run, missing where untraced) adds :func:`fit_variant_times` per algorithm
-    (without it the third dict is empty).
+    (without it the third dict is empty). ``designs``: those :func:`choose_design` weighs (the
+    first alone: no choice, nothing fitted to validate).
     """
     candidates = default_candidates() if candidates is None else candidates
     choice = choice or {}
     cudnn = [a for a in algorithm_names("cudnn") if a in workspaces.columns]
     F = shape_features(layer_frame(shapes), predictor.feature_spec).to_numpy()
-    inputs = np.hstack([F, answer_inputs(workspaces[cudnn].to_numpy(dtype=float))])
-    regressors, chosen, mixtures, decided = {}, {}, {}, {}
+    answers = np.hstack([F, answer_inputs(workspaces[cudnn].to_numpy(dtype=float))])
+    with_transforms = np.hstack([answers, transform_features(shapes).to_numpy()])
+    regressors, chosen, mixtures, decided, design_of, transform_inputs = {}, {}, {}, {}, {}, []
     for algo in cudnn:
         if algo not in predictor.regressors or algo not in times.columns:
             continue
@@ -79,21 +93,69 @@ def fit_answer_times(predictor: AlgorithmPredictor, shapes: pd.DataFrame, times:
         paths = answer_paths(workspaces[algo].to_numpy(dtype=float))
         if min((runs & rows).sum() for rows in paths.values()) < min_runs:
             paths = {ALL_RUNS: np.ones(len(F), dtype=bool)}
-        regressors[algo], chosen[algo] = {}, {}
-        for path, rows in paths.items():
+        chosen[algo] = {}
+        for path in paths:
             name = choice.get(algo, {}).get(path, DEFAULT_CANDIDATE)
-            name = name if name in candidates else DEFAULT_CANDIDATE
-            fitted = clone(candidates[name]).fit(inputs[runs & rows], ratio[runs & rows])
-            regressors[algo][path], chosen[algo][path] = to_part(fitted), name
+            chosen[algo][path] = name if name in candidates else DEFAULT_CANDIDATE
+        given = {p: candidates[n] for p, n in chosen[algo].items()}
+        (trees, transforms), design_of[algo] = choose_design(answers, with_transforms, ratio, runs, paths, given,
+                                                             designs)
+        path_candidates = given if trees == "chosen" else {p: finer_trees(c) for p, c in given.items()}
+        inputs = with_transforms if transforms else answers
+        if transforms:
+            transform_inputs.append(algo)
+        regressors[algo] = {path: to_part(clone(path_candidates[path]).fit(inputs[runs & rows], ratio[runs & rows]))
+                            for path, rows in paths.items()}
         if variants is not None and algo in variants.columns:
             of_run = variants[algo].to_numpy(dtype=object)
             traced = runs & pd.notna(of_run)
             mixture, decided[algo] = fit_variant_times(
-                inputs, ratio, runs, traced, of_run, paths, {p: candidates[n] for p, n in chosen[algo].items()},
-                min_variant_runs)
+                inputs, ratio, runs, traced, of_run, paths, path_candidates, min_variant_runs)
             if mixture is not None:
                 mixtures[algo] = mixture
-    return AnswerTimePredictor(cudnn, regressors, mixtures), chosen, decided
+    return AnswerTimePredictor(cudnn, regressors, mixtures, transform_inputs), chosen, decided, design_of
+
+
+def validation_rows(n_layers: int, seed: int = 0) -> np.ndarray:
+    """The train layers (a mask) held out to decide between designs: :data:`VALIDATION_SHARE`
+    of them, seeded."""
+    return np.random.default_rng(seed).random(n_layers) < VALIDATION_SHARE
+
+
+def choose_design(answers: np.ndarray, with_transforms: np.ndarray, ratio: np.ndarray, runs: np.ndarray,
+                  paths: dict[str, np.ndarray], candidates: dict, designs: tuple = DESIGNS,
+                  seed: int = 0) -> tuple[tuple[str, bool], dict]:
+    """One algorithm's regressor design of ``designs`` (:data:`DESIGNS`), and what validation measured.
+
+    Each design is fitted per kernel path (``paths``; ``candidates`` the regressor of each) on
+    the layers :func:`validation_rows` keeps, from ``answers`` (shape features and cuDNN's
+    answers) or ``with_transforms`` (and the transform features), and scored by MAPE of the
+    time's ratio to the baseline (``ratio``) on the held-out layers' ``runs``. The lowest wins
+    where it is at least :data:`MIN_GAIN_POINTS` below the first design's; else the first.
+    """
+    first = designs[0]
+    held = validation_rows(len(ratio), seed)
+    valid = runs & held
+    if len(designs) == 1:
+        return first, {"trees": first[0], "transform_inputs": first[1], "reason": "the only design weighed"}
+    if not valid.any() or any(not (runs & rows & ~held).any() for rows in paths.values()):
+        return first, {"trees": first[0], "transform_inputs": first[1],
+                       "reason": "no validation run, or no run left to fit, on some kernel path"}
+    errors = {}
+    for trees, transforms in designs:
+        inputs = with_transforms if transforms else answers
+        predicted = np.empty(len(ratio))
+        for path, rows in paths.items():
+            candidate = candidates[path] if trees == "chosen" else finer_trees(candidates[path])
+            fitted = clone(candidate).fit(inputs[runs & rows & ~held], ratio[runs & rows & ~held])
+            predicted[valid & rows] = fitted.predict(inputs[valid & rows])
+        errors[(trees, transforms)] = mape(ratio[valid], predicted[valid])
+    best = min(errors, key=errors.get)
+    if errors[best] > errors[first] - MIN_GAIN_POINTS:
+        best = first
+    return best, {"trees": best[0], "transform_inputs": best[1], "validation_runs": int(valid.sum()),
+                  "validation_mape": {f"{t}{' + transforms' if x else ''}": round(e, 3)
+                                      for (t, x), e in errors.items()}}
 
 
 def variant_classifier() -> HistGradientBoostingClassifier:
@@ -138,7 +200,7 @@ def fit_variant_times(inputs: np.ndarray, ratio: np.ndarray, runs: np.ndarray, t
     prediction cannot know), and the mixture is kept, refitted on every train run, where that
     MAPE is at least :data:`MIN_GAIN_POINTS` below the single regressors'. The dict says why.
     """
-    held = np.random.default_rng(seed).random(len(inputs)) < VALIDATION_SHARE
+    held = validation_rows(len(inputs), seed)
     info: dict = {"traced_runs": int(traced.sum()), "variants": len(set(of_run[traced]))}
     fitted = fit_variant_mixture(inputs, ratio, traced & ~held, of_run, paths, candidates, min_runs)
     valid = runs & held

@@ -184,19 +184,22 @@ def train_answer_times(model: Model, table: pd.DataFrame, dataset_dir: Path, can
     """``model`` with each math mode's times from cuDNN's own answers fitted anew on the train
     split of ``table`` (:func:`seer.training.answers.fit_answer_times`), each regressor the
     candidate (of ``candidates``, default the compact set) the shape-only model chose for
-    its algorithm and path, and each algorithm's kernel-variant mixture where the train
-    runs' traces have variants and a validation split keeps it. The card's ``cudnn_answers``
-    says from what and with which."""
+    its algorithm and path, as it is or with finer trees, reading the transform features or
+    not, as a validation split chooses, and each algorithm's kernel-variant mixture where the
+    train runs' traces have variants and a validation split keeps it. The card's
+    ``cudnn_answers`` says from what and with which."""
     answer_times, maths = {}, {}
     for math, predictor in model.predictors.items():
         inputs = training_inputs(table, pd.DataFrame(), math)
         choice = model.card.get("maths", {}).get(math, {}).get("regressor", {})
-        answer_times[math], chosen, variants = fit_answer_times(
+        answer_times[math], chosen, variants, designs = fit_answer_times(
             predictor, inputs.shapes, inputs.times, inputs.workspaces, choice, candidates, variants=inputs.paths)
-        maths[math] = {"shapes": len(inputs.shapes), "regressor": chosen, "variants": variants}
+        maths[math] = {"shapes": len(inputs.shapes), "regressor": chosen, "designs": designs, "variants": variants}
     measurements = DatasetDir(dataset_dir).measurements
     card = dict(model.card) | {"cudnn_answers": {
         "inputs": "shape features; per cuDNN algorithm log2(1 + workspace bytes), -1 where cuDNN refuses it",
+        "designs": "per algorithm, the regressors' trees (the chosen candidate, or four times finer) and whether they "
+                   "also read the transform features, chosen on a validation split of the train layers",
         "variants": f"{KERNEL_PATH_COLUMN} of the traced train runs; per algorithm, a mixture kept where it lowers "
                     "the MAPE on a validation split of the train layers",
         "training_data": {"file": card_path(measurements), "sha256": data_digest(measurements), "split": "train"},
