@@ -25,19 +25,21 @@ checks them before it builds anything.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 import numpy as np
-import pandas as pd
 
 from seer.algorithms import FAMILIES, algorithm_names, get_algorithm
 from seer.hardware.gpus import GPUSpec, spec_from_fields
 from seer.hardware.kernel_plans import runs_layers
-from seer.layers.shapes import LAYER_COLUMNS, is_seer_layer, layer_frame
-from seer.predict.features import feature_names, log2_flops, shape_features
+from seer.layers.shapes import LAYER_COLUMNS, LayerTable, is_seer_layer, layer_columns, layer_frame, table_rows
+from seer.predict.features import feature_matrix, feature_names, log2_flops, shape_features
 from seer.predict.trees import TreeEnsemble, TreeError
 from seer.predict.uncertainty import (check_guard_margins, check_intervals, check_near_best, guard_margin,
                                       interval_bounds, interval_kind, near_best_probability, pick_margin)
+
+if TYPE_CHECKING:  # imported where used: seer predict computes on layer tables, without pandas
+    import pandas as pd
 
 #: Support decisions that need no classifier: the algorithm ran on every or no training shape.
 ALWAYS, NEVER = "always", "never"
@@ -718,8 +720,8 @@ class AlgorithmPredictor(Part):
         the workspace answers of algorithms predicted not to run (enough for masked
         predictions). ``workspaces``: cuDNN's own answers, where a GPU gave them
         (:func:`with_cudnn_answers`)."""
-        X = layer_frame(X)
-        F = shape_features(X, self.feature_spec).to_numpy()
+        X = layer_columns(X)
+        F = feature_matrix(X, self.feature_spec)[1]
         answers = None
         if self.workspace is not None:
             answers = self.workspace.answers(F, only_where_runs=not complete and workspaces is None)
@@ -731,7 +733,7 @@ class AlgorithmPredictor(Part):
     def predict_power(self, X) -> np.ndarray:
         """Predicted average power (W) per shape and algorithm while it runs back to back;
         NaN for an algorithm without an energy model."""
-        return self._power(shape_features(layer_frame(X), self.feature_spec).to_numpy())
+        return self._power(feature_matrix(X, self.feature_spec)[1])
 
     def _energies(self, F: np.ndarray, times: np.ndarray) -> np.ndarray:
         """``times`` x predicted power, the power models walked only where there is a time: NaN
@@ -814,11 +816,11 @@ class AlgorithmPredictor(Part):
 
     def extrapolated(self, X) -> np.ndarray:
         """Whether each shape lies outside the ranges seen in training (any field, or FLOPs)."""
-        X = layer_frame(X)
-        outside = np.zeros(len(X), dtype=bool)
+        X = layer_columns(X)
+        outside = np.zeros(table_rows(X), dtype=bool)
         for field_ in LAYER_COLUMNS:
             low, high = self.training_ranges[field_]
-            outside |= (X[field_] < low).to_numpy() | (X[field_] > high).to_numpy()
+            outside |= (X[field_] < low) | (X[field_] > high)
         low, high = self.training_ranges["log2_flops"]
         log_flops = log2_flops(X)
         return outside | (log_flops < low) | (log_flops > high)
@@ -1058,10 +1060,10 @@ def _check_inputs(n: int, algorithms: list[str], workspace: WorkspacePredictor |
         check(regressor, n, f"{algo}'s power model")
 
 
-def kernel_plan_support(X: pd.DataFrame, algorithms: list[str], supports: dict) -> np.ndarray:
+def kernel_plan_support(X: pd.DataFrame | LayerTable, algorithms: list[str], supports: dict) -> np.ndarray:
     """Per shape and algorithm, whether seer's kernel plan takes the shape: for the
     algorithms whose support is :data:`BY_KERNEL_PLAN`; True for the others."""
-    planned = np.ones((len(X), len(algorithms)), dtype=bool)
+    planned = np.ones((table_rows(X), len(algorithms)), dtype=bool)
     for j, algo in enumerate(algorithms):
         if supports.get(algo) == BY_KERNEL_PLAN:
             planned[:, j] = runs_layers(algo, X)
