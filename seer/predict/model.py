@@ -132,8 +132,8 @@ class Model:
                       objective: str = "time", workspaces: pd.DataFrame | None = None,
                       memo: PredictionMemo | None = None) -> PredictionTable:
         """:meth:`predict`'s rows as a prediction table (:data:`PredictionTable`); ``layers`` may
-        also be a layer table (:func:`seer.layers.files.iter_layer_tables`). Imports pandas only
-        where given a frame, cuDNN's answers or sparsity above 0."""
+        also be a layer table (:func:`seer.layers.files.iter_layer_tables`). Needs no pandas but
+        for ``workspaces`` and the sparse kernels' rows (a ``sparsity`` column, with :attr:`sparse`)."""
         if objective not in OBJECTIVES:
             raise InputError(f"unknown objective {objective!r}; choose one of: {', '.join(OBJECTIVES)}",
                              field="objective")
