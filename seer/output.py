@@ -411,10 +411,16 @@ def _csv_field(text: str) -> str:
 def _codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per value of an object column, the position of its first equal among the distinct
     values, and those (missing ones, None or NaN, count as one, None)."""
+    items = values.tolist()
     position: dict = {}
-    distinct: list = []
-    codes = np.empty(len(values), dtype=np.int64)
-    for i, value in enumerate(values.tolist()):
+    # Names and missing ones (all str or None: no two equal keys of different types), by value.
+    codes = np.fromiter(map(lambda v: position.setdefault(v, len(position)), items), dtype=np.int64, count=len(items))
+    if all(v is None or type(v) is str for v in position):
+        out = np.empty(len(position), dtype=object)
+        out[:] = list(position)
+        return codes, out
+    position, distinct = {}, []
+    for i, value in enumerate(items):
         key = None if _is_missing(value) else (type(value), value)  # 1, 1.0 and True are equal keys, not equal cells
         try:
             codes[i] = position[key]
@@ -770,10 +776,12 @@ def _constant_per_layer(column: np.ndarray, starts: np.ndarray, of_row: np.ndarr
     repeated = column[starts][of_row]
     if column.dtype.kind == "f":
         return bool(np.array_equal(column, repeated, equal_nan=True))
-    if column.dtype == object:  # missing is None or NaN, and NaN is not equal to itself
-        column, repeated = (np.array([None if _is_missing(v) else v for v in values.tolist()] + [0], dtype=object)[:-1]
-                            for values in (column, repeated))
-    return bool(np.all(column == repeated))
+    same = np.asarray(column == repeated, dtype=bool)
+    if column.dtype == object and not same.all():  # missing is None or NaN, and NaN is not equal to itself
+        differ = np.flatnonzero(~same)
+        same[differ] = [_is_missing(a) and _is_missing(b)
+                        for a, b in zip(column[differ].tolist(), repeated[differ].tolist())]
+    return bool(same.all())
 
 
 #: Characters written at a time (:meth:`PredictionWriter._put`).
