@@ -412,13 +412,13 @@ def _codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per value of an object column, the position of its first equal among the distinct
     values, and those (missing ones, None or NaN, count as one, None)."""
     items = values.tolist()
-    position: dict = {}
-    # Names and missing ones (all str or None: no two equal keys of different types), by value.
-    codes = np.fromiter(map(lambda v: position.setdefault(v, len(position)), items), dtype=np.int64, count=len(items))
-    if all(v is None or type(v) is str for v in position):
-        out = np.empty(len(position), dtype=object)
-        out[:] = list(position)
-        return codes, out
+    distinct = list(dict.fromkeys(items))
+    if all(v is None or type(v) is str for v in distinct):  # names, or none: no equal keys of different types
+        position = {value: i for i, value in enumerate(distinct)}
+        out = np.empty(len(distinct), dtype=object)
+        out[:] = distinct
+        return np.fromiter(map(position.__getitem__, items), dtype=np.int64, count=len(items)), out
+    codes = np.empty(len(items), dtype=np.int64)
     position, distinct = {}, []
     for i, value in enumerate(items):
         key = None if _is_missing(value) else (type(value), value)  # 1, 1.0 and True are equal keys, not equal cells
@@ -435,6 +435,12 @@ def _codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _is_missing(value) -> bool:
     """Whether an object column's value is missing: None, or a float NaN."""
     return value is None or (isinstance(value, float) and value != value)
+
+
+def _missing(values: np.ndarray) -> np.ndarray:
+    """:func:`_is_missing` of each value of an object column, compared in numpy's loop (a NaN
+    is the one value not equal to itself)."""
+    return np.asarray(np.equal(values, None), dtype=bool) | np.asarray(np.not_equal(values, values), dtype=bool)
 
 
 def _text_kind(values: np.ndarray) -> str | None:
@@ -877,7 +883,7 @@ def layer_json(predictions: pd.DataFrame | Table) -> list[str]:
     starts = _layer_starts(predictions["layer"])
     ends = np.append(starts[1:], len(predictions["layer"]))
     first = {c: values[starts] for c, values in predictions.items()}
-    runs = np.array([not _is_missing(a) for a in predictions["algo"].tolist()], dtype=bool)
+    runs = ~_missing(predictions["algo"])
     # Each algorithm's object, then per layer those of its algorithms predicted to run.
     keys = [json.dumps(c) + ":" for c in per_algorithm]
     cells = [_json_cells(predictions[c]) for c in per_algorithm]
@@ -933,19 +939,19 @@ class PickSummary:
         """Count a chunk of predictions: a prediction frame or table."""
         predictions = prediction_columns(predictions)
         starts = _layer_starts(np.asarray(predictions["layer"]))
-        first = {c: values[starts] for c, values in predictions.items()}
         self.layers += len(starts)
-        if "pytorch_ms" in first:
-            guarded = ~np.isnan(first["pytorch_ms"])
+        if "pytorch_ms" in predictions:
+            guarded = ~np.isnan(predictions["pytorch_ms"][starts])
             self.guarded += int(guarded.sum())
-            self.kept += int((guarded & (first["recommended"] == PYTORCH_CHOICE)).sum())
-        self.extrapolated += int(first["extrapolated"].sum())
-        none = np.array([_is_missing(a) for a in first["algo"].tolist()], dtype=bool)
-        picked = first["algo"][~none].tolist()
+            self.kept += int((guarded & (predictions["recommended"][starts] == PYTORCH_CHOICE)).sum())
+        self.extrapolated += int(predictions["extrapolated"][starts].sum())
+        algo = predictions["algo"][starts]
+        none = _missing(algo)
         self.none += int(none.sum())
-        self.too_big += (int((frame_tensor_bytes({c: v[none] for c, v in first.items()}) > self.memory_bytes).sum())
-                         if none.any() else 0)
-        self.picks.update(picked)
+        if none.any():
+            layers = {c: values[starts[none]] for c, values in predictions.items() if c in LAYER_COLUMNS}
+            self.too_big += int((frame_tensor_bytes(layers) > self.memory_bytes).sum())
+        self.picks.update(algo[~none].tolist())
 
 
 class NetworkWriter:
