@@ -141,7 +141,7 @@ def iter_layer_chunks(source: LayerSource, chunk_layers: int = DEFAULT_CHUNK_LAY
 def iter_layer_tables(source: LayerSource, chunk_layers: int = DEFAULT_CHUNK_LAYERS, *,
                       name: str | None = None) -> Iterator[LayerTable]:
     """:func:`iter_layer_chunks`' chunks as layer tables (:data:`~seer.layers.shapes.LayerTable`:
-    the same columns as arrays), read without pandas: ``seer predict`` never imports it."""
+    the same columns as arrays), read without pandas (which ``seer predict`` then never imports)."""
     if isinstance(chunk_layers, bool) or not isinstance(chunk_layers, int) or chunk_layers < 1:
         raise ValueError(f"chunk_layers must be a positive integer, got {chunk_layers!r}")
     with _reading(source, name) as (blocks, label):
@@ -319,7 +319,7 @@ def _read_chunks(first: tuple[int, str] | None, lines: Iterator[tuple[int, str]]
         if len(contents) == chunk_layers:
             if surplus_line is None and done + len(contents) > count:
                 surplus_line = numbers[count - done]
-            yield _table(_check_chunk(contents, numbers, path))
+            yield layer_columns(_check_chunk(contents, numbers, path))
             done += len(contents)
             contents, numbers = [], []
     if count is None:
@@ -333,12 +333,7 @@ def _read_chunks(first: tuple[int, str] | None, lines: Iterator[tuple[int, str]]
         raise InputError(f"the first line says {count} shapes, but the file has {total}",
                          path=path, line=surplus_line or count_line, field="count")
     if contents:
-        yield _table(values)
-
-
-def _table(values: np.ndarray) -> LayerTable:
-    """A layer table from rows of SEER's eight numbers."""
-    return layer_columns(values)
+        yield layer_columns(values)
 
 
 def _check_count(content: str, number: int, path: str) -> int:
