@@ -17,7 +17,7 @@ bytecode cache written, the file in the OS's cache).
 ``--breakdown`` runs the same command inside a fresh process instead, its stages timed (wall
 and CPU seconds, the CPU time of all its threads; Python's start is wall time only): Python's
 own start (``python -c pass``), importing seer's command and the prediction stack (numpy,
-pandas, the model classes), building the tree loop (llvmlite; numba's loads from its cache), loading the
+the model classes; pandas too before 2026-11-29, when ``seer predict`` stopped needing it), building the tree loop (llvmlite; numba's loads from its cache), loading the
 model, reading the layers, the shape features, the trees, the rest of the model's work (first-stage
 glue, masks, seer's kernel plans), ranking into the tidy frame, the labels, writing, the summary,
 and what is left (``other``: argument parsing, the progress line). Each stage counts its own
@@ -159,9 +159,16 @@ def _stages(argv: list[str]) -> dict:
                (seer.predict.model, "ranked", "ranking"), (seer.output, "with_labels", "labels"),
                (seer.output.PredictionWriter, "write", "writing"), (seer.output.PredictionWriter, "close", "writing"),
                (seer.output.PickSummary, "add", "summary")]
+    # Since 2026-11-29 seer predict computes on tables of numpy arrays, without pandas (a checkout
+    # before that has none of these).
+    patches += [(owner, name, stage) for owner, name, stage in (
+        (seer.predict.predictors, "feature_matrix", "features"), (seer.predict.model.Model, "predict_table", "model other"))
+        if hasattr(owner, name)]
     for owner, name, stage in patches:
         setattr(owner, name, clock.timed(stage, getattr(owner, name)))
     seer.layers.files.iter_layer_chunks = clock.timed_iterator("reading", seer.layers.files.iter_layer_chunks)
+    if hasattr(seer.layers.files, "iter_layer_tables"):
+        seer.layers.files.iter_layer_tables = clock.timed_iterator("reading", seer.layers.files.iter_layer_tables)
     seer.output.iter_layer_chunks = seer.layers.files.iter_layer_chunks  # checked_layers reads through it
     code = clock.timed("other", seer.cli.main)(argv)
     if code != 0:

@@ -739,14 +739,16 @@ def _cmd_predict(args) -> int:
     _keep_freed_memory()
     freeze = getattr(args, "program", False)  # the seer program, which ends after this command
     with collector_paused(freeze):
+        # No pandas: the layers, the predictions and their writing are tables of numpy arrays,
+        # and importing pandas would take a quarter of the command's second (the terminal's
+        # table of picks imports it, below).
         from contextlib import nullcontext
 
-        import pandas as pd
-
-        from seer.layers.files import iter_layer_chunks
+        from seer.layers.files import iter_layer_tables
+        from seer.layers.shapes import table_rows
         from seer.output import (STDOUT, PickSummary, PredictionWriter, checked_layers, format_for,
                                  is_stream, with_labels)
-        from seer.predict.model import PredictionMemo, best_per_layer
+        from seer.predict.model import PredictionMemo
         from seer.predict.persist import load_model
 
         from seer.predict import persist
@@ -786,7 +788,7 @@ def _cmd_predict(args) -> int:
         memo = PredictionMemo()  # a later chunk's layers met before are not predicted again
         unranked_sparsity = model.sparse is None or model.pass_ != "fwd" or (
             args.objective != "time" and not model.sparse.power)
-        for chunk in iter_layer_chunks(layers, PREDICT_CHUNK, name=_source_name(args.file)):
+        for chunk in iter_layer_tables(layers, PREDICT_CHUNK, name=_source_name(args.file)):
             if unranked_sparsity and _has_sparse_layers(chunk):
                 unranked_sparsity = False  # said once
                 err_console.print(f"seer: note: the sparsity column ranks seer's sparse kernels only in the forward "
@@ -794,28 +796,42 @@ def _cmd_predict(args) -> int:
                                   f"have their power); here ({_model_label(model)}, {args.objective}) it changes no "
                                   f"prediction", soft_wrap=True)
             answers = cudnn_workspaces(chunk, args.math, pass_=args.pass_) if args.cudnn_answers else None
-            predictions = with_labels(model.predict(chunk, args.math, algorithms, args.objective, answers, memo),
-                                      chunk, offset)
+            predictions = with_labels(model.predict_table(chunk, args.math, algorithms, args.objective, answers,
+                                                          memo), chunk, offset)
             if writer is not None:
                 writer.write(predictions)
             summary.add(predictions)
             if show_all or (summary.layers <= TABLE_LAYERS and not args.out and args.table == "auto"):
-                best = best_per_layer(predictions)
-                if "break_even_sparsity" in predictions:  # per layer, beside the pick
-                    best = best.join(predictions.groupby("layer")["break_even_sparsity"].first())
-                shown.append(chunk.set_index(best.index).join(best))
-            offset += len(chunk)
-            progress.advance(len(chunk))
+                shown.append(_shown_picks(chunk, predictions))
+            rows = table_rows(chunk)
+            offset += rows
+            progress.advance(rows)
         if writer is not None:
             writer.close()
     console = err_console if to_stdout else out_console
     if args.table != "summary" and (show_all or (not args.out and summary.layers <= TABLE_LAYERS)):
+        import pandas as pd
+
         _print_table(console, model.gpu, args.math, pd.concat(shown) if shown else pd.DataFrame(), args.objective,
                      label=_model_label(model), max_crowding=None if model.sparse is None else model.sparse.max_crowding,
                      ratio_guard=bool(model.predictor(args.math).guard_margins))
     else:
         _print_summary(console, _model_label(model), args.math, summary, args.out)
     return 0
+
+
+def _shown_picks(chunk, predictions):
+    """The terminal table's rows of a chunk of layers (a layer table) and its predictions (a
+    prediction table): each layer's columns and its picks (:func:`seer.predict.model.best_per_layer`)."""
+    import pandas as pd
+
+    from seer.predict.model import best_per_layer, prediction_frame
+
+    predictions = prediction_frame(predictions)
+    best = best_per_layer(predictions)
+    if "break_even_sparsity" in predictions:  # per layer, beside the pick
+        best = best.join(predictions.groupby("layer")["break_even_sparsity"].first())
+    return pd.DataFrame(chunk).set_index(best.index).join(best)
 
 
 def _has_sparse_layers(chunk) -> bool:

@@ -3,8 +3,9 @@
 :class:`AtomicOutput` writes to a temporary file in the target's folder and renames it
 over the target only when everything was written, so a mistake found late in the input,
 a full disk or a kill never leaves a truncated file. :class:`PredictionWriter` appends
-chunks of :meth:`seer.predict.model.Model.predict`'s tidy frame as CSV (one row per (layer,
-algorithm)) or JSON (an array with one object per layer and its algorithms), or with
+chunks of :meth:`seer.predict.model.Model.predict`'s tidy frame, or of its prediction table
+(:meth:`~seer.predict.model.Model.predict_table`, the same columns as numpy arrays, which needs no
+pandas), as CSV (one row per (layer, algorithm)) or JSON (an array with one object per layer and its algorithms), or with
 ``rows="layer"`` one row (object) per layer: its pick and the runner-up
 (:func:`layer_rows`), so that any number of layers streams through bounded memory.
 :class:`PickSummary` counts what a terminal shows instead of a table.
@@ -32,15 +33,20 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, TextIO
+from typing import TYPE_CHECKING, BinaryIO, Mapping, TextIO
 
 import numpy as np
-import pandas as pd
 
 from seer.errors import InputError, os_reason
 from seer.layers.files import STDIN, STDIN_NAME, iter_layer_chunks, label_columns
 from seer.layers.shapes import LAYER_COLUMNS, frame_tensor_bytes
 from seer.schema import PREDICTION_COLUMNS, PYTORCH_CHOICE, PYTORCH_COLUMNS
+
+if TYPE_CHECKING:  # imported where used: seer predict writes prediction tables, without pandas
+    import pandas as pd
+
+#: Columns as numpy arrays (:data:`seer.predict.model.PredictionTable`), or a frame.
+Table = Mapping[str, np.ndarray]
 
 FORMATS = ("csv", "json")
 #: What one CSV row or JSON object of the output holds: a (layer, algorithm predicted to run),
@@ -251,22 +257,36 @@ def _check_rows(rows: str) -> None:
         raise InputError(f"unknown rows {rows!r}; choose one of {', '.join(ROWS)}", field="rows")
 
 
-def with_labels(predictions: pd.DataFrame, layers: pd.DataFrame, offset: int = 0) -> pd.DataFrame:
-    """:meth:`seer.predict.model.Model.predict`'s frame for ``layers`` (a chunk of a layer file),
-    with the chunk's label columns (:func:`seer.layers.files.label_columns`) after ``layer``,
-    and ``layer`` numbered on from ``offset`` (the layers of the file before the chunk)."""
-    rows = predictions["layer"].to_numpy()
-    labels = label_columns(layers)
-    out = predictions.copy(deep=False)
-    for position, column in enumerate(labels, start=1):
-        out.insert(position, column, layers[column].to_numpy()[rows])
-    out["layer"] = rows + offset
+def with_labels(predictions: Table, layers: Table, offset: int = 0) -> dict[str, np.ndarray]:
+    """:meth:`seer.predict.model.Model.predict_table`'s table for ``layers`` (a chunk of a layer
+    file, a layer table), with the chunk's label columns (:func:`seer.layers.files.label_columns`)
+    after ``layer``, and ``layer`` numbered on from ``offset`` (the layers of the file before the chunk)."""
+    rows = np.asarray(predictions["layer"])
+    labels = {column: np.asarray(layers[column])[rows] for column in label_columns(layers)}
+    return {"layer": rows + offset, **labels, **{c: v for c, v in predictions.items() if c != "layer"}}
+
+
+def prediction_columns(predictions: pd.DataFrame | Table) -> dict[str, np.ndarray]:
+    """A prediction frame's columns as a prediction table (:data:`seer.predict.model.PredictionTable`:
+    numpy arrays; pandas' strings and other extension columns as objects, missing None;
+    its nullable integers as masked int64); a table as it is."""
+    if not hasattr(predictions, "columns"):
+        return dict(predictions)
+    out = {}
+    for name in predictions.columns:
+        column = predictions[name]
+        if isinstance(column.dtype, np.dtype):
+            out[name] = column.to_numpy(dtype=object, na_value=None) if column.dtype == object else column.to_numpy()
+        elif column.dtype.kind in "iu" and hasattr(column.dtype, "numpy_dtype"):
+            out[name] = np.ma.masked_array(column.to_numpy(dtype=np.int64, na_value=0), mask=column.isna().to_numpy())
+        else:
+            out[name] = column.to_numpy(dtype=object, na_value=None)
     return out
 
 
-def _output_columns(predictions: pd.DataFrame) -> list[str]:
+def _output_columns(predictions: pd.DataFrame | Table) -> list[str]:
     """``layer``, the labels that came with the layers, then :data:`seer.schema.PREDICTION_COLUMNS`."""
-    return ["layer", *(c for c in predictions.columns if c != "layer" and c not in PREDICTION_COLUMNS),
+    return ["layer", *(c for c in predictions.keys() if c != "layer" and c not in PREDICTION_COLUMNS),
             *PREDICTION_COLUMNS]
 
 
@@ -316,24 +336,61 @@ def layer_rows(predictions: pd.DataFrame) -> pd.DataFrame:
     named ``pick``, its ``predicted_ms``, ``predicted_mj``, ...; ``rank`` left out) and the
     runner-up's (``runner_up``, ``runner_up_ms``, ``runner_up_mj``, ...: ``predicted_X`` becomes
     ``runner_up_X``), missing where a layer has none. A column added to the frame comes along
-    by the same rules (see the module docstring)."""
+    by the same rules (see the module docstring). The frame of :func:`layer_row_table`."""
+    import pandas as pd
+
+    table, sources = layer_row_table(prediction_columns(predictions))
+    out = {}
+    for name, values in table.items():
+        dtype = predictions[sources[name]].dtype
+        if isinstance(dtype, np.dtype):
+            out[name] = values
+        elif np.ma.isMaskedArray(values):
+            out[name] = pd.arrays.IntegerArray(values.data, np.ma.getmaskarray(values).copy()).astype(dtype)
+        else:
+            out[name] = pd.array(values, dtype=dtype)
+    return pd.DataFrame(out, columns=list(table))
+
+
+def layer_row_table(predictions: Table) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """:func:`layer_rows` of a prediction table, as a table, and per column of it the prediction
+    column it comes from. A runner-up's missing values are NaN, masked or None, by the column's
+    dtype, as pandas' ``where`` leaves them (integers become floats)."""
     columns = _output_columns(predictions)
     per_layer = _per_layer(columns)
-    starts = _layer_starts(predictions["layer"].to_numpy())
-    rows = len(predictions)
+    starts = _layer_starts(np.asarray(predictions["layer"]))
+    rows = len(predictions["layer"])
     second = starts + 1
     # Rows come rank 1 first, so a layer's second row, where it has one, is its runner-up.
     has_second = second < np.append(starts[1:], rows)
-    out = {}
+    out, sources = {}, {}
     for column in columns:
         if column == "rank":
             continue
-        values = predictions[column].take(starts).reset_index(drop=True)
-        out["pick" if column == "algo" else column] = values
+        values = predictions[column]
+        name = "pick" if column == "algo" else column
+        out[name], sources[name] = values[starts], column
         if column not in per_layer:
-            runner_up = predictions[column].take(np.where(has_second, second, starts)).reset_index(drop=True)
-            out[_runner_up_name(column)] = runner_up.where(pd.Series(has_second))
-    return pd.DataFrame(out, columns=_layer_columns(columns))
+            name = _runner_up_name(column)
+            out[name], sources[name] = _where(values[np.where(has_second, second, starts)], has_second), column
+    return {name: out[name] for name in _layer_columns(columns)}, sources
+
+
+def _frame(table: Table) -> pd.DataFrame:
+    """A table as a frame, its masked integers as pandas' nullable ones."""
+    import pandas as pd
+
+    return pd.DataFrame({name: pd.arrays.IntegerArray(values.data, np.ma.getmaskarray(values).copy())
+                         if np.ma.isMaskedArray(values) else values for name, values in table.items()})
+
+
+def _where(values: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """``values`` where ``keep``, else missing (NaN in floats, integers made floats; masked; None)."""
+    if np.ma.isMaskedArray(values):
+        return np.ma.masked_array(values.data, mask=np.ma.getmaskarray(values) | ~keep)
+    if values.dtype.kind in "fiu":
+        return np.where(keep, values, np.nan)
+    return np.where(keep, values.astype(object), None)
 
 
 # -- text: the same bytes as pandas' to_csv and json.dumps, made faster ------------------------
@@ -351,62 +408,87 @@ def _csv_field(text: str) -> str:
     return buffer.getvalue()[:-2]
 
 
-def _is_missing(values: np.ndarray) -> np.ndarray:
-    return pd.isna(values) if len(values) else np.zeros(0, dtype=bool)
+def _codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per value of an object column, the position of its first equal among the distinct
+    values, and those (missing ones, None or NaN, count as one, None)."""
+    items = values.tolist()
+    distinct = list(dict.fromkeys(items))
+    if all(v is None or type(v) is str for v in distinct):  # names, or none: no equal keys of different types
+        position = {value: i for i, value in enumerate(distinct)}
+        out = np.empty(len(distinct), dtype=object)
+        out[:] = distinct
+        return np.fromiter(map(position.__getitem__, items), dtype=np.int64, count=len(items)), out
+    codes = np.empty(len(items), dtype=np.int64)
+    position, distinct = {}, []
+    for i, value in enumerate(items):
+        key = None if _is_missing(value) else (type(value), value)  # 1, 1.0 and True are equal keys, not equal cells
+        try:
+            codes[i] = position[key]
+        except KeyError:
+            codes[i] = position[key] = len(distinct)
+            distinct.append(None if key is None else value)
+    out = np.empty(len(distinct), dtype=object)
+    out[:] = distinct
+    return codes, out
 
 
-def _text_kind(dtype) -> str | None:
-    """How a column of ``dtype`` is written as text (:func:`_cells`, :func:`_arrow_cells`):
-    ``float``, ``int``, ``bool``, ``coded`` (values of one type, written per distinct value) or
-    ``object``; None for a dtype left to pandas."""
+def _is_missing(value) -> bool:
+    """Whether an object column's value is missing: None, or a float NaN."""
+    return value is None or (isinstance(value, float) and value != value)
+
+
+def _missing(values: np.ndarray) -> np.ndarray:
+    """:func:`_is_missing` of each value of an object column, compared in numpy's loop (a NaN
+    is the one value not equal to itself)."""
+    return np.asarray(np.equal(values, None), dtype=bool) | np.asarray(np.not_equal(values, values), dtype=bool)
+
+
+def _text_kind(values: np.ndarray) -> str | None:
+    """How a column (a numpy array: :func:`prediction_columns`) is written as text
+    (:func:`_cells`, :func:`_arrow_cells`): ``float``, ``int`` (masked where missing), ``bool``
+    or ``object``; None for a dtype left to pandas."""
+    dtype = values.dtype
     if dtype == np.float64:
         return "float"
-    if isinstance(dtype, np.dtype) and dtype.kind in "iu":
+    if dtype.kind in "iu":
         return "int"
     if dtype == np.bool_:
         return "bool"
-    if isinstance(dtype, (pd.StringDtype, pd.BooleanDtype)) or (
-            isinstance(dtype, pd.api.extensions.ExtensionDtype) and getattr(dtype, "kind", "") in "iu"
-            and hasattr(dtype, "numpy_dtype")):
-        return "coded"
     return "object" if dtype == object else None
 
 
-def _cells(column: pd.Series, fmt: str) -> list[str] | None:
-    """Each value of ``column`` as text: as pandas' ``to_csv`` writes it (``fmt="csv"``:
+def _cells(values: np.ndarray, fmt: str) -> list[str] | None:
+    """Each value of a column as text: as pandas' ``to_csv`` writes it (``fmt="csv"``:
     a float64 as ``repr``, which is numpy's ``str`` of it, missing values empty) or as
     ``json.dumps`` does (``"json"``: missing values ``null``). None for a dtype left to pandas."""
-    kind = _text_kind(column.dtype)
+    kind = _text_kind(values)
     json_ = fmt == "json"
     missing = "null" if json_ else ""
     if kind == "float":
-        values = column.to_numpy()
         cells = _float_texts(values)
         for i in np.flatnonzero(np.isnan(values)):
             cells[i] = missing
         return cells
     if kind == "int":
-        values = column.to_numpy()
+        masked = np.ma.getmaskarray(values) if np.ma.isMaskedArray(values) else None
+        values = np.ma.getdata(values)
         if len(values) and 0 <= values.min() and values.max() < _SMALL:
-            return _small_ints()[values].tolist()  # layer fields: a look-up, not a str() each
-        return list(map(str, values.tolist()))
+            cells = _small_ints()[values].tolist()  # layer fields: a look-up, not a str() each
+        else:
+            cells = list(map(str, values.tolist()))
+        if masked is not None:
+            for i in np.flatnonzero(masked):
+                cells[i] = missing
+        return cells
     if kind == "bool":
         true, false = ("true", "false") if json_ else ("True", "False")
-        return [true if value else false for value in column.to_numpy().tolist()]
-    if kind == "coded":
-        # Values of one type (names, ranks): each distinct one is formatted once, and every row
-        # takes its text by code (missing: code -1, the extra last text).
-        codes, distinct = pd.factorize(column)
-        texts = [_object_cell(value, json_) for value in distinct.to_numpy(dtype=object).tolist()]
-        return np.array([*texts, missing], dtype=object)[codes].tolist()
+        return [true if value else false for value in values.tolist()]
     if kind == "object":
-        values = column.to_numpy(dtype=object)
-        gone = _is_missing(values)
-        # Labels repeat: each distinct value is formatted once.
+        # Names and labels repeat: each distinct value is formatted once.
         known: dict = {}
         cells = []
-        for value, absent in zip(values.tolist(), gone.tolist()):
-            if absent:
+        for value in values.tolist():
+            if _is_missing(value):
                 cells.append(missing)
                 continue
             key = (type(value), value)  # 1, 1.0 and True are equal keys, not equal cells
@@ -440,13 +522,12 @@ _DEDUPLICATE_FLOATS = 4096
 def _float_texts(values: np.ndarray) -> list[str]:
     """``repr`` of each float, NaN's text left for the caller to replace. Where values repeat
     (repeated layers share their predictions: the million-layer benchmark holds under ten
-    thousand distinct layers), each distinct value is written once. ``pd.factorize`` (a hash,
-    a tenth of the cost of the reprs) takes 0.0 and -0.0 for one value, so a column holding
-    -0.0 is written value by value."""
+    thousand distinct layers), each distinct value is written once. ``np.unique`` takes 0.0 and
+    -0.0 for one value, so a column holding -0.0 is written value by value."""
     if len(values) >= _DEDUPLICATE_FLOATS and not np.signbit(values[values == 0]).any():
-        codes, distinct = pd.factorize(values)  # NaN: code -1, the extra last text
+        distinct, codes = np.unique(values, return_inverse=True)  # NaNs: one value, written by the caller
         if len(distinct) <= len(values) * 3 // 4:
-            return np.array([*map(repr, distinct.tolist()), ""], dtype=object)[codes].tolist()
+            return np.array(list(map(repr, distinct.tolist())), dtype=object)[codes.ravel()].tolist()
     return list(map(repr, values.tolist()))
 
 
@@ -481,22 +562,22 @@ def _json_value(value) -> str:
 _CSV_BLOCK_ROWS = 2048
 
 
-def _csv_lines(frame: pd.DataFrame, columns: list[str], header: bool) -> Iterator[str] | None:
-    """``frame.to_csv(columns=columns, header=header, index=False)``'s text, built faster, in
-    pieces of :data:`_CSV_BLOCK_ROWS` rows: a per-layer column is formatted once per layer, not
-    once per row. None where a column's dtype is left to pandas."""
-    starts = _layer_starts(frame["layer"].to_numpy())
-    rows = len(frame)
+def _csv_lines(frame: Table, columns: list[str], header: bool) -> Iterator[str] | None:
+    """``to_csv(columns=columns, header=header, index=False)``'s text of the frame of a table,
+    built faster, in pieces of :data:`_CSV_BLOCK_ROWS` rows: a per-layer column is formatted
+    once per layer, not once per row. None where a column's dtype is left to pandas."""
+    starts = _layer_starts(frame["layer"])
+    rows = len(frame["layer"])
     of_row = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, rows)))
     per_layer = {c for c in _per_layer(columns) if _constant_per_layer(frame[c], starts, of_row)}
     head = ",".join(_csv_field(str(c)) for c in columns) + "\n" if header else ""
     # Arrow's text is made a block at a time, after the first block is written: every column's
     # dtype is checked first, since a pandas fallback cannot follow written text.
-    if _arrow_writes_floats() and all(_text_kind(frame[c].dtype) for c in columns):
+    if _arrow_writes_floats() and all(_text_kind(frame[c]) for c in columns):
         return _arrow_blocks(_arrow_pieces(frame, columns, starts, per_layer), of_row, head)
     pieces = []
     for by_layer, group in itertools.groupby(columns, lambda c: c in per_layer and len(starts) < rows):
-        cells = [_cells(frame[c].take(starts) if by_layer else frame[c], "csv") for c in group]
+        cells = [_cells(frame[c][starts] if by_layer else frame[c], "csv") for c in group]
         if any(c is None for c in cells):
             return None
         joined = cells[0] if len(cells) == 1 else list(map(",".join, zip(*cells)))
@@ -531,56 +612,97 @@ def _arrow_writes_floats() -> bool:
     return _ARROW_FLOATS
 
 
+def _arrow(values: np.ndarray):
+    """A numpy array of numbers or booleans as an Arrow array of its values. Built from its
+    buffer: ``pyarrow.array`` would import pandas (to ask whether it was given a pandas object),
+    which ``seer predict`` does not need."""
+    import pyarrow as pa
+
+    values = np.ascontiguousarray(values)
+    if values.dtype == np.bool_:
+        bits = np.packbits(values, bitorder="little")
+        return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(bits)])
+    kind = {np.dtype(np.float64): pa.float64(), np.dtype(np.int64): pa.int64()}.get(values.dtype)
+    if kind is None:
+        values, kind = values.astype(np.int64), pa.int64()
+    return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
+
+
+def _arrow_texts(texts: list[str]):
+    """A list of strings as an Arrow string array, from its buffers (see :func:`_arrow`)."""
+    import pyarrow as pa
+
+    encoded = [text.encode() for text in texts]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
+    np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)), out=offsets[1:])
+    return pa.StringArray.from_buffers(len(encoded), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded)))
+
+
+def _arrow_text(text: str):
+    """A string as an Arrow scalar, for Arrow's functions (see :func:`_arrow`: given a Python
+    string, they would make it with ``pyarrow.scalar``, which imports pandas)."""
+    return _arrow_texts([text])[0]
+
+
 def _arrow_float_cells(values: np.ndarray):
     """``repr`` of each float as an Arrow string array, NaN as empty."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    texts = pc.cast(pa.array(values), pa.string())
+    texts = pc.cast(_arrow(values), pa.string())
     size = np.abs(values)
     low, high = _ARROW_FLOAT_BOUNDS
     inside = ((size >= low) & (size < high)) | (size == 0)
     whole = inside & (np.floor(values) == values)
     if whole.any():
-        texts = pc.if_else(pa.array(whole), pc.binary_join_element_wise(texts, ".0", ""), texts)
+        texts = pc.if_else(_arrow(whole), pc.binary_join_element_wise(texts, _arrow_text(".0"), _arrow_text("")), texts)
     outside = ~inside  # NaN, infinities and the rest, written one by one
     if outside.any():
         others = ["" if v != v else repr(v) for v in values[outside].tolist()]
-        texts = pc.replace_with_mask(texts, pa.array(outside), pa.array(others, pa.string()))
+        texts = pc.replace_with_mask(texts, _arrow(outside), _arrow_texts(others))
     return texts
 
 
-def _arrow_cells(column: pd.Series):
+def _arrow_cells(column: np.ndarray):
     """:func:`_cells`' CSV text of ``column`` as an Arrow string array; None for a dtype left to pandas."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    kind = _text_kind(column.dtype)
+    kind = _text_kind(column)
     if kind == "float":
-        return _arrow_float_cells(column.to_numpy())
+        return _arrow_float_cells(column)
     if kind == "int":
-        return pc.cast(pa.array(column.to_numpy()), pa.string())
+        texts = pc.cast(_arrow(np.ma.getdata(column)), pa.string())
+        if np.ma.isMaskedArray(column) and np.ma.getmaskarray(column).any():
+            texts = pc.if_else(_arrow(np.ma.getmaskarray(column)), _arrow_text(""), texts)
+        return texts
     if kind == "bool":
-        return pc.if_else(pa.array(column.to_numpy()), "True", "False")
-    cells = _cells(column, "csv")
-    return None if cells is None else pa.array(cells, pa.string())
+        return pc.if_else(_arrow(column), _arrow_text("True"), _arrow_text("False"))
+    if kind == "object":
+        # Names and labels repeat: each distinct value's text once, taken per row by its code.
+        try:
+            codes, distinct = _codes(column)
+        except TypeError:  # a value that cannot be a key (a list): every cell made on its own
+            return _arrow_texts(_cells(column, "csv"))
+        return pc.take(_arrow_texts(_cells(distinct, "csv")), _arrow(codes))
+    return None
 
 
-def _arrow_pieces(frame: pd.DataFrame, columns: list[str], starts: np.ndarray, per_layer: set[str]) -> list:
+def _arrow_pieces(frame: Table, columns: list[str], starts: np.ndarray, per_layer: set[str]) -> list:
     """The rows' columns in pieces of consecutive ones: a per-layer piece as an Arrow string array
     of each layer's cells joined (one per layer), a per-row piece as its columns, formatted a
     block of rows at a time (:func:`_arrow_blocks`). Every column's dtype must be one
     :func:`_text_kind` knows."""
     import pyarrow.compute as pc
 
-    rows = len(frame)
+    rows = len(frame["layer"])
     pieces = []
     for by_layer, group in itertools.groupby(columns, lambda c: c in per_layer and len(starts) < rows):
         if not by_layer:
             pieces.append([frame[c] for c in group])
             continue
-        cells = [_arrow_cells(frame[c].take(starts)) for c in group]
-        pieces.append(cells[0] if len(cells) == 1 else pc.binary_join_element_wise(*cells, ","))
+        cells = [_arrow_cells(frame[c][starts]) for c in group]
+        pieces.append(cells[0] if len(cells) == 1 else pc.binary_join_element_wise(*cells, _arrow_text(",")))
     return pieces
 
 
@@ -625,18 +747,17 @@ def _cores() -> int:
 def _arrow_block(pieces: list, of_row: np.ndarray, start: int) -> str:
     """The text of the rows ``start`` to ``start +`` :data:`_ARROW_BLOCK_ROWS` of ``pieces``
     (:func:`_arrow_blocks`)."""
-    import pyarrow as pa
     import pyarrow.compute as pc
 
     end = min(start + _ARROW_BLOCK_ROWS, len(of_row))
     parts = []
     for piece in pieces:
         if isinstance(piece, list):  # per-row columns: this block's cells
-            parts.extend(_arrow_cells(column.iloc[start:end]) for column in piece)
+            parts.extend(_arrow_cells(column[start:end]) for column in piece)
         else:
-            parts.append(pc.take(piece, pa.array(of_row[start:end])))
-    lines = pc.binary_join_element_wise(*parts, ",")
-    block = pc.binary_join_element_wise(lines, "", "\n")  # each line, its break, and nothing
+            parts.append(pc.take(piece, _arrow(of_row[start:end])))
+    lines = pc.binary_join_element_wise(*parts, _arrow_text(","))
+    block = pc.binary_join_element_wise(lines, _arrow_text(""), _arrow_text("\n"))  # each line, its break, and nothing
     offsets, data = block.buffers()[1:3]
     ends = np.frombuffer(offsets, np.int32)[block.offset:block.offset + len(block) + 1]
     return str(memoryview(data)[ends[0]:ends[-1]], "utf-8")  # decoded from Arrow's buffer, not a copy of it
@@ -650,18 +771,23 @@ def _csv_blocks(lines: Iterator[str], rows: int, head: str) -> Iterator[str]:
         yield "\n".join(itertools.islice(lines, _CSV_BLOCK_ROWS)) + "\n"
 
 
-def _constant_per_layer(column: pd.Series, starts: np.ndarray, of_row: np.ndarray) -> bool:
+def _constant_per_layer(column: np.ndarray, starts: np.ndarray, of_row: np.ndarray) -> bool:
     """Whether ``column`` holds one value per layer, as :func:`_per_layer` says it does."""
     if len(starts) == len(column):
         return True
-    if isinstance(column.dtype, np.dtype):
-        values = column.to_numpy() if column.dtype != object else column.to_numpy(dtype=object, na_value=None)
-    else:  # strings, nullable numbers: compared by their codes (missing: -1), not as Python objects
-        values = pd.factorize(column)[0]
-    repeated = values[starts][of_row]
-    if values.dtype.kind == "f":
-        return bool(np.array_equal(values, repeated, equal_nan=True))
-    return bool(np.all(values == repeated))
+    if np.ma.isMaskedArray(column):
+        mask = np.ma.getmaskarray(column)
+        return _constant_per_layer(mask, starts, of_row) and _constant_per_layer(
+            np.where(mask, 0, column.data), starts, of_row)
+    repeated = column[starts][of_row]
+    if column.dtype.kind == "f":
+        return bool(np.array_equal(column, repeated, equal_nan=True))
+    same = np.asarray(column == repeated, dtype=bool)
+    if column.dtype == object and not same.all():  # missing is None or NaN, and NaN is not equal to itself
+        differ = np.flatnonzero(~same)
+        same[differ] = [_is_missing(a) and _is_missing(b)
+                        for a, b in zip(column[differ].tolist(), repeated[differ].tolist())]
+    return bool(same.all())
 
 
 #: Characters written at a time (:meth:`PredictionWriter._put`).
@@ -681,13 +807,15 @@ class PredictionWriter:
         self._first = True
         self._columns: list[str] | None = None
 
-    def write(self, predictions: pd.DataFrame) -> None:
+    def write(self, predictions: pd.DataFrame | Table) -> None:
+        """Append a chunk: a prediction frame, or a prediction table (:func:`prediction_columns`)."""
+        predictions = prediction_columns(predictions)
         if self.rows == "layer":
-            predictions = layer_rows(predictions)
+            predictions = layer_row_table(predictions)[0]
             if self.format == "csv":
-                self._write_csv(predictions, list(predictions.columns))
+                self._write_csv(predictions, list(predictions))
             else:
-                self._write_json(_json_objects(predictions, list(predictions.columns)))
+                self._write_json(_json_objects(predictions, list(predictions)))
             return
         if self.format == "csv":
             if self._columns is None:
@@ -696,10 +824,10 @@ class PredictionWriter:
             return
         self._write_json(layer_json(predictions))
 
-    def _write_csv(self, frame: pd.DataFrame, columns: list[str]) -> None:
+    def _write_csv(self, frame: Table, columns: list[str]) -> None:
         texts = _csv_lines(frame, columns, header=self._first)
         if texts is None:
-            frame.to_csv(self.handle, columns=columns, header=self._first, index=False)
+            _frame(frame).to_csv(self.handle, columns=columns, header=self._first, index=False)
         else:
             for text in texts:
                 self._put(text)
@@ -724,7 +852,7 @@ class PredictionWriter:
             self.handle.write(",".join(_layer_columns(columns) if self.rows == "layer" else columns) + "\n")
 
 
-def _json_objects(frame: pd.DataFrame, columns: list[str]) -> list[str]:
+def _json_objects(frame: Table, columns: list[str]) -> list[str]:
     """One JSON object per row of ``frame``, its ``columns`` as keys, as
     ``json.dumps(..., separators=(",", ":"))`` writes it."""
     keys = [json.dumps(str(c)) + ":" for c in columns]
@@ -732,27 +860,30 @@ def _json_objects(frame: pd.DataFrame, columns: list[str]) -> list[str]:
     return ["{" + ",".join(map(str.__add__, keys, row)) + "}" for row in zip(*cells)]
 
 
-def _json_cells(column: pd.Series) -> list[str]:
+def _json_cells(column: np.ndarray) -> list[str]:
     cells = _cells(column, "json")
     if cells is None:  # a dtype the fast path leaves alone: json itself
+        import pandas as pd
+
         cells = [_json_value(v) if v is not None else "null"
-                 for v in column.to_numpy(dtype=object, na_value=None).tolist()]
+                 for v in pd.Series(column).to_numpy(dtype=object, na_value=None).tolist()]
     return cells
 
 
-def layer_json(predictions: pd.DataFrame) -> list[str]:
+def layer_json(predictions: pd.DataFrame | Table) -> list[str]:
     """:func:`layer_objects` as JSON text, one string per layer, as ``json.dumps(object,
     separators=(",", ":"))`` writes each; built column by column, faster."""
-    if predictions.empty:
+    predictions = prediction_columns(predictions)
+    if not len(predictions["layer"]):
         return []
     columns = _output_columns(predictions)
     per_layer = _per_layer(columns)
     labels = [c for c in columns[1:] if c not in PREDICTION_COLUMNS]
     per_algorithm = [c for c in columns if c not in per_layer]
-    starts = _layer_starts(predictions["layer"].to_numpy())
-    ends = np.append(starts[1:], len(predictions))
-    first = predictions.take(starts)
-    runs = predictions["algo"].notna().to_numpy()
+    starts = _layer_starts(predictions["layer"])
+    ends = np.append(starts[1:], len(predictions["layer"]))
+    first = {c: values[starts] for c, values in predictions.items()}
+    runs = ~_missing(predictions["algo"])
     # Each algorithm's object, then per layer those of its algorithms predicted to run.
     keys = [json.dumps(c) + ":" for c in per_algorithm]
     cells = [_json_cells(predictions[c]) for c in per_algorithm]
@@ -762,7 +893,7 @@ def layer_json(predictions: pd.DataFrame) -> list[str]:
     parts, pick_done = [], False
     for column in columns:
         if column in per_layer:
-            cells = ([_label_json(v) for v in first[column].to_numpy(dtype=object).tolist()]
+            cells = ([_label_json(v) for v in first[column].astype(object).tolist()]
                      if column in labels and column not in NUMBER_LABELS else _json_cells(first[column]))
             key = json.dumps(column) + ":"
             parts.append([key + cell for cell in cells])
@@ -804,18 +935,23 @@ class PickSummary:
         self.guarded = 0  # layers with a predicted time of PyTorch's own choice
         self.kept = 0  # of those, where seer recommends keeping it
 
-    def add(self, predictions: pd.DataFrame) -> None:
-        first = predictions.take(_layer_starts(predictions["layer"].to_numpy()))
-        self.layers += len(first)
-        if "pytorch_ms" in first:
-            self.guarded += int(first["pytorch_ms"].notna().sum())
-            self.kept += int((first["pytorch_ms"].notna() & (first["recommended"] == PYTORCH_CHOICE)).sum())
-        self.extrapolated += int(first["extrapolated"].sum())
-        picked = first["algo"].dropna()
-        self.none += len(first) - len(picked)
-        none = first[first["algo"].isna()]
-        self.too_big += int((frame_tensor_bytes(none) > self.memory_bytes).sum()) if len(none) else 0
-        self.picks.update(picked.tolist())
+    def add(self, predictions: pd.DataFrame | Table) -> None:
+        """Count a chunk of predictions: a prediction frame or table."""
+        predictions = prediction_columns(predictions)
+        starts = _layer_starts(np.asarray(predictions["layer"]))
+        self.layers += len(starts)
+        if "pytorch_ms" in predictions:
+            guarded = ~np.isnan(predictions["pytorch_ms"][starts])
+            self.guarded += int(guarded.sum())
+            self.kept += int((guarded & (predictions["recommended"][starts] == PYTORCH_CHOICE)).sum())
+        self.extrapolated += int(predictions["extrapolated"][starts].sum())
+        algo = predictions["algo"][starts]
+        none = _missing(algo)
+        self.none += int(none.sum())
+        if none.any():
+            layers = {c: values[starts[none]] for c, values in predictions.items() if c in LAYER_COLUMNS}
+            self.too_big += int((frame_tensor_bytes(layers) > self.memory_bytes).sum())
+        self.picks.update(algo[~none].tolist())
 
 
 class NetworkWriter:

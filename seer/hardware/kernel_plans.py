@@ -14,12 +14,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from seer.algorithms import classify_kernel
 from seer.hardware.gpus import get_gpu_spec
-from seer.layers.shapes import LAYOUTS, ConvShape, frame_volumes, tensor_elements
+from seer.layers.shapes import LAYOUTS, ConvShape, LayerTable, frame_volumes, table_rows, tensor_elements
+
+if TYPE_CHECKING:  # imported where used: seer predict computes on layer tables, without pandas
+    import pandas as pd
 
 #: Largest element count of any tensor: the kernels index within a tensor in 32 bits.
 MAX_ELEMENTS = 2**31 - 1
@@ -140,14 +144,15 @@ def aligned_bytes(algo: str, layout: str) -> int:
     return 16 if layout == "nhwc" and algo in IMPLICIT_GEMMS else 0
 
 
-def runs_layers(algo: str, layers: pd.DataFrame) -> np.ndarray:
+def runs_layers(algo: str, layers: pd.DataFrame | LayerTable) -> np.ndarray:
     """Whether ``algo`` runs each layer of a layer frame (:func:`seer.layers.shapes.layer_frame`):
     :func:`unsupported_reason`'s rules, over the whole frame at once."""
     vol = frame_volumes(layers)
-    columns = (layers[c].to_numpy(dtype=float) for c in ("batch", "in_ch", "out_ch", "groups"))
+    columns = (np.asarray(layers[c], dtype=float) for c in ("batch", "in_ch", "out_ch", "groups"))
     largest = np.max(tensor_elements(*columns, vol["in"], vol["kernel"], vol["out"]), axis=0)
-    k_tiles = _slices(layers["in_ch"].to_numpy(dtype=float) // layers["groups"].to_numpy(dtype=float) * vol["kernel"])
-    runs = np.ones(len(layers), dtype=bool)
+    k_tiles = _slices(np.asarray(layers["in_ch"], dtype=float) // np.asarray(layers["groups"], dtype=float)
+                      * vol["kernel"])
+    runs = np.ones(table_rows(layers), dtype=bool)
     for refused, _ in _refusals(algo, largest, k_tiles):
         runs &= ~np.asarray(refused, dtype=bool)
     return runs

@@ -53,15 +53,19 @@ import re
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Generator, Iterator, Sequence, TextIO
+from typing import TYPE_CHECKING, Generator, Iterator, Sequence, TextIO
 
 import numpy as np
-import pandas as pd
 
 from seer.errors import InputError
 from seer.layers.shapes import (LAYER_COLUMNS, LAYER_DEFAULTS, LAYER_FIELDS, MAX_FIELD, OUTPUT_FIELDS, SEER_FIELDS,
                                 ConvShape, ShapeError, check_layer_frame, conv_out_width, invalid_layer_rows,
-                                is_seer_layer, layer_frame, row_error, seer_frame)
+                                is_seer_layer, layer_columns, layer_frame, row_error, seer_frame, table_rows)
+
+if TYPE_CHECKING:  # imported where used: seer predict reads layer tables, which need no pandas
+    import pandas as pd
+
+    from seer.layers.shapes import LayerTable
 
 #: Layers per chunk when a whole file is read: enough to amortise numpy's per-call cost,
 #: small enough that a chunk's text and arrays stay a few megabytes.
@@ -78,7 +82,7 @@ STDIN = "-"
 
 LayerSource = str | os.PathLike | TextIO
 LayerTarget = str | os.PathLike | TextIO
-Layers = pd.DataFrame | np.ndarray | Sequence[ConvShape]
+Layers = "pd.DataFrame | np.ndarray | Sequence[ConvShape]"
 
 # Fields are separated by ASCII blanks only, so that a no-break or ideographic space is
 # refused as part of a field instead of silently separating two. These are also exactly
@@ -107,6 +111,8 @@ def read_layers(source: LayerSource, *, name: str | None = None) -> pd.DataFrame
     ``source`` is a path, ``"-"`` for standard input, or an open text stream; ``name``
     overrides the file name used in messages. Raises :class:`InputError` on any mistake.
     """
+    import pandas as pd
+
     chunks = list(iter_layer_chunks(source, DEFAULT_CHUNK_LAYERS, name=name))
     if not chunks:
         return layer_frame(pd.DataFrame(np.empty((0, len(SEER_FIELDS)), dtype=np.int64), columns=list(SEER_FIELDS)))
@@ -121,7 +127,21 @@ def iter_layer_chunks(source: LayerSource, chunk_layers: int = DEFAULT_CHUNK_LAY
     number - 1). The count on the first line can only be checked at the end: if the file
     holds more or fewer layers, the same :class:`InputError` as :func:`read_layers` raises
     after (some of) the frames, so a caller writing results as it goes must discard them.
+    The frames of :func:`iter_layer_tables`' tables.
     """
+    import pandas as pd
+
+    done = 0
+    for table in iter_layer_tables(source, chunk_layers, name=name):
+        rows = table_rows(table)
+        yield pd.DataFrame(table, index=pd.RangeIndex(done, done + rows))
+        done += rows
+
+
+def iter_layer_tables(source: LayerSource, chunk_layers: int = DEFAULT_CHUNK_LAYERS, *,
+                      name: str | None = None) -> Iterator[LayerTable]:
+    """:func:`iter_layer_chunks`' chunks as layer tables (:data:`~seer.layers.shapes.LayerTable`:
+    the same columns as arrays), read without pandas (which ``seer predict`` then never imports)."""
     if isinstance(chunk_layers, bool) or not isinstance(chunk_layers, int) or chunk_layers < 1:
         raise ValueError(f"chunk_layers must be a positive integer, got {chunk_layers!r}")
     with _reading(source, name) as (blocks, label):
@@ -284,7 +304,7 @@ def _long_line(line: str, number: int, path: str) -> InputError:
 
 
 def _read_chunks(first: tuple[int, str] | None, lines: Iterator[tuple[int, str]], path: str,
-                 chunk_layers: int) -> Iterator[pd.DataFrame]:
+                 chunk_layers: int) -> Iterator[LayerTable]:
     """SEER's format: the count line ``first``, then the layers."""
     count = count_line = None
     done = 0  # layers already yielded
@@ -299,7 +319,7 @@ def _read_chunks(first: tuple[int, str] | None, lines: Iterator[tuple[int, str]]
         if len(contents) == chunk_layers:
             if surplus_line is None and done + len(contents) > count:
                 surplus_line = numbers[count - done]
-            yield _frame(_check_chunk(contents, numbers, path), done)
+            yield layer_columns(_check_chunk(contents, numbers, path))
             done += len(contents)
             contents, numbers = [], []
     if count is None:
@@ -313,12 +333,7 @@ def _read_chunks(first: tuple[int, str] | None, lines: Iterator[tuple[int, str]]
         raise InputError(f"the first line says {count} shapes, but the file has {total}",
                          path=path, line=surplus_line or count_line, field="count")
     if contents:
-        yield _frame(values, done)
-
-
-def _frame(values: np.ndarray, start: int) -> pd.DataFrame:
-    """A layer frame from SEER's eight columns, indexed by layer number - 1."""
-    return layer_frame(pd.DataFrame(values, columns=list(SEER_FIELDS), index=pd.RangeIndex(start, start + len(values))))
+        yield layer_columns(values)
 
 
 def _check_count(content: str, number: int, path: str) -> int:
@@ -456,28 +471,26 @@ _INPUT_COLUMNS = (SPARSITY_COLUMN, CROWDING_COLUMN)
 _SPARSITY = re.compile(r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?", re.ASCII)
 
 
-def label_columns(frame: pd.DataFrame) -> list[str]:
-    """The columns of a read layer frame that label its layers (``name``, and any column of a
-    layer CSV that seer does not use), in the file's order: predictions carry them along."""
-    return [c for c in frame.columns if c not in LAYER_COLUMNS]
+def label_columns(frame: pd.DataFrame | LayerTable) -> list[str]:
+    """The columns of a read layer frame (or table) that label its layers (``name``, and any
+    column of a layer CSV that seer does not use), in the file's order: predictions carry them along."""
+    return [c for c in frame.keys() if c not in LAYER_COLUMNS]
 
 
 def _read_csv_chunks(header: tuple[int, str], blocks: Iterator[str], path: str,
-                     chunk_layers: int) -> Iterator[pd.DataFrame]:
+                     chunk_layers: int) -> Iterator[LayerTable]:
     """A layer CSV: the ``header`` line, then the records in ``blocks``, the text after it."""
     columns = _check_header(header[1].lstrip("\ufeff"), header[0], path)
-    done = 0
     contents: list[str] = []
     numbers: list[int] = []
     for number, line in _csv_records(blocks, path, header[0], columns):
         contents.append(line)
         numbers.append(number)
         if len(contents) == chunk_layers:
-            yield _csv_chunk(contents, numbers, columns, path, done)
-            done += len(contents)
+            yield _csv_chunk(contents, numbers, columns, path)
             contents, numbers = [], []
     if contents:
-        yield _csv_chunk(contents, numbers, columns, path, done)
+        yield _csv_chunk(contents, numbers, columns, path)
 
 
 def _csv_records(blocks: Iterator[str], path: str, number: int, columns: list[str]) -> Iterator[tuple[int, str]]:
@@ -624,10 +637,10 @@ def _check_label(name: str, number: int, path: str) -> None:
                          path=path, line=number, field=name)
 
 
-def _csv_chunk(contents: list[str], numbers: list[int], columns: list[str], path: str, start: int) -> pd.DataFrame:
-    """The layer frame of a chunk of CSV records, or the InputError of its first mistake in file order."""
+def _csv_chunk(contents: list[str], numbers: list[int], columns: list[str], path: str) -> LayerTable:
+    """The layer table of a chunk of CSV records, or the InputError of its first mistake in file order."""
     try:
-        return _csv_frame(contents, numbers, columns, path, start)
+        return _csv_table(contents, numbers, columns, path)
     except InputError:
         if len(contents) == 1:
             raise
@@ -637,12 +650,12 @@ def _csv_chunk(contents: list[str], numbers: list[int], columns: list[str], path
     while bad - good > 1:
         middle = (good + bad) // 2
         try:
-            _csv_frame(contents[:middle], numbers[:middle], columns, path, start)
+            _csv_table(contents[:middle], numbers[:middle], columns, path)
         except InputError:
             bad = middle
         else:
             good = middle
-    _csv_frame(contents[good:bad], numbers[good:bad], columns, path, start)  # raises its mistake
+    _csv_table(contents[good:bad], numbers[good:bad], columns, path)  # raises its mistake
     raise AssertionError(f"{path}: lines {numbers[0]}-{numbers[-1]} failed together, but not one by one")
 
 
@@ -660,8 +673,8 @@ _CELL_BLANKS = " \t\v\f"
 _LONGEST_CELL = 64
 
 
-def _csv_frame(contents: list[str], numbers: list[int], columns: list[str], path: str, start: int) -> pd.DataFrame:
-    """The layer frame of CSV records; InputError for a mistake (the first of its kind found)."""
+def _csv_table(contents: list[str], numbers: list[int], columns: list[str], path: str) -> LayerTable:
+    """The layer table of CSV records; InputError for a mistake (the first of its kind found)."""
     rows = list(csv.reader(contents))
     for row, number in zip(rows, numbers):
         if len(row) != len(columns):
@@ -677,7 +690,6 @@ def _csv_frame(contents: list[str], numbers: list[int], columns: list[str], path
     long_records = max(map(len, contents)) > _LONGEST_CELL  # only then can a number cell be long
     # Cells as objects, made fixed-width text column by column: a long name widens only its own.
     table = np.array(rows, dtype=object).reshape(len(rows), len(columns))
-    index = pd.RangeIndex(start, start + len(rows))
     values: dict[str, np.ndarray] = {}
     given: dict[str, np.ndarray] = {}
     for j, name in enumerate(columns):
@@ -737,8 +749,7 @@ def _csv_frame(contents: list[str], numbers: list[int], columns: list[str], path
                 i = int(np.flatnonzero(missing)[0])
                 raise InputError("missing value (a 3D layer gives both in_d and kernel_d)", path=path,
                                  line=numbers[i], field=name)
-    frame = layer_frame(pd.DataFrame({k: v for k, v in values.items() if k in LAYER_FIELDS}, index=index)
-                        .assign(dims=np.where(deep, 3, 2)))
+    frame = layer_columns({**{k: v for k, v in values.items() if k in LAYER_FIELDS}, "dims": np.where(deep, 3, 2)})
     bad = invalid_layer_rows(frame)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
@@ -746,16 +757,16 @@ def _csv_frame(contents: list[str], numbers: list[int], columns: list[str], path
         raise InputError(exc.message, path=path, line=numbers[i], field=_alias_of(exc.field, columns))
     for name in OUTPUT_FIELDS:
         if name in given:
-            wrong = given[name] & (values[name] != frame[name].to_numpy())
+            wrong = given[name] & (values[name] != frame[name])
             if wrong.any():
                 i = int(np.flatnonzero(wrong)[0])
-                raise InputError(f"is {values[name][i]}, but the layer's other fields give {frame[name].iloc[i]}",
+                raise InputError(f"is {values[name][i]}, but the layer's other fields give {frame[name][i]}",
                                  path=path, line=numbers[i], field=_alias_of(name, columns))
     for j, name in enumerate(columns):
         if name in _INPUT_COLUMNS:
-            frame[name] = pd.Series(_input_cells(name, table[:, j], numbers, path), index=index, dtype=float)
+            frame[name] = np.asarray(_input_cells(name, table[:, j], numbers, path), dtype=float)
         elif name == "name" or name not in _CSV_COLUMNS:
-            frame[name] = pd.Series(table[:, j], index=index, dtype=object)
+            frame[name] = table[:, j].copy()
     return frame
 
 
@@ -811,6 +822,8 @@ def read_module_inputs(source: LayerSource, *, name: str | None = None) -> pd.Da
             for column, j in wanted.items():
                 cells[column].append(row[j])
             numbers.append(line)
+    import pandas as pd
+
     frame = pd.DataFrame({"name": pd.Series(cells["name"], dtype=object)})
     for column in _INPUT_COLUMNS:
         if column in cells:
@@ -872,8 +885,10 @@ def check_layers(layers: Layers) -> pd.DataFrame:
     SEER's eight columns (a frame or an array of them) are checked by SEER's rules,
     ``out_width`` included.
     """
+    import pandas as pd
+
     if not isinstance(layers, pd.DataFrame) and not len(layers):  # an empty list has no columns to tell
-        return _frame(np.empty((0, len(SEER_FIELDS)), dtype=np.int64), 0)
+        return layer_frame(np.empty((0, len(SEER_FIELDS)), dtype=np.int64))
     seer_columns = (not isinstance(layers, pd.DataFrame) and not isinstance(layers[0], ConvShape)) or (
         isinstance(layers, pd.DataFrame) and "in_width" in layers.columns and "in_h" not in layers.columns)
     if seer_columns:
@@ -898,6 +913,8 @@ def format_layers(layers: Layers, fmt: str = "auto") -> str:
     undilated), ``csv`` (the layer CSV, every column), or ``auto``: SEER's where it can
     describe every layer, else CSV.
     """
+    import pandas as pd
+
     frame = check_layers(layers)
     seer = is_seer_layer(frame).all()
     if fmt == "auto":

@@ -25,6 +25,10 @@ import numpy as np
 if TYPE_CHECKING:  # pandas is imported by the frame helpers that use it: a collection worker needs
     import pandas as pd  # only ConvShape, and pandas is most of its start (0.2 of 0.5 CPU s)
 
+#: A layer table: column names to equally long arrays, as a frame's columns but without pandas
+#: (``seer predict`` reads, predicts and writes these; a frame works wherever one does).
+LayerTable = Mapping[str, np.ndarray]
+
 #: The eight integers of SEER's shape format, in file order.
 SEER_FIELDS: tuple[str, ...] = (
     "batch", "in_ch", "in_width", "out_ch", "out_width", "kernel_width", "stride", "padding",
@@ -392,25 +396,32 @@ class LayerKind:
 
     name: str
     description: str
-    test: Callable[[pd.DataFrame], np.ndarray]
+    test: Callable[[LayerTable], np.ndarray]
 
 
-def _spatial_pairs_differ(frame: pd.DataFrame, quantity: str) -> np.ndarray:
-    return (frame[f"{quantity}_h"] != frame[f"{quantity}_w"]).to_numpy()
+def _spatial_pairs_differ(frame: LayerTable, quantity: str) -> np.ndarray:
+    return np.asarray(frame[f"{quantity}_h"]) != np.asarray(frame[f"{quantity}_w"])
+
+
+def _column(frame: LayerTable, name: str) -> np.ndarray:
+    """A column of a layer frame, or of a layer table's arrays, as a numpy array."""
+    return np.asarray(frame[name])
 
 
 LAYER_KINDS: tuple[LayerKind, ...] = (
     LayerKind("square", "2D, square input and kernel, ungrouped, undilated (SEER's layers)",
               lambda f: is_seer_layer(f)),
-    LayerKind("grouped", "1 < groups < in_ch", lambda f: ((f["groups"] > 1) & (f["groups"] < f["in_ch"])).to_numpy()),
-    LayerKind("depthwise", "groups == in_ch > 1", lambda f: ((f["groups"] > 1) & (f["groups"] == f["in_ch"])).to_numpy()),
+    LayerKind("grouped", "1 < groups < in_ch",
+              lambda f: (_column(f, "groups") > 1) & (_column(f, "groups") < _column(f, "in_ch"))),
+    LayerKind("depthwise", "groups == in_ch > 1",
+              lambda f: (_column(f, "groups") > 1) & (_column(f, "groups") == _column(f, "in_ch"))),
     LayerKind("1xN", "2D with a non-square kernel (1x7, 7x1, ...)",
-              lambda f: (f["dims"] == 2).to_numpy() & _spatial_pairs_differ(f, "kernel")),
+              lambda f: (_column(f, "dims") == 2) & _spatial_pairs_differ(f, "kernel")),
     LayerKind("non-square input", "2D with in_h != in_w",
-              lambda f: (f["dims"] == 2).to_numpy() & _spatial_pairs_differ(f, "in")),
+              lambda f: (_column(f, "dims") == 2) & _spatial_pairs_differ(f, "in")),
     LayerKind("dilated", "any dilation above 1",
-              lambda f: (f[["dilation_d", "dilation_h", "dilation_w"]] > 1).any(axis=1).to_numpy()),
-    LayerKind("3D", "three spatial dimensions", lambda f: (f["dims"] == 3).to_numpy()),
+              lambda f: np.any([_column(f, f"dilation_{a}") > 1 for a in AXES], axis=0)),
+    LayerKind("3D", "three spatial dimensions", lambda f: _column(f, "dims") == 3),
 )
 LAYER_KIND_NAMES: tuple[str, ...] = tuple(k.name for k in LAYER_KINDS)
 
@@ -419,16 +430,21 @@ def layer_kind_flags(frame: pd.DataFrame) -> pd.DataFrame:
     """One boolean column per :data:`LAYER_KINDS` entry, one row per layer of a layer frame."""
     import pandas as pd
 
-    return pd.DataFrame({k.name: k.test(frame) for k in LAYER_KINDS}, index=frame.index)
+    return pd.DataFrame(layer_kind_masks(frame), index=frame.index)
+
+
+def layer_kind_masks(frame: LayerTable) -> dict[str, np.ndarray]:
+    """Per :data:`LAYER_KINDS` entry, which layers of a layer frame (or layer table) are of it."""
+    return {k.name: np.asarray(k.test(frame), dtype=bool) for k in LAYER_KINDS}
 
 
 # -- frames of layers ---------------------------------------------------------------------
-def is_seer_layer(frame: pd.DataFrame) -> np.ndarray:
-    """Which rows of a layer frame SEER's eight numbers describe (:attr:`ConvShape.is_seer`)."""
-    f = frame
+def is_seer_layer(frame: LayerTable) -> np.ndarray:
+    """Which rows of a layer frame (or layer table) SEER's eight numbers describe (:attr:`ConvShape.is_seer`)."""
+    f = {name: _column(frame, name) for name in LAYER_COLUMNS}
     return ((f["dims"] == 2) & (f["groups"] == 1) & (f["in_h"] == f["in_w"]) & (f["kernel_h"] == f["kernel_w"])
             & (f["stride_h"] == f["stride_w"]) & (f["pad_h"] == f["pad_w"]) & (f["dilation_h"] == 1)
-            & (f["dilation_w"] == 1)).to_numpy()
+            & (f["dilation_w"] == 1))
 
 
 def seer_frame(frame: pd.DataFrame) -> pd.DataFrame:
@@ -442,62 +458,66 @@ def seer_frame(frame: pd.DataFrame) -> pd.DataFrame:
                          "stride": frame["stride_w"], "padding": frame["pad_w"]}, index=frame.index).astype(np.int64)
 
 
-def _from_seer_columns(frame: pd.DataFrame) -> pd.DataFrame:
+def layer_frame(layers: pd.DataFrame | LayerTable | np.ndarray | Sequence[ConvShape]) -> pd.DataFrame:
+    """:func:`layer_columns` as a frame: every layer column, one row per layer, in order (a
+    frame's index kept)."""
     import pandas as pd
 
-    s = frame
-    return pd.DataFrame({"batch": s["batch"], "in_ch": s["in_ch"], "out_ch": s["out_ch"],
-                         "in_h": s["in_width"], "in_w": s["in_width"], "kernel_h": s["kernel_width"],
-                         "kernel_w": s["kernel_width"], "stride_h": s["stride"], "stride_w": s["stride"],
-                         "pad_h": s["padding"], "pad_w": s["padding"]}, index=frame.index)
+    columns = layer_columns(layers)
+    return pd.DataFrame(columns, index=layers.index if isinstance(layers, pd.DataFrame) else None)
 
 
-def layer_frame(layers: pd.DataFrame | np.ndarray | Sequence[ConvShape]) -> pd.DataFrame:
-    """Every layer column (:data:`LAYER_COLUMNS`) as int64, one row per layer, in order.
+def layer_columns(layers: pd.DataFrame | LayerTable | np.ndarray | Sequence[ConvShape]) -> dict[str, np.ndarray]:
+    """Every layer column (:data:`LAYER_COLUMNS`) as an int64 array, one value per layer, in order.
 
     Takes a frame with seer's layer columns (optional fields may be missing and take their
-    defaults; ``dims`` then follows from the depth fields) or with SEER's eight columns, an
-    array whose columns are SEER's eight, or a sequence of :class:`ConvShape`. An empty (NaN)
-    optional field takes its default too. Output sizes
-    are computed; the rows are not checked (:func:`invalid_layer_rows` does that), and
-    ``ValueError`` names missing columns.
+    defaults; ``dims`` then follows from the depth fields) or with SEER's eight columns, the
+    same as a layer table (a mapping of column names to arrays, what
+    :func:`seer.layers.files.iter_layer_tables` reads), an array whose columns are SEER's
+    eight, or a sequence of :class:`ConvShape`. An empty (NaN) optional field takes its
+    default too. Output sizes are computed; the rows are not checked
+    (:func:`invalid_layer_rows` does that), and ``ValueError`` names missing columns. Needs
+    no pandas unless given a frame.
     """
-    import pandas as pd
-
-    if not isinstance(layers, pd.DataFrame):
+    if not hasattr(layers, "keys"):  # not a frame nor a mapping of columns
         if len(layers) and isinstance(layers[0], ConvShape):
-            return pd.DataFrame([s.as_dict() for s in layers], columns=list(LAYER_COLUMNS), dtype=np.int64)
-        array = np.asarray(layers, dtype=np.int64).reshape(len(layers), -1)
+            rows = [s.as_dict() for s in layers]
+            return {name: np.array([row[name] for row in rows], dtype=np.int64) for name in LAYER_COLUMNS}
+        array = np.asarray(layers, dtype=np.int64)
+        if array.ndim != 2:
+            array = array.reshape(len(layers), -1)
         if array.shape[1] != len(SEER_FIELDS):
             raise ValueError(f"an array of layers needs SEER's {len(SEER_FIELDS)} columns ({' '.join(SEER_FIELDS)}), "
                              f"got {array.shape[1]}")
-        layers = pd.DataFrame(array, columns=list(SEER_FIELDS))
-    if "in_h" not in layers.columns and "in_width" in layers.columns:
-        missing = [f for f in SEER_FIELDS if f not in layers.columns]
+        layers = {name: array[:, i] for i, name in enumerate(SEER_FIELDS)}
+    if "in_h" not in layers and "in_width" in layers:
+        missing = [f for f in SEER_FIELDS if f not in layers]
         if missing:
             raise ValueError(f"layer columns missing: {', '.join(missing)}")
         layers = _from_seer_columns(layers)
     required = [f for f in LAYER_FIELDS if f not in LAYER_DEFAULTS and f != "dims"]
-    missing = [f for f in required if f not in layers.columns]
+    missing = [f for f in required if f not in layers]
     if missing:
         raise ValueError(f"layer columns missing: {', '.join(missing)}")
+    rows = table_rows(layers)
     out = {}
     for name in LAYER_FIELDS:
-        if name in layers.columns:
+        if name in layers:
             column = layers[name]
-            if name == "dims" and column.isna().any():
+            empty = _empty_cells(column)
+            if name == "dims" and empty.any():
                 continue  # follows from the depth fields below, as if the column were missing
-            if column.isna().any():
+            if empty.any():
                 # A frame built from rows of several kinds leaves an optional field empty
                 # where a row did not give it: the default, as if the column were missing.
                 if name not in LAYER_DEFAULTS:
-                    raise ValueError(f"layer column {name} is empty in {int(column.isna().sum())} rows")
-                column = column.fillna(LAYER_DEFAULTS[name])
-            out[name] = column.to_numpy(dtype=np.int64)
+                    raise ValueError(f"layer column {name} is empty in {int(empty.sum())} rows")
+                column = np.where(empty, LAYER_DEFAULTS[name], np.asarray(column, dtype=object))
+            out[name] = np.asarray(column, dtype=np.int64)
         elif name != "dims":
-            out[name] = np.full(len(layers), LAYER_DEFAULTS[name], dtype=np.int64)
+            out[name] = np.full(rows, LAYER_DEFAULTS[name], dtype=np.int64)
     if "dims" not in out:
-        deep = np.zeros(len(layers), dtype=bool)
+        deep = np.zeros(rows, dtype=bool)
         for q, default in PER_AXIS.items():
             deep |= out[f"{q}_d"] != default
         out["dims"] = np.where(deep, 3, 2).astype(np.int64)
@@ -506,14 +526,41 @@ def layer_frame(layers: pd.DataFrame | np.ndarray | Sequence[ConvShape]) -> pd.D
             stride = np.maximum(out[f"stride_{a}"], 1)
             out[f"out_{a}"] = conv_out_width(out[f"in_{a}"], out[f"kernel_{a}"], stride, out[f"pad_{a}"],
                                              out[f"dilation_{a}"])
-    return pd.DataFrame({name: out[name] for name in LAYER_COLUMNS}, index=layers.index)
+    return {name: out[name] for name in LAYER_COLUMNS}
+
+
+def _from_seer_columns(table: LayerTable) -> dict:
+    """A table of SEER's eight columns as seer's layer fields (the square axes given twice)."""
+    given = {"batch": "batch", "in_ch": "in_ch", "out_ch": "out_ch", "in_h": "in_width", "in_w": "in_width",
+             "kernel_h": "kernel_width", "kernel_w": "kernel_width", "stride_h": "stride", "stride_w": "stride",
+             "pad_h": "padding", "pad_w": "padding"}
+    return {name: table[seer] for name, seer in given.items()}
+
+
+def _empty_cells(column) -> np.ndarray:
+    """Which cells of a column (a frame's, or an array) are empty: NaN or None."""
+    if hasattr(column, "isna"):
+        return column.isna().to_numpy()
+    values = np.asarray(column)
+    if values.dtype.kind == "f":
+        return np.isnan(values)
+    if values.dtype == object:
+        return np.array([v is None or v != v for v in values.tolist()], dtype=bool)
+    return np.zeros(len(values), dtype=bool)
+
+
+def table_rows(table: pd.DataFrame | LayerTable) -> int:
+    """The rows of a frame or of a layer table (a mapping of columns, whose ``len`` counts columns)."""
+    if hasattr(table, "columns"):
+        return len(table)
+    return len(next(iter(table.values()))) if len(table) else 0
 
 
 def invalid_layer_rows(frame: pd.DataFrame) -> np.ndarray:
     """Which rows of a :func:`layer_frame` are not valid layers: :data:`LAYER_RULES` on the
     whole frame at once (a row is flagged exactly when ``ConvShape`` would raise)."""
-    v = {name: frame[name].to_numpy(dtype=np.int64) for name in LAYER_FIELDS}
-    bad = np.zeros(len(frame), dtype=bool)
+    v = {name: np.asarray(frame[name], dtype=np.int64) for name in LAYER_FIELDS}
+    bad = np.zeros(table_rows(frame), dtype=bool)
     for rule in LAYER_RULES[:_RANGE_RULES]:
         bad |= rule.broken(v)
     # Rows out of range are flagged already; clipped, they keep the other rules' sums inside
@@ -528,9 +575,8 @@ def invalid_layer_rows(frame: pd.DataFrame) -> np.ndarray:
 def row_error(frame: pd.DataFrame, i: int) -> ShapeError:
     """The :class:`ShapeError` ``ConvShape`` raises for row ``i`` (0-based) of a layer frame,
     a row :func:`invalid_layer_rows` flagged."""
-    row = frame.iloc[i]
     try:
-        ConvShape(**{name: int(row[name]) for name in LAYER_FIELDS})
+        ConvShape(**{name: int(np.asarray(frame[name])[i]) for name in LAYER_FIELDS})
     except ShapeError as exc:
         return exc
     raise AssertionError(f"row {i + 1} failed the vectorised check only")
@@ -546,20 +592,19 @@ def check_layer_frame(frame: pd.DataFrame, where: Callable[[int], str] = lambda 
 
 def frame_volumes(frame: pd.DataFrame) -> dict[str, np.ndarray]:
     """Input, kernel and output volumes (product over the spatial axes) per row, as floats."""
-    return {q: np.prod([frame[f"{q}_{a}"].to_numpy(dtype=float) for a in AXES], axis=0)
+    return {q: np.prod([np.asarray(frame[f"{q}_{a}"], dtype=float) for a in AXES], axis=0)
             for q in ("in", "kernel", "out")}
 
 
 def frame_tensor_bytes(frame: pd.DataFrame) -> np.ndarray:
     """Bytes of the FP32 input, filter and output together, per row of a layer frame, as floats."""
     vol = frame_volumes(frame)
-    n, c, k, g = (frame[f].to_numpy(dtype=float) for f in ("batch", "in_ch", "out_ch", "groups"))
+    n, c, k, g = (np.asarray(frame[f], dtype=float) for f in ("batch", "in_ch", "out_ch", "groups"))
     return FP32_BYTES * sum(tensor_elements(n, c, k, g, vol["in"], vol["kernel"], vol["out"]))
 
 
 def frame_flops(frame: pd.DataFrame) -> np.ndarray:
     """Analytic FLOPs (a multiply-add counts two) per row of a layer frame, as floats."""
     vol = frame_volumes(frame)
-    return 2.0 * direct_macs(frame["batch"].to_numpy(dtype=float), frame["in_ch"].to_numpy(dtype=float),
-                             frame["out_ch"].to_numpy(dtype=float), frame["groups"].to_numpy(dtype=float),
+    return 2.0 * direct_macs(*(np.asarray(frame[f], dtype=float) for f in ("batch", "in_ch", "out_ch", "groups")),
                              vol["kernel"], vol["out"])

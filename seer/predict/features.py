@@ -17,19 +17,23 @@ algorithms work:
 - alignment: whether channels are multiples of 4, 8, 32 (vectorised and tensor-core paths).
 
 :class:`ShapeFeatures` wraps :func:`shape_features` as a stateless scikit-learn transformer.
-:func:`transform_features` adds the transform algorithms' problem sizes per axis and per
+:func:`transform_matrix` (and :func:`transform_features`, its frame) adds the transform algorithms' problem sizes per axis and per
 transform (FFT sizes, the batched complex GEMM, Winograd's GEMMs), which only the times learnt
 from cuDNN's answers read, where validation chose them (:mod:`seer.training.answers`).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from seer.hardware.gpus import GPUSpec
-from seer.layers.shapes import (AXES, FP32_BYTES, LAYER_COLUMNS, direct_macs, frame_flops, frame_volumes, layer_frame,
-                                tensor_elements)
+from seer.layers.shapes import (AXES, FP32_BYTES, LAYER_COLUMNS, SEER_FIELDS, LayerTable, direct_macs, frame_flops,
+                                frame_volumes, layer_columns, tensor_elements)
+
+if TYPE_CHECKING:  # imported where used: seer predict computes on layer tables, without pandas
+    import pandas as pd
 
 #: (rows, columns) tiles of the output matrix that cuDNN's implicit-GEMM kernels use.
 GEMM_TILES = ((32, 32), (64, 64), (128, 64), (128, 128), (256, 64))
@@ -45,8 +49,18 @@ def _log2(x) -> np.ndarray:
 
 def shape_features(layers: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:
     """Feature frame (one row per layer) from a layer frame (:func:`seer.layers.shapes.layer_frame`)."""
-    f = layer_frame(layers)
-    col = {name: f[name].to_numpy(dtype=float) for name in LAYER_COLUMNS}
+    import pandas as pd
+
+    names, values = feature_matrix(layers, spec)
+    return pd.DataFrame(values, index=layers.index if hasattr(layers, "columns") else None, columns=names, copy=False)
+
+
+def feature_matrix(layers: pd.DataFrame | LayerTable, spec: GPUSpec) -> tuple[list[str], np.ndarray]:
+    """The features' names and values, one row per layer, row-major (what the tree loop reads),
+    of a layer frame or layer table: :func:`shape_features` without pandas."""
+    f = layer_columns(layers)
+    rows = len(f["batch"])
+    col = {name: f[name].astype(float) for name in LAYER_COLUMNS}
     out = {}
     for name in LAYER_COLUMNS:
         out[f"log2_{name}"] = _log2(col[name] + (1 if name.startswith("pad_") else 0))
@@ -110,10 +124,10 @@ def shape_features(layers: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:
     # Per tile size of FFT_TILING, the tiles and each tile's points. 3D FFT_TILING transforms
     # 16x16x16 tiles (fft3d_r2c_16x16x16 in the traces); each tile yields 16 - k + 1 outputs per
     # axis. A 2D layer's depth axis counts one tile, of one point: its depth takes no transform.
-    padded_points = np.ones(len(f))
-    tiles, tile_points = {16: np.ones(len(f)), 32: np.ones(len(f))}, {16: np.ones(len(f)), 32: np.ones(len(f))}
+    padded_points = np.ones(rows)
+    tiles, tile_points = {16: np.ones(rows), 32: np.ones(rows)}, {16: np.ones(rows), 32: np.ones(rows)}
     for a in AXES:
-        used = col[f"in_{a}"] > 1 if a == "d" else np.ones(len(f), dtype=bool)
+        used = col[f"in_{a}"] > 1 if a == "d" else np.ones(rows, dtype=bool)
         padded_points *= np.where(used, 2 ** np.ceil(np.log2(np.maximum(col[f"in_{a}"] + 2 * col[f"pad_{a}"], 1))), 1)
         reach = col[f"dilation_{a}"] * (col[f"kernel_{a}"] - 1) + 1
         for size in tiles:
@@ -134,7 +148,7 @@ def shape_features(layers: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:
     for m in (4, 8, 32):
         out[f"in_ch_mult_{m}"] = (c_g % m == 0).astype(float)
         out[f"out_ch_mult_{m}"] = (k_g % m == 0).astype(float)
-    same = np.ones(len(f), dtype=bool)
+    same = np.ones(rows, dtype=bool)
     for a in AXES:
         same &= col[f"pad_{a}"] == col[f"dilation_{a}"] * (col[f"kernel_{a}"] - 1) // 2
     out["same_padding"] = same.astype(float)
@@ -142,10 +156,10 @@ def shape_features(layers: pd.DataFrame, spec: GPUSpec) -> pd.DataFrame:
     # One C-ordered block, the frame a view of it: the frame's values (``to_numpy()``) are then the
     # row-major matrix the tree loop reads, with no copy per model (a frame built from the dict
     # holds the transpose).
-    values = np.empty((len(f), len(out)))
+    values = np.empty((rows, len(out)))
     for j, column in enumerate(out.values()):
         values[:, j] = column
-    return pd.DataFrame(values, index=f.index, columns=list(out), copy=False)
+    return list(out), values
 
 
 def _fft_seconds(points, transforms_per_image, n, c, k, g, spec: GPUSpec) -> np.ndarray:
@@ -166,9 +180,7 @@ def log2_flops(shapes: pd.DataFrame) -> np.ndarray:
 
 def feature_names(spec: GPUSpec) -> list[str]:
     """The columns :func:`shape_features` returns, in order."""
-    one = pd.DataFrame({"batch": [1], "in_ch": [1], "out_ch": [1], "in_h": [1], "in_w": [1], "kernel_h": [1],
-                        "kernel_w": [1]})
-    return list(shape_features(one, spec).columns)
+    return feature_matrix(np.ones((1, len(SEER_FIELDS)), dtype=np.int64), spec)[0]
 
 
 #: Winograd transforms (output tile m, filter r) whose sizes :func:`transform_features` counts:
@@ -178,8 +190,8 @@ WINOGRAD_TRANSFORMS = ((4, 3), (2, 3), (2, 5))
 FFT_TILE_SIZES = (32, 16)
 
 
-def transform_features(layers: pd.DataFrame) -> pd.DataFrame:
-    """The transform algorithms' problem sizes per layer, which :func:`shape_features` sums up
+def transform_matrix(layers: pd.DataFrame | LayerTable) -> tuple[list[str], np.ndarray]:
+    """The names and values (one row per layer) of the transform algorithms' problem sizes, which :func:`shape_features` sums up
     per layer only: the FFT's size per axis (the padded input's next power of two, as cuDNN's
     ``fft2d_r2c_NxN`` kernels take it) and how full it is, its frequencies, the spectra's
     elements, the batched complex GEMM's FLOPs and blocks (one GEMM of N x K/G x C/G per
@@ -187,8 +199,8 @@ def transform_features(layers: pd.DataFrame) -> pd.DataFrame:
     the batched GEMM's FLOPs, the transformed input's elements and blocks; and how far the
     batch and channels per group are from multiples of 32. Read by the answer-informed time
     regressors of the algorithms whose validation they helped (:mod:`seer.training.answers`)."""
-    f = layer_frame(layers)
-    col = {name: f[name].to_numpy(dtype=float) for name in LAYER_COLUMNS}
+    f = layer_columns(layers)
+    col = {name: f[name].astype(float) for name in LAYER_COLUMNS}
     n, c, k, g = col["batch"], col["in_ch"], col["out_ch"], col["groups"]
     c_g, k_g = c / g, k / g
     out = {}
@@ -226,9 +238,16 @@ def transform_features(layers: pd.DataFrame) -> pd.DataFrame:
     for name, value in (("batch", n), ("in_ch_per_group", c_g), ("out_ch_per_group", k_g)):
         out[f"{name}_mod_32"] = (value % 32) / 32
         out[f"{name}_power_of_2"] = (np.log2(value) % 1 == 0).astype(float)
-    return pd.DataFrame(out, index=f.index)
+    return list(out), np.column_stack(list(out.values()))
 
 
-#: The columns :func:`transform_features` returns, in order.
-TRANSFORM_FEATURES: tuple[str, ...] = tuple(transform_features(pd.DataFrame({
-    "batch": [1], "in_ch": [1], "out_ch": [1], "in_h": [1], "in_w": [1], "kernel_h": [1], "kernel_w": [1]})).columns)
+def transform_features(layers: pd.DataFrame) -> pd.DataFrame:
+    """:func:`transform_matrix` as a frame with the layers' index."""
+    import pandas as pd
+
+    names, values = transform_matrix(layers)
+    return pd.DataFrame(values, index=layers.index if hasattr(layers, "columns") else None, columns=names)
+
+
+#: The columns :func:`transform_matrix` returns, in order.
+TRANSFORM_FEATURES: tuple[str, ...] = tuple(transform_matrix(np.ones((1, len(SEER_FIELDS)), dtype=np.int64))[0])

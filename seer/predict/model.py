@@ -7,6 +7,10 @@ the model's pick (rank 1 is the pick), with whether the layer lies outside the s
 the model was trained on; a layer for which no algorithm is predicted to run keeps a
 row of its own, with no algorithm. Algorithms predicted not to run get no row, so they
 are never recommended. Load one with :func:`seer.load_model`.
+
+:meth:`Model.predict_table` computes the same rows as a prediction table (:data:`PredictionTable`:
+the columns as numpy arrays), without pandas, which takes a quarter of a second to import: ``seer
+predict`` writes the tables, and :meth:`Model.predict` makes its frame from one.
 """
 
 from __future__ import annotations
@@ -14,20 +18,29 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
-import pandas as pd
 
 from seer.algorithms import select_algorithms
 from seer.errors import InputError
-from seer.layers.shapes import LAYER_COLUMNS, ConvShape, ShapeError, check_layer_frame, layer_frame
+from seer.layers.shapes import LAYER_COLUMNS, LayerTable, ShapeError, check_layer_frame, layer_columns, table_rows
 from seer.predict.predictors import AlgorithmPredictor, AnswerTimePredictor, SeerFamilyPredictor
 from seer.predict.guard import GUARD_LEVEL, GUARD_POLICY, guard_policy, recommended
 from seer.predict.sparse import SparseTimeModel, with_sparse_rows
 from seer.predict.uncertainty import interval_bounds, interval_kind
 from seer.schema import INTERVAL_COLUMNS, INTERVAL_LEVELS, OBJECTIVES, PREDICTION_COLUMNS, PYTORCH_COLUMNS
 
-Layers = pd.DataFrame | np.ndarray | Sequence[ConvShape]
+if TYPE_CHECKING:  # imported where used: predict_table needs no pandas
+    import pandas as pd
+
+Layers = "pd.DataFrame | LayerTable | np.ndarray | Sequence[ConvShape]"
+#: Predictions as columns (:meth:`Model.predict_table`): each name to a numpy array, one value per
+#: row. Missing values are NaN in float columns, None in object ones (``algo``, ``recommended``),
+#: and masked in ``rank`` (a masked int64 array), where a frame has pandas' missing value.
+PredictionTable = dict[str, np.ndarray]
+#: Columns of a prediction that hold names, missing where there is none: strings in a frame.
+TEXT_COLUMNS = ("algo", "recommended")
 
 
 @dataclass(repr=False)
@@ -113,23 +126,33 @@ class Model:
         kernels' times at it; beyond :attr:`seer.predict.sparse.SparseTimeModel.max_crowding` no
         sparse kernel is recommended.
         """
+        return prediction_frame(self.predict_table(layers, math, algorithms, objective, workspaces, memo))
+
+    def predict_table(self, layers: Layers, math: str = "default", algorithms: Sequence[str] | None = None,
+                      objective: str = "time", workspaces: pd.DataFrame | None = None,
+                      memo: PredictionMemo | None = None) -> PredictionTable:
+        """:meth:`predict`'s rows as a prediction table (:data:`PredictionTable`); ``layers`` may
+        also be a layer table (:func:`seer.layers.files.iter_layer_tables`). Needs no pandas but
+        for ``workspaces`` and the sparse kernels' rows (a ``sparsity`` column, with :attr:`sparse`)."""
         if objective not in OBJECTIVES:
             raise InputError(f"unknown objective {objective!r}; choose one of: {', '.join(OBJECTIVES)}",
                              field="objective")
         predictor = self.predictor(math)
         try:
-            frame = layer_frame(layers).reset_index(drop=True)
+            frame = layer_columns(layers)
             check_layer_frame(frame)
         except (ShapeError, ValueError) as exc:  # a caller's frame, not a file: no line to name
             raise InputError(str(exc), field=getattr(exc, "field", None)) from None
         # Each distinct layer is predicted once (networks and sweeps repeat shapes), then
         # every row takes its layer's answers.
         first, inverse = distinct_layers(frame)
-        distinct = frame[list(LAYER_COLUMNS)].iloc[first].reset_index(drop=True)
+        distinct = {name: column[first] for name, column in frame.items()}
         if workspaces is not None:
+            import pandas as pd
+
             workspaces = pd.DataFrame(workspaces).reset_index(drop=True)
-            if len(workspaces) != len(frame):
-                raise ValueError(f"cuDNN answered for {len(workspaces)} layers, the model predicts {len(frame)}")
+            if len(workspaces) != table_rows(frame):
+                raise ValueError(f"cuDNN answered for {len(workspaces)} layers, the model predicts {table_rows(frame)}")
             workspaces = workspaces.iloc[first].reset_index(drop=True)
             memo = None
         if memo is None:
@@ -144,11 +167,16 @@ class Model:
         sparsity = layer_sparsity(layers)
         if sparsity is not None and self.sparse is not None and self.pass_ == "fwd" and (
                 objective == "time" or self.sparse.power):
+            import pandas as pd
+
+            from seer.output import prediction_columns
+
             kernels = None if algorithms is None else _algorithm_names(algorithms)
-            out = with_sparse_rows(out, frame, sparsity, self.sparse, kernels, objective, layer_crowding(layers))
+            out = prediction_columns(with_sparse_rows(prediction_frame(out), pd.DataFrame(frame), sparsity, self.sparse,
+                                                      kernels, objective, layer_crowding(layers)))
         return out
 
-    def _layer_answers(self, layers: pd.DataFrame, math: str, algorithms: Sequence[str] | None, objective: str,
+    def _layer_answers(self, layers: LayerTable, math: str, algorithms: Sequence[str] | None, objective: str,
                        workspaces: pd.DataFrame | None = None) -> tuple[np.ndarray, ...]:
         """Per layer of ``layers`` (distinct, the layer columns): what :func:`ranked` and
         :func:`with_pytorch` take, as :data:`PredictionMemo.FIELDS` names them."""
@@ -200,21 +228,21 @@ class PredictionMemo:
     def __len__(self) -> int:
         return len(self._position)
 
-    def answers(self, layers: pd.DataFrame, arguments: tuple, predict) -> list[np.ndarray]:
-        """Per layer of ``layers`` (distinct), its answers: remembered ones, and ``predict``'s
-        (a function of a frame of the layers not remembered) for the others, which it remembers.
+    def answers(self, layers: LayerTable, arguments: tuple, predict) -> list[np.ndarray]:
+        """Per layer of ``layers`` (distinct, a layer table), its answers: remembered ones, and
+        ``predict``'s (a function of a table of the layers not remembered) for the others, which it remembers.
         ``arguments`` (the model, then the arguments of the call) must be the same as last time's
         for the remembered answers to serve."""
         model, *rest = arguments
         if self._arguments is None or self._arguments[0] is not model or self._arguments[1:] != tuple(rest):
             self._arguments, self._position, self._arrays = (model, *rest), {}, []
-        values = np.ascontiguousarray(layers[list(LAYER_COLUMNS)].to_numpy(dtype=np.int64))
+        values = np.column_stack([np.asarray(layers[name], dtype=np.int64) for name in LAYER_COLUMNS])
         keys = values.view(np.dtype((np.void, values.dtype.itemsize * values.shape[1]))).ravel().tolist()
         position = np.fromiter((self._position.get(key, -1) for key in keys), dtype=np.int64, count=len(keys))
         new = np.flatnonzero(position < 0)
         if not len(new):
             return [array[position] for array in self._arrays]
-        predicted = predict(layers.iloc[new].reset_index(drop=True))
+        predicted = predict({name: column[new] for name, column in layers.items()})
         if len(new) == len(keys):
             out = list(predicted)
         else:
@@ -258,16 +286,25 @@ def layer_sparsity(layers: Layers) -> np.ndarray | None:
 
 
 def _input_column(layers: Layers, column: str, rule: str, valid, empty: float) -> np.ndarray | None:
-    """A column of a layer frame that describes the layer's input, as floats (``empty`` where a
-    cell is empty), None where there is none; InputError naming the first cell not ``valid``."""
-    if not isinstance(layers, pd.DataFrame) or column not in layers.columns:
+    """A column of a layer frame (or layer table) that describes the layer's input, as floats
+    (``empty`` where a cell is empty), None where there is none; InputError naming the first cell
+    not ``valid``."""
+    if not hasattr(layers, "keys") or column not in layers:
         return None
-    values = pd.to_numeric(layers[column].replace("", np.nan), errors="coerce").to_numpy(dtype=float)
-    given = layers[column].notna().to_numpy() & (layers[column].astype(str).str.strip() != "").to_numpy()
+    cells = layers[column]
+    if isinstance(cells, np.ndarray) and cells.dtype == np.float64:  # a layer file's: numbers, or NaN where empty
+        values = cells
+        given = ~np.isnan(cells)
+    else:
+        import pandas as pd
+
+        cells = pd.Series(cells).reset_index(drop=True)
+        values = pd.to_numeric(cells.replace("", np.nan), errors="coerce").to_numpy(dtype=float)
+        given = cells.notna().to_numpy() & (cells.astype(str).str.strip() != "").to_numpy()
     bad = given & ~valid(values)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise InputError(f"layer {i}: {column} must be {rule}, got {layers[column].iloc[i]!r}", field=column)
+        raise InputError(f"layer {i}: {column} must be {rule}, got {cells[i]!r}", field=column)
     return np.where(given, values, empty)
 
 
@@ -290,21 +327,27 @@ def _algorithm_names(algorithms: Sequence[str]) -> list[str]:
         raise InputError(exc.args[0], field="algo") from None
 
 
-def distinct_layers(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """The rows of a layer frame where each distinct layer (by the layer columns) first
-    appears, in order, and per row its layer's position among them."""
-    values = frame[list(LAYER_COLUMNS)].to_numpy()
-    codes, _ = pd.factorize(pd.util.hash_pandas_object(frame[list(LAYER_COLUMNS)], index=False), sort=False)
-    first = np.unique(codes, return_index=True)[1]
-    if len(first) == len(frame) or not np.array_equal(values[first][codes], values):
-        return np.arange(len(frame)), np.arange(len(frame))  # nothing repeats (or two hashes collide)
-    return first, codes
+def distinct_layers(frame: pd.DataFrame | LayerTable) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of a layer frame (or layer table) where each distinct layer (by the layer
+    columns) first appears, in order, and per row its layer's position among them."""
+    values = np.column_stack([np.asarray(frame[name], dtype=np.int64) for name in LAYER_COLUMNS])
+    rows = len(values)
+    keys = values.view(np.dtype((np.void, values.itemsize * values.shape[1]))).ravel()  # a layer's bytes
+    _, first, codes = np.unique(keys, return_index=True, return_inverse=True)
+    if len(first) == rows:
+        return np.arange(rows), np.arange(rows)  # nothing repeats
+    # np.unique numbers the layers by their bytes: renumber them by first appearance.
+    order = np.argsort(first, kind="stable")
+    position = np.empty_like(order)
+    position[order] = np.arange(len(order))
+    return first[order], position[codes.ravel()]
 
 
-def ranked(frame: pd.DataFrame, math: str, algorithms: list[str], times: np.ndarray, scores: np.ndarray,
+def ranked(frame: LayerTable, math: str, algorithms: list[str], times: np.ndarray, scores: np.ndarray,
            extrapolated: np.ndarray, energies: np.ndarray | None = None, bounds: np.ndarray | None = None,
-           near_best: np.ndarray | None = None) -> pd.DataFrame:
-    """The tidy prediction frame of :meth:`Model.predict` from per-layer arrays of times,
+           near_best: np.ndarray | None = None) -> PredictionTable:
+    """The prediction table of :meth:`Model.predict_table` (but the PyTorch columns) from the
+    layers' columns (a layer table) and per-layer arrays of times,
     pick scores (NaN: predicted not to run), energies (NaN: no energy model), the times'
     bounds (layers, algorithms, levels, 2) and each pick's chance of being near the fastest."""
     runs = np.isfinite(times)
@@ -321,20 +364,19 @@ def ranked(frame: pd.DataFrame, math: str, algorithms: list[str], times: np.ndar
     rank = np.concatenate([position + 1, np.zeros(len(none), dtype=position.dtype)])
     sort = np.argsort(rows, kind="stable")
     rows, has, slots, rank = rows[sort], has[sort], slots[sort], rank[sort]
-    out = frame.iloc[rows].reset_index(drop=True)
-    out.insert(0, "layer", rows)
-    out["math"] = math
-    # Each name made a string once, then taken per row (-1: no algorithm, missing).
-    out["algo"] = pd.array(algorithms, dtype="string").take(np.where(has, slots, -1), allow_fill=True)
+    nothing = np.full(len(rows), np.nan)
+    out = {"layer": rows, **{name: np.asarray(frame[name])[rows] for name in LAYER_COLUMNS},
+           "math": np.full(len(rows), math, dtype=object)}
+    # Each name taken per row from the list (the extra last entry: no algorithm, missing).
+    out["algo"] = np.array([*algorithms, None], dtype=object)[np.where(has, slots, -1)]
     out["predicted_ms"] = np.where(has, times[rows, slots], np.nan)
     for column, (level, end) in zip(INTERVAL_COLUMNS, itertools.product(range(len(INTERVAL_LEVELS)), range(2))):
-        out[column] = np.where(has, bounds[rows, slots, level, end], np.nan) if bounds is not None else np.nan
-    out["predicted_mj"] = np.where(has, energies[rows, slots], np.nan) if energies is not None else np.nan
-    out["rank"] = pd.array(rank, dtype="Int64")
-    out.loc[~has, "rank"] = pd.NA
-    out["extrapolated"] = extrapolated[rows]
-    out["pick_near_best"] = near_best[rows] if near_best is not None else np.nan
-    return out[["layer", *(c for c in PREDICTION_COLUMNS if c not in PYTORCH_COLUMNS)]]
+        out[column] = np.where(has, bounds[rows, slots, level, end], np.nan) if bounds is not None else nothing
+    out["predicted_mj"] = np.where(has, energies[rows, slots], np.nan) if energies is not None else nothing
+    out["rank"] = np.ma.masked_array(rank.astype(np.int64), mask=~has)
+    out["extrapolated"] = np.asarray(extrapolated[rows], dtype=bool)
+    out["pick_near_best"] = near_best[rows] if near_best is not None else nothing
+    return {name: out[name] for name in ("layer", *(c for c in PREDICTION_COLUMNS if c not in PYTORCH_COLUMNS))}
 
 
 def pytorch_times(predictor, kinds: np.ndarray, ms: np.ndarray | None, policy: str = GUARD_POLICY) -> np.ndarray:
@@ -351,25 +393,39 @@ def pytorch_times(predictor, kinds: np.ndarray, ms: np.ndarray | None, policy: s
     return out
 
 
-def with_pytorch(predictions: pd.DataFrame, pytorch: np.ndarray, guarded: bool = True) -> pd.DataFrame:
-    """``predictions`` (:func:`ranked`) with each layer's :data:`PYTORCH_COLUMNS`: PyTorch's
+def with_pytorch(predictions: PredictionTable, pytorch: np.ndarray, guarded: bool = True) -> PredictionTable:
+    """``predictions`` (:func:`ranked`'s table) with each layer's :data:`PYTORCH_COLUMNS`: PyTorch's
     predicted time and bounds (``pytorch``, one row per layer, as :func:`pytorch_times` gives
     them: its last column, the guard margin, decides but is not shown), and the guarded
     recommendation (:func:`seer.predict.guard.recommended`; the pick itself unless ``guarded``)."""
-    layer = predictions["layer"].to_numpy()
+    layer = predictions["layer"]
     first = np.unique(layer, return_index=True)[1]  # the rank-1 row of each layer
     for k, column in enumerate(PYTORCH_COLUMNS[:-1]):
         predictions[column] = pytorch[layer, k]
-    best = predictions.iloc[first]
-    algo = best["algo"].astype(object).where(best["algo"].notna(), None).to_numpy()
-    high = best[f"predicted_ms_high{GUARD_LEVEL}"].to_numpy(dtype=float)
+    algo = predictions["algo"][first]
+    high = predictions[f"predicted_ms_high{GUARD_LEVEL}"][first]
     low = PYTORCH_COLUMNS.index(f"pytorch_low{GUARD_LEVEL}")
-    choice = recommended(algo, best["predicted_ms"].to_numpy(dtype=float), high, pytorch[layer[first], 0],
+    choice = recommended(algo, predictions["predicted_ms"][first], high, pytorch[layer[first], 0],
                          pytorch[layer[first], low], pytorch[layer[first], -1]) if guarded else algo
     per_layer = np.empty(len(pytorch), dtype=object)
     per_layer[layer[first]] = choice
-    predictions["recommended"] = pd.array(per_layer, dtype="string").take(layer)  # a string per layer, not per row
+    predictions["recommended"] = per_layer[layer]
     return predictions
+
+
+def prediction_frame(table: Mapping[str, np.ndarray]) -> pd.DataFrame:
+    """A prediction table (:data:`PredictionTable`) as :meth:`Model.predict`'s frame: names as
+    pandas' strings, ``rank`` as its nullable integers."""
+    import pandas as pd
+
+    columns = {}
+    for name, values in table.items():
+        if name in TEXT_COLUMNS:
+            values = pd.array(values, dtype="string")
+        elif np.ma.isMaskedArray(values):
+            values = pd.arrays.IntegerArray(values.data, np.ma.getmaskarray(values).copy())
+        columns[name] = values
+    return pd.DataFrame(columns)
 
 
 def recommended_rows(predictions: pd.DataFrame, picks: pd.DataFrame) -> pd.DataFrame:
@@ -386,6 +442,8 @@ def best_per_layer(predictions: pd.DataFrame) -> pd.DataFrame:
     fastest algorithm and its time, the runner-up (missing where there is none), the
     extrapolation mark, both times' bounds (``best_low80``, ..., ``runner_up_high95``) and the
     pick's chance of being near the fastest (``pick_near_best``)."""
+    import pandas as pd
+
     first = predictions.drop_duplicates("layer").set_index("layer")
     second = predictions[predictions["rank"] == 2].set_index("layer")
     out = pd.DataFrame(index=first.index)

@@ -403,7 +403,7 @@ def load(directory: Path, maths: Sequence[str] | None = None, families: Sequence
     # here, not a traceback in the middle of a user's predictions.
     for math in parts["ours"]:
         try:
-            model.predict([_PROBE_LAYER], math)
+            model.predict_table([_PROBE_LAYER], math)
         except InputError:
             raise
         except Exception as exc:  # noqa: BLE001 - whatever a hand-made file provokes

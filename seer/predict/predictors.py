@@ -25,19 +25,22 @@ checks them before it builds anything.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 import numpy as np
-import pandas as pd
 
 from seer.algorithms import FAMILIES, algorithm_names, get_algorithm
 from seer.hardware.gpus import GPUSpec, spec_from_fields
 from seer.hardware.kernel_plans import runs_layers
-from seer.layers.shapes import LAYER_COLUMNS, is_seer_layer, layer_frame
-from seer.predict.features import TRANSFORM_FEATURES, feature_names, log2_flops, shape_features, transform_features
+from seer.layers.shapes import LAYER_COLUMNS, LayerTable, is_seer_layer, layer_columns, layer_frame, table_rows
+from seer.predict.features import (TRANSFORM_FEATURES, feature_matrix, feature_names, log2_flops, shape_features,
+                                   transform_matrix)
 from seer.predict.trees import TreeEnsemble, TreeError
 from seer.predict.uncertainty import (check_guard_margins, check_intervals, check_near_best, guard_margin,
                                       interval_bounds, interval_kind, near_best_probability, pick_margin)
+
+if TYPE_CHECKING:  # imported where used: seer predict computes on layer tables, without pandas
+    import pandas as pd
 
 #: Support decisions that need no classifier: the algorithm ran on every or no training shape.
 ALWAYS, NEVER = "always", "never"
@@ -518,7 +521,7 @@ class AnswerTimePredictor(Part):
     Where ``variants`` has an algorithm, its runs whose kernel variant is confidently guessed
     take that variant's regressor instead (:class:`VariantTimes`). The regressors of the
     algorithms in ``transform_inputs`` also read the transform algorithms' problem sizes
-    (:func:`seer.predict.features.transform_features`), after the answers. Learnt from the
+    (:func:`seer.predict.features.transform_matrix`), after the answers. Learnt from the
     measured runs' recorded answers and traces (:mod:`seer.training.answers`).
     """
 
@@ -529,7 +532,7 @@ class AnswerTimePredictor(Part):
 
     def ratios(self, algo: str, F: np.ndarray, sizes: np.ndarray, transforms: np.ndarray | None = None) -> np.ndarray:
         """``algo``'s time over its baseline per row of features ``F`` and answer inputs ``sizes``;
-        ``transforms`` (:func:`seer.predict.features.transform_features`, same rows) is needed
+        ``transforms`` (:func:`seer.predict.features.transform_matrix`'s values, same rows) is needed
         where ``algo`` is in :attr:`transform_inputs`."""
         blocks = [F, sizes]
         if algo in self.transform_inputs:
@@ -738,8 +741,8 @@ class AlgorithmPredictor(Part):
         the workspace answers of algorithms predicted not to run (enough for masked
         predictions). ``workspaces``: cuDNN's own answers, where a GPU gave them
         (:func:`with_cudnn_answers`)."""
-        X = layer_frame(X)
-        F = shape_features(X, self.feature_spec).to_numpy()
+        X = layer_columns(X)
+        F = feature_matrix(X, self.feature_spec)[1]
         answers = None
         if self.workspace is not None:
             answers = self.workspace.answers(F, only_where_runs=not complete and workspaces is None)
@@ -751,7 +754,7 @@ class AlgorithmPredictor(Part):
     def predict_power(self, X) -> np.ndarray:
         """Predicted average power (W) per shape and algorithm while it runs back to back;
         NaN for an algorithm without an energy model."""
-        return self._power(shape_features(layer_frame(X), self.feature_spec).to_numpy())
+        return self._power(feature_matrix(X, self.feature_spec)[1])
 
     def _energies(self, F: np.ndarray, times: np.ndarray) -> np.ndarray:
         """``times`` x predicted power, the power models walked only where there is a time: NaN
@@ -800,7 +803,7 @@ class AlgorithmPredictor(Part):
         known: dict = {}
         reported, weighed = self._times(F, answers, planned, ratios=known)
         if workspaces is not None and answer_times is not None:
-            transforms = transform_features(X).to_numpy() if answer_times.transform_inputs else None
+            transforms = transform_matrix(X)[1] if answer_times.transform_inputs else None
             reported, weighed = self.with_answer_times(F, workspaces, answer_times, reported, weighed, transforms)
         return (reported, self._scores(F, answers, weighed), self._energies(F, reported),
                 self._policy_times(F, answers, policies, known))
@@ -812,7 +815,7 @@ class AlgorithmPredictor(Part):
         algorithms wherever they have a time (cuDNN takes them, and they fit in memory): there
         the kernel path is known, so the time to report and the one the pick weighs are one.
         PyTorch's predicted time stays the shape-only reference's, which its models learnt from.
-        ``transforms``: the layers' :func:`~seer.predict.features.transform_features`, where
+        ``transforms``: the layers' :func:`~seer.predict.features.transform_matrix` values, where
         ``answer_times`` reads them."""
         missing = [a for a in answer_times.algorithms if a not in workspaces.columns]
         if missing:
@@ -839,11 +842,11 @@ class AlgorithmPredictor(Part):
 
     def extrapolated(self, X) -> np.ndarray:
         """Whether each shape lies outside the ranges seen in training (any field, or FLOPs)."""
-        X = layer_frame(X)
-        outside = np.zeros(len(X), dtype=bool)
+        X = layer_columns(X)
+        outside = np.zeros(table_rows(X), dtype=bool)
         for field_ in LAYER_COLUMNS:
             low, high = self.training_ranges[field_]
-            outside |= (X[field_] < low).to_numpy() | (X[field_] > high).to_numpy()
+            outside |= (X[field_] < low) | (X[field_] > high)
         low, high = self.training_ranges["log2_flops"]
         log_flops = log2_flops(X)
         return outside | (log_flops < low) | (log_flops > high)
@@ -1083,10 +1086,10 @@ def _check_inputs(n: int, algorithms: list[str], workspace: WorkspacePredictor |
         check(regressor, n, f"{algo}'s power model")
 
 
-def kernel_plan_support(X: pd.DataFrame, algorithms: list[str], supports: dict) -> np.ndarray:
+def kernel_plan_support(X: pd.DataFrame | LayerTable, algorithms: list[str], supports: dict) -> np.ndarray:
     """Per shape and algorithm, whether seer's kernel plan takes the shape: for the
     algorithms whose support is :data:`BY_KERNEL_PLAN`; True for the others."""
-    planned = np.ones((len(X), len(algorithms)), dtype=bool)
+    planned = np.ones((table_rows(X), len(algorithms)), dtype=bool)
     for j, algo in enumerate(algorithms):
         if supports.get(algo) == BY_KERNEL_PLAN:
             planned[:, j] = runs_layers(algo, X)

@@ -43,11 +43,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from seer.errors import InputError
 from seer.schema import INTERVAL_COLUMNS, INTERVAL_LEVELS
+
+if TYPE_CHECKING:  # imported where used: seer predict computes on layer tables, without pandas
+    import pandas as pd
 
 #: The model file in a GPU's models folder.
 SPARSE_FILE = "sparse.json"
@@ -522,6 +526,8 @@ def with_sparse_rows(predictions: pd.DataFrame, frame: pd.DataFrame, sparsity: n
     layer's ``crowding`` (NaN or None: not measured, taken as even); beyond
     :attr:`SparseTimeModel.max_crowding` no sparse kernel is recommended. The rows
     of layers of sparsity 0 are left as they are; ``algorithms`` (names) limits the kernels."""
+    import pandas as pd
+
     from seer.algorithms import algorithm_names
 
     sparsity = np.asarray(sparsity, dtype=float)
@@ -575,6 +581,8 @@ def _layer_with_sparse(rows: pd.DataFrame, kernels: list[str], times: np.ndarray
     where a sparse kernel comes first (guarded by time; never where the input is ``crowded``);
     the sparse rows are ``extrapolated`` where the dense ones are or the layer is ``outside``
     the sparse model's ranges."""
+    import pandas as pd
+
     from seer.predict.guard import GUARD_LEVEL
     from seer.schema import PYTORCH_CHOICE
 

@@ -20,11 +20,15 @@ Both are calibrated on layers the models never saw, the calibration half of Test
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
-from seer.layers.shapes import layer_kind_flags
+import numpy as np
+
+from seer.layers.shapes import LayerTable, layer_kind_masks, table_rows
 from seer.schema import INTERVAL_LEVELS
+
+if TYPE_CHECKING:  # imported where used: seer predict computes on layer tables, without pandas
+    import pandas as pd
 
 #: A pick "near the fastest" measures within this fraction of the fastest algorithm's time:
 #: where algorithms run the same kernel (IMPLICIT_GEMM, IMPLICIT_PRECOMP_GEMM and GEMM run one
@@ -51,13 +55,20 @@ GUARD_RULE = (f"the pick where log(pick_ms / pytorch_ms) + margin(kind) < 0; mar
               f"fewer than {MIN_CALIBRATION_RUNS} such layers takes the larger of its own and the all-kinds one")
 
 
-def interval_kind(frame: pd.DataFrame) -> np.ndarray:
-    """One :data:`INTERVAL_KINDS` name per layer of a layer frame."""
-    flags = layer_kind_flags(frame)
-    out = np.full(len(frame), INTERVAL_KINDS[-1], dtype=object)
+def interval_kind(frame: pd.DataFrame | LayerTable) -> np.ndarray:
+    """One :data:`INTERVAL_KINDS` name per layer of a layer frame (or layer table)."""
+    flags = layer_kind_masks(frame)
+    out = np.full(table_rows(frame), INTERVAL_KINDS[-1], dtype=object)
     for kind in reversed(INTERVAL_KINDS[:-1]):  # the first kind in the order wins
-        out[flags[kind].to_numpy()] = kind
+        out[flags[kind]] = kind
     return out
+
+
+def _kind_positions(kinds: np.ndarray) -> np.ndarray:
+    """Each of ``kinds``' position in :data:`INTERVAL_KINDS` (-1 for a name not there)."""
+    position = {kind: i for i, kind in enumerate(INTERVAL_KINDS)}
+    return np.fromiter((position.get(kind, -1) for kind in np.asarray(kinds, dtype=object).tolist()), dtype=np.intp,
+                       count=len(kinds))
 
 
 def conformal_quantiles(log_ratio: np.ndarray, levels: tuple[int, ...] = INTERVAL_LEVELS) -> list[list[float]]:
@@ -127,7 +138,7 @@ def guard_margin(kinds: np.ndarray, margins: dict[str, float]) -> np.ndarray:
     if not margins:
         return np.full(len(kinds), np.nan)
     table = np.array([margins.get(kind, margins[ALL_KINDS]) for kind in INTERVAL_KINDS], dtype=float)
-    return table[pd.Index(INTERVAL_KINDS).get_indexer(np.asarray(kinds, dtype=object))]
+    return table[_kind_positions(kinds)]
 
 
 def check_guard_margins(margins, where: str) -> None:
@@ -147,7 +158,7 @@ def interval_bounds(times: np.ndarray, kinds: np.ndarray, algorithms: list[str],
     """Bounds of ``times`` (rows x algorithms, ms): an array (rows, algorithms, levels, 2), NaN
     where a time is missing or its algorithm has no quantiles."""
     out = np.full((*times.shape, len(INTERVAL_LEVELS), 2), np.nan)
-    index = pd.Index(INTERVAL_KINDS).get_indexer(kinds)  # each row's kind, the same for every algorithm
+    index = _kind_positions(kinds)  # each row's kind, the same for every algorithm
     for j, algo in enumerate(algorithms):
         by_kind = intervals.get(algo)
         if not by_kind:

@@ -13,7 +13,7 @@ they lower cuDNN's algorithms' MAPE (``benchmarks/answer_inputs.py``, ``docs/pre
 Per algorithm, a validation split of the train layers also chooses the regressors' design
 (:func:`choose_design`): the chosen candidate as it is or with four times finer trees, and
 reading the transform algorithms' problem sizes or not
-(:func:`seer.predict.features.transform_features`); the FFT and Winograd algorithms' errors were
+(:func:`seer.predict.features.transform_matrix`); the FFT and Winograd algorithms' errors were
 the trees' fit, not which kernel runs (``benchmarks/answer_error.py``).
 
 Where the runs' CUPTI traces name the kernel variant cuDNN launched inside an algorithm,
@@ -32,7 +32,7 @@ from sklearn.ensemble import HistGradientBoostingClassifier
 
 from seer.algorithms import algorithm_names
 from seer.layers.shapes import layer_frame
-from seer.predict.features import shape_features, transform_features
+from seer.predict.features import shape_features, transform_matrix
 from seer.predict.predictors import (ALL_RUNS, RARE_VARIANTS, AlgorithmPredictor, AnswerTimePredictor, BoostedClassifier,
                                      VariantTimes, answer_inputs, answer_paths)
 from seer.training.estimators import default_candidates, finer_trees, mape, to_part
@@ -80,7 +80,7 @@ def fit_answer_times(predictor: AlgorithmPredictor, shapes: pd.DataFrame, times:
     cudnn = [a for a in algorithm_names("cudnn") if a in workspaces.columns]
     F = shape_features(layer_frame(shapes), predictor.feature_spec).to_numpy()
     answers = np.hstack([F, answer_inputs(workspaces[cudnn].to_numpy(dtype=float))])
-    with_transforms = np.hstack([answers, transform_features(shapes).to_numpy()])
+    with_transforms = np.hstack([answers, transform_matrix(shapes)[1]])
     regressors, chosen, mixtures, decided, design_of, transform_inputs = {}, {}, {}, {}, {}, []
     for algo in cudnn:
         if algo not in predictor.regressors or algo not in times.columns:
