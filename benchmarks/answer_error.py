@@ -39,15 +39,13 @@ import pandas as pd
 from sklearn.base import clone
 from sklearn.ensemble import HistGradientBoostingClassifier
 
-from seer.algorithms import algorithm_names
 from seer.dataset.build import read_measurements
-from seer.layers.shapes import LAYER_COLUMNS, layer_frame
-from seer.predict.features import shape_features, transform_features
+from seer.layers.shapes import LAYER_COLUMNS
 from seer.predict.persist import load_model
 from seer.predict.predictors import ALL_RUNS, answer_inputs, answer_paths
 from seer.predict.uncertainty import interval_kind
 from seer.schema import DatasetDir
-from seer.training.answers import DEFAULT_CANDIDATE, DESIGNS, validation_rows
+from seer.training.answers import DEFAULT_CANDIDATE, DESIGNS, design_inputs, validation_rows
 from seer.training.estimators import default_candidates, finer_trees, mape
 from seer.training.train import training_inputs
 
@@ -68,12 +66,9 @@ HELD_OUT = {"test2": "Test-set-II", "test1": "Test-set-I"}
 def frames(table: pd.DataFrame, model, math: str, split: str) -> dict:
     """One split's layers, per-algorithm frames and the inputs every design reads."""
     inputs = training_inputs(table, pd.DataFrame(), math, split)
-    predictor = model.predictors[math]
-    F = shape_features(layer_frame(inputs.shapes), predictor.feature_spec).to_numpy()
-    cudnn = [a for a in algorithm_names("cudnn") if a in inputs.workspaces.columns]
-    answers = np.hstack([F, answer_inputs(inputs.workspaces[cudnn].to_numpy(dtype=float))])
-    return {"inputs": inputs, "F": F, "answers": answers,
-            "with_transforms": np.hstack([answers, transform_features(inputs.shapes).to_numpy()])}
+    _, F, answers, transforms = design_inputs(model.predictors[math], inputs.shapes, inputs.workspaces)
+    return {"inputs": inputs, "F": F, "answers": answers, "transforms": transforms,
+            "with_transforms": np.hstack([answers, transforms])}
 
 
 def run_frame(split_frames: dict, algo: str, predicted: np.ndarray, runs_meta: pd.DataFrame, math: str) -> pd.DataFrame:
@@ -278,8 +273,7 @@ def main(argv: list[str] | None = None) -> int:
             # Test-set-II: the model's own answer times, as seer predict --cudnn-answers gives them.
             f = split_frames["test2"]
             sizes = answer_inputs(f["inputs"].workspaces[answer_times.algorithms].to_numpy(dtype=float))
-            transforms = transform_features(f["inputs"].shapes).to_numpy()
-            predicted = answer_times.ratios(algo, f["F"], sizes, transforms) * model.predictors[math].baseline_ms(
+            predicted = answer_times.ratios(algo, f["F"], sizes, f["transforms"]) * model.predictors[math].baseline_ms(
                 f["F"], algo)
             where.append({"where": "Test-set-II, the model's answer times", "math": math, "algo": algo,
                           **breakdown(run_frame(f, algo, predicted, meta, math))})

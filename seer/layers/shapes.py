@@ -400,7 +400,7 @@ class LayerKind:
 
 
 def _spatial_pairs_differ(frame: LayerTable, quantity: str) -> np.ndarray:
-    return np.asarray(frame[f"{quantity}_h"]) != np.asarray(frame[f"{quantity}_w"])
+    return _column(frame, f"{quantity}_h") != _column(frame, f"{quantity}_w")
 
 
 def _column(frame: LayerTable, name: str) -> np.ndarray:

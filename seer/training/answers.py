@@ -77,10 +77,8 @@ def fit_answer_times(predictor: AlgorithmPredictor, shapes: pd.DataFrame, times:
     """
     candidates = default_candidates() if candidates is None else candidates
     choice = choice or {}
-    cudnn = [a for a in algorithm_names("cudnn") if a in workspaces.columns]
-    F = shape_features(layer_frame(shapes), predictor.feature_spec).to_numpy()
-    answers = np.hstack([F, answer_inputs(workspaces[cudnn].to_numpy(dtype=float))])
-    with_transforms = np.hstack([answers, transform_matrix(shapes)[1]])
+    cudnn, F, answers, transforms = design_inputs(predictor, shapes, workspaces)
+    with_transforms = np.hstack([answers, transforms])
     regressors, chosen, mixtures, decided, design_of, transform_inputs = {}, {}, {}, {}, {}, []
     for algo in cudnn:
         if algo not in predictor.regressors or algo not in times.columns:
@@ -114,6 +112,16 @@ def fit_answer_times(predictor: AlgorithmPredictor, shapes: pd.DataFrame, times:
             if mixture is not None:
                 mixtures[algo] = mixture
     return AnswerTimePredictor(cudnn, regressors, mixtures, transform_inputs), chosen, decided, design_of
+
+
+def design_inputs(predictor: AlgorithmPredictor, shapes: pd.DataFrame,
+                  workspaces: pd.DataFrame) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """cuDNN's algorithms ``workspaces`` answers for, and per layer of ``shapes`` what the designs
+    read: the shape features, those with every such algorithm's answer, and the transform features."""
+    cudnn = [a for a in algorithm_names("cudnn") if a in workspaces.columns]
+    F = shape_features(layer_frame(shapes), predictor.feature_spec).to_numpy()
+    answers = np.hstack([F, answer_inputs(workspaces[cudnn].to_numpy(dtype=float))])
+    return cudnn, F, answers, transform_matrix(shapes)[1]
 
 
 def validation_rows(n_layers: int, seed: int = 0) -> np.ndarray:
