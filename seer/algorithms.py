@@ -215,7 +215,7 @@ BACKWARD_ALGORITHMS: tuple[Algorithm, ...] = (
     _backward("bwd_data", "ALGO_0", 0, False, "gemm", "sums the filter's contributions with atomic adds",
               Launches(2, 2, grouped=2)),
     _backward("bwd_data", "ALGO_1", 1, True, "implicit_gemm", "implicit GEMM over the output gradient",
-              Launches(1, 2, grouped=2, grouped_default=0)),
+              Launches(1, 2, grouped=3, grouped_default=0)),
     _backward("bwd_data", "FFT", 2, True, "fft", "FFT of whole images", Launches(4, 4, grouped=6, depthwise=6)),
     _backward("bwd_data", "FFT_TILING", 3, True, "fft", "FFT on 32x32 tiles", Launches(4, 4, grouped=7, depthwise=7)),
     _backward("bwd_data", "WINOGRAD", 4, True, "winograd", "fused Winograd transform"),
@@ -228,7 +228,7 @@ BACKWARD_ALGORITHMS: tuple[Algorithm, ...] = (
     _backward("bwd_filter", "WINOGRAD", 4, True, "winograd", "fused Winograd transform"),
     _backward("bwd_filter", "WINOGRAD_NONFUSED", 5, True, "winograd",
               "Winograd with separate transform and batched-GEMM kernels", Launches(4, 4, grouped=4, depthwise=4)),
-    _backward("bwd_filter", "FFT_TILING", 6, True, "fft", "FFT on 32x32 tiles", Launches(4, 4, grouped=4, depthwise=5)),
+    _backward("bwd_filter", "FFT_TILING", 6, True, "fft", "FFT on 32x32 tiles", Launches(4, 4, grouped=4, depthwise=4)),
     # PyTorch's own dgrad and wgrad (aten's convolution_backward, as autograd calls it).
     Algorithm("PYTORCH_BWD_DATA", "pytorch", None, "PTBD", None,
               "PyTorch's own backward-data choice: aten.convolution_backward, cuDNN's heuristics pick the engine",
