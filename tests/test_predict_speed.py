@@ -34,6 +34,21 @@ def test_energies_and_pytorchs_times_are_the_bits_of_the_long_way(math):
     assert pytorch.tobytes() == predictor.predict_policies(layers, policies).tobytes()
 
 
+def test_the_order_the_trees_walk_the_layers_in_changes_no_bit():
+    """Layers are predicted sorted by the features the trees split on first (the walk order);
+    each gets the bits it gets in any order given, reversed or shuffled."""
+    predictor = load_model("h100").predictor("default")
+    layers = read_layers(DATASET / "Test-set-II-general.csv")
+    F, _, _ = predictor.prepare(layers, complete=False)
+    order = predictor.walk_order(F)
+    assert np.array_equal(np.sort(order), np.arange(len(F))) and not np.array_equal(order, np.arange(len(F)))
+    policies = list(predictor.policies)
+    given = predictor.predict_with_energy(layers, policies)
+    for shuffled in (np.arange(len(layers))[::-1], np.random.default_rng(0).permutation(len(layers))):
+        again = predictor.predict_with_energy(layers.iloc[shuffled].reset_index(drop=True), policies)
+        assert all(a.tobytes() == b[shuffled].tobytes() for a, b in zip(again, given))
+
+
 def test_predicting_loads_neither_numba_nor_scipy(tmp_path):
     out = tmp_path / "pred.csv"
     probe = ("import sys, seer.cli; code = seer.cli.main(['predict', sys.argv[1], '--gpu', 'h100', '-o', sys.argv[2]]); "

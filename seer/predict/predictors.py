@@ -25,6 +25,7 @@ checks them before it builds anything.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 import numpy as np
@@ -59,6 +60,9 @@ RUNS_THRESHOLD = 0.5
 #: evaluated there. Leaving out a path of probability p moves a predicted time by at most
 #: p x |ln(ratio of the two paths' times)|.
 NEGLIGIBLE_PATH = 1e-4
+#: How many features layers are sorted by before a model's trees walk them
+#: (:meth:`AlgorithmPredictor.walk_order`): those its trees split on first most often.
+WALK_FEATURES = 3
 #: Workspace answers of an algorithm predicted not to run, as the pick classifier reads
 #: them: below both answers' ranges (a probability; log2 of at least one byte).
 NOT_RUN = -1.0
@@ -130,6 +134,21 @@ class Part:
     @classmethod
     def from_state(cls, state: dict) -> "Part":
         raise NotImplementedError
+
+
+def _ensembles(value: Any):
+    """Every tree ensemble in a part, its fields and the dicts and lists they hold."""
+    if isinstance(value, TreeEnsemble):
+        yield value
+    elif isinstance(value, Part):
+        for f in fields(value):
+            yield from _ensembles(getattr(value, f.name))
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _ensembles(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _ensembles(item)
 
 
 # -- parts --------------------------------------------------------------------------------
@@ -732,17 +751,31 @@ class AlgorithmPredictor(Part):
         return (interval_bounds(times, kinds, self.algorithms, self.intervals),
                 near_best_probability(pick_margin(scores), self.near_best))
 
+    def walk_order(self, F: np.ndarray) -> np.ndarray:
+        """An order of the rows of features ``F`` in which the trees walk them fastest: sorted by
+        the :data:`WALK_FEATURES` features that the model's trees split on first most often, so
+        that neighbours take much the same paths (see :mod:`seer.predict.trees`). Nothing a
+        row is predicted depends on the order."""
+        return np.lexsort(F[:, self._walk_features[::-1]].T)  # the last key sorts first
+
+    @cached_property
+    def _walk_features(self) -> np.ndarray:
+        roots = np.concatenate([trees.root_features() for trees in _ensembles(self)] or [np.empty(0, np.int32)])
+        roots = roots[roots < len(self.features)]  # every model's inputs start with the shape features
+        features, trees = np.unique(roots, return_counts=True)
+        return features[np.argsort(-trees, kind="stable")][:WALK_FEATURES]
+
     # Public methods take shapes; each computes the features and the first stage's answers
     # once and hands them to the private methods, which they share.
-    def prepare(self, X, complete: bool = True, workspaces: pd.DataFrame | None = None
-                ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    def prepare(self, X, complete: bool = True, workspaces: pd.DataFrame | None = None,
+                features: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
         """Features, the first stage's answers, and whether each algorithm's kernel plan
         takes each shape (True for an algorithm without one); ``complete=False`` leaves out
         the workspace answers of algorithms predicted not to run (enough for masked
         predictions). ``workspaces``: cuDNN's own answers, where a GPU gave them
-        (:func:`with_cudnn_answers`)."""
+        (:func:`with_cudnn_answers`); ``features``: ``X``'s features, where the caller has them."""
         X = layer_columns(X)
-        F = feature_matrix(X, self.feature_spec)[1]
+        F = feature_matrix(X, self.feature_spec)[1] if features is None else features
         answers = None
         if self.workspace is not None:
             answers = self.workspace.answers(F, only_where_runs=not complete and workspaces is None)
@@ -798,15 +831,25 @@ class AlgorithmPredictor(Part):
         power; NaN without an energy model) and :meth:`predict_policies` of ``policies``,
         from one pass over the features; with cuDNN's own answers where ``workspaces`` gives
         them (:meth:`prepare`), and then, given ``answer_times``, the times of the algorithms
-        it models from those answers (:meth:`with_answer_times`)."""
-        F, answers, planned = self.prepare(X, complete=False, workspaces=workspaces)
+        it models from those answers (:meth:`with_answer_times`). The rows are predicted in
+        :meth:`walk_order` and returned in the order given."""
+        X = layer_columns(X)
+        F = feature_matrix(X, self.feature_spec)[1]
+        order = self.walk_order(F)
+        X, F = {name: column[order] for name, column in X.items()}, F[order]
+        if workspaces is not None:
+            workspaces = workspaces.iloc[order].reset_index(drop=True)
+        F, answers, planned = self.prepare(X, complete=False, workspaces=workspaces, features=F)
         known: dict = {}
         reported, weighed = self._times(F, answers, planned, ratios=known)
         if workspaces is not None and answer_times is not None:
             transforms = transform_matrix(X)[1] if answer_times.transform_inputs else None
             reported, weighed = self.with_answer_times(F, workspaces, answer_times, reported, weighed, transforms)
-        return (reported, self._scores(F, answers, weighed), self._energies(F, reported),
-                self._policy_times(F, answers, policies, known))
+        given = np.empty_like(order)
+        given[order] = np.arange(len(order))
+        return tuple(values[given] for values in (reported, self._scores(F, answers, weighed),
+                                                  self._energies(F, reported),
+                                                  self._policy_times(F, answers, policies, known)))
 
     def with_answer_times(self, F: np.ndarray, workspaces: pd.DataFrame, answer_times: AnswerTimePredictor,
                           reported: np.ndarray, weighed: np.ndarray,

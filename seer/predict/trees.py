@@ -9,9 +9,11 @@ layer walks every tree and no numpy expression does that at compiled speed: tree
 over blocks of :data:`BLOCK_ROWS` samples (a tree and a block's rows stay in cache), the
 blocks spread over ``NUMBA_NUM_THREADS`` threads, the caller's among them (by default one per
 CPU; :func:`thread_count`), each running the loop without Python's lock. The samples are
-walked sorted by the features the trees split on first (:data:`SORT_FEATURES`): neighbours
-then take much the same paths, and the processor guesses one walk's branches from the last.
-Each sample's output is the same whatever the order.
+walked in the order given: a caller with many gives them sorted by the features the trees
+split on first (:meth:`TreeEnsemble.root_features`; ``seer predict`` does, through
+:meth:`seer.predict.predictors.AlgorithmPredictor.walk_order`), so that neighbours take much
+the same paths and the processor guesses one walk's branches from the last. Each sample's
+output is the same whatever the order.
 
 Layout (``n`` nodes of all trees, ``t`` trees):
 
@@ -64,11 +66,6 @@ _FEATURE_BITS, _CHILD_SHIFT = 16, 17
 #: leave the cache. On the 2-core machine's 10,000-layer benchmark 256, 512 and 1,024 took the
 #: same time, 10% less than the 156 of the loop before.
 BLOCK_ROWS = 512
-#: How many features the samples are sorted by before a walk: those most trees split on at
-#: their root, the commonest first. On the 10,000-layer benchmark the trees took 16% less CPU
-#: time sorted by three (one: 9%; six: 10%), the sort included. The loop reads the rows
-#: through the order; it does not copy them.
-SORT_FEATURES = 3
 
 
 class TreeError(ValueError):
@@ -95,9 +92,6 @@ class TreeEnsemble:
         object.__setattr__(self, "_loop_arrays", (
             _pack(self.feature, self.left, self.missing_left), *(np.ascontiguousarray(getattr(self, name))
                                                                  for name in ("threshold", "value", "roots", "output"))))
-        roots = self.feature[self.roots[self.left[self.roots] >= 0]]  # a tree of one leaf splits nothing
-        features, trees = np.unique(roots, return_counts=True)
-        object.__setattr__(self, "_sort_by", features[np.argsort(-trees, kind="stable")][:SORT_FEATURES])
 
     @property
     def n_trees(self) -> int:
@@ -146,6 +140,11 @@ class TreeEnsemble:
         repeated over its nodes, a tenth of the time of a search per node."""
         return np.repeat(np.arange(len(self.roots)), np.diff(np.append(self.roots, len(self.left))))
 
+    def root_features(self) -> np.ndarray:
+        """The feature each tree splits on first, in tree order (a tree of one leaf splits nothing
+        and is left out)."""
+        return self.feature[self.roots[self.left[self.roots] >= 0]]
+
     def output_bounds(self) -> tuple[np.ndarray, np.ndarray]:
         """The least and greatest value each output can take: ``base`` plus, per tree, its
         least or greatest leaf (without evaluating anything)."""
@@ -165,10 +164,6 @@ class TreeEnsemble:
         X = np.ascontiguousarray(X, dtype=np.float64)
         if X.ndim != 2 or X.shape[1] != self.n_features:
             raise ValueError(f"expected {self.n_features} features, got an array of shape {X.shape}")
-        if len(X) > BLOCK_ROWS and len(self._sort_by):
-            order = np.lexsort(X[:, self._sort_by[::-1]].T).astype(np.int64, copy=False)  # the last key sorts first
-        else:
-            order = np.arange(len(X), dtype=np.int64)
         # Read-only, whatever the caller's array is: numba compiles a read-only array apart, and
         # one compiled loop then serves every caller (a frame's values are read-only).
         X = X.view()
@@ -176,7 +171,7 @@ class TreeEnsemble:
         out = np.empty((len(X), self.n_outputs))
         out[:] = self.base
         if len(X):
-            _walk(X, order, self._loop_arrays, out)
+            _walk(X, self._loop_arrays, out)
         return out
 
     def arrays(self) -> dict[str, np.ndarray]:
@@ -191,8 +186,8 @@ def _pack(feature: np.ndarray, left: np.ndarray, missing_left: np.ndarray) -> np
     return np.where(left < 0, np.int64(-1), packed)
 
 
-def _walk(X: np.ndarray, order: np.ndarray, trees: tuple, out: np.ndarray) -> None:
-    """Every tree over every row of ``X`` in ``order``, block by block: this thread and the
+def _walk(X: np.ndarray, trees: tuple, out: np.ndarray) -> None:
+    """Every tree over every row of ``X``, block by block: this thread and the
     pool's each take the next block left until none is (one hand-over per thread and call,
     not one per block)."""
     evaluate = _evaluate()
@@ -201,7 +196,7 @@ def _walk(X: np.ndarray, order: np.ndarray, trees: tuple, out: np.ndarray) -> No
 
     def walk_blocks() -> None:
         for start in starts:
-            evaluate(X, order, *trees, out, start, min(n, start + BLOCK_ROWS))
+            evaluate(X, *trees, out, start, min(n, start + BLOCK_ROWS))
 
     pool, workers = _threads() if n > BLOCK_ROWS else (None, 0)
     helpers = [pool.submit(walk_blocks) for _ in range(workers)]
@@ -267,12 +262,11 @@ def _numba_loop():
     target, whose BLAS check imports scipy.linalg."""
     import numba
 
-    def evaluate(X, order, packed, threshold, value, roots, output, out, start, stop):
+    def evaluate(X, packed, threshold, value, roots, output, out, start, stop):
         # Tree by tree over the block's samples: one tree's nodes stay in cache.
         for t in range(roots.shape[0]):
             root, column = roots[t], output[t]
-            for j in range(start, stop):
-                i = order[j]
+            for i in range(start, stop):
                 k = root
                 word = packed[k]
                 while word >= 0:
@@ -301,7 +295,7 @@ def _numba_loop():
 #: walks about 15% faster (the 10,000-layer benchmark's trees, one thread). The arithmetic is
 #: the same: the same comparisons, and each leaf value added to ``out`` in tree order.
 _LOOP_IR = """
-define void @walk(ptr noalias %X, i64 %nf, ptr noalias %order, ptr noalias %packed, ptr noalias %thr,
+define void @walk(ptr noalias %X, i64 %nf, ptr noalias %packed, ptr noalias %thr,
                   ptr noalias %val, ptr noalias %roots, ptr noalias %outcol, i64 %nt, ptr noalias %out,
                   i64 %no, i64 %start, i64 %stop) {
 entry:
@@ -320,10 +314,8 @@ tree:                                           ; t: the tree
   %rwp = getelementptr i64, ptr %packed, i64 %root
   %rootword = load i64, ptr %rwp
   br label %row
-row:                                            ; j: position in order, i: the row
-  %j = phi i64 [%start, %tree], [%j1, %leaf]
-  %ip = getelementptr i64, ptr %order, i64 %j
-  %i = load i64, ptr %ip
+row:                                            ; i: the row
+  %i = phi i64 [%start, %tree], [%i1, %leaf]
   %xoff = mul i64 %i, %nf
   %xrow = getelementptr double, ptr %X, i64 %xoff
   br label %check
@@ -367,8 +359,8 @@ leaf:
   %o = load double, ptr %op
   %s = fadd double %o, %v
   store double %s, ptr %op
-  %j1 = add i64 %j, 1
-  %more = icmp slt i64 %j1, %stop
+  %i1 = add i64 %i, 1
+  %more = icmp slt i64 %i1, %stop
   br i1 %more, label %row, label %tree_end
 tree_end:
   %t1 = add i64 %t, 1
@@ -400,11 +392,11 @@ def _llvm_loop():
     engine.finalize_object()
     _LLVM_KEEP.append((module, engine))
     pointer, integer = ctypes.c_void_p, ctypes.c_int64
-    walk = ctypes.CFUNCTYPE(None, pointer, integer, pointer, pointer, pointer, pointer, pointer, pointer, integer,
+    walk = ctypes.CFUNCTYPE(None, pointer, integer, pointer, pointer, pointer, pointer, pointer, integer,
                             pointer, integer, integer, integer)(engine.get_function_address("walk"))
 
-    def evaluate(X, order, packed, threshold, value, roots, output, out, start, stop):
-        walk(X.ctypes.data, X.shape[1], order.ctypes.data, packed.ctypes.data, threshold.ctypes.data,
+    def evaluate(X, packed, threshold, value, roots, output, out, start, stop):
+        walk(X.ctypes.data, X.shape[1], packed.ctypes.data, threshold.ctypes.data,
              value.ctypes.data, roots.ctypes.data, output.ctypes.data, len(roots), out.ctypes.data, out.shape[1],
              start, stop)
 
