@@ -430,9 +430,10 @@ def _add_train(sub) -> None:
     p.add_argument("--trees", choices=TREE_SETS, default="compact",
                    help="time regressors' boosted trees: compact (default; faster to predict) or "
                         "accurate (four times the trees, slightly lower error)")
-    p.add_argument("--kernel-paths", type=int, default=0, metavar="N",
+    p.add_argument("--kernel-paths", type=int, default=None, metavar="N",
                    help="per algorithm, learn which of its N most frequent traced kernel paths a layer takes, "
-                        "as input to its time regressors where cross-validation says it helps (default 0: off)")
+                        "as input to its time regressors where cross-validation says it helps (default: 3 for "
+                        "bwd_filter, 0 (off) for the others)")
     p.add_argument("--answers-only", action="store_true",
                    help="fit only the times from cuDNN's own answers (what --cudnn-answers uses on a GPU host) "
                         "beside the trained model in the models directory; the other models stay as they are")

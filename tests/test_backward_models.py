@@ -225,3 +225,18 @@ def test_deterministic_picks_leave_out_the_atomic_algorithms(backward_models, tm
     assert main([*common, "--deterministic", "-o", str(out)]) == 0
     kept = set(pd.read_csv(out)["algo"])
     assert kept and kept == {a for a in every if a not in ("BWD_FILTER_ALGO_0", "BWD_FILTER_ALGO_3")}
+
+
+def test_seer_train_learns_kernel_paths_where_the_pass_defaults_to_them_as_the_shipped_models_did():
+    """wgrad's time regressors may read their algorithms' kernel paths unless told otherwise; the
+    forward's and dgrad's do not. The shipped models' cards say they were trained so."""
+    from seer.algorithms import PASSES
+    from seer.cli import build_parser
+    from seer.training.train import DEFAULT_KERNEL_PATHS
+
+    assert set(DEFAULT_KERNEL_PATHS) == set(PASSES) and DEFAULT_KERNEL_PATHS["bwd_filter"] > 0
+    assert build_parser().parse_args(["train", "--gpu", "h200"]).kernel_paths is None
+    for card, pass_ in ((REPO / "models" / "h200" / "bwd_data" / "model.json", "bwd_data"),
+                        (REPO / "models" / "h200" / "bwd_filter" / "model.json", "bwd_filter"),
+                        (REPO / "models" / "h100" / "model.json", "fwd")):
+        assert json.loads(card.read_text())["max_kernel_paths"] == DEFAULT_KERNEL_PATHS[pass_], card

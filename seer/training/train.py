@@ -84,10 +84,20 @@ def training_inputs(table: pd.DataFrame, census: pd.DataFrame, math: str, split:
     power = like_times("power_w") if "power_w" in table.columns else None
     return TrainingInputs(shapes, times, like_times("workspace_bytes"), asked, paths, recorded_like(rows, times), power)
 
+#: Per pass, how many kernel paths its time regressors may learn (``seer train --kernel-paths``)
+#: by default. cuDNN's wgrad algorithms switch kernels inside one algorithm where the shape does
+#: not show it (ALGO_0 runs a grouped direct kernel on some ungrouped 1x1 layers, 10-37x slower):
+#: learning the three commonest paths, cross-validation on the H200's train split took them for
+#: ALGO_0, ALGO_3 and WINOGRAD_NONFUSED, and the pick's out-of-fold regret fell from 8.97% to 8.14%
+#: under strict FP32 (7.48% to 7.66% under default math). For dgrad it rose from 7.73% to 10.98%
+#: under strict FP32, and on the H100's forward data the paths did not lower the held-out error:
+#: there they stay off (docs/backward.md).
+DEFAULT_KERNEL_PATHS = {"fwd": 0, "bwd_data": 0, "bwd_filter": 3}
+
 
 def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAMES,
           selector: AlgorithmSelector | None = None, progress: Progress | None = None, use_census: bool | None = None,
-          trees: str = "compact", kernel_paths: int = 0, pass_: str = "fwd") -> Model:
+          trees: str = "compact", kernel_paths: int | None = None, pass_: str = "fwd") -> Model:
     """Fit one selector and one SEER model per math mode on the dataset's train split, for
     the algorithms of one pass (:data:`seer.algorithms.PASSES`).
 
@@ -100,8 +110,9 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
     it has any. ``use_census`` None: the census for the forward, the training runs for a
     backward pass (on the H200, backward models whose first stage learnt from the census
     admitted algorithms whose times they had never learnt, and picked some up to 1,000x slower
-    than the fastest: docs/backward.md). SEER's model is the forward's: a backward pass's
-    model has no baseline.
+    than the fastest: docs/backward.md). ``kernel_paths`` None: the pass's
+    :data:`DEFAULT_KERNEL_PATHS`. SEER's model is the forward's: a backward pass's model has no
+    baseline.
     """
     if use_census is None:
         use_census = pass_ == "fwd"
@@ -109,6 +120,8 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
         raise InputError(f"unknown pass {pass_!r}; choose one of: {', '.join(PASSES)}", field="pass")
     if trees not in CANDIDATE_SETS:
         raise InputError(f"unknown tree set {trees!r}; choose one of: {', '.join(CANDIDATE_SETS)}")
+    if kernel_paths is None:
+        kernel_paths = DEFAULT_KERNEL_PATHS[pass_]
     if kernel_paths < 0:
         raise InputError(f"kernel paths must be 0 or more, got {kernel_paths}")
     files = DatasetDir(dataset_dir)
