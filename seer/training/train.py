@@ -84,14 +84,13 @@ def training_inputs(table: pd.DataFrame, census: pd.DataFrame, math: str, split:
     power = like_times("power_w") if "power_w" in table.columns else None
     return TrainingInputs(shapes, times, like_times("workspace_bytes"), asked, paths, recorded_like(rows, times), power)
 
+
 #: Per pass, how many kernel paths its time regressors may learn (``seer train --kernel-paths``)
 #: by default. cuDNN's wgrad algorithms switch kernels inside one algorithm where the shape does
-#: not show it (ALGO_0 runs a grouped direct kernel on some ungrouped 1x1 layers, 10-37x slower):
-#: learning the three commonest paths, cross-validation on the H200's train split took them for
-#: ALGO_0, ALGO_3 and WINOGRAD_NONFUSED, and the pick's out-of-fold regret fell from 8.97% to 8.14%
-#: under strict FP32 (7.48% to 7.66% under default math). For dgrad it rose from 7.73% to 10.98%
-#: under strict FP32, and on the H100's forward data the paths did not lower the held-out error:
-#: there they stay off (docs/backward.md).
+#: not show it (ALGO_0 runs a grouped direct kernel on some ungrouped 1x1 layers): there the
+#: paths lowered the pick's out-of-fold regret on the H200's train split under strict FP32. For
+#: dgrad they raised it, and on the H100's forward data they did not lower the held-out error,
+#: so there they stay off (docs/backward.md has the figures).
 DEFAULT_KERNEL_PATHS = {"fwd": 0, "bwd_data": 0, "bwd_filter": 3}
 
 
