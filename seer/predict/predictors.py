@@ -765,8 +765,23 @@ class AlgorithmPredictor(Part):
         features, trees = np.unique(roots, return_counts=True)
         return features[np.argsort(-trees, kind="stable")][:WALK_FEATURES]
 
+    def _walked(self, X, workspaces: pd.DataFrame | None = None
+                ) -> tuple[LayerTable, np.ndarray, pd.DataFrame | None, np.ndarray]:
+        """The layers ``X`` (and cuDNN's answers for them, where given) in :meth:`walk_order`, their
+        features, and per layer of ``X`` its row among them: the public methods predict the
+        walked rows and return ``values[given]``, in the order given."""
+        X = layer_columns(X)
+        F = feature_matrix(X, self.feature_spec)[1]
+        order = self.walk_order(F)
+        given = np.empty_like(order)
+        given[order] = np.arange(len(order))
+        if workspaces is not None:
+            workspaces = workspaces.iloc[order].reset_index(drop=True)
+        return {name: column[order] for name, column in X.items()}, F[order], workspaces, given
+
     # Public methods take shapes; each computes the features and the first stage's answers
-    # once and hands them to the private methods, which they share.
+    # once, over the shapes in walk order (:meth:`_walked`), and hands them to the private
+    # methods, which they share.
     def prepare(self, X, complete: bool = True, workspaces: pd.DataFrame | None = None,
                 features: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
         """Features, the first stage's answers, and whether each algorithm's kernel plan
@@ -787,7 +802,8 @@ class AlgorithmPredictor(Part):
     def predict_power(self, X) -> np.ndarray:
         """Predicted average power (W) per shape and algorithm while it runs back to back;
         NaN for an algorithm without an energy model."""
-        return self._power(feature_matrix(X, self.feature_spec)[1])
+        _, F, _, given = self._walked(X)
+        return self._power(F)[given]
 
     def _energies(self, F: np.ndarray, times: np.ndarray) -> np.ndarray:
         """``times`` x predicted power, the power models walked only where there is a time: NaN
@@ -808,22 +824,26 @@ class AlgorithmPredictor(Part):
 
     def predict_support(self, X) -> np.ndarray:
         """Probability that each algorithm runs on each shape, shape (n_shapes, n_algorithms)."""
-        return self._support(*self.prepare(X, complete=False))
+        X, F, _, given = self._walked(X)
+        return self._support(*self.prepare(X, complete=False, features=F))[given]
 
     def predict(self, X) -> np.ndarray:
         """Predicted time (ms) per shape and algorithm; NaN where predicted not to run."""
-        return self._times(*self.prepare(X, complete=False))[0]
+        X, F, _, given = self._walked(X)
+        return self._times(*self.prepare(X, complete=False, features=F))[0][given]
 
     def predict_unmasked(self, X) -> np.ndarray:
         """Predicted time (ms) per shape and algorithm as if every algorithm ran (NaN only for
         algorithms that never ran in training): to judge the time models on their own."""
-        return self._times(*self.prepare(X), masked=False)[0]
+        X, F, _, given = self._walked(X)
+        return self._times(*self.prepare(X, features=F), masked=False)[0][given]
 
     def predict_with_scores(self, X) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`predict` and :meth:`pick_scores` together, from one pass over the models."""
-        F, answers, planned = self.prepare(X, complete=False)
+        X, F, _, given = self._walked(X)
+        F, answers, planned = self.prepare(X, complete=False, features=F)
         reported, weighed = self._times(F, answers, planned)
-        return reported, self._scores(F, answers, weighed)
+        return reported[given], self._scores(F, answers, weighed)[given]
 
     def predict_with_energy(self, X, policies: Sequence[str] = (), workspaces: pd.DataFrame | None = None,
                             answer_times: AnswerTimePredictor | None = None) -> tuple[np.ndarray, ...]:
@@ -831,22 +851,14 @@ class AlgorithmPredictor(Part):
         power; NaN without an energy model) and :meth:`predict_policies` of ``policies``,
         from one pass over the features; with cuDNN's own answers where ``workspaces`` gives
         them (:meth:`prepare`), and then, given ``answer_times``, the times of the algorithms
-        it models from those answers (:meth:`with_answer_times`). The rows are predicted in
-        :meth:`walk_order` and returned in the order given."""
-        X = layer_columns(X)
-        F = feature_matrix(X, self.feature_spec)[1]
-        order = self.walk_order(F)
-        X, F = {name: column[order] for name, column in X.items()}, F[order]
-        if workspaces is not None:
-            workspaces = workspaces.iloc[order].reset_index(drop=True)
+        it models from those answers (:meth:`with_answer_times`)."""
+        X, F, workspaces, given = self._walked(X, workspaces)
         F, answers, planned = self.prepare(X, complete=False, workspaces=workspaces, features=F)
         known: dict = {}
         reported, weighed = self._times(F, answers, planned, ratios=known)
         if workspaces is not None and answer_times is not None:
             transforms = transform_matrix(X)[1] if answer_times.transform_inputs else None
             reported, weighed = self.with_answer_times(F, workspaces, answer_times, reported, weighed, transforms)
-        given = np.empty_like(order)
-        given[order] = np.arange(len(order))
         return tuple(values[given] for values in (reported, self._scores(F, answers, weighed),
                                                   self._energies(F, reported),
                                                   self._policy_times(F, answers, policies, known)))
@@ -897,8 +909,9 @@ class AlgorithmPredictor(Part):
     def predict_policies(self, X, names: list[str] | None = None) -> np.ndarray:
         """Predicted time (ms) of PyTorch's policies ``names`` (default: all it models, in
         ``policies``' order) per shape; an empty second axis for a model without them."""
-        F, answers, _ = self.prepare(X, complete=False)
-        return self._policy_times(F, answers, list(self.policies) if names is None else names)
+        X, F, _, given = self._walked(X)
+        F, answers, _ = self.prepare(X, complete=False, features=F)
+        return self._policy_times(F, answers, list(self.policies) if names is None else names)[given]
 
     def _policy_times(self, F: np.ndarray, answers: np.ndarray | None, names: Sequence[str],
                       known: dict | None = None) -> np.ndarray:
