@@ -45,7 +45,7 @@ from seer.layers.shapes import ConvShape
 from seer.predict.model import Model
 from seer.predict.sparse import SPARSE_FILE, load_sparse_model
 from seer.predict.predictors import AlgorithmPredictor, AnswerTimePredictor, Part, SeerFamilyPredictor, StateError
-from seer.predict.trees import TreeError
+from seer.predict.trees import TreeError, thread_count
 
 CARD_FILE = "model.json"
 MODEL_SUFFIX = ".zip"
@@ -294,7 +294,7 @@ def _inflate(path: Path, archive: zipfile.ZipFile, names: list[str]) -> dict[str
     reads the file through an archive of its own: zlib lets go of Python's lock, so a model's
     arrays inflate in about half the time on two cores. A member the other thread cannot read is
     left out (the decoder reads it, and says what is wrong with it)."""
-    if len(names) < 2 or (os.cpu_count() or 1) < 2:
+    if len(names) < 2 or thread_count() < 2:
         return {}
     from concurrent.futures import ThreadPoolExecutor
 
