@@ -756,6 +756,8 @@ class AlgorithmPredictor(Part):
         the :data:`WALK_FEATURES` features that the model's trees split on first most often, so
         that neighbours take much the same paths (see :mod:`seer.predict.trees`). Nothing a
         row is predicted depends on the order."""
+        if not len(self._walk_features):  # a model without trees (a power law): nothing to sort by
+            return np.arange(len(F))
         return np.lexsort(F[:, self._walk_features[::-1]].T)  # the last key sorts first
 
     @cached_property
