@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
+from math import comb
 
 import numpy as np
 import pandas as pd
@@ -183,5 +183,5 @@ def test_the_report_counts_how_often_sampling_alone_puts_a_calibrated_intervals_
         assert chance_off_by_sampling(runs, level) == pytest.approx(simulated, abs=0.004)
     # Exactly 5 points off is inside: of 100 runs at 80%, 75 and 85 covered are not misses, 74 and 86 are.
     assert chance_off_by_sampling(100, 80, tolerance_pct=5.0) == pytest.approx(
-        sum(math.comb(100, k) * 0.8**k * 0.2 ** (100 - k) for k in range(101) if abs(k - 80) > 5))
+        sum(comb(100, k) * 0.8**k * 0.2 ** (100 - k) for k in range(101) if abs(k - 80) > 5))
     assert sampling_z(72.0, 80, 100) == pytest.approx(-2.0)

@@ -149,7 +149,6 @@ LARGE_CELL_RUNS = 200
 #: A cell's coverage this many standard errors of sampling from its level is the intervals' miss,
 #: not the luck of which layers the cell holds.
 BEYOND_SAMPLING_Z = 3.0
-_TWO_SIDED_3_SIGMA = 0.0027  # a normal variable's chance of lying more than 3 standard deviations out
 
 
 def sampling_z(coverage_pct, level_pct, runs) -> np.ndarray:
@@ -165,9 +164,18 @@ def chance_off_by_sampling(runs, level_pct, tolerance_pct: float = COVERAGE_TOLE
     from scipy.stats import binom  # evaluation only: prediction never imports scipy
 
     n, p = np.asarray(runs, dtype=float), np.asarray(level_pct, dtype=float) / 100
-    below = np.ceil(np.round(n * (p - tolerance_pct / 100), 9)) - 1  # the most inside runs still too few
-    above = np.floor(np.round(n * (p + tolerance_pct / 100), 9))  # the most still not too many
+    # Covered counts up to ``below`` are too few, counts above ``above`` too many (rounded first:
+    # 100 x 0.75 in floats is not 75).
+    below = np.ceil(np.round(n * (p - tolerance_pct / 100), 9)) - 1
+    above = np.floor(np.round(n * (p + tolerance_pct / 100), 9))
     return binom.cdf(below, n, p) + binom.sf(above, n, p)
+
+
+def _beyond_chance() -> float:
+    """A normal variable's chance of lying more than :data:`BEYOND_SAMPLING_Z` standard deviations out."""
+    from scipy.stats import norm
+
+    return float(2 * norm.sf(BEYOND_SAMPLING_Z))
 
 
 def _uncertainty_lines(results: dict[str, pd.DataFrame]) -> list[str]:
@@ -205,7 +213,7 @@ def _uncertainty_lines(results: dict[str, pd.DataFrame]) -> list[str]:
                   f"and `sampling_z` overstates how far off a cell is). `sampling_z`: how many of sampling's "
                   f"standard errors the coverage lies from the level; {len(beyond)} cells lie more than "
                   f"{BEYOND_SAMPLING_Z:g} away ({int(beyond['sampling_z'].lt(0).sum())} covering less than their "
-                  f"level), where sampling alone would put about {len(judged) * _TWO_SIDED_3_SIGMA:.1f}"
+                  f"level), where sampling alone would put about {len(judged) * _beyond_chance():.1f}"
                   + (":" if len(off) else "."),
                   ""]
         if len(off):
