@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from math import comb
 
 import numpy as np
 import pandas as pd
@@ -170,3 +171,17 @@ def test_seer_calibrate_changes_no_time_or_pick_and_a_model_without_calibration_
     card = json.loads((models / "h100" / "model.json").read_text())
     assert card["calibration"]["split"] == "test1" and card["calibration"]["shapes"]["fma"] > 100
     assert card["calibration"]["min_kind_runs"] == MIN_CALIBRATION_RUNS and card["calibration"]["rare_kinds"]
+
+
+def test_the_report_counts_how_often_sampling_alone_puts_a_calibrated_intervals_coverage_out_of_tolerance():
+    from seer.reporting.report import chance_off_by_sampling, sampling_z
+
+    rng = np.random.default_rng(0)
+    for runs, level in ((50, 80), (129, 80), (200, 95), (60, 95)):
+        covered = rng.binomial(runs, level / 100, size=200_000) / runs * 100
+        simulated = np.mean(np.abs(covered - level) > 5.0)
+        assert chance_off_by_sampling(runs, level) == pytest.approx(simulated, abs=0.004)
+    # Exactly 5 points off is inside: of 100 runs at 80%, 75 and 85 covered are not misses, 74 and 86 are.
+    assert chance_off_by_sampling(100, 80, tolerance_pct=5.0) == pytest.approx(
+        sum(comb(100, k) * 0.8**k * 0.2 ** (100 - k) for k in range(101) if abs(k - 80) > 5))
+    assert sampling_z(72.0, 80, 100) == pytest.approx(-2.0)
