@@ -216,7 +216,7 @@ BACKWARD_ALGORITHMS: tuple[Algorithm, ...] = (
               Launches(2, 2, grouped=2)),
     _backward("bwd_data", "ALGO_1", 1, True, "implicit_gemm", "implicit GEMM over the output gradient",
               Launches(1, 2, grouped=3, grouped_default=0)),
-    _backward("bwd_data", "FFT", 2, True, "fft", "FFT of whole images", Launches(4, 4, grouped=6, depthwise=6)),
+    _backward("bwd_data", "FFT", 2, True, "fft", "FFT of whole images", Launches(4, 4, grouped=6, depthwise=7)),
     _backward("bwd_data", "FFT_TILING", 3, True, "fft", "FFT on 32x32 tiles", Launches(4, 4, grouped=7, depthwise=7)),
     _backward("bwd_data", "WINOGRAD", 4, True, "winograd", "fused Winograd transform"),
     _backward("bwd_data", "WINOGRAD_NONFUSED", 5, True, "winograd",
