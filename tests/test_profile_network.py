@@ -279,37 +279,25 @@ def test_a_training_step_clears_the_gradients_runs_forward_and_backward():
     assert model.head.weight.grad is not None and model.aux.weight.grad is None  # the loss is the logits' mean
 
 
-def test_the_training_steps_timed_again_are_what_their_records_say(tmp_path):
-    """benchmarks/results/h200-training-steps-graph-20261129: whole training steps of 15 networks at
-    batch 32, both math modes, with the backward models trained on 5,446 layers; steps.csv is what
-    the raw records give, and network_wall.py scores it as its README and summary.md say."""
-    folder = RESULTS / "h200-training-steps-graph-20261129"
+@pytest.mark.parametrize("name, rows, cases, median_fma", [
+    # 15 networks at batch 32, both math modes, with the backward models trained on 5,446 layers
+    ("h200-training-steps-graph-20261129", 15 * 2 * 4, 30, 0.895),
+    # with the models trained on 5,826 layers (wgrad's with kernel paths): 15 networks under fma,
+    # 7 under default math (the device time ran out)
+    ("h200-training-steps-graph-20261129b", (15 + 7) * 4, 22, 0.883),
+])
+def test_the_training_steps_timed_again_are_what_their_records_say(tmp_path, name, rows, cases, median_fma):
+    """benchmarks/results/h200-training-steps-graph-*: whole training steps at batch 32; steps.csv is
+    what the raw records give, and network_wall.py scores it as its README and summary.md say."""
+    folder = RESULTS / name
     shutil.copytree(folder / "raw", tmp_path / "raw")
     tables = write_tables(tmp_path)
     committed = pd.read_csv(folder / "steps.csv")
     assert tables.steps.read_text() == (folder / "steps.csv").read_text()
-    assert len(committed) == 15 * 2 * 4 and (committed["status"] == "ok").all()
+    assert len(committed) == rows and (committed["status"] == "ok").all()
     guarded = WALL.summary(WALL.comparison(committed, "graph_ms", seer="seer-graph"))
-    assert guarded["cases"] == 30 and guarded["slower_than_1pct"] == 0
-    assert round(guarded["median_ratio_largest_batch_fma"], 3) == 0.895
-    assert WALL.main([str(folder / "steps.csv"), "--out", str(tmp_path / "summary.md")]) == 0
-    assert (tmp_path / "summary.md").read_text() == (folder / "summary.md").read_text()
-
-
-def test_the_training_steps_timed_with_the_kernel_path_models_are_what_their_records_say(tmp_path):
-    """benchmarks/results/h200-training-steps-graph-20261129b: whole training steps at batch 32 with the
-    backward models trained on 5,826 layers (wgrad's with kernel paths): 15 networks under fma, 7 under
-    default math (the device time ran out); steps.csv is what the raw records give, and network_wall.py
-    scores it as its README and summary.md say."""
-    folder = RESULTS / "h200-training-steps-graph-20261129b"
-    shutil.copytree(folder / "raw", tmp_path / "raw")
-    tables = write_tables(tmp_path)
-    committed = pd.read_csv(folder / "steps.csv")
-    assert tables.steps.read_text() == (folder / "steps.csv").read_text()
-    assert len(committed) == (15 + 7) * 4 and (committed["status"] == "ok").all()
-    guarded = WALL.summary(WALL.comparison(committed, "graph_ms", seer="seer-graph"))
-    assert guarded["cases"] == 22 and guarded["slower_than_1pct"] == 0
-    assert round(guarded["median_ratio_largest_batch_fma"], 3) == 0.883
+    assert guarded["cases"] == cases and guarded["slower_than_1pct"] == 0
+    assert round(guarded["median_ratio_largest_batch_fma"], 3) == median_fma
     assert WALL.main([str(folder / "steps.csv"), "--out", str(tmp_path / "summary.md")]) == 0
     assert (tmp_path / "summary.md").read_text() == (folder / "summary.md").read_text()
 
