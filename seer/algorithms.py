@@ -125,9 +125,17 @@ class GraphEngines:
 
     fma: tuple[int, ...]
     default: tuple[int, ...]
+    #: The engines of a depthwise layer under either math, where the legacy call runs others there.
+    depthwise: tuple[int, ...] | None = None
 
     def for_math(self, math: str) -> tuple[int, ...]:
         return self.fma if math == "fma" else self.default
+
+    def of(self, layer, math: str) -> tuple[int, ...]:
+        """The engines for ``layer`` (a :class:`seer.layers.shapes.ConvShape`) under ``math``."""
+        if self.depthwise is not None and layer.is_depthwise:
+            return self.depthwise
+        return self.for_math(math)
 
 
 #: The convolution passes of a training step: the forward (``fwd``), the gradient of the
@@ -201,33 +209,44 @@ _SHORT = {"ALGO_0": "0", "ALGO_1": "1", "ALGO_3": "3", "FFT_TILING": "FFTT", "WI
 
 
 def _backward(pass_: str, name: str, enum: int, deterministic: bool, family: str, description: str,
-              launches: Launches = Launches(1, 1)) -> Algorithm:
+              launches: Launches = Launches(1, 1), engines: GraphEngines | None = None) -> Algorithm:
     """One of cuDNN's backward algorithms, named ``BWD_DATA_ALGO_0``, ... (the pass and the
     enum name without ``CUDNN_CONVOLUTION_BWD_{DATA,FILTER}_ALGO_``)."""
     short = ("BD" if pass_ == "bwd_data" else "BF") + _SHORT.get(name, name)
     return Algorithm(f"{pass_.upper()}_{name}", "cudnn", enum, short, None, description, family=family,
-                     pass_=pass_, deterministic=deterministic, launches=launches)
+                     pass_=pass_, deterministic=deterministic, launches=launches, engines=engines)
 
 
 #: Their launches are the medians of the H200 dataset's traced backward calls (the test of the
 #: table says how close): FFT, FFT_TILING and WINOGRAD_NONFUSED loop over a layer's groups.
+#: Their engines launch the legacy call's kernels on every layer of
+#: benchmarks/results/h200-cudnn-engines-bwd-*.csv.gz (benchmarks/cudnn_engines.py).
 BACKWARD_ALGORITHMS: tuple[Algorithm, ...] = (
     _backward("bwd_data", "ALGO_0", 0, False, "gemm", "sums the filter's contributions with atomic adds",
-              Launches(2, 2, grouped=2)),
+              Launches(2, 2, grouped=2), GraphEngines((25,), (25,), depthwise=(0,))),
     _backward("bwd_data", "ALGO_1", 1, True, "implicit_gemm", "implicit GEMM over the output gradient",
-              Launches(1, 2, grouped=3, grouped_default=0)),
-    _backward("bwd_data", "FFT", 2, True, "fft", "FFT of whole images", Launches(4, 4, grouped=6, depthwise=7)),
-    _backward("bwd_data", "FFT_TILING", 3, True, "fft", "FFT on 32x32 tiles", Launches(4, 4, grouped=7, depthwise=7)),
+              Launches(1, 2, grouped=3, grouped_default=0),
+              GraphEngines((74, 2, 0), (76, 71, 63, 58, 0), depthwise=(0,))),
+    _backward("bwd_data", "FFT", 2, True, "fft", "FFT of whole images", Launches(4, 4, grouped=6, depthwise=7),
+              GraphEngines((4,), (4,))),
+    _backward("bwd_data", "FFT_TILING", 3, True, "fft", "FFT on 32x32 tiles", Launches(4, 4, grouped=7, depthwise=7),
+              GraphEngines((5, 50), (5, 50))),
     _backward("bwd_data", "WINOGRAD", 4, True, "winograd", "fused Winograd transform"),
     _backward("bwd_data", "WINOGRAD_NONFUSED", 5, True, "winograd",
-              "Winograd with separate transform and batched-GEMM kernels", Launches(4, 4, grouped=4, depthwise=4)),
-    _backward("bwd_filter", "ALGO_0", 0, False, "gemm", "sums over the batch with atomic adds"),
-    _backward("bwd_filter", "ALGO_1", 1, True, "implicit_gemm", "implicit GEMM over the batch", Launches(1, 3)),
-    _backward("bwd_filter", "FFT", 2, True, "fft", "FFT of whole images", Launches(5, 5, grouped=7, depthwise=8)),
-    _backward("bwd_filter", "ALGO_3", 3, False, "gemm", "ALGO_0 with a small workspace, atomic adds"),
+              "Winograd with separate transform and batched-GEMM kernels", Launches(4, 4, grouped=4, depthwise=4),
+              GraphEngines((7,), (7,))),
+    _backward("bwd_filter", "ALGO_0", 0, False, "gemm", "sums over the batch with atomic adds",
+              engines=GraphEngines((20, 0), (20, 0), depthwise=(0,))),
+    _backward("bwd_filter", "ALGO_1", 1, True, "implicit_gemm", "implicit GEMM over the batch", Launches(1, 3),
+              GraphEngines((67, 1, 0), (68, 62, 30, 23, 40, 34, 0), depthwise=(61, 0))),
+    _backward("bwd_filter", "FFT", 2, True, "fft", "FFT of whole images", Launches(5, 5, grouped=7, depthwise=8),
+              GraphEngines((18,), (18,))),
+    _backward("bwd_filter", "ALGO_3", 3, False, "gemm", "ALGO_0 with a small workspace, atomic adds",
+              engines=GraphEngines((20, 1, 0), (20, 1, 0), depthwise=(0,))),
     _backward("bwd_filter", "WINOGRAD", 4, True, "winograd", "fused Winograd transform"),
     _backward("bwd_filter", "WINOGRAD_NONFUSED", 5, True, "winograd",
-              "Winograd with separate transform and batched-GEMM kernels", Launches(4, 4, grouped=4, depthwise=4)),
+              "Winograd with separate transform and batched-GEMM kernels", Launches(4, 4, grouped=4, depthwise=4),
+              GraphEngines((17,), (17,))),
     _backward("bwd_filter", "FFT_TILING", 6, True, "fft", "FFT on 32x32 tiles", Launches(4, 4, grouped=4, depthwise=4)),
     # PyTorch's own dgrad and wgrad (aten's convolution_backward, as autograd calls it).
     Algorithm("PYTORCH_BWD_DATA", "pytorch", None, "PTBD", None,

@@ -449,6 +449,60 @@ def test_a_forced_backward_algorithm_gives_the_gradient_and_its_kernels_say_so(c
     assert ran == algo
     verdict, candidates = backward_evidence.verify([k.name for k in kernels], algo)
     assert verdict == "verified", ([k.name for k in kernels], candidates)
+    # What ran it: a graph-API plan built once wherever the algorithm has engines.
+    runner = _backward_runner_of(module, algo)
+    assert runner.path == ("graph" if get_algorithm(algo).engines else "legacy")
+
+
+def _backward_runner_of(module, algo: str):
+    from seer.torch.convolution import _backward_runner
+
+    plan = next(iter(module._plans.values()))
+    return _backward_runner(plan.layer, get_algorithm(algo), module.seer_choice.math, "nchw",
+                            module.weight.device, 2)
+
+
+@pytest.mark.parametrize("algo", ["BWD_DATA_ALGO_1", "BWD_FILTER_ALGO_1"])
+def test_a_backward_plan_takes_the_legacy_call_for_tensors_off_its_alignment(cuda, algo):
+    from seer.layers.shapes import ConvShape
+    from seer.torch.convolution import _backward_runner
+
+    shape = ConvShape.square(8, 32, 28, 32, 3, padding=1)
+    device = torch.device("cuda", torch.cuda.current_device())  # as a module hands it over: with its index
+    runner = _backward_runner(shape, get_algorithm(algo), "fma", "nchw", device, 2)
+    assert (runner.path, runner.alignment) == ("graph", 16), (runner.path, runner.alignment)
+    data = get_algorithm(algo).pass_ == "bwd_data"
+    x, w = torch.randn(shape.input_dims, device=cuda), torch.randn(shape.filter_dims, device=cuda)
+    grad_y = torch.randn(shape.output_dims, device=cuda)
+    wanted = [data, not data, False]
+    grads = torch.ops.aten.convolution_backward(grad_y.double(), x.double(), w.double(), None, [1, 1], [1, 1], [1, 1],
+                                                False, [0, 0], 1, wanted)
+    expected = grads[0] if data else grads[1]
+    known, like = (w, x) if data else (x, w)
+    shifted = torch.empty(known.numel() + 1, device=cuda)[1:].view(known.shape).copy_(known)  # 4 bytes off
+    assert shifted.data_ptr() % 16
+    for tensor in (known, shifted):  # the plan, then the legacy call
+        assert _relative_error(runner(tensor, grad_y, like).double(), expected) < 1e-4
+
+
+def test_training_calls_after_the_first_take_the_fast_path_and_give_the_same_gradients(cuda):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(32, 16, 1)).to(cuda).train()
+    x = torch.randn(4, 16, 20, 20, device=cuda, requires_grad=True)
+    model(x).square().sum().backward()
+    expected = [x.grad.clone()] + [p.grad.clone() for p in model.parameters()]
+    force(model, "IMPLICIT_PRECOMP_GEMM", math="fma", dgrad="BWD_DATA_ALGO_1", wgrad="BWD_FILTER_ALGO_1")
+    for step in range(3):
+        model.zero_grad()
+        x.grad = None
+        model(x).square().sum().backward()
+        got = [x.grad] + [p.grad for p in model.parameters()]
+        for g, e in zip(got, expected):
+            assert _relative_error(g, e) < 1e-4, step
+    for module in seer_convolutions(model).values():
+        assert len(module._fast_grad) == 1 and module.last_algorithm == "IMPLICIT_PRECOMP_GEMM"
+        assert module.backward_algorithms == ("BWD_DATA_ALGO_1", "BWD_FILTER_ALGO_1")
 
 
 def test_channels_last_1d_and_3d_layers_take_their_gradients_from_the_chosen_algorithms(cuda):

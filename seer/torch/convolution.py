@@ -836,7 +836,7 @@ class _GraphRunner(_Runner):
 
         super().__init__(layer, layout, device, dims)
         self.alignment = POINTER_ALIGNMENT
-        self.plan = GraphConvolution.realising(self.state.graph_handle, layer, math, algo.engines.for_math(math),
+        self.plan = GraphConvolution.realising(self.state.graph_handle, layer, math, algo.engines.of(layer, math),
                                                layout)
         self.workspace_bytes = self.plan.workspace_bytes
         self._run = self.plan.run
@@ -976,19 +976,45 @@ def _cupy_stream(cupy, pointer: int, device: int):
 
 class _BackwardRunner:
     """Runs one layer's backward-data (dx from w and dy) or backward-filter (dw from x and dy)
-    pass by one cuDNN algorithm, through cuDNN's legacy call (no graph-API engines are known
-    for the backward algorithms), built once: descriptors and the workspace size."""
-
-    path = "legacy"
+    pass by one cuDNN algorithm, built once: through a graph-API plan of an engine that
+    realises it (:attr:`Algorithm.engines`) where cudnn-frontend is installed, else through
+    cuDNN's legacy call, which builds a plan on every call (host time: :data:`GUARD_BACKWARD_HOST_MS`).
+    A call whose tensors lie off the plan's alignment takes the legacy call."""
 
     def __init__(self, layer: ConvShape, layout: str, device: torch.device, dims: int, algo: Algorithm,
                  math: str) -> None:
-        self.layout, self.device, self.dims, self.pass_ = layout, device, dims, algo.pass_
+        self.layer, self.math, self.layout, self.device, self.dims = layer, math, layout, device, dims
+        self.pass_, self.algo = algo.pass_, algo.enum
         self.device_index = device.index
         self.state = _device_state(device)
-        self.problem = self.state.cudnn.ConvolutionProblem(self.state.legacy_handle, layer, math, layout)
-        self.algo = algo.enum
-        self.workspace_bytes = self.problem.backward_workspace_size(self.pass_, self.algo)
+        self.plan, self._problem, problem, self.alignment = None, None, None, 1
+        if algo.engines is not None:
+            from seer.errors import EnvironmentProblem
+            from seer.gpu.cudnn_graph import POINTER_ALIGNMENT, GraphConvolution, GraphNotSupported
+
+            self.alignment = POINTER_ALIGNMENT
+            try:
+                self.plan = GraphConvolution.realising(self.state.graph_handle, layer, math,
+                                                       algo.engines.of(layer, math), layout, algo.pass_)
+            except (EnvironmentProblem, GraphNotSupported) as exc:
+                problem = exc
+        if self.plan is None:
+            # Raises CudnnError where cuDNN has not the algorithm for this layer at all.
+            self.workspace_bytes = self.legacy.backward_workspace_size(self.pass_, self.algo)
+            if problem is not None:
+                warnings.warn(f"seer: {algo.name} runs through cuDNN's legacy call, about 250 us of host time "
+                              f"per call, for want of a graph-API plan ({problem})", stacklevel=2)
+        else:
+            self.workspace_bytes = self.plan.workspace_bytes
+        self.path = "legacy" if self.plan is None else "graph"
+
+    @property
+    def legacy(self):
+        """cuDNN's legacy call of this pass (its descriptors), made at first use."""
+        if self._problem is None:
+            self._problem = self.state.cudnn.ConvolutionProblem(self.state.legacy_handle, self.layer, self.math,
+                                                                self.layout)
+        return self._problem
 
     def __call__(self, known: torch.Tensor, grad_y: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
         """The gradient of ``like`` (the input for dgrad, the filter for wgrad: its shape and
@@ -1002,12 +1028,26 @@ class _BackwardRunner:
         grad_y = grad_y.contiguous(memory_format=_CHANNELS_LAST[grad_y.dim() - 2] if self.layout == "nhwc"
                                    else torch.contiguous_format)
         out = like.new_empty_strided(like.shape, like.stride())
+        state = self.state
         stream = torch.cuda.current_stream(self.device_index).cuda_stream
-        self.state.legacy_handle.set_stream(stream)
-        size = self.workspace_bytes
-        workspace = self.state.workspace(stream, size) if size else 0
-        self.problem.backward(self.pass_, self.algo, known.data_ptr(), grad_y.data_ptr(), out.data_ptr(),
-                              workspace, size)
+        known_ptr, grad_y_ptr = known.data_ptr(), grad_y.data_ptr()
+        if self.plan is not None and not (known_ptr | grad_y_ptr) % self.alignment:
+            if stream != state.graph_stream:
+                state.frontend.set_stream(state.graph_handle, stream)
+                state.graph_stream = stream
+            size = self.workspace_bytes
+            workspace = state.workspace(stream, size) if size else 0
+            if self.pass_ == "bwd_data":  # the plan takes its pointers by role: x, w, y
+                self.plan.run(out.data_ptr(), known_ptr, grad_y_ptr, workspace)
+            else:
+                self.plan.run(known_ptr, out.data_ptr(), grad_y_ptr, workspace)
+        else:
+            problem = self.legacy
+            state.legacy_handle.set_stream(stream)
+            size = problem.backward_workspace_size(self.pass_, self.algo) if self.plan is not None \
+                else self.workspace_bytes
+            workspace = state.workspace(stream, size) if size else 0
+            problem.backward(self.pass_, self.algo, known_ptr, grad_y_ptr, out.data_ptr(), workspace, size)
         return out.squeeze(-2) if self.dims == 1 else out
 
 
@@ -1022,6 +1062,9 @@ class _PyTorchForward:
 
     def shaped(self, bias: torch.Tensor | None) -> torch.Tensor | None:
         return bias
+
+    def misaligned(self, x: torch.Tensor, w: torch.Tensor) -> bool:
+        return False
 
     def __call__(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         c = self.call
@@ -1336,6 +1379,7 @@ class _SeerConv:
         conv.paths = {}  # input kind -> the runner's path (graph, legacy, cupy)
         conv._plans = {}  # input shape -> _Plan; a choice is fixed per layer
         conv._fast = {}  # input kind -> (algorithm name, runner, whether the weight is repacked)
+        conv._fast_grad = {}  # input kind -> (algorithm name, runner, _Call, backward runners, their names)
         conv._weight_copy = (None, 0, 0, None)  # (weight, its version, its data pointer, channels-last copy)
         return conv
 
@@ -1355,7 +1399,7 @@ class _SeerConv:
         """Make each later call an NVTX range (``on``) or not. The fast path, which has no
         range, is kept only for calls without one, so its runners are forgotten."""
         self.seer_nvtx = on
-        self._fast = {}
+        self._fast, self._fast_grad = {}, {}
 
     def to_conv(self) -> nn.Module:
         """The plain ``nn.Conv*`` module with this one's configuration and parameters."""
@@ -1419,18 +1463,28 @@ class _SeerConv:
             return self._forward(x)
         parameters = self._parameters
         weight, bias = parameters["weight"], parameters["bias"]
-        fast = self._fast.get(_input_kind(x, weight))
-        if fast is not None:
-            name, runner, repacked = fast
-            if runner is None:  # the choice leaves this input to PyTorch: its own module's path
-                self._last[0] = PYTORCH
-                return self._conv_forward(x, weight, bias)
-            if not _needs_grad(x, weight, bias):
-                if repacked:
-                    weight = self._channels_last_weight(weight)
+        kind = _input_kind(x, weight)
+        fast = self._fast.get(kind)
+        if fast is not None and fast[1] is None:  # the choice leaves this input to PyTorch: its own module's path
+            self._last[0] = PYTORCH
+            return self._conv_forward(x, weight, bias)
+        if _needs_grad(x, weight, bias):
+            # A training call: the forward's runner and the backward passes' runners, as the
+            # checked path left them for this kind of input.
+            grad = self._fast_grad.get(kind)
+            if grad is not None:
+                name, runner, call, backward, ran = grad
                 if not runner.misaligned(x, weight):
                     self._last[0] = name
-                    return runner(x, weight, self._shaped_bias(bias, runner))
+                    self.backward_algorithms = ran
+                    return _Convolution.apply(x, weight, bias, call, runner, backward)
+        elif fast is not None:
+            name, runner, repacked = fast
+            if repacked:
+                weight = self._channels_last_weight(weight)
+            if not runner.misaligned(x, weight):
+                self._last[0] = name
+                return runner(x, weight, self._shaped_bias(bias, runner))
         return self._forward(x)
 
     def _channels_last_weight(self, weight: torch.Tensor) -> torch.Tensor:
@@ -1471,19 +1525,23 @@ class _SeerConv:
             padding = self._numeric_padding()
             x = F.pad(x, [p for p in reversed(padding) for _ in range(2)], mode=self.padding_mode)
         weight = self.weight
+        training = _needs_grad(x, weight, self.bias)
         layout = _layout(x, weight, len(self.kernel_size))
+        # Later training calls with this input go straight to the runners, unless each call is
+        # an NVTX range, or the input or the weight is packed anew first.
+        fast_grad = training and layout is not None and not self.seer_nvtx and self.padding_mode == "zeros"
         if layout is None:  # padding_mode's padding changed the input's layout, or the weight is NC[D]HW
             channels_last = _CHANNELS_LAST[len(self.kernel_size)]
             x = x.contiguous(memory_format=channels_last)
             layout = "nhwc"
-            if not weight.is_contiguous(memory_format=channels_last):
+            if not weight.is_contiguous(memory_format=channels_last):  # never in training: _unrunnable
                 weight = self._channels_last_weight(weight)
         plan = self._plan(x, layout)
         if plan.problem is not None:
             self._fall_back(plan.problem)
             return self._pytorch(x, plan.padding)
         algo = plan.algorithm
-        backward = plan.backward if _needs_grad(x, self.weight, self.bias) else (None, None)
+        backward = plan.backward if training else (None, None)
         if algo is None and backward == (None, None):  # the choice leaves this layer to PyTorch
             if self.padding_mode == "zeros" and not isinstance(self.padding, str) and not self.seer_nvtx \
                     and plan.backward == (None, None):
@@ -1492,9 +1550,11 @@ class _SeerConv:
         dims = len(self.kernel_size)
         if algo is None:  # PyTorch's forward, a chosen algorithm's backward
             call = _Call(dims, tuple(self.stride), plan.padding, tuple(self.dilation), self.groups)
-            y = _run(x, self.weight, self.bias, call, _PyTorchForward(call),
-                     self._backward_runners(plan, layout, x.device, dims))
+            runner, runners = _PyTorchForward(call), self._backward_runners(plan, layout, x.device, dims)
+            y = _run(x, self.weight, self.bias, call, runner, runners)
             self._last[0] = PYTORCH
+            if fast_grad:
+                self._fast_grad[key] = (PYTORCH, runner, call, runners, self.backward_algorithms)
             return y
         call = _Call(dims, tuple(self.stride), plan.padding, tuple(self.dilation), self.groups)
         if convolution_op is not None and _compiling():
@@ -1508,8 +1568,9 @@ class _SeerConv:
             if runner.misaligned(x, weight):
                 self._fall_back(f"{algo.name} ({runner.path}) needs tensors on {runner.alignment}-byte boundaries")
                 return self._pytorch(x, plan.padding)
-            y = _run(x, weight, self.bias, call, runner,
-                     self._backward_runners(plan, layout, x.device, dims) if backward != (None, None) else (None, None))
+            runners = self._backward_runners(plan, layout, x.device, dims) if backward != (None, None) \
+                else (None, None)
+            y = _run(x, weight, self.bias, call, runner, runners)
         except ImportError as exc:  # CuPy, which seer's own kernels need, is not installed
             self._fall_back(f"{algo.name} needs CuPy ({exc})")
             return self._pytorch(x, plan.padding)
@@ -1529,6 +1590,8 @@ class _SeerConv:
         # unless each call is an NVTX range, or the input is padded by padding_mode first.
         if not self.seer_nvtx and self.padding_mode == "zeros":
             self._fast[key] = (algo.name, runner, weight is not self.weight)
+        if fast_grad:
+            self._fast_grad[key] = (algo.name, runner, call, runners, self.backward_algorithms)
         return y
 
     def _backward_runners(self, plan: "_Plan", layout: str, device: torch.device, dims: int) -> tuple:
@@ -1618,7 +1681,7 @@ class SeerConv3d(_SeerConv, nn.Conv3d):
 
 #: What :meth:`_SeerConv.from_conv` adds to a convolution module.
 _SEER_ATTRIBUTES = ("seer_choice", "seer_name", "seer_nvtx", "seer_backward", "backward_algorithms", "fallbacks",
-                    "_last", "_bias_view", "paths", "_plans", "_fast", "_weight_copy")
+                    "_last", "_bias_view", "paths", "_plans", "_fast", "_fast_grad", "_weight_copy")
 
 #: Exact module types swapped, and what they become.
 SWAPS = {nn.Conv1d: SeerConv1d, nn.Conv2d: SeerConv2d, nn.Conv3d: SeerConv3d}
