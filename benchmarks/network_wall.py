@@ -170,20 +170,24 @@ def bar_panels(frame: pd.DataFrame, bars: dict[str, str], path: Path, xlabel: st
     import matplotlib.pyplot as plt
 
     panels = sorted(frame.groupby(["batch", "math"]).groups)
+    # One row per network in every panel (the panels share their y axis), empty where a panel lacks it.
+    networks = sorted(set(frame["network"]))
+    row = {name: i for i, name in enumerate(networks)}
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 5.5), sharey=True, constrained_layout=True)
     offsets = (-0.2, 0.2)
     for ax, (batch, math) in zip(np.atleast_1d(axes), panels):
-        part = frame[(frame["batch"] == batch) & (frame["math"] == math)].sort_values("network")
-        y = np.arange(len(part))
+        part = frame[(frame["batch"] == batch) & (frame["math"] == math)]
+        y = part["network"].map(row).to_numpy()
         for offset, (label, column) in zip(offsets, bars.items()):
             error = (errors or {}).get(label)
             extra = {"xerr": part[error] if error in part else None, "error_kw": {"lw": 0.8}} if error else {}
             ax.barh(y + offset, part[column], height=0.4, label=label, **extra)
         for x, style in marks:
             ax.axvline(x, **{"color": "k", "lw": 0.8, **style})
-        ax.set(title=f"batch {batch}, {math}", xlabel=xlabel, yticks=y, yticklabels=part["network"], xlim=xlim)
+        ax.set(title=f"batch {batch}, {math}", yticks=np.arange(len(networks)), yticklabels=networks, xlim=xlim)
         ax.grid(axis="x", alpha=0.3)
     np.atleast_1d(axes)[0].legend(loc=legend, fontsize=8)
+    fig.supxlabel(xlabel, fontsize=10)  # once: each panel's own would run into its neighbour's
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
