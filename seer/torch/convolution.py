@@ -23,7 +23,7 @@ Gradients, where asked for, come from PyTorch's own backward operator
 (``aten.convolution_backward``, all three in one call, as ``nn.Conv2d``'s own), or, for a
 module given backward choices (``apply(..., training=True)``: :class:`PredictedPass` per
 backward pass), from the chosen cuDNN backward-data and backward-filter algorithms through
-cuDNN's legacy calls (:class:`_BackwardRunner`), on PyTorch's stream and allocator.
+graph-API plans built once (:class:`_BackwardRunner`), on PyTorch's stream and allocator.
 
 :func:`apply` and :func:`force` swap every ``nn.Conv1d/2d/3d`` of a model (exact types: a
 subclass may override ``forward``) for one of these, sharing the parameters, so
@@ -149,7 +149,8 @@ GUARD_SPARSE_HOST_MS = 0.09
 #: In an eager training step (:func:`decide_step`), a swapped module costs
 #: :data:`GUARD_STEP_MODULE_MS` more host time per call than PyTorch's ``nn.Conv2d`` (forward and
 #: backward: its autograd function and PyTorch's gradients), and each backward pass that runs a
-#: chosen algorithm (cuDNN's legacy call) :data:`GUARD_BACKWARD_HOST_MS` more, with
+#: chosen algorithm :data:`GUARD_BACKWARD_HOST_MS` more (what cuDNN's legacy call cost; through a
+#: graph plan about 0.11 ms on dense layers, 2026-11-29/ there, not yet refitted), with
 #: :data:`GUARD_LAUNCH_MS` per launch beyond the first. Medians over four layers and both math
 #: modes on the H200 machine, measured by benchmarks/training_host_cost.py
 #: (benchmarks/results/h200-training-host-cost/; PyTorch's own module took 0.185 ms). Timed again
