@@ -219,8 +219,9 @@ def _backward(pass_: str, name: str, enum: int, deterministic: bool, family: str
 
 #: Their launches are the medians of the H200 dataset's traced backward calls (the test of the
 #: table says how close): FFT, FFT_TILING and WINOGRAD_NONFUSED loop over a layer's groups.
-#: Their engines launch the legacy call's kernels on every layer of
-#: benchmarks/results/h200-cudnn-engines-bwd-*.csv.gz (benchmarks/cudnn_engines.py).
+#: Their engines: the plan they give launches the legacy call's kernels on 442 of the 446 legacy
+#: runs of benchmarks/results/h200-cudnn-engines-bwd.csv.gz (benchmarks/cudnn_engines.py; the
+#: four others in benchmarks/results/cudnn-engines.md).
 BACKWARD_ALGORITHMS: tuple[Algorithm, ...] = (
     _backward("bwd_data", "ALGO_0", 0, False, "gemm", "sums the filter's contributions with atomic adds",
               Launches(2, 2, grouped=2), GraphEngines((25,), (25,), depthwise=(0,))),

@@ -104,8 +104,8 @@ class GraphConvolution:
     :meth:`ranked` takes cuDNN's heuristic ranking (modes A, then FALLBACK) and builds the
     first plan whose engine is one of ``engines``; :meth:`engine` builds one engine with its
     default knobs. ``run(x_ptr, w_ptr, y_ptr, workspace_ptr)`` enqueues the plan on the
-    handle's stream, the pointers by role whichever of them the pass computes; the caller sets that stream (``cudnn.set_stream``) and gives a
-    workspace of at least ``workspace_bytes``.
+    handle's stream, its pointers by role whichever tensor the pass computes; the caller sets
+    that stream (``cudnn.set_stream``) and gives a workspace of at least ``workspace_bytes``.
     """
 
     def __init__(self, handle: Any, shape: ConvShape, graph, uids: tuple[int, int, int], index: int) -> None:
