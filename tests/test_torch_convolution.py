@@ -881,3 +881,20 @@ def test_the_guard_leaves_channels_last_depthwise_layers_to_pytorch(no_heuristic
     assert guarded.algorithm_in(grouped, "nhwc") == guarded.algorithm(grouped)
     unguarded = Predicted(model, "fma", algorithms="all", guard=False)
     assert unguarded.algorithm_in(depthwise, "nhwc") == unguarded.algorithm(depthwise) is not None
+
+
+def test_the_graph_handle_is_moved_to_a_stream_only_when_the_stream_changes(monkeypatch):
+    from seer.torch import convolution
+
+    moves = []
+
+    class Frontend:
+        @staticmethod
+        def set_stream(handle, stream):
+            moves.append((handle, stream))
+
+    monkeypatch.setattr(convolution._DeviceState, "frontend", property(lambda self: Frontend))
+    state = object.__new__(convolution._DeviceState)  # no GPU here: only what graph_on reads
+    state._graph_handle, state.graph_stream = "handle", None
+    assert [state.graph_on(s) for s in (7, 7, 9, 9, 7)] == [7, 7, 9, 9, 7]
+    assert moves == [("handle", 7), ("handle", 9), ("handle", 7)]

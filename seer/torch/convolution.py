@@ -844,10 +844,7 @@ class _GraphRunner(_Runner):
 
     def launch(self, x, w, y, bias=None) -> bool:
         state = self.state
-        stream = torch.cuda.current_stream(self.device_index).cuda_stream
-        if stream != state.graph_stream:
-            state.frontend.set_stream(state.graph_handle, stream)
-            state.graph_stream = stream
+        stream = state.graph_on(torch.cuda.current_stream(self.device_index).cuda_stream)
         size = self.workspace_bytes
         self._run(x.data_ptr(), w.data_ptr(), y.data_ptr(), state.workspace(stream, size) if size else 0)
         return False
@@ -1033,9 +1030,7 @@ class _BackwardRunner:
         stream = torch.cuda.current_stream(self.device_index).cuda_stream
         known_ptr, grad_y_ptr = known.data_ptr(), grad_y.data_ptr()
         if self.plan is not None and not (known_ptr | grad_y_ptr) % self.alignment:
-            if stream != state.graph_stream:
-                state.frontend.set_stream(state.graph_handle, stream)
-                state.graph_stream = stream
+            state.graph_on(stream)
             size = self.workspace_bytes
             workspace = state.workspace(stream, size) if size else 0
             if self.pass_ == "bwd_data":  # the plan takes its pointers by role: x, w, y
@@ -1103,6 +1098,13 @@ class _DeviceState:
             with torch.cuda.device(self.device):
                 self._graph_handle = self.frontend.create_handle()
         return self._graph_handle
+
+    def graph_on(self, stream: int) -> int:
+        """Put the graph handle on ``stream`` (a call to cuDNN only when it moves); ``stream``."""
+        if stream != self.graph_stream:
+            self.frontend.set_stream(self.graph_handle, stream)
+            self.graph_stream = stream
+        return stream
 
     def workspace(self, stream: int, size: int) -> int:
         """A pointer to ``size`` bytes of workspace for a launch on ``stream``. Calls on one
