@@ -25,8 +25,7 @@ import pandas as pd
 from seer.algorithms import PASS_NAMES, PASSES, algorithm_names
 from seer.dataset.build import read_measurements
 from seer.dataset.views import math_rows
-from seer.layers.grids import NETWORK_BATCHES
-from seer.layers.known_networks import TEST_SET_II_NETWORKS, network_layers
+from seer.layers.grids import network_shapes_of_test_set_ii
 from seer.layers.shapes import LAYER_COLUMNS
 from seer.predict.guard import guard_policy
 from seer.predict.persist import load_passes
@@ -49,18 +48,17 @@ def network_steps(layer_ids, predicted_ms: np.ndarray, measured_ms: np.ndarray, 
     each time), with the error and whether the measured total lies within the summed bounds."""
     position = {shape_id: i for i, shape_id in enumerate(layer_ids)}
     rows = []
-    for network in TEST_SET_II_NETWORKS:
-        for batch in NETWORK_BATCHES:
-            ids = [layer.shape.shape_id for layer in network_layers(network, batch)]
-            if not ids or any(i not in position for i in ids):
-                continue
-            at = np.array([position[i] for i in ids])
-            predicted, measured = float(predicted_ms[at].sum()), float(measured_ms[at].sum())
-            row = {"network": network, "batch": batch, "layers": len(ids), "predicted_ms": predicted,
-                   "measured_ms": measured, "error_pct": (predicted / measured - 1) * 100}
-            for level, (low, high) in bounds.items():
-                row[f"within_{level}"] = bool(low[at].sum() <= measured <= high[at].sum())
-            rows.append(row)
+    for network, batch, layers in network_shapes_of_test_set_ii():
+        ids = [shape.shape_id for shape in layers]
+        if not ids or any(i not in position for i in ids):
+            continue
+        at = np.array([position[i] for i in ids])
+        predicted, measured = float(predicted_ms[at].sum()), float(measured_ms[at].sum())
+        row = {"network": network, "batch": batch, "layers": len(ids), "predicted_ms": predicted,
+               "measured_ms": measured, "error_pct": (predicted / measured - 1) * 100}
+        for level, (low, high) in bounds.items():
+            row[f"within_{level}"] = bool(low[at].sum() <= measured <= high[at].sum())
+        rows.append(row)
     return rows
 
 

@@ -46,7 +46,7 @@ import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import numpy as np
 
@@ -259,6 +259,15 @@ def sparse_seed_grid(batches: Sequence[int] = SPARSE_SEED_BATCHES) -> list[ConvS
     """Unique layer shapes of the cuSNN seed's networks (DenseNet-121/169/201, ResNet-101/152,
     224x224) at its batches: the layers its sparse experiments time (``--sparsity``)."""
     return networks_grid(batches, networks.SPARSE_SEED_NETWORKS)
+
+
+def network_shapes_of_test_set_ii(
+        batches: Sequence[int] = NETWORK_BATCHES) -> Iterator[tuple[str, int, list[ConvShape]]]:
+    """Each Test-set-II network at each batch, with its layers' shapes in the order it runs
+    them (a repeated shape once per layer): what a network's totals sum over."""
+    for network in networks.TEST_SET_II_NETWORKS:
+        for batch in batches:
+            yield network, batch, [layer.shape for layer in networks.network_layers(network, batch)]
 
 
 def test_set_ii_grid(batches: Sequence[int] = NETWORK_BATCHES) -> list[ConvShape]:

@@ -31,8 +31,7 @@ import pandas as pd
 
 from seer.algorithms import algorithm_names, get_algorithm
 from seer.dataset.views import math_rows, recorded_runs, training_frames
-from seer.layers.grids import NETWORK_BATCHES
-from seer.layers.known_networks import TEST_SET_II_NETWORKS, network_layers
+from seer.layers.grids import network_shapes_of_test_set_ii
 from seer.layers.shapes import LAYER_COLUMNS, is_seer_layer, layer_frame, layer_kind_flags
 from seer.predict.model import Model
 from seer.predict.uncertainty import ALL_KINDS, INTERVAL_KINDS, NEAR_BEST, interval_kind
@@ -374,22 +373,20 @@ def network_totals(model: Model, table: pd.DataFrame) -> pd.DataFrame:
         # PyTorch runs cuDNN's algorithms: the policies choose among those.
         cudnn = [a for a in predictor.algorithms if a in algorithm_names("cudnn", pass_=None)]
         measured = training_frames(table, math, split=None)[1][cudnn]
-        for network in TEST_SET_II_NETWORKS:
-            for batch in NETWORK_BATCHES:
-                layers = [layer.shape for layer in network_layers(network, batch)]
-                ids = [s.shape_id for s in layers]
-                known = [i for i in ids if i in measured.index]
-                if len(known) < len(ids):
-                    continue  # a layer without measurements: no honest total
-                times = measured.loc[ids].reset_index(drop=True)
-                # A network repeats shapes: the picks come back one per layer, by position.
-                frame = layer_frame(layers).set_axis(pd.Index(ids, name="shape_id"))
-                picks = {name: policy.reset_index(drop=True)
-                         for name, policy in _model_picks(model, math, frame, table, cudnn).items()}
-                row = {"math": math, "network": network, "batch": batch, "layers": len(ids),
-                       "oracle_ms": float(times.min(axis=1).sum())}
-                for name, policy in picks.items():
-                    chosen = [times.at[i, a] if isinstance(a, str) else np.nan for i, a in policy.items()]
-                    row[f"{name}_ms"] = float(np.sum(chosen)) if np.all(np.isfinite(chosen)) else float("nan")
-                rows.append(row)
+        for network, batch, layers in network_shapes_of_test_set_ii():
+            ids = [s.shape_id for s in layers]
+            known = [i for i in ids if i in measured.index]
+            if len(known) < len(ids):
+                continue  # a layer without measurements: no honest total
+            times = measured.loc[ids].reset_index(drop=True)
+            # A network repeats shapes: the picks come back one per layer, by position.
+            frame = layer_frame(layers).set_axis(pd.Index(ids, name="shape_id"))
+            picks = {name: policy.reset_index(drop=True)
+                     for name, policy in _model_picks(model, math, frame, table, cudnn).items()}
+            row = {"math": math, "network": network, "batch": batch, "layers": len(ids),
+                   "oracle_ms": float(times.min(axis=1).sum())}
+            for name, policy in picks.items():
+                chosen = [times.at[i, a] if isinstance(a, str) else np.nan for i, a in policy.items()]
+                row[f"{name}_ms"] = float(np.sum(chosen)) if np.all(np.isfinite(chosen)) else float("nan")
+            rows.append(row)
     return pd.DataFrame(rows)
