@@ -193,7 +193,8 @@ def realised(table: pd.DataFrame) -> pd.DataFrame:
             order = {e: i for i, e in enumerate(engines)}
             defaults = defaults.assign(order=defaults["engine"].map(order)).sort_values("order")
             chosen = defaults.iloc[0] if len(defaults) else None
-        out.append({"pass": run.pass_, "algo": run.name, "math": run.math, "groups": run.groups, "dims": 3 if run.in_d > 1 else 2,
+        out.append({"pass": run.pass_, "algo": run.name, "math": run.math, "groups": run.groups,
+                    "dims": 3 if run.in_d > 1 else 2,
                     "plan": None if chosen is None else chosen["name"],
                     "same_kernels": chosen is not None and chosen["kernels"] == run.kernels,
                     "time_ratio": np.nan if chosen is None or chosen["status"] != "ok" else chosen["ms"] / run.ms})
