@@ -898,3 +898,27 @@ def test_the_graph_handle_is_moved_to_a_stream_only_when_the_stream_changes(monk
     state._graph_handle, state.graph_stream = "handle", None
     assert [state.graph_on(s) for s in (7, 7, 9, 9, 7)] == [7, 7, 9, 9, 7]
     assert moves == [("handle", 7), ("handle", 9), ("handle", 7)]
+
+
+def test_a_backward_runners_legacy_call_and_its_workspace_are_asked_of_cudnn_once():
+    from types import SimpleNamespace
+
+    from seer.torch import convolution
+
+    asked = []
+
+    class Problem:
+        def __init__(self, handle, layer, math, layout):
+            asked.append(("descriptors", layer, math, layout))
+
+        def backward_workspace_size(self, pass_, algo):
+            asked.append(("workspace", pass_, algo))
+            return 4096
+
+    runner = object.__new__(convolution._BackwardRunner)  # no GPU here: only what the property reads
+    runner.state = SimpleNamespace(cudnn=SimpleNamespace(ConvolutionProblem=Problem), legacy_handle="handle")
+    runner.layer, runner.math, runner.layout, runner.pass_, runner.algo = "layer", "fma", "nchw", "bwd_data", 1
+    runner._legacy = None
+    first, second = runner.legacy, runner.legacy
+    assert first is second and first[1] == 4096
+    assert asked == [("descriptors", "layer", "fma", "nchw"), ("workspace", "bwd_data", 1)]

@@ -985,7 +985,7 @@ class _BackwardRunner:
         self.pass_, self.algo = algo.pass_, algo.enum
         self.device_index = device.index
         self.state = _device_state(device)
-        self.plan, self._problem, problem, self.alignment = None, None, None, 1
+        self.plan, self._legacy, problem, self.alignment = None, None, None, 1
         if algo.engines is not None:
             from seer.errors import EnvironmentProblem
             from seer.gpu.cudnn_graph import POINTER_ALIGNMENT, GraphConvolution, GraphNotSupported
@@ -998,7 +998,7 @@ class _BackwardRunner:
                 problem = exc
         if self.plan is None:
             # Raises CudnnError where cuDNN has not the algorithm for this layer at all.
-            self.workspace_bytes = self.legacy.backward_workspace_size(self.pass_, self.algo)
+            self.workspace_bytes = self.legacy[1]
             if problem is not None:
                 warnings.warn(f"seer: {algo.name} runs through cuDNN's legacy call, about 250 us of host time "
                               f"per call, for want of a graph-API plan ({problem})", stacklevel=2)
@@ -1007,12 +1007,14 @@ class _BackwardRunner:
         self.path = "legacy" if self.plan is None else "graph"
 
     @property
-    def legacy(self):
-        """cuDNN's legacy call of this pass (its descriptors), made at first use."""
-        if self._problem is None:
-            self._problem = self.state.cudnn.ConvolutionProblem(self.state.legacy_handle, self.layer, self.math,
-                                                                self.layout)
-        return self._problem
+    def legacy(self) -> tuple:
+        """cuDNN's legacy call of this pass (its descriptors) and the workspace bytes it asks
+        for, made at first use."""
+        if self._legacy is None:
+            problem = self.state.cudnn.ConvolutionProblem(self.state.legacy_handle, self.layer, self.math,
+                                                          self.layout)
+            self._legacy = problem, problem.backward_workspace_size(self.pass_, self.algo)
+        return self._legacy
 
     def __call__(self, known: torch.Tensor, grad_y: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
         """The gradient of ``like`` (the input for dgrad, the filter for wgrad: its shape and
@@ -1038,10 +1040,8 @@ class _BackwardRunner:
             else:
                 self.plan.run(known_ptr, out.data_ptr(), grad_y_ptr, workspace)
         else:
-            problem = self.legacy
+            problem, size = self.legacy
             state.legacy_handle.set_stream(stream)
-            size = problem.backward_workspace_size(self.pass_, self.algo) if self.plan is not None \
-                else self.workspace_bytes
             workspace = state.workspace(stream, size) if size else 0
             problem.backward(self.pass_, self.algo, known_ptr, grad_y_ptr, out.data_ptr(), workspace, size)
         return out.squeeze(-2) if self.dims == 1 else out
