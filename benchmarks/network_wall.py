@@ -2,7 +2,8 @@
 own choice, in plain wall time per forward pass (eager, captured in a CUDA graph, and under
 ``torch.compile(mode="reduce-overhead")`` where profiled with ``--compiled``), from the
 ``overall.csv`` of ``seer profile-network``; or per training step, from its ``steps.csv``
-(``--training``).
+(``--training``), with the GPU time of the step's convolutions pass by pass where its layers
+were timed.
 
     python benchmarks/network_wall.py benchmarks/results/h100-network-wall/overall.csv \
         --out benchmarks/results/h100-network-wall/summary.md
@@ -104,6 +105,51 @@ def markdown(table: pd.DataFrame, title: str) -> str:
                  f"{s['slower_with_picks']} of them; in the others seer's model was PyTorch's own, so their "
                  "ratios are noise." if "cases_with_picks" in s else ""), ""]
     return "\n".join(lines)
+
+
+#: A training step's passes, as profile-network's steps.csv names their sums.
+STEP_PASSES = (("fwd", "forward"), ("bwd_data", "dgrad"), ("bwd_filter", "wgrad"))
+#: The issue's target for the whole step's predicted convolution time against the measured one.
+STEP_ERROR_TARGET_PCT = 10.0
+
+
+def step_passes(steps: pd.DataFrame) -> str:
+    """Per (network, batch, math), from the steps' per-pass sums of their layers' burst-timed GPU
+    time: seer's over PyTorch's better policy in each pass and in all (the better policy of the
+    whole step's sum), and seer's and PyTorch's default's predicted sums against the measured."""
+    ok = steps[(steps["status"] == "ok") & steps["conv_ms"].notna()]
+    lines = ["### GPU time of the step's convolutions, pass by pass: seer / PyTorch's better policy", "",
+             "Each distinct convolution's forward, dgrad and wgrad timed in bursts behind a spinning kernel (host "
+             "cost hidden) on the input it got in the step, times its calls, summed; `predicted`: seer's models' "
+             "sum for the same algorithms (PyTorch's default choice modelled as a policy), and its error against the "
+             "measured sum.", "",
+             "| network | batch | math | " + " | ".join(label for _, label in STEP_PASSES)
+             + " | step | seer ms | PyTorch's better ms | predicted seer | predicted heuristic |",
+             "|---|---|---|" + "---|" * (len(STEP_PASSES) + 5)]
+    errors = []
+    for (network, batch, math), group in ok.groupby(["network", "batch", "math"], sort=True):
+        by = group.set_index("policy")
+        if "seer" not in by.index or not set(PYTORCH) & set(by.index):
+            continue
+        best = by.loc[[p for p in PYTORCH if p in by.index], "conv_ms"].idxmin()
+        ratios = [by.loc["seer", f"{p}_conv_ms"] / by.loc[best, f"{p}_conv_ms"] for p, _ in STEP_PASSES]
+        cells = []
+        for policy in ("seer", "heuristic"):
+            if policy in by.index and pd.notna(by.loc[policy].get("predicted_conv_ms")):
+                error = (by.loc[policy, "predicted_conv_ms"] / by.loc[policy, "conv_ms"] - 1) * 100
+                errors.append(abs(error))
+                cells.append(f"{error:+.1f}%")
+            else:
+                cells.append("-")
+        lines.append(f"| {network} | {batch} | {math} | " + " | ".join(f"{r:.3f}" for r in ratios)
+                     + f" | **{by.loc['seer', 'conv_ms'] / by.loc[best, 'conv_ms']:.3f}** | "
+                     f"{by.loc['seer', 'conv_ms']:.2f} | {by.loc[best, 'conv_ms']:.2f} ({best}) | " + " | ".join(cells)
+                     + " |")
+    if errors:
+        lines += ["", f"Predicted step convolution time within {STEP_ERROR_TARGET_PCT:.0f}% of the measured in "
+                      f"{sum(e <= STEP_ERROR_TARGET_PCT for e in errors)} of {len(errors)} (network, math, policy); "
+                      f"median absolute error {np.median(errors):.1f}%, worst {max(errors):.1f}%."]
+    return "\n".join(lines + [""])
 
 
 def run_with(overall: pd.DataFrame, policy: str) -> pd.DataFrame:
@@ -215,7 +261,9 @@ def main(argv=None) -> int:
     unit = "training step" if holds_steps(overall) else "pass"
     for column, title in (("eager_ms", f"Eager: plain wall time per {unit}, back to back"),
                           ("graph_ms", "Captured in a CUDA graph: wall time per replay"),
-                          ("forward_ms", "GPU time per pass (bursts behind a spinning kernel; host cost hidden)")):
+                          ("forward_ms", "GPU time per pass (bursts behind a spinning kernel; host cost hidden)"),
+                          ("conv_ms", "GPU time of the step's convolutions (each layer's three passes in bursts "
+                                      "behind a spinning kernel, host cost hidden, times its calls)")):
         if "seer" in policies and column in overall.columns and overall[column].notna().any():
             parts.append(markdown(comparison(run_with(overall, "seer"), column), title))
     if "seer-all" in policies and overall["eager_ms"].notna().any():
@@ -241,6 +289,8 @@ def main(argv=None) -> int:
                                            f"second file: another run), wall time per {unit}"))
     if {"seer", "seer-graph"} <= policies and "forward_ms" in overall and overall["forward_ms"].notna().any():
         parts.append(ceiling(overall))
+    if holds_steps(overall) and "seer" in policies and "conv_ms" in overall and overall["conv_ms"].notna().any():
+        parts.append(step_passes(run_with(overall, "seer")))
     text = "\n".join(parts)
     if args.plot and "seer" in policies:
         plot(run_with(overall, "seer"), args.plot, unit)

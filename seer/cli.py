@@ -1609,9 +1609,10 @@ def _add_profile_network(sub) -> None:
                    help="time whole passes only (eager, CUDA graph, bursts), not each convolution")
     p.add_argument("--training", action="store_true",
                    help="time training steps instead (train mode: forward, mean of the output, backward, and "
-                        "--optimizer's step): eager and CUDA-graph wall time per step, policies in turns; seer's "
+                        "--optimizer's step): eager and CUDA-graph wall time per step, policies in turns, then each "
+                        "convolution's forward, dgrad and wgrad in bursts, traced (not with --passes-only); seer's "
                         "policies run its forward, dgrad and wgrad picks (the GPU's backward models, e.g. --gpu "
-                        "h200). Writes OUT/steps.csv")
+                        "h200). Writes OUT/steps.csv and OUT/step_layers.csv")
     p.add_argument("--compiled", nargs="?", const=COMPILE_MODE_CHOICES[0], choices=COMPILE_MODE_CHOICES,
                    metavar="MODE",
                    help="also time each forward pass under torch.compile(mode=MODE): reduce-overhead (the default: "
@@ -1725,7 +1726,7 @@ def _cmd_profile_network(args) -> int:
 
 
 def _log_tables(tables) -> None:
-    written = [str(p) for p in (tables.overall, tables.layers, tables.steps) if p is not None]
+    written = [str(p) for p in (tables.overall, tables.layers, tables.steps, tables.step_layers) if p is not None]
     err_console.log(f"wrote {', '.join(written)} and {len(tables.plots)} plots")
 
 

@@ -23,7 +23,7 @@ torch = pytest.importorskip("torch")
 
 from seer.algorithms import algorithm_names, get_algorithm  # noqa: E402
 from seer.cli import main  # noqa: E402
-from seer.torch.convolution import PYTORCH, apply, force, restore, seer_convolutions  # noqa: E402
+from seer.torch.convolution import CONFIRM_SHARE, PYTORCH, apply, force, restore, seer_convolutions  # noqa: E402
 from seer.torch.layers import build_model  # noqa: E402
 
 TESTS = Path(__file__).parent
@@ -546,6 +546,18 @@ def test_apply_for_training_runs_seers_backward_picks_and_the_gradients_are_pyto
     assert ran and all(get_algorithm(a).pass_ in ("bwd_data", "bwd_filter") for a in ran)
 
 
+def test_apply_for_training_keeps_the_picks_only_where_a_step_with_them_measures_faster(cuda):
+    model = _net("resnet50", cuda).train()
+    apply(model, gpu="h200", math="fma", training=True, input_shape=(16, 3, 112, 112))
+    swapped = seer_convolutions(model)
+    # The step with the picks was timed against PyTorch's: kept, it measured faster; else nothing is swapped.
+    for module in swapped.values():
+        assert module.seer_choice.confirmed_ratio is not None and module.seer_choice.confirmed_ratio <= CONFIRM_SHARE
+    x = torch.randn(16, 3, 112, 112, device=cuda)
+    model(x).mean().backward()
+    assert all(p.grad is not None for p in model.parameters())
+
+
 # The test network's 'same'-padded even-kernel layer is left to PyTorch, and seer says so.
 @pytest.mark.filterwarnings("ignore:seer. same_even. 'same' padding that pads one side more:UserWarning")
 def test_profile_network_measures_verifies_and_resumes(cuda, tmp_path, monkeypatch):
@@ -590,9 +602,28 @@ def test_profile_network_times_training_steps_with_seers_backward_picks(cuda, tm
     assert (steps["eager_ms"] > 0).all() and (steps["graph_ms"] > 0).all(), steps.get("graph_error")
     picks = steps.set_index("policy")[["fwd_picks", "bwd_data_picks", "bwd_filter_picks"]].sum(axis=1)
     assert (steps.loc[steps["policy"] != "heuristic", "conv_layers"] == 53).all()
-    # Captured, every pick that wins on the GPU; eager, only those that shorten the step with their host time.
+    # Captured, every pick that wins on the GPU; eager, only those that shorten the step with their host time,
+    # and only where the step with them, timed taking turns with PyTorch's, is faster.
     assert picks["seer-graph"] > 0 and picks["seer"] <= picks["seer-graph"]
+    if picks["seer"] > 0:
+        assert steps.set_index("policy").loc["seer", "confirmed_ratio"] <= CONFIRM_SHARE
     assert not (out / "overall.csv").exists()
+    # Each distinct convolution's three passes, timed and traced under each policy; their sums join the step.
+    layers = pd.read_csv(out / "step_layers.csv")
+    assert (steps["conv_ms"] > 0).all() and (steps["bwd_filter_conv_ms"] > 0).all()
+    per_policy = layers.groupby("policy")["pass"].value_counts().unstack()
+    assert sorted(per_policy.index) == ["heuristic", "seer", "seer-graph"] and (per_policy.nunique(axis=1) == 1).all()
+    by = steps.set_index("policy")
+    for policy, rows in layers.groupby("policy"):
+        assert (rows["calls"] * rows["measured_ms"]).sum() == pytest.approx(by.loc[policy, "conv_ms"])
+    heuristic = layers[layers["policy"] == "heuristic"]
+    assert (heuristic["algo"] == "pytorch").all() and (heuristic["verified"] == "pytorch").all()
+    assert heuristic["predicted_ms"].notna().all() and by.loc["heuristic", "predicted_conv_ms"] > 0
+    chosen = layers[(layers["policy"] == "seer-graph") & (layers["algo"] != "pytorch")]
+    assert {"fwd", "bwd_data"} <= set(chosen["pass"]) and chosen["predicted_ms"].notna().all()
+    assert chosen.loc[chosen["algo"].str.startswith("BWD_"), "pass"].isin(["bwd_data", "bwd_filter"]).all()
+    assert (chosen["verified"] != "mismatch").all(), chosen[["name", "pass", "algo", "kernels"]]
+    assert (chosen.loc[chosen["pass"] != "fwd", "verified"] == "verified").any()
     before = len(steps)
     assert main(argv) == 0  # everything recorded: nothing measured again
     assert len(pd.read_csv(out / "steps.csv")) == before

@@ -193,7 +193,8 @@ def test_merge_into_a_profile_output_rebuilds_its_tables(capsys, tmp_path, monke
 
     def write_tables(out):  # stands in for seer.networks.profile_network's: the merge only has to call it
         calls.append(out)
-        return types.SimpleNamespace(overall=out / "overall.csv", layers=out / "layers.csv", plots=[], steps=None)
+        return types.SimpleNamespace(overall=out / "overall.csv", layers=out / "layers.csv", plots=[], steps=None,
+                                     step_layers=None)
 
     monkeypatch.setattr("seer.networks.profile_network.write_tables", write_tables)
     sources = []
@@ -212,4 +213,5 @@ def test_merge_into_a_profile_output_rebuilds_its_tables(capsys, tmp_path, monke
     # A dataset of seer collect is not a profile output.
     dataset = _shard(tmp_path, "one", "a", [{"shape_id": "s1", "math": "fma", "algo": "GEMM"}])
     code, err = _run(capsys, "merge", "--into", out, dataset)
-    assert code == 2 and "holds timing records, which this target does not take (layer_times, pass_times, step_times)" in err
+    assert code == 2 and ("holds timing records, which this target does not take (layer_times, pass_times, "
+                          "step_times, step_layer_times)") in err

@@ -324,6 +324,77 @@ def test_training_step_records_make_steps_csv_alone(tmp_path):
     assert read_profile(tmp_path)[0].empty  # forward passes are not mixed with steps
 
 
+def test_a_training_steps_layer_passes_make_step_layers_csv_and_its_sums(tmp_path):
+    """Each layer's three passes are records of their own; the step's record sums them per pass
+    (calls x ms), and a step recorded again keeps only its newer layers' rows."""
+    from seer.collect.store import RunStore
+    from seer.layers.shapes import LAYER_FIELDS
+    from seer.networks.profile_network import STEP_CONV_COLUMNS, STEP_LAYERS_COLUMNS, step_conv_sums
+
+    base = {"network": "resnet50", "input": "32x3x224x224", "math": "fma", "size": 224, "batch": 32}
+    fields = dict.fromkeys(LAYER_FIELDS, 1)
+    old, new = "2026-11-29T10:00:00+00:00", "2026-11-29T11:00:00+00:00"
+    rows = [{**base, **fields, "policy": "seer", "collected_at": stamp, "name": name, "calls": calls, "pass": pass_,
+             "algo": algo, "predicted_ms": predicted, "measured_ms": ms * (2 if stamp == old else 1)}
+            for stamp in (old, new)
+            for name, calls, pass_, algo, predicted, ms in (
+                ("conv1", 1, "fwd", "IMPLICIT_PRECOMP_GEMM", 0.5, 0.4), ("conv1", 1, "bwd_data", "pytorch", 0.9, 1.0),
+                ("conv1", 1, "bwd_filter", "BWD_FILTER_ALGO_1", 0.7, 0.8),
+                ("layer1.0.conv2", 3, "fwd", "pytorch", 0.2, 0.25),
+                ("layer1.0.conv2", 3, "bwd_data", "BWD_DATA_ALGO_0", None, 0.3),
+                ("layer1.0.conv2", 3, "bwd_filter", "pytorch", 0.1, 0.1))]
+    sums = step_conv_sums(rows[6:])
+    assert list(sums) == list(STEP_CONV_COLUMNS)
+    assert sums["fwd_conv_ms"] == pytest.approx(0.4 + 3 * 0.25) and sums["fwd_predicted_conv_ms"] == pytest.approx(1.1)
+    assert sums["bwd_data_predicted_conv_ms"] is None and sums["predicted_conv_ms"] is None  # a row not predicted
+    assert sums["conv_ms"] == pytest.approx(0.4 + 1.0 + 0.8 + 3 * (0.25 + 0.3 + 0.1))
+    assert step_conv_sums([]) == {}
+    store = RunStore(tmp_path, tag="t", kinds=KINDS)
+    store.append("step_layer_times", rows)
+    store.append("step_times", [{**base, "policy": "seer", "status": "ok", "collected_at": new, **sums}])
+    store.close()
+    tables = write_tables(tmp_path)
+    layers = pd.read_csv(tables.step_layers)
+    assert list(layers.columns) == list(STEP_LAYERS_COLUMNS) and len(layers) == 6
+    assert sorted(set(layers["pass"])) == ["bwd_data", "bwd_filter", "fwd"]
+    assert (layers["calls"] * layers["measured_ms"]).sum() == pytest.approx(sums["conv_ms"])  # the newer rows
+    steps = pd.read_csv(tables.steps)
+    assert steps.loc[0, "conv_ms"] == pytest.approx(sums["conv_ms"]) and np.isnan(steps.loc[0, "predicted_conv_ms"])
+    store = RunStore(tmp_path, tag="u", kinds=KINDS)  # measured again, its layers failing: none of the old rows stay
+    store.append("step_times", [{**base, "policy": "seer", "status": "ok", "collected_at": "2026-11-29T12:00:00+00:00",
+                                 "layers_error": "oom"}])
+    store.close()
+    assert write_tables(tmp_path).step_layers is None
+
+
+def test_a_pass_call_asks_for_one_gradient_only_and_leaves_the_parameters_as_they_were():
+    """profile-network's call of one backward pass of a plain module (on the CPU here): the input's
+    gradient alone for dgrad, the weight's alone for wgrad, each PyTorch's own."""
+    torch = pytest.importorskip("torch")
+    from seer.networks.profile_network import NetworkProfiler
+
+    profiler = NetworkProfiler.__new__(NetworkProfiler)  # no GPU here: the calls alone
+    profiler.torch = torch
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(4, 6, 3, padding=1)
+    conv.bias.requires_grad_(False)  # as a user may have frozen it: left so
+    x = torch.randn(2, 4, 8, 8)
+    reference = conv(x.clone().requires_grad_(True))
+    for pass_ in ("bwd_data", "bwd_filter"):
+        torch.manual_seed(1)
+        call, ran = profiler._pass_call(conv, x, pass_)
+        torch.manual_seed(1)
+        grad_y = torch.randn_like(reference)  # the call's gradient of the output, drawn the same way
+        (grad,) = call()
+        assert ran is None and conv.weight.requires_grad and not conv.bias.requires_grad
+        expected = (torch.nn.grad.conv2d_input(x.shape, conv.weight, grad_y, padding=1) if pass_ == "bwd_data" else
+                    torch.nn.grad.conv2d_weight(x, conv.weight.shape, grad_y, padding=1))
+        assert torch.allclose(grad, expected, atol=1e-5)
+        assert torch.equal(call()[0], grad)  # the forward is kept: the same gradient again
+    call, ran = profiler._pass_call(conv, x, "fwd")
+    assert torch.allclose(call(), reference.detach()) and not call().requires_grad
+
+
 def test_a_training_step_may_end_with_an_sgd_step():
     torch = pytest.importorskip("torch")
     from seer.torch.convolution import training_step

@@ -384,6 +384,37 @@ def test_an_eager_training_step_takes_the_picks_that_shorten_it(monkeypatch):
     assert weighed_fields(Predicted(load_model("h200", math="fma"), "fma")) == {}
 
 
+def test_an_eager_training_steps_picks_stay_only_where_the_step_with_them_measures_faster(monkeypatch):
+    """decide_step's picks of every pass are a model of host and GPU time; the step timed with
+    them, taking turns with PyTorch's, keeps them all or sends every pass back to PyTorch."""
+    from seer.predict.persist import load_model
+    from seer.torch import convolution
+    from seer.torch.convolution import CONFIRM_SHARE, LayerGuess, PassTimes, PredictedPass, decide_step
+
+    monkeypatch.setattr(convolution, "cudnn_heuristic_choice", lambda layer, math: None)  # no GPU to ask
+    layer = ConvShape.square(32, 256, 56, 256, 3, 1, 1)
+    guesses = [("IMPLICIT_GEMM", 1.0, 1.1, 2.0, 1.8), ("BWD_DATA_ALGO_1", 1.0, 1.1, 2.0, 1.8),
+               ("BWD_FILTER_ALGO_1", 1.0, 1.1, 2.0, 1.8)]
+
+    def decided():
+        forward = Predicted(load_model("h200", math="fma"), "fma")
+        backward = [PredictedPass(load_model("h200", math="fma", pass_=p), "fma") for p in ("bwd_data", "bwd_filter")]
+        for chooser, guess in zip((forward, *backward), guesses):
+            chooser.picks[layer], chooser.guesses[layer] = guess[0], LayerGuess(*guess)
+        decide_step(forward, backward, [layer], PassTimes(10.0, 100.0, 99.0))  # GPU-bound: every pick
+        assert forward.picked() and all(b.algorithm(layer) is not None for b in backward)
+        return forward, backward
+
+    forward, backward = decided()
+    assert forward.confirm_step(CONFIRM_SHARE, backward) and forward.confirmed_ratio == CONFIRM_SHARE
+    assert [c.algorithm(layer) for c in (forward, *backward)] == [g[0] for g in guesses]
+    forward, backward = decided()
+    assert not forward.confirm_step(1.05, backward)  # slower with them (DenseNet-121, H200, 2026-11-29)
+    assert [c.algorithm(layer) for c in (forward, *backward)] == [None, None, None]
+    assert forward.guarded[layer][0] == "IMPLICIT_GEMM" and not forward.picked()
+    assert forward.confirm_step(1.05, [None, *backward[1:]]) is False  # a pass without a choice is skipped
+
+
 def test_the_picks_of_an_eager_pass_stay_only_where_the_swapped_pass_measures_faster(monkeypatch):
     from seer.networks.profile_network import weighed_fields
     from seer.predict.persist import load_model

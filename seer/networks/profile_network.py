@@ -18,22 +18,26 @@ against the algorithm forced there (:mod:`seer.networks.kernel_evidence`); under
 they name the algorithms PyTorch may have run.
 
 A training step (train mode: forward, a loss, backward, and an optimizer step where asked,
-which costs every policy the same) is timed as a user runs it only: eager wall time of back-to-back steps and
-replays of the step captured in a CUDA graph (``step_times`` records, ``steps.csv``). seer's
-policies there run its forward, backward-data and backward-filter picks
+which costs every policy the same) is timed as a user runs it: eager wall time of back-to-back steps and
+replays of the step captured in a CUDA graph (``step_times`` records, ``steps.csv``); then each
+distinct convolution's three passes (forward, backward-data, backward-filter), each timed in
+bursts and traced as above on the input the layer got in the step (``step_layer_times``,
+``step_layers.csv``; their sums per pass, measured and predicted, join the step's record).
+seer's policies there run its forward, backward-data and backward-filter picks
 (``seer.torch.apply(..., training=True)``), so they need the GPU's backward models.
 
-Results are records in ``OUT/raw/`` (``layer_times``, ``pass_times``, ``step_times``, one file per
-shard, appended and fsync'ed as each (network, input, math, policy) finishes; a rerun skips
-what is recorded), from which :func:`write_tables` builds ``layers.csv``, ``overall.csv``
-(``steps.csv`` for training steps) and the plots.
+Results are records in ``OUT/raw/`` (``layer_times``, ``pass_times``, ``step_times``,
+``step_layer_times``, one file per shard, appended and fsync'ed as each (network, input, math,
+policy) finishes; a rerun skips what is recorded), from which :func:`write_tables` builds
+``layers.csv``, ``overall.csv`` (``steps.csv`` and ``step_layers.csv`` for training steps) and
+the plots.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -70,11 +74,15 @@ SEER_POLICIES = {"seer": SeerPolicy("cudnn", False), "seer-graph": SeerPolicy("c
 PYTORCH_POLICIES = {"heuristic": False, "benchmark": True}
 #: What a job times: the forward pass (eval mode, ``torch.no_grad``), or a training step.
 STEPS = ("forward", "training")
-#: Record kinds of a profile's ``raw/`` folder: forward passes, their layers, training steps.
-KINDS = ("layer_times", "pass_times", "step_times")
+#: Record kinds of a profile's ``raw/`` folder: forward passes, their layers, training steps,
+#: and the three passes of each layer of a training step.
+KINDS = ("layer_times", "pass_times", "step_times", "step_layer_times")
 #: What makes a record of each kind one measurement.
 PASS_KEY = ("network", "input", "math", "policy")
 LAYER_KEY = (*PASS_KEY, "name")
+STEP_LAYER_KEY = (*LAYER_KEY, "pass")
+#: The passes of a training step's convolution, in the order they run.
+STEP_PASSES = ("fwd", "bwd_data", "bwd_filter")
 #: What a user sees, beside the burst-timed GPU time: plain wall time per pass of back-to-back
 #: eager passes, and per replay of the pass captured in a CUDA graph, with the spread of their
 #: windows (profiles before 0.8 lack them).
@@ -88,9 +96,10 @@ COMPILED_COLUMNS = ("compiled_ms", "compiled_spread", "compile_s", "compile_mode
 #: Modes of ``torch.compile`` a profile may time: inductor with its passes replayed from CUDA
 #: graphs (the first, the default), or launching its kernels from the host on every pass.
 COMPILE_MODES = ("reduce-overhead", "default", "max-autotune-no-cudagraphs")
-#: Rounds of the policies' turns, and the GPU-and-host time of one turn's window of passes.
+#: Rounds of the policies' turns, and the GPU-and-host time of one turn's window of passes
+#: (each after an untimed pass).
 WALL_ROUNDS = 7
-WALL_WINDOW_S = 0.1
+WALL_WINDOW_S = 0.25
 #: Columns of overall.csv, in order (one row per network, input, math and policy).
 OVERALL_COLUMNS = (*PASS_KEY, "size", "batch", "status", "forward_ms", "forward_mean_ms", "forward_std_ms",
                    "forward_reps", "conv_ms", "predicted_conv_ms", "conv_layers", "conv_calls",
@@ -102,6 +111,15 @@ STEPS_COLUMNS = (*PASS_KEY, "size", "batch", "status", *WALL_COLUMNS, "fwd_picks
 #: Columns of layers.csv, in order (one row per network, input, math, policy and conv module).
 LAYERS_COLUMNS = (*PASS_KEY, "size", "name", "calls", *LAYER_FIELDS, "algo", "predicted_ms", "measured_ms",
                   "spread", "reps", "verified", "candidates", "kernels", "fallback")
+#: Columns of step_layers.csv (one row per network, input, math, policy, conv module and pass).
+_ALGO_AT = LAYERS_COLUMNS.index("algo")
+STEP_LAYERS_COLUMNS = (*LAYERS_COLUMNS[:_ALGO_AT], "pass", *LAYERS_COLUMNS[_ALGO_AT:])
+#: What a training step's record adds where its layers' passes were timed: per pass and in all,
+#: the calls' burst-timed GPU time summed over the step's convolutions, and seer's prediction
+#: of the same (the chosen algorithm's time, or the model of PyTorch's own choice where the
+#: policy leaves the pass to it; none under cudnn.benchmark, which no model predicts).
+STEP_CONV_COLUMNS = (*(f"{p}_conv_ms" for p in STEP_PASSES), "conv_ms",
+                     *(f"{p}_predicted_conv_ms" for p in STEP_PASSES), "predicted_conv_ms")
 
 
 # -- what to run ------------------------------------------------------------------------
@@ -227,6 +245,7 @@ class NetworkProfiler:
                          if dataset is not None and DatasetDir(dataset).traced_kernels.exists() else None)
         self._models: dict[str, object] = {}
         self._choices: dict[str, object] = {}  # seer's picks for the current job's layers, per seer policy
+        self._backward: dict[str, tuple] = {}  # and its backward passes' picks, per seer policy of a training job
         self._pick_counts: dict[str, dict] = {}  # per seer policy of a training job: layers each pass swapped
         self.measured = 0  # policies measured by run(), so far
 
@@ -326,31 +345,147 @@ class NetworkProfiler:
         return count
 
     def _run_training_job(self, job: Job, policies: Sequence[str]) -> int:
-        """A training step under each policy: wall times only (eager and CUDA graph, in turns)."""
+        """A training step under each policy: wall times (eager and CUDA graph, in turns), then
+        each distinct convolution's three passes in bursts (:meth:`_step_layer_rows`)."""
         torch = self.torch
         built = self._model_and_layers(job, policies)
         if built is None:
             return len(policies)
         model, layers = built
-        self._choices = {}
+        self._choices, self._backward = {}, {}
         x = torch.randn(job.input_shape, device="cuda")
         walls = self._walls(model, x, job, policies, layers)
+        predicted = self._step_predictions(job, layers) if self.options.layer_times and len(layers) else None
+        measured: dict[tuple, dict] = {}  # (layer fields, pass, what ran) -> its timing and trace, once per job
         for policy in policies:
+            stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
             wall = dict(walls[policy])
             problem = wall.pop("wall_error", None)
-            record = {**self._pass_base(job, policy), "status": "error" if problem else "ok", **wall,
+            record = {**self._pass_base(job, policy, stamp), "status": "error" if problem else "ok", **wall,
                       "conv_layers": int(len(layers)), "optimizer": self.options.optimizer}
+            rows = []
+            if predicted is not None and not problem:
+                try:
+                    rows = self._step_layer_rows(model, x, job, policy, layers, predicted, measured, stamp)
+                except torch.cuda.OutOfMemoryError as exc:
+                    record["layers_error"] = "oom: " + _why(exc)
+                except Exception as exc:  # noqa: BLE001 - the step's record says why; its wall times stand
+                    record["layers_error"] = _why(exc)
+                record.update(step_conv_sums(rows))
             if problem:
                 record["error"] = problem
             record.update(self._pick_counts.get(policy, {}))
+            self.store.append("step_layer_times", rows)  # before the step's record, which marks the policy done
             self.store.append("step_times", [record])
             self.progress(f"  {policy}: {record['status']} eager {_ms(record.get('eager_ms'))} ms, "
                           f"graph {_ms(record.get('graph_ms'))} ms per step"
-                          + (f" ({problem})" if problem else f" ({wall['graph_error']})" if "graph_error" in wall else ""))
+                          + (f", convolutions {_ms(record.get('conv_ms'))} ms GPU" if rows else "")
+                          + (f" ({problem})" if problem else f" ({wall['graph_error']})" if "graph_error" in wall else "")
+                          + (f" (layers: {record['layers_error']})" if "layers_error" in record else ""))
         del model, x
         self._pick_counts = {}
         torch.cuda.empty_cache()
         return len(policies)
+
+    def _step_predictions(self, job: Job, layers: pd.DataFrame) -> dict[str, tuple[dict, np.ndarray]]:
+        """Per pass: seer's predicted ms of each (layer index, algorithm) of ``layers``, and of
+        PyTorch's own choice per layer."""
+        from seer.predict.model import best_per_layer
+        from seer.predict.persist import load_model
+
+        out = {}
+        for pass_ in STEP_PASSES:
+            key = job.math if pass_ == "fwd" else f"{job.math}/{pass_}"
+            if key not in self._models:
+                self._models[key] = load_model(self.options.gpu, math=job.math, models_dir=self.options.models_dir,
+                                               pass_=pass_)
+            predictions = self._models[key].predict(layers, job.math)
+            times = {(int(i), a): float(t) for i, a, t in predictions[["layer", "algo", "predicted_ms"]].itertuples(
+                index=False)}
+            out[pass_] = (times, best_per_layer(predictions)["pytorch_ms"].reindex(range(len(layers))).to_numpy())
+        return out
+
+    def _step_layer_rows(self, model, x, job: Job, policy: str, layers: pd.DataFrame, predicted: dict,
+                         measured: dict, stamp: str) -> list[dict]:
+        """Each distinct convolution's forward, backward-data and backward-filter under ``policy``,
+        on the input the layer got in the step: the algorithm that ran (seer's pick, or PyTorch's
+        where the policy leaves the pass to it), its burst-timed GPU time, its kernels and their
+        verdict, and seer's prediction. A (layer, pass, algorithm) measured under another policy
+        of the job is not measured again; PyTorch's path under seer's policies is the heuristic
+        policy's (the same flags)."""
+        import copy
+
+        from seer.torch.convolution import PYTORCH, seer_convolutions
+
+        torch = self.torch
+        if policy in PYTORCH_POLICIES:
+            swapped_model = model
+        else:
+            swapped_model = copy.deepcopy(model)
+            self._set_policy(swapped_model, x, job, policy, layers)
+        rows = []
+        try:
+            with self._flags(job, policy):
+                with torch.no_grad():
+                    inputs = self._conv_inputs(swapped_model, x)
+                modules = dict(swapped_model.named_modules())
+                swapped = seer_convolutions(swapped_model)
+                for index, row in layers.iterrows():
+                    name = row["name"]
+                    module, x_in = modules.get(name), _input_for(inputs.get(name, {}), row)
+                    if module is None or x_in is None or not isinstance(module, self.conv_types):
+                        continue  # a functional call of the model's own code
+                    fields = tuple(int(row[f]) for f in LAYER_FIELDS)
+                    for pass_ in STEP_PASSES:
+                        call, ran = self._pass_call(module, x_in, pass_, swapped.get(name))
+                        algo = ran if ran not in (None, PYTORCH) else None  # None: PyTorch's own
+                        what = algo or ("benchmark" if policy == "benchmark" else "heuristic")
+                        if (fields, pass_, what) not in measured:
+                            measured[(fields, pass_, what)] = self._measure_call(call, algo)
+                        times, pytorch_ms = predicted[pass_]
+                        guess = times.get((int(index), algo)) if algo else (
+                            None if policy == "benchmark" else pytorch_ms[int(index)])
+                        rows.append({**self._pass_base(job, policy, stamp), "name": name, "calls": int(row["calls"]),
+                                     **dict(zip(LAYER_FIELDS, fields)), "pass": pass_, "algo": algo or PYTORCH,
+                                     "predicted_ms": None if guess is None or guess != guess else float(guess),
+                                     **measured[(fields, pass_, what)],
+                                     "fallback": ";".join(swapped[name].fallbacks) if name in swapped else ""})
+                        del call
+        finally:
+            del swapped_model
+            torch.cuda.empty_cache()
+        return rows
+
+    def _pass_call(self, module, x_in, pass_: str, seer_module=None) -> tuple[Callable[[], object], str | None]:
+        """A call that runs one pass of ``module`` on ``x_in`` (the forward without gradients, or
+        one gradient of a forward made once: of the input for ``bwd_data``, of the weight for
+        ``bwd_filter``, nothing else), and the algorithm a seer module runs there (None for a
+        plain module)."""
+        torch = self.torch
+        if pass_ == "fwd":
+            x = x_in.detach()
+
+            def forward():
+                with torch.no_grad():
+                    return module(x)
+            forward()
+            return forward, None if seer_module is None else seer_module.last_algorithm
+        # Only the wanted gradient: the other tensors ask for none while the forward is made.
+        parameters = [p for p in (module.weight, module.bias) if p is not None]
+        wanted = [p.requires_grad for p in parameters]
+        try:
+            for p in parameters:
+                p.requires_grad_(p is module.weight and pass_ == "bwd_filter")
+            x = x_in.detach().requires_grad_(pass_ == "bwd_data")
+            with torch.enable_grad():
+                y = module(x)
+            grad_y = torch.randn_like(y)
+        finally:
+            for p, flag in zip(parameters, wanted):
+                p.requires_grad_(flag)
+        target = x if pass_ == "bwd_data" else module.weight
+        ran = None if seer_module is None else seer_module.backward_algorithms[STEP_PASSES.index(pass_) - 1]
+        return (lambda: torch.autograd.grad(y, target, grad_y, retain_graph=True)), ran
 
     def _model_and_layers(self, job: Job, policies: Sequence[str]):
         """The job's model on the GPU (in train mode for a training step) and its layers, found by a
@@ -391,7 +526,10 @@ class NetworkProfiler:
         if policy in SEER_POLICIES:
             training = job.step == "training"
             choice = self._choices.get(policy)
-            backward = self._backward_choices(job, layers, policy) if training else ()
+            backward = ()
+            if training:  # made once per job, as the choice is: the step decides both together (decide_step)
+                backward = self._backward.get(policy) or self._backward.setdefault(
+                    policy, self._backward_choices(job, layers, policy))
             confirm_on = None  # the input the eager pass was weighed on, where the swapped pass is to be timed
             if choice is None:
                 from seer.layers.shapes import ConvShape
@@ -408,11 +546,13 @@ class NetworkProfiler:
                 if training and not SEER_POLICIES[policy].captured:  # as apply(..., training=True) weighs an eager step
                     with self._flags(job, "heuristic"):
                         decide_step(choice, backward, shapes, eager_step_times(model, x))
+                    confirm_on = x
             # As seer.torch.apply does: modules the guard leaves to PyTorch stay PyTorch's, and the
             # eager policy's picks stay only if the swapped pass is faster (timed under its own flags,
             # as a user runs it: without an NVTX range per call, which the traced passes then get).
             with self._flags(job, policy):
-                swap_in_confirmed(model, choice, layers, confirm_on, backward=backward or (None, None))
+                swap_in_confirmed(model, choice, layers, confirm_on, backward=backward or (None, None),
+                                  training=training)
             for module in seer_convolutions(model).values():
                 module.set_nvtx(True)
             if training:
@@ -426,7 +566,8 @@ class NetworkProfiler:
         and replays of the pass captured in a CUDA graph. The policies take turns, window by
         window (:data:`WALL_ROUNDS` rounds), so that the host's drift over the job (on a
         shared machine, eager times of host-bound networks moved by up to 2x between runs)
-        falls on every policy alike; each gets the median of its windows. A policy that
+        falls on every policy alike; each window follows an untimed pass of its own policy, and
+        each policy gets the median of its windows. A policy that
         swaps modules runs on its own copy of the model, swapped once, as a user's would be."""
         import copy
 
@@ -465,8 +606,12 @@ class NetworkProfiler:
                 for _ in range(WALL_ROUNDS):
                     for policy in live:
                         with self._flags(job, policy):
+                            # An untimed pass first: the window times this policy's model as it runs
+                            # back to back, not its first pass after another policy's model and flags.
+                            steps[policy]()
                             eager[policy].append(window_ms(steps[policy], passes))
                             if graphs.get(policy) is not None:
+                                graphs[policy].replay()
                                 replays[policy].append(window_ms(graphs[policy].replay, passes))
             except Exception as exc:  # noqa: BLE001 - the passes' records say why; burst times go on
                 for policy in live:
@@ -574,13 +719,18 @@ class NetworkProfiler:
         return rows
 
     def _measure_layer(self, module, x_in, algo: str | None) -> dict:
-        call = lambda: module(x_in)  # noqa: E731
+        return self._measure_call(lambda: module(x_in), algo, lambda: _without_bias(module))
+
+    def _measure_call(self, call: Callable[[], object], algo: str | None, tracing=nullcontext) -> dict:
+        """``call``'s GPU time in bursts, its kernels (traced within ``tracing()``) and whether
+        they are the ones ``algo`` launches (None: PyTorch's own choice, whose kernels name the
+        algorithms it may have run)."""
         estimate = _one_call_ms(self.torch, call)
         (times, plan, _), _ = steadiest(lambda: self.timer.measure(call, estimate, budget_ms=self.options.budget_ms))
         out = {"measured_ms": float(np.median(times)), "spread": spread(times), "reps": int(plan.reps)}
         if self.tracer is None:
             return {**out, "verified": "untraced", "candidates": "", "kernels": self.trace_problem}
-        with _without_bias(module):
+        with tracing():
             kernels = self.tracer.trace(call)
         names = [k.name for k in kernels]
         out["kernels"] = ";".join(dict.fromkeys(names))
@@ -749,6 +899,7 @@ class ProfileTables:
     plots: list[Path]
     passes: pd.DataFrame  # what overall.csv holds
     steps: Path | None = None  # steps.csv, where training steps were profiled
+    step_layers: Path | None = None  # step_layers.csv, where their layers' passes were timed too
 
 
 def read_profile(out_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -768,6 +919,39 @@ def read_profile(out_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     order = ["network", "math", "size", "policy"]
     return (passes.sort_values(order, kind="stable").reset_index(drop=True),
             layers.sort_values([*order], kind="stable").reset_index(drop=True))
+
+
+def step_conv_sums(rows: Sequence[dict]) -> dict[str, float | None]:
+    """:data:`STEP_CONV_COLUMNS` of a training step from its layers' pass rows: per pass and in
+    all, the sum over rows of calls x measured ms, and of calls x predicted ms (None where a
+    row has no prediction). Empty without rows."""
+    if not rows:
+        return {}
+    frame = pd.DataFrame(rows)
+    measured = frame["calls"] * frame["measured_ms"]
+    predicted = frame["calls"] * pd.to_numeric(frame["predicted_ms"], errors="coerce")
+    out: dict[str, float | None] = {}
+    for pass_ in STEP_PASSES:
+        at = frame["pass"] == pass_
+        out[f"{pass_}_conv_ms"] = float(measured[at].sum())
+        out[f"{pass_}_predicted_conv_ms"] = float(predicted[at].sum()) if predicted[at].notna().all() else None
+    out["conv_ms"] = float(measured.sum())
+    out["predicted_conv_ms"] = float(predicted.sum()) if predicted.notna().all() else None
+    return {c: out[c] for c in STEP_CONV_COLUMNS}
+
+
+def read_step_layers(out_dir: Path) -> pd.DataFrame:
+    """The latest pass rows of every training step's layers in ``OUT/raw`` (``step_layers.csv``'s
+    rows): those of a step recorded again belong to its newer record only."""
+    store = RunStore(out_dir, kinds=KINDS)
+    rows = store.read("step_layer_times", STEP_LAYER_KEY)
+    if rows.empty:
+        return rows
+    stamps = store.read("step_times", PASS_KEY).set_index(list(PASS_KEY))["collected_at"]
+    keep = [stamps.get(tuple(k)) == c for k, c in zip(rows[list(PASS_KEY)].itertuples(index=False),
+                                                        rows["collected_at"])]
+    rows = rows[np.asarray(keep, dtype=bool)].reindex(columns=list(STEP_LAYERS_COLUMNS))
+    return rows.sort_values(["network", "math", "size", "policy"], kind="stable").reset_index(drop=True)
 
 
 def read_steps(out_dir: Path) -> pd.DataFrame:
@@ -798,13 +982,17 @@ def write_tables(out_dir: Path) -> ProfileTables:
     tables = [("overall.csv", passes), ("layers.csv", layers)] if len(passes) or not len(steps) else []
     if len(steps):
         tables.append(("steps.csv", steps))
+        step_layers = read_step_layers(out_dir)
+        if len(step_layers):
+            tables.append(("step_layers.csv", step_layers))
     written = {}
     for name, frame in tables:
         with AtomicOutput(out_dir / name) as handle:
             frame.to_csv(handle, index=False, float_format="%.6g")
         written[name] = out_dir / name
     plots = plot_profile(passes, layers, out_dir) if len(passes) else []
-    return ProfileTables(written.get("overall.csv"), written.get("layers.csv"), plots, passes, written.get("steps.csv"))
+    return ProfileTables(written.get("overall.csv"), written.get("layers.csv"), plots, passes, written.get("steps.csv"),
+                         written.get("step_layers.csv"))
 
 
 def plot_profile(passes: pd.DataFrame, layers: pd.DataFrame, out_dir: Path) -> list[Path]:

@@ -354,6 +354,22 @@ class Predicted(Choice):
                 self._decided[layer] = self._keep(layer, False)
         return False
 
+    def confirm_step(self, ratio: float, backward: Iterable["PredictedPass | None"] = ()) -> bool:
+        """Keep the picks of every pass that :func:`decide_step` took only where an eager training
+        step with them takes at most :data:`CONFIRM_SHARE` of PyTorch's step (``ratio``, the two
+        timed taking turns: :func:`paired_ratio`); else every pass of every layer goes back to
+        PyTorch's path (the forward's recorded in ``guarded``). Returns whether the picks stay."""
+        self.confirmed_ratio = ratio
+        if ratio <= CONFIRM_SHARE:
+            return True
+        for layer, pick in list(self._decided.items()):
+            if pick is not None:
+                self._decided[layer] = self._keep(layer, False)
+        for pass_choice in backward:
+            if pass_choice is not None:
+                pass_choice.picks = dict.fromkeys(pass_choice.picks)
+        return False
+
     def _fewer_picks(self, wall_ms: float) -> set | None:
         """The picks taken that still shorten the pass (:func:`pass_picks`) once each one's host
         cost is scaled so that together they add what the measured pass (``wall_ms``, taken as
@@ -460,7 +476,8 @@ class PredictedPass(Choice):
     out the algorithms whose repeated calls may differ in their last bits. Unless
     ``captured`` (CUDA graphs), the pick must also win with its host time counted, as the
     forward's guard counts it (:func:`keeps_pick`): the backward calls go through cuDNN's
-    legacy API, and some algorithms launch kernels per group of the layer."""
+    graph-API plans (the legacy call where a plan cannot take the tensors), and some algorithms
+    launch kernels per group of the layer."""
 
     model: object  # seer.predict.model.Model of a backward pass
     math: str = "default"
@@ -637,25 +654,28 @@ def window_ms(call, passes: int) -> float:
 
 
 def paired_ratio(model: nn.Module, example: torch.Tensor, swap: Callable[[], object], wall_ms: float,
-                 rounds: int = CONFIRM_ROUNDS) -> float:
-    """The eager forward pass of ``model`` on ``example`` with seer's convolutions (``swap`` puts
-    them in) over the pass with PyTorch's own (:func:`restore`): the median over ``rounds``
-    rounds of the ratio of a window of each (enough passes of about ``wall_ms`` to fill
-    :data:`CONFIRM_WINDOW_MS`), taking turns, so that the host's drift falls on both alike.
-    Each window follows a warm-up pass. ``model`` ends swapped."""
+                 rounds: int = CONFIRM_ROUNDS, call: Callable[[], object] | None = None) -> float:
+    """The eager forward pass of ``model`` on ``example`` (or ``call``, e.g. a training step of
+    ``model``: :func:`training_step`) with seer's convolutions (``swap`` puts them in) over the
+    same with PyTorch's own (:func:`restore`): the median over ``rounds`` rounds of the ratio
+    of a window of each (enough passes of about ``wall_ms`` to fill :data:`CONFIRM_WINDOW_MS`),
+    taking turns, so that the host's drift falls on both alike. Each window follows a warm-up
+    pass. ``model`` ends swapped."""
+    from contextlib import nullcontext
     from math import ceil
     from statistics import median
 
     passes = max(2, ceil(CONFIRM_WINDOW_MS / max(wall_ms, 1e-3)))
+    run = call or (lambda: model(example))
     ratios = []
-    with torch.no_grad():
+    with torch.no_grad() if call is None else nullcontext():
         for _ in range(rounds):
             restore(model)
-            model(example)
-            plain = window_ms(lambda: model(example), passes)
+            run()
+            plain = window_ms(run, passes)
             swap()
-            model(example)
-            ratios.append(window_ms(lambda: model(example), passes) / plain)
+            run()
+            ratios.append(window_ms(run, passes) / plain)
     return median(ratios)
 
 
@@ -1726,16 +1746,32 @@ def left_to_pytorch(choice: Choice, calls: pd.DataFrame, backward: Iterable[Choi
 
 def swap_in_confirmed(model: nn.Module, choice: Predicted, calls: pd.DataFrame, example: torch.Tensor | None,
                       nvtx: bool = False, backward: tuple = (None, None),
-                      per_module: Mapping[str, Choice] | None = None) -> nn.Module:
+                      per_module: Mapping[str, Choice] | None = None, training: bool = False) -> nn.Module:
     """:func:`swap_in` with the modules :func:`left_to_pytorch` names kept. Given ``example``
     (the input ``choice``'s eager forward pass was weighed on, :meth:`Predicted.decide_pass`),
     the swapped model's eager pass is timed there, taking turns with PyTorch's (:func:`paired_ratio`),
     and, where :meth:`Predicted.confirm` turns the picks down, the swap is undone and done again
     with what it leaves: fewer picks, timed once more, or every layer of ``choice`` left to
-    PyTorch (``per_module``'s own choices stay)."""
-    def swap() -> None:
-        swap_in(model, choice, nvtx, left_to_pytorch(choice, calls, backward, per_module), backward, per_module)
+    PyTorch (``per_module``'s own choices stay). With ``training`` (``example``: the input the
+    eager training step was weighed on, :func:`decide_step`), training steps of a copy of the
+    model are timed instead, and :meth:`Predicted.confirm_step` keeps or drops the picks of every
+    pass at once."""
+    def swap(target: nn.Module = model) -> None:
+        swap_in(target, choice, nvtx, left_to_pytorch(choice, calls, backward, per_module), backward, per_module)
 
+    if training:
+        takes_any = choice.picked() or any(p is not None and any(a is not None for a in p.picks.values())
+                                           for p in backward)
+        if example is not None and choice.weighed is not None and takes_any:
+            import copy
+
+            twin = copy.deepcopy(model).train()  # the user's model keeps its state and gradients
+            ratio = paired_ratio(twin, example, lambda: swap(twin), choice.weighed.wall_ms,
+                                 call=training_step(twin, example))
+            del twin
+            choice.confirm_step(ratio, backward)
+        swap()
+        return model
     swap()
     for final in (False, True):
         if example is None or not choice.picked() or choice.weighed is None:
@@ -1812,10 +1848,12 @@ def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_s
     ``torch.compile(mode="reduce-overhead")``), the guard leaves out host time. With
     ``training``, the gradients too run seer's recommended backward-data and backward-filter
     algorithms (:class:`PredictedPass`, the models of ``gpu``'s backward passes), through
-    cuDNN's legacy calls; ``deterministic`` (default: what
+    cuDNN's graph-API plans; ``deterministic`` (default: what
     ``torch.are_deterministic_algorithms_enabled()`` says) leaves out those whose repeated
     calls may differ. Given ``input_shape`` on a GPU, a training step of a copy of the model is
-    timed first and the three passes' picks are weighed for the whole step (:func:`decide_step`).
+    timed first and the three passes' picks are weighed for the whole step (:func:`decide_step`);
+    then a copy's step with them is timed taking turns with PyTorch's, and unless it is faster,
+    every pass of every layer keeps PyTorch's path (:meth:`Predicted.confirm_step`).
 
     ``calibration`` (a batch of real inputs) or ``sparsity`` (what :func:`module_sparsity`
     takes) gives each module's share of zero input values: a module above 0 then runs one of
@@ -1859,6 +1897,8 @@ def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_s
                 step_example = _example(model, input_shape, training=True)
                 if step_example is not None:
                     decide_step(choice, backward, layers, eager_step_times(model, step_example))
+                    return swap_in_confirmed(model, choice, calls, step_example, nvtx, backward, per_module,
+                                             training=True)
             elif example is not None and not cuda_graphs:
                 choice.decide_pass(layers, eager_pass_times(model, example))
                 return swap_in_confirmed(model, choice, calls, example, nvtx, backward, per_module)
