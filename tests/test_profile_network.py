@@ -285,6 +285,11 @@ def test_a_training_step_clears_the_gradients_runs_forward_and_backward():
     # with the models trained on 5,826 layers (wgrad's with kernel paths): 15 networks under fma,
     # 7 under default math (the device time ran out)
     ("h200-training-steps-graph-20261129b", (15 + 7) * 4, 22, 0.883),
+    # each layer's three passes timed too: 4 networks (R3D-18 among them), both math modes, before and after
+    # the untimed step per wall window; then with an eager step's picks confirmed
+    ("h200-training-steps-layers-20261129a", 4 * 2 * 4, 8, 0.918),
+    ("h200-training-steps-layers-20261129", 4 * 2 * 4, 8, 0.918),
+    ("h200-training-steps-confirmed-20261129", 10 * 4, 10, 0.884),
 ])
 def test_the_training_steps_timed_again_are_what_their_records_say(tmp_path, name, rows, cases, median_fma):
     """benchmarks/results/h200-training-steps-graph-*: whole training steps at batch 32; steps.csv is
@@ -300,6 +305,12 @@ def test_the_training_steps_timed_again_are_what_their_records_say(tmp_path, nam
     assert round(guarded["median_ratio_largest_batch_fma"], 3) == median_fma
     assert WALL.main([str(folder / "steps.csv"), "--out", str(tmp_path / "summary.md")]) == 0
     assert (tmp_path / "summary.md").read_text() == (folder / "summary.md").read_text()
+    if "conv_ms" in committed:  # its layers' passes: the step's sums are theirs
+        layers = pd.read_csv(tables.step_layers)
+        sums = (layers["calls"] * layers["measured_ms"]).groupby([layers["network"], layers["math"],
+                                                                  layers["policy"]]).sum()
+        steps = committed.set_index(["network", "math", "policy"])["conv_ms"]
+        assert np.allclose(sums.reindex(steps.index), steps, rtol=1e-5)
 
 
 def test_training_step_records_make_steps_csv_alone(tmp_path):
