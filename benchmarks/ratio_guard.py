@@ -1,7 +1,7 @@
 """A guard calibrated on the ratio of the pick's time to PyTorch's (now seer's), against the interval guard.
 
     python benchmarks/ratio_guard.py --runs h100:fwd h200:fwd h200:bwd_data h200:bwd_filter \\
-        --out benchmarks/results/ratio-guard
+        --out benchmarks/results/ratio-guard-levels
 
 The interval guard (:mod:`seer.predict.guard` before the ratio rule, and still for models calibrated
 before the margins) takes seer's pick where the upper bound of the pick's 80% interval lies below the
@@ -16,7 +16,8 @@ of its own and the all-kinds quantile, as the intervals do); the pick is taken w
 ``log(predicted pick / predicted PyTorch) + quantile < 0``. Both are then scored on Test-set-II
 as ``benchmarks/guard.py`` scores the guard (a pick that did not run counts PyTorch's time).
 
-The ratio rule at 90% is now seer's guard: ``seer calibrate`` fits the margins
+The ratio rule is seer's guard, at 90% under default math and 50% under strict FP32 (the math
+mode's :attr:`~seer.schema.MathMode.guard_level`): ``seer calibrate`` fits the margins
 (:func:`seer.predict.uncertainty.fit_guard_margins`, the functions used here) and
 :func:`seer.predict.guard.recommended` decides by them. The ``today`` column stays the interval
 rule (computed here from the predictions' bounds, not read from ``recommended``), so the committed
@@ -46,7 +47,7 @@ from seer.reporting.scoring import chosen_times  # noqa: E402
 from seer.schema import DatasetDir  # noqa: E402
 from seer.training.calibrate import CALIBRATION_SPLIT, calibration_half  # noqa: E402
 
-LEVELS = (80, 90)
+LEVELS = (50, 80, 90)
 
 
 def layer_frame_of(model, table: pd.DataFrame, math: str, algorithms: str | None, policies: list[str]) -> pd.DataFrame:
@@ -104,16 +105,21 @@ def score(model, table: pd.DataFrame, math: str, algorithms: str | None, policie
 def markdown(rows: pd.DataFrame, command: str) -> str:
     lines = ["# A guard calibrated on the ratio pick / PyTorch, against today's guard", "",
              f"`{command}`. Measured totals on Test-set-II as a share of PyTorch's own choice (target: at most "
-             f"{TARGET}); in brackets, layers that leave PyTorch's choice. `ratio80`, `ratio90`: the pick where "
-             "the predicted log ratio plus the kind's one-sided conformal quantile (80%, 90%) of the calibration "
-             "layers' residual is below 0. `margin`: that quantile (log).", "",
-             "| GPU | pass | math | algorithms | kind | layers | today | ratio80 | ratio90 | unguarded | margin80 |",
-             "|" + "---|" * 11]
+             f"{TARGET}); in brackets, layers that leave PyTorch's choice. "
+             + ", ".join(f"`ratio{level}`" for level in LEVELS) + ": the pick where the predicted log ratio plus "
+             "the kind's one-sided conformal quantile (" + ", ".join(f"{level}%" for level in LEVELS) + ") of the "
+             "calibration layers' residual is below 0. `today`: the interval rule. The math mode's own level "
+             "(`MathMode.guard_level`) is seer's guard. `margin`: each level's quantile (log).", "",
+             "| GPU | pass | math | algorithms | kind | layers | today | "
+             + " | ".join(f"ratio{level}" for level in LEVELS) + " | unguarded | "
+             + " | ".join(f"margin{level}" for level in LEVELS) + " |",
+             "|" + "---|" * (8 + 2 * len(LEVELS))]
     for r in rows.itertuples():
         cells = [f"{getattr(r, f'{n}_vs_pytorch'):.4f} ({getattr(r, f'{n}_takes')})"
-                 for n in ("today", "ratio80", "ratio90", "unguarded")]
+                 for n in ("today", *(f"ratio{level}" for level in LEVELS), "unguarded")]
+        margins = [f"{getattr(r, f'ratio{level}_margin'):.3f}" for level in LEVELS]
         lines.append(f"| {r.gpu} | {r.pass_} | {r.math} | {r.algorithms} | {r.kind} | {r.layers} | "
-                     + " | ".join(cells) + f" | {r.ratio80_margin:.3f} |")
+                     + " | ".join(cells + margins) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -1157,7 +1157,7 @@ def _print_table(console, gpu: str, math: str, rows, objective: str = "time", la
     import pandas as pd
 
     from seer.predict.guard import GUARD_LEVEL, PYTORCH_CHOICE
-    from seer.predict.uncertainty import GUARD_MARGIN_LEVEL
+    from seer.schema import get_math_mode
 
     from seer.hardware.gpus import get_gpu_spec
     from seer.layers.shapes import frame_tensor_bytes
@@ -1221,8 +1221,9 @@ def _print_table(console, gpu: str, math: str, rows, objective: str = "time", la
         if crowded_rows is not None:
             to_pytorch &= ~crowded_rows.to_numpy(dtype=bool)
         kept = int(to_pytorch.sum())
-        rule = (f"predicted ratio to PyTorch's time stays below 1 with its calibrated {GUARD_MARGIN_LEVEL}% "
-                "margin" if ratio_guard else f"{GUARD_LEVEL}% interval lies below PyTorch's")
+        level = get_math_mode(math).guard_level
+        rule = (f"predicted ratio to PyTorch's time stays below 1 with its calibrated {level}% margin"
+                if ratio_guard else f"{GUARD_LEVEL}% interval lies below PyTorch's")
         console.print(f"PyTorch ms: PyTorch's own choice (default mode), predicted. use: the pick where its "
                       f"{rule}, else PyTorch's own choice (on {kept} of "
                       f"{len(rows)} layers here, the gain is within the models' error)"

@@ -40,6 +40,13 @@ class MathMode:
     tensor_cores : bool
         Whether cuDNN may run the fp32 convolution on TF32 tensor cores (PyTorch's
         ``allow_tf32``).
+    guard_level : int
+        The one-sided level (%) of the guard's margins (:func:`seer.predict.uncertainty.fit_guard_margins`):
+        seer's pick replaces PyTorch's choice where it is faster with at least this chance.
+        Under default math PyTorch's choice is within about 1% of the fastest on most layers,
+        so the pick must be surely faster (90%); under strict FP32 it is often far from it, and a
+        pick more likely faster than not (50%) gains in total (docs/predicting.md, *The guard's
+        level per math mode*).
     """
 
     name: str
@@ -48,12 +55,13 @@ class MathMode:
     tolerance: float
     description: str
     tensor_cores: bool
+    guard_level: int
 
 
 MATH_MODES: tuple[MathMode, ...] = (
-    MathMode("fma", 3, "CUDNN_FMA_MATH", 5e-3, "strict FP32, no tensor cores", tensor_cores=False),
+    MathMode("fma", 3, "CUDNN_FMA_MATH", 5e-3, "strict FP32, no tensor cores", tensor_cores=False, guard_level=50),
     MathMode("default", 0, "CUDNN_DEFAULT_MATH", 1e-2, "cuDNN may use TF32 tensor cores for fp32 data",
-             tensor_cores=True),
+             tensor_cores=True, guard_level=90),
 )
 MATH_MODE_NAMES: tuple[str, ...] = tuple(m.name for m in MATH_MODES)
 _MATH_BY_NAME = {m.name: m for m in MATH_MODES}

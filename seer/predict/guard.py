@@ -6,8 +6,10 @@ wins. So seer recommends its pick only where the pick's time is surely shorter t
 PyTorch's, elsewhere PyTorch's own choice (:data:`PYTORCH_CHOICE`). On one layer the two
 predictions mostly err together, so the guard calibrates their ratio: the pick where
 ``log(pick_ms / pytorch_ms) + margin < 0``, ``margin`` the layer kind's one-sided
-:data:`~seer.predict.uncertainty.GUARD_MARGIN_LEVEL`% quantile of the ratio's error on the
-calibration layers (:func:`seer.predict.uncertainty.fit_guard_margins`). A model calibrated
+quantile of the ratio's error on the calibration layers at the math mode's level
+(:attr:`seer.schema.MathMode.guard_level`: 90% under default math, 50% under strict FP32,
+where PyTorch's choice is often far from the fastest;
+:func:`seer.predict.uncertainty.fit_guard_margins`). A model calibrated
 before the margins decides as before: the upper bound of the pick's :data:`GUARD_LEVEL`
 interval below the lower bound of PyTorch's; without intervals the point times. Without a
 model of PyTorch's choice the pick stands. ``benchmarks/guard.py`` measures the rule on the

@@ -45,12 +45,10 @@ INTERVAL_KINDS: tuple[str, ...] = ("3D", "depthwise", "grouped", "dilated", "1xN
                                    "other")
 #: Key of an algorithm's quantiles over every kind.
 ALL_KINDS = "all"
-#: The one-sided level of the guard's margins (:func:`fit_guard_margins`): the pick replaces
-#: PyTorch's choice where its measured ratio to PyTorch's time would lie below 1 with this chance.
-GUARD_MARGIN_LEVEL = 90
-#: The guard's rule with margins, as the model card records it.
-GUARD_RULE = (f"the pick where log(pick_ms / pytorch_ms) + margin(kind) < 0; margin: the one-sided "
-              f"{GUARD_MARGIN_LEVEL}% split-conformal quantile of log(measured pick / measured PyTorch) - "
+#: The guard's rule with margins, as the model card records it (beside each math mode's level:
+#: :attr:`seer.schema.MathMode.guard_level`).
+GUARD_RULE = (f"the pick where log(pick_ms / pytorch_ms) + margin(kind) < 0; margin: the one-sided split-conformal "
+              f"quantile, at the math mode's guard level, of log(measured pick / measured PyTorch) - "
               f"log(predicted pick / predicted PyTorch) on the calibration layers where both ran; a kind with "
               f"fewer than {MIN_CALIBRATION_RUNS} such layers takes the larger of its own and the all-kinds one")
 
@@ -106,16 +104,16 @@ def fit_intervals(log_ratio: np.ndarray, kinds: np.ndarray) -> dict[str, list[li
     return out
 
 
-def one_sided_quantile(values: np.ndarray, level: int = GUARD_MARGIN_LEVEL) -> float:
+def one_sided_quantile(values: np.ndarray, level: int) -> float:
     """The split-conformal upper quantile of ``values``: a new value lies at or below it with
     chance >= ``level`` (the (n + 1) correction; the largest value where n is too small)."""
     values = np.sort(np.asarray(values, dtype=float))
     return float(values[min(int(np.ceil((len(values) + 1) * level / 100)), len(values)) - 1])
 
 
-def fit_guard_margins(residual: np.ndarray, kinds: np.ndarray, level: int = GUARD_MARGIN_LEVEL) -> dict[str, float]:
+def fit_guard_margins(residual: np.ndarray, kinds: np.ndarray, level: int) -> dict[str, float]:
     """The guard's margins (:data:`GUARD_RULE`): per :data:`INTERVAL_KINDS` kind with layers and
-    over all (:data:`ALL_KINDS`), the :func:`one_sided_quantile` of ``residual`` (per layer, the
+    over all (:data:`ALL_KINDS`), the ``level`` :func:`one_sided_quantile` of ``residual`` (per layer, the
     log ratio measured pick / PyTorch less the predicted one); a kind with fewer than
     :data:`MIN_CALIBRATION_RUNS` layers takes the larger of its own and the all-kinds margin, as
     the intervals do. Empty where there is no layer."""

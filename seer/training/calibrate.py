@@ -22,8 +22,9 @@ from seer.layers.shapes import layer_frame
 from seer.predict.guard import guard_policy
 from seer.predict.model import Model
 from seer.predict.predictors import AlgorithmPredictor
-from seer.predict.uncertainty import (GUARD_MARGIN_LEVEL, GUARD_RULE, MIN_CALIBRATION_RUNS, NEAR_BEST, RARE_KIND_RULE,
+from seer.predict.uncertainty import (GUARD_RULE, MIN_CALIBRATION_RUNS, NEAR_BEST, RARE_KIND_RULE,
                                       fit_guard_margins, fit_intervals, interval_kind, pick_margin)
+from seer.schema import get_math_mode
 
 #: The split whose calibration half calibrates the models.
 CALIBRATION_SPLIT = "test1"
@@ -124,8 +125,9 @@ def guard_residuals(predictor: AlgorithmPredictor, policy: str, shapes: pd.DataF
 
 def calibrate_guard(predictor: AlgorithmPredictor, table: pd.DataFrame, math: str, pass_: str) -> dict[str, float]:
     """The guard's margins of ``predictor`` (:func:`seer.predict.uncertainty.fit_guard_margins` at
-    :data:`GUARD_MARGIN_LEVEL`), from the calibration half's layers of ``table`` in ``math`` where the
-    pick and PyTorch's default policy of ``pass_`` both ran; empty where there is none."""
+    ``math``'s :attr:`~seer.schema.MathMode.guard_level`), from the calibration half's layers of
+    ``table`` in ``math`` where the pick and PyTorch's default policy of ``pass_`` both ran; empty
+    where there is none."""
     policy = guard_policy(pass_)
     layers, policies = policy_frames(table, math, CALIBRATION_SPLIT)
     if policy not in policies.columns or layers.empty:
@@ -135,7 +137,7 @@ def calibrate_guard(predictor: AlgorithmPredictor, table: pd.DataFrame, math: st
     # where it and PyTorch's choice ran, as the guard benchmark judges it.
     measured = values_by_algorithm(algorithm_rows(table, math, CALIBRATION_SPLIT), "time_ms")
     residual, kinds = guard_residuals(predictor, policy, layers, measured, policies[policy])
-    return fit_guard_margins(residual, kinds, GUARD_MARGIN_LEVEL)
+    return fit_guard_margins(residual, kinds, get_math_mode(math).guard_level)
 
 
 def calibrate(model: Model, table: pd.DataFrame) -> Model:
@@ -162,6 +164,7 @@ def calibrate(model: Model, table: pd.DataFrame) -> Model:
                                                "shapes": shapes_used, "policy_shapes": policy_shapes,
                                                "min_kind_runs": MIN_CALIBRATION_RUNS,
                                                "rare_kinds": RARE_KIND_RULE,
-                                               "guard": {"level": GUARD_MARGIN_LEVEL, "sided": "one",
-                                                         "rule": GUARD_RULE}}}
+                                               "guard": {"levels": {math: get_math_mode(math).guard_level
+                                                                    for math in model.predictors},
+                                                         "sided": "one", "rule": GUARD_RULE}}}
     return replace(model, card=card, predictors=predictors)
