@@ -902,18 +902,25 @@ class ProfileTables:
     step_layers: Path | None = None  # step_layers.csv, where their layers' passes were timed too
 
 
+def of_latest(rows: pd.DataFrame, records: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` (a pass's or a step's layers) whose ``collected_at`` is their record's in
+    ``records`` (the latest per :data:`PASS_KEY`): those of a pass or step recorded again
+    belong to the newer record only."""
+    if rows.empty:
+        return rows
+    stamps = records.set_index(list(PASS_KEY))["collected_at"] if len(records) else pd.Series(dtype=object)
+    keep = [stamps.get(tuple(k)) == c for k, c in zip(rows[list(PASS_KEY)].itertuples(index=False),
+                                                        rows["collected_at"])]
+    return rows[np.asarray(keep, dtype=bool)]
+
+
 def read_profile(out_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The latest record of every pass and layer in ``OUT/raw`` (every shard's files)."""
     store = RunStore(out_dir, kinds=KINDS)
     passes = store.read("pass_times", PASS_KEY)
     layers = store.read("layer_times", LAYER_KEY)
     if len(passes):
-        # Layers of a pass recorded again belong to the newer pass only.
-        stamps = passes.set_index(list(PASS_KEY))["collected_at"]
-        if len(layers):
-            keep = [stamps.get(tuple(k)) == c for k, c in zip(layers[list(PASS_KEY)].itertuples(index=False),
-                                                              layers["collected_at"])]
-            layers = layers[np.asarray(keep, dtype=bool)]
+        layers = of_latest(layers, passes)
     passes = passes.reindex(columns=[*OVERALL_COLUMNS, *(c for c in passes.columns if c not in OVERALL_COLUMNS)])
     layers = layers.reindex(columns=list(LAYERS_COLUMNS))
     order = ["network", "math", "size", "policy"]
@@ -947,10 +954,7 @@ def read_step_layers(out_dir: Path) -> pd.DataFrame:
     rows = store.read("step_layer_times", STEP_LAYER_KEY)
     if rows.empty:
         return rows
-    stamps = store.read("step_times", PASS_KEY).set_index(list(PASS_KEY))["collected_at"]
-    keep = [stamps.get(tuple(k)) == c for k, c in zip(rows[list(PASS_KEY)].itertuples(index=False),
-                                                        rows["collected_at"])]
-    rows = rows[np.asarray(keep, dtype=bool)].reindex(columns=list(STEP_LAYERS_COLUMNS))
+    rows = of_latest(rows, store.read("step_times", PASS_KEY)).reindex(columns=list(STEP_LAYERS_COLUMNS))
     return rows.sort_values(["network", "math", "size", "policy"], kind="stable").reset_index(drop=True)
 
 
