@@ -664,6 +664,30 @@ def likeliest_path_ratio(ratios: dict[str, np.ndarray], weight: np.ndarray | Non
     return np.where(error_if_with <= error_if_without, with_, without)
 
 
+def path_mixture(regressor, inputs: np.ndarray, proba: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A regressor that reads a kernel path's indicators after ``inputs``, evaluated once per
+    path (each path's indicator set) where the classifier's ``proba`` gives it at least
+    :data:`NEGLIGIBLE_PATH`: per row, the ratio to report (the path's whose expected relative
+    error over the probability of each path is lowest, as :func:`likeliest_path_ratio`) and
+    the one the pick weighs (the paths' ratios mixed geometrically by their probabilities, as
+    :func:`mix_paths`). The regressor learnt from each traced run's own path, so it is asked
+    about one path at a time, never about a mixture of indicators it never saw."""
+    n, k = proba.shape
+    weight = np.where(proba >= NEGLIGIBLE_PATH, proba, 0.0)
+    weight = weight / weight.sum(axis=1, keepdims=True)
+    ratio = np.ones((n, k))
+    for c in range(k):
+        used = weight[:, c] > 0
+        if used.any():
+            indicators = np.zeros((int(used.sum()), k))
+            indicators[:, c] = 1.0
+            ratio[used, c] = regressor.predict(np.hstack([inputs[used], indicators]))
+    weighed = np.exp((weight * np.log(ratio)).sum(axis=1))
+    errors = np.stack([(weight * np.abs(ratio[:, [i]] / ratio - 1)).sum(axis=1) for i in range(k)], axis=1)
+    errors[weight == 0] = np.inf
+    return ratio[np.arange(n), errors.argmin(axis=1)], weighed
+
+
 @dataclass
 class AlgorithmPredictor(Part):
     """Every algorithm's predicted time for a layer, from its shape alone, and the pick.
@@ -716,6 +740,7 @@ class AlgorithmPredictor(Part):
     source_spec: GPUSpec | None = None
     time_scale: dict = field(default_factory=dict)
     guard_margins: dict = field(default_factory=dict)
+    kernel_path_mix: bool = False
 
     def __post_init__(self) -> None:
         self._roofline_column = self.features.index("log2_roofline_floor_s")
@@ -734,6 +759,8 @@ class AlgorithmPredictor(Part):
             del out["time_scale"]
         if not self.guard_margins:  # an uncalibrated model's file stays as before them
             del out["guard_margins"]
+        if not self.kernel_path_mix:  # a model that feeds the paths' probabilities stays as before
+            del out["kernel_path_mix"]
         return out
 
     def guard_margin(self, kinds: np.ndarray) -> np.ndarray:
@@ -960,16 +987,24 @@ class AlgorithmPredictor(Part):
         one the pick weighs (:func:`mix_paths`), evaluating each path's regressor only on the
         rows where that path has weight."""
         regressors = self.regressors[self.algorithms[j]]
+        classifier = self.kernel_paths.get(self.algorithms[j]) if self.kernel_path_mix else None
+
+        def predict(regressor, rows) -> tuple[np.ndarray, np.ndarray]:
+            if classifier is None:
+                ratio = regressor.predict(inputs[rows])
+                return ratio, ratio
+            k = len(classifier.classes)
+            return path_mixture(regressor, inputs[rows, :-k], inputs[rows, -k:])
+
         if ALL_RUNS in regressors:
-            ratio = regressors[ALL_RUNS].predict(inputs)
-            return ratio, ratio
+            return predict(regressors[ALL_RUNS], slice(None))
         weight = path_weight(answers, j)
-        ratios = {}
+        reported, weighed = {}, {}
         for path, used in ((WITH_WORKSPACE, weight > 0), (WITHOUT_WORKSPACE, weight < 1)):
-            ratios[path] = np.ones(len(inputs))
+            reported[path], weighed[path] = np.ones(len(inputs)), np.ones(len(inputs))
             if used.any():
-                ratios[path][used] = regressors[path].predict(inputs[used])
-        return likeliest_path_ratio(ratios, weight), mix_paths(ratios, weight)
+                reported[path][used], weighed[path][used] = predict(regressors[path], used)
+        return likeliest_path_ratio(reported, weight), mix_paths(weighed, weight)
 
     def memory_bytes(self, F: np.ndarray, answers: np.ndarray | None) -> np.ndarray:
         """Bytes of GPU memory each algorithm needs per row: the FP32 input, filter and output,
@@ -1111,10 +1146,13 @@ class AlgorithmPredictor(Part):
         if not isinstance(scale, dict) or not set(scale) <= set(regressors) or not all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) and 0.1 <= v <= 10 for v in scale.values()):
             raise StateError(f"{where}: time scales must be numbers in [0.1, 10] of algorithms it times")
+        mix = state.get("kernel_path_mix", False)  # models before it feed the paths' probabilities
+        if not isinstance(mix, bool):
+            raise StateError(f"{where}: kernel_path_mix must be true or false")
         return cls(spec, features, algorithms, workspace, supports, regressors,
                    {a: float(v) for a, v in fixed_cost.items()}, baseline, classifier, weight, ranges, kernel_paths,
                    power, intervals, near_best, policies, reference, source,
-                   {a: float(v) for a, v in scale.items()}, dict(margins))
+                   {a: float(v) for a, v in scale.items()}, dict(margins), mix)
 
 
 def _check_inputs(n: int, algorithms: list[str], workspace: WorkspacePredictor | None, supports: dict,

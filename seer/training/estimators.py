@@ -48,8 +48,8 @@ from seer.predict.features import feature_names, log2_flops, shape_features
 from seer.predict.predictors import (ALL_RUNS, ALWAYS, BASELINES, BY_FIRST_STAGE, BY_KERNEL_PLAN,
                                      KERNEL_PLAN_ALGORITHMS, NEVER, WITH_WORKSPACE, WITHOUT_WORKSPACE,
                                      AlgorithmPredictor, BoostedClassifier, BoostedRegressor, Constant, LogTarget, Part,
-                                     QuadraticRegressor, WorkspacePredictor, baseline_ms, mix_paths, path_weight,
-                                     pick_inputs, regressor_inputs)
+                                     QuadraticRegressor, WorkspacePredictor, baseline_ms, mix_paths, path_mixture,
+                                     path_weight, pick_inputs, regressor_inputs)
 from seer.predict.trees import from_hist_gradient_boosting
 
 #: Quantile of an algorithm's training times taken as its fixed cost in the baseline.
@@ -60,6 +60,11 @@ PICK_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 0.9)
 WITH_KERNEL_PATH = " + kernel path"
 #: The kernel-path class of traced runs whose path is too rare to have a class of its own.
 OTHER_KERNEL_PATHS = "rarer paths"
+#: What the time regressors learn as a traced run's kernel path: its own (the traced path as
+#: indicators) or the path classifier's out-of-fold guess, as they are given it in prediction.
+#: "mixed": they learn its own path, and predict once per path, mixed by the guess
+#: (:func:`seer.predict.predictors.path_mixture`).
+KERNEL_PATH_INPUTS = ("known", "guessed", "mixed")
 #: A progress callback: called with (steps done, steps in all, what comes next).
 Progress = Callable[[int, int, str], None]
 
@@ -195,8 +200,8 @@ def _require_gpu(gpu) -> None:
         raise ValueError(f"gpu must be a seer.hardware.gpus.GPUSpec (see seer.hardware.gpus.get_gpu_spec), got {gpu!r}")
 
 
-def _classifier(max_iter: int):
-    return HistGradientBoostingClassifier(max_iter=max_iter, max_leaf_nodes=63, random_state=0)
+def _classifier(max_iter: int, l2: float = 0.0):
+    return HistGradientBoostingClassifier(max_iter=max_iter, max_leaf_nodes=63, l2_regularization=l2, random_state=0)
 
 
 def kernel_path_stage(inputs: np.ndarray, labels: np.ndarray, runs: np.ndarray, max_paths: int, min_runs: int,
@@ -228,14 +233,26 @@ def kernel_path_stage(inputs: np.ndarray, labels: np.ndarray, runs: np.ndarray, 
     return classifier, known, guessed
 
 
-def _cross_val_predict(estimator, X_learn: np.ndarray, X_guess: np.ndarray, y: np.ndarray, folds) -> np.ndarray:
+def _cross_val_predict(estimator, X_learn: np.ndarray, X_guess: np.ndarray, y: np.ndarray, folds,
+                       mixed_paths: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Out-of-fold predictions of ``estimator``: fitted on the other folds' rows of ``X_learn``,
     predicting each fold from its rows of ``X_guess`` (scikit-learn's ``cross_val_predict``
-    where the two hold the same values)."""
-    out = np.empty(len(y))
+    where the two hold the same values), as (reported, weighed) by :func:`_predict_ratio`."""
+    reported, weighed = np.empty(len(y)), np.empty(len(y))
     for fit_rows, held_out in folds.split(X_learn):
-        out[held_out] = clone(estimator).fit(X_learn[fit_rows], y[fit_rows]).predict(X_guess[held_out])
-    return out
+        fitted = clone(estimator).fit(X_learn[fit_rows], y[fit_rows])
+        reported[held_out], weighed[held_out] = _predict_ratio(fitted, X_guess[held_out], mixed_paths)
+    return reported, weighed
+
+
+def _predict_ratio(regressor, X: np.ndarray, mixed_paths: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A regressor's ratios per row, to report and to weigh in the pick: its prediction, or
+    where the last ``mixed_paths`` columns are a kernel path's probabilities, its prediction
+    per path mixed by them (:func:`seer.predict.predictors.path_mixture`)."""
+    if not mixed_paths:
+        predicted = regressor.predict(X)
+        return predicted, predicted
+    return path_mixture(regressor, X[:, :-mixed_paths], X[:, -mixed_paths:])
 
 
 def _kernel_path_classifier():
@@ -262,6 +279,10 @@ class WorkspaceModel(TransformerMixin, BaseEstimator):
         that ran on fewer shapes never runs; a path seen fewer times is never taken).
     max_iter : int, default=300
         Boosting rounds of each classifier and regressor (gradient-boosted trees of 63 leaves).
+    path_l2 : float, default=0.0
+        L2 regularisation of the classifiers of whether an algorithm's workspace is non-zero
+        (its kernel path). Unregularised, they were overconfident out of fold on the H200's
+        wgrads (benchmarks/results/h200-wgrad-paths/wgrad-paths.md); off by default all the same.
 
     Attributes
     ----------
@@ -275,10 +296,12 @@ class WorkspaceModel(TransformerMixin, BaseEstimator):
         What ``transform`` runs.
     """
 
-    def __init__(self, gpu: GPUSpec | None = None, min_answers: int = 20, max_iter: int = 300) -> None:
+    def __init__(self, gpu: GPUSpec | None = None, min_answers: int = 20, max_iter: int = 300,
+                 path_l2: float = 0.0) -> None:
         self.gpu = gpu
         self.min_answers = min_answers
         self.max_iter = max_iter
+        self.path_l2 = path_l2
 
     def fit(self, X: pd.DataFrame, W: pd.DataFrame, progress: Progress | None = None) -> "WorkspaceModel":
         X = layer_frame(X)
@@ -295,7 +318,7 @@ class WorkspaceModel(TransformerMixin, BaseEstimator):
             runs = np.isfinite(workspace)
             self.runs_[algo] = self._decision(F, runs)
             nonzero = workspace[runs] > 0
-            self.nonzero_[algo] = self._decision(F[runs], nonzero) if runs.sum() else NEVER
+            self.nonzero_[algo] = self._decision(F[runs], nonzero, self.path_l2) if runs.sum() else NEVER
             sized = np.log2(workspace[runs][nonzero])
             if len(sized) >= self.min_answers and np.ptp(sized) > 0:
                 self.log2_bytes_[algo] = HistGradientBoostingRegressor(
@@ -307,13 +330,13 @@ class WorkspaceModel(TransformerMixin, BaseEstimator):
             {a: to_part(d) for a, d in self.nonzero_.items()}, {a: to_part(r) for a, r in self.log2_bytes_.items()})
         return self
 
-    def _decision(self, F: np.ndarray, labels: np.ndarray):
+    def _decision(self, F: np.ndarray, labels: np.ndarray, l2: float = 0.0):
         """A classifier of ``labels``, or a constant where one side has too few examples."""
         if labels.sum() < self.min_answers:
             return NEVER
         if (~labels).sum() < self.min_answers:
             return ALWAYS
-        return _classifier(self.max_iter).fit(F, labels)
+        return _classifier(self.max_iter, l2).fit(F, labels)
 
     def transform(self, X) -> np.ndarray:
         check_is_fitted(self, "predictor_")
@@ -358,6 +381,13 @@ class AlgorithmSelector(BaseEstimator):
         trees in prediction.
     min_power_runs : int, default=10
         Fewer energy readings than this: the algorithm gets no energy model.
+    kernel_path_inputs : {"known", "guessed", "mixed"}, default="known"
+        With a kernel-path classifier (:data:`KERNEL_PATH_INPUTS`): the regressors learn each
+        traced run's own path and are given the classifier's probabilities (``known``), learn
+        and are given its out-of-fold probabilities (``guessed``), or learn the run's own path
+        and are asked once per path, mixed by the probabilities (``mixed``). On the H200's
+        wgrads neither alternative met the bar for a default
+        (benchmarks/results/h200-wgrad-paths/wgrad-paths.md).
     pick_classifier : HistGradientBoostingClassifier, default=None
         The classifier of the fastest algorithm that refines the pick (cloned); None means
         gradient-boosted trees of 15 leaves, 80 rounds at learning rate 0.1.
@@ -400,7 +430,8 @@ class AlgorithmSelector(BaseEstimator):
 
     def __init__(self, gpu: GPUSpec | None = None, candidates=None, classifier=None, cv: int = 5,
                  min_runs: int = 20, baseline: str = "roofline", workspace_model=None,
-                 max_kernel_paths: int = 0, min_power_runs: int = 10, pick_classifier=None) -> None:
+                 max_kernel_paths: int = 0, min_power_runs: int = 10, pick_classifier=None,
+                 kernel_path_inputs: str = "known") -> None:
         self.gpu = gpu
         self.candidates = candidates
         self.classifier = classifier
@@ -411,6 +442,7 @@ class AlgorithmSelector(BaseEstimator):
         self.max_kernel_paths = max_kernel_paths
         self.min_power_runs = min_power_runs
         self.pick_classifier = pick_classifier
+        self.kernel_path_inputs = kernel_path_inputs
 
     def fit(self, X: pd.DataFrame, Y: pd.DataFrame, W: pd.DataFrame | None = None,
             census: tuple[pd.DataFrame, pd.DataFrame] | None = None,
@@ -442,6 +474,9 @@ class AlgorithmSelector(BaseEstimator):
                 raise ValueError(f"{name} must have Y's rows and columns")
         if self.baseline not in BASELINES:
             raise ValueError(f"baseline must be one of {', '.join(BASELINES)}, got {self.baseline!r}")
+        if self.kernel_path_inputs not in KERNEL_PATH_INPUTS:
+            raise ValueError(f"kernel_path_inputs must be one of {', '.join(KERNEL_PATH_INPUTS)}, "
+                             f"got {self.kernel_path_inputs!r}")
         self.features_ = ShapeFeatures(self.gpu).fit(X)
         F = self.features_.transform(X)
         feature_names = list(self.features_.get_feature_names_out())
@@ -494,14 +529,18 @@ class AlgorithmSelector(BaseEstimator):
             # guess (out of fold for the runs it learned from), as they will for a new layer.
             input_sets = {"": (inputs, inputs)}
             if path_classifier is not None:
-                input_sets[WITH_KERNEL_PATH] = (np.hstack([inputs, known_path]), np.hstack([inputs, guessed_path]))
-            # A ratio's relative error is the time's, so the CV scores stay MAPEs of time.
+                learnt_path = guessed_path if self.kernel_path_inputs == "guessed" else known_path
+                input_sets[WITH_KERNEL_PATH] = (np.hstack([inputs, learnt_path]), np.hstack([inputs, guessed_path]))
+            mixed = {"": 0, WITH_KERNEL_PATH: known_path.shape[1] if path_classifier is not None
+                     and self.kernel_path_inputs == "mixed" else 0}
+            # A ratio's relative error is the time's, so the CV scores stay MAPEs of time. Per
+            # candidate: the ratios reported (scored) and the ratios the pick weighs.
             predictions = {path: {name + suffix: _cross_val_predict(candidate, learn[members], guess[members],
-                                                                    ratio[members], folds)
+                                                                    ratio[members], folds, mixed[suffix])
                                   for suffix, (learn, guess) in input_sets.items()
                                   for name, candidate in candidates.items()}
                            for path, members in workspace_paths.items()}
-            scores = {path: {name: mape(ratio[workspace_paths[path]], p) for name, p in by_name.items()}
+            scores = {path: {name: mape(ratio[workspace_paths[path]], p[0]) for name, p in by_name.items()}
                       for path, by_name in predictions.items()}
             # All of an algorithm's regressors see the same inputs: the kernel path where it
             # lowers the best CV MAPE over all its runs.
@@ -519,10 +558,11 @@ class AlgorithmSelector(BaseEstimator):
                 self.choice_[algo][path] = best
                 self.regressors_[algo][path] = clone(candidates[best.removesuffix(suffix)]).fit(
                     learn[members], ratio[members])
-                own_path[path] = (members, predictions[path][best])
+                own_path[path] = (members, predictions[path][best][1])
             # The pick weight is tuned on out-of-fold times: each run's own path out of
             # fold, the other path (which never saw the run) as fitted.
-            ratios = {path: self.regressors_[algo][path].predict(guess[runs]) for path in own_path}
+            ratios = {path: _predict_ratio(self.regressors_[algo][path], guess[runs], mixed[suffix])[1]
+                      for path in own_path}
             for path, (members, predicted) in own_path.items():
                 ratios[path][members[runs]] = predicted
             weight = None if ALL_RUNS in ratios else path_weight(answers[runs], j)
@@ -545,7 +585,8 @@ class AlgorithmSelector(BaseEstimator):
             kernel_paths={a: to_part(c) for a, c in self.kernel_path_classifiers_.items()},
             power={a: to_part(r) for a, r in self.power_regressors_.items()},
             pick_classifier=to_part(self.pick_classifier_) if self.pick_classifier_ is not None else None,
-            pick_weight=float(self.pick_weight_), training_ranges=self.training_ranges_)
+            pick_weight=float(self.pick_weight_), training_ranges=self.training_ranges_,
+            kernel_path_mix=self.kernel_path_inputs == "mixed")
         if progress:
             progress(steps, steps, "done")
         return self
