@@ -250,7 +250,9 @@ def small_models(tmp_path_factory, small_dataset) -> Path:
         # The card's per-math entries (the maths, the calibration's counts per math) of every part.
         calibration = parts[0].card["calibration"] | {
             key: {m: n for part in parts for m, n in part.card["calibration"][key].items()}
-            for key, value in parts[0].card["calibration"].items() if isinstance(value, dict)}
+            for key, value in parts[0].card["calibration"].items() if isinstance(value, dict) and key != "guard"}
+        calibration["guard"] = parts[0].card["calibration"]["guard"] | {
+            "levels": {m: n for part in parts for m, n in part.card["calibration"]["guard"]["levels"].items()}}
         answers = parts[0].card["cudnn_answers"] | {
             "maths": {m: c for part in parts for m, c in part.card["cudnn_answers"]["maths"].items()}}
         card = parts[0].card | {"maths": {m: c for part in parts for m, c in part.card["maths"].items()},
