@@ -41,11 +41,14 @@ TARGET = 1.005
 STEP_ERROR_TARGET_PCT = 10.0
 
 
-def network_steps(layer_ids, predicted_ms: np.ndarray, measured_ms: np.ndarray, bounds: dict) -> list[dict]:
+def network_steps(layer_ids, predicted_ms: np.ndarray, measured_ms: np.ndarray, bounds: dict,
+                  references: dict[str, np.ndarray] | None = None) -> list[dict]:
     """Per Test-set-II network and batch whose every layer is among ``layer_ids`` (one per
     entry of the per-layer arrays): the step's convolution time as the models predict it for
     the recommended picks, and as measured, summed over its layers (a repeated shape counts
-    each time), with the error and whether the measured total lies within the summed bounds."""
+    each time), with the error and whether the measured total lies within the summed bounds;
+    and each of ``references`` (per-layer measured steps, e.g. PyTorch's own) summed alike, as
+    ``<name>_ms``."""
     position = {shape_id: i for i, shape_id in enumerate(layer_ids)}
     rows = []
     for network, batch, layers in network_shapes_of_test_set_ii():
@@ -58,6 +61,8 @@ def network_steps(layer_ids, predicted_ms: np.ndarray, measured_ms: np.ndarray, 
                "measured_ms": measured, "error_pct": (predicted / measured - 1) * 100}
         for level, (low, high) in bounds.items():
             row[f"within_{level}"] = bool(low[at].sum() <= measured <= high[at].sum())
+        for name, per_layer in (references or {}).items():
+            row[f"{name}_ms"] = float(per_layer[at].sum())
         rows.append(row)
     return rows
 
@@ -78,7 +83,7 @@ def measured_step(table: pd.DataFrame, models, math: str, algorithms: dict | Non
     pass_of = rows.drop_duplicates("algo").set_index("algo")["pass"]
     out = {"layers": int(len(keep)), "passes": {}}
     totals = {"seer": 0.0, "PyTorch": 0.0, "fastest": 0.0}
-    seer_step, pytorch_step = np.zeros(len(keep)), np.zeros(len(keep))
+    seer_step, pytorch_step, fastest_step = np.zeros(len(keep)), np.zeros(len(keep)), np.zeros(len(keep))
     for pass_, policy in zip(PASSES, policies):
         limit = (algorithms or {}).get(pass_)
         own = [a for a in times.columns if pass_of.get(a) == pass_ and (limit is None or a in limit or a == policy)]
@@ -99,6 +104,7 @@ def measured_step(table: pd.DataFrame, models, math: str, algorithms: dict | Non
         totals["PyTorch"] += pytorch.sum()
         seer_step += took
         pytorch_step += pytorch
+        fastest_step += fastest
         totals["fastest"] += fastest.sum()
     predicted_seer, predicted_pytorch = step["step_ms"].sum(), step["pytorch_step_ms"].sum()
     out["step"] = {"seer_ms": float(totals["seer"]), "pytorch_ms": float(totals["PyTorch"]),
@@ -108,7 +114,8 @@ def measured_step(table: pd.DataFrame, models, math: str, algorithms: dict | Non
                    "predicted_seer_over_pytorch": float(predicted_seer / predicted_pytorch)}
     bounds = {level: (step[f"step_ms_low{level}"].to_numpy(), step[f"step_ms_high{level}"].to_numpy())
               for level in INTERVAL_LEVELS}
-    out["networks"] = network_steps(list(keep), step["step_ms"].to_numpy(), seer_step, bounds)
+    out["networks"] = network_steps(list(keep), step["step_ms"].to_numpy(), seer_step, bounds,
+                                    {"pytorch": pytorch_step, "fastest": fastest_step})
     kinds = interval_kind(layers.reset_index(drop=True))
     out["step_by_kind"] = {str(kind): {"layers": int((kinds == kind).sum()),
                                        "seer_over_pytorch": float(seer_step[kinds == kind].sum()
@@ -149,14 +156,18 @@ def markdown(results: dict) -> str:
               "time as the models predict it for the recommended picks, against the same picks' measured times "
               f"(summed over the network's layers; the issue's target: within {STEP_ERROR_TARGET_PCT:.0f}%), and "
               "whether the measured total lies within the summed 80% and 95% bounds (which add the passes' bounds "
-              "as if their errors went the same way, so they are wide):", "",
-              "| math | network | batch | layers | predicted ms | measured ms | error | within 80% | within 95% |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "as if their errors went the same way, so they are wide); and the measured step against PyTorch's own "
+              "(its default choice in every pass) and the fastest (every algorithm and PyTorch in each pass) on the "
+              "same layers, the issue's per-layer target being at most 0.8 under strict FP32:", "",
+              "| math | network | batch | layers | predicted ms | measured ms | error | within 80% | within 95% | "
+              "measured / PyTorch's | fastest / PyTorch's |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for math, r in results["maths"].items():
         for n in r["networks"]:
             lines.append(f"| {math} | {n['network']} | {n['batch']} | {n['layers']} | {n['predicted_ms']:.3f} | "
                          f"{n['measured_ms']:.3f} | {n['error_pct']:+.1f}% | {'yes' if n['within_80'] else 'no'} | "
-                         f"{'yes' if n['within_95'] else 'no'} |")
+                         f"{'yes' if n['within_95'] else 'no'} | {n['measured_ms'] / n['pytorch_ms']:.3f} | "
+                         f"{n['fastest_ms'] / n['pytorch_ms']:.3f} |")
     errors = [abs(n["error_pct"]) for r in results["maths"].values() for n in r["networks"]]
     if errors:
         lines += ["", f"{sum(e <= STEP_ERROR_TARGET_PCT for e in errors)} of {len(errors)} (network, batch, math) "
