@@ -688,6 +688,16 @@ def path_mixture(regressor, inputs: np.ndarray, proba: np.ndarray) -> tuple[np.n
     return ratio[np.arange(n), errors.argmin(axis=1)], weighed
 
 
+def path_ratios(regressor, inputs: np.ndarray, mixed_paths: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A time regressor's ratios per row, to report and to weigh in the pick: its prediction, or
+    where the last ``mixed_paths`` columns of ``inputs`` are a kernel path's probabilities, its
+    prediction per path mixed by them (:func:`path_mixture`)."""
+    if not mixed_paths:
+        ratio = regressor.predict(inputs)
+        return ratio, ratio
+    return path_mixture(regressor, inputs[:, :-mixed_paths], inputs[:, -mixed_paths:])
+
+
 @dataclass
 class AlgorithmPredictor(Part):
     """Every algorithm's predicted time for a layer, from its shape alone, and the pick.
@@ -988,13 +998,10 @@ class AlgorithmPredictor(Part):
         rows where that path has weight."""
         regressors = self.regressors[self.algorithms[j]]
         classifier = self.kernel_paths.get(self.algorithms[j]) if self.kernel_path_mix else None
+        mixed = 0 if classifier is None else len(classifier.classes)
 
         def predict(regressor, rows) -> tuple[np.ndarray, np.ndarray]:
-            if classifier is None:
-                ratio = regressor.predict(inputs[rows])
-                return ratio, ratio
-            k = len(classifier.classes)
-            return path_mixture(regressor, inputs[rows, :-k], inputs[rows, -k:])
+            return path_ratios(regressor, inputs[rows], mixed)
 
         if ALL_RUNS in regressors:
             return predict(regressors[ALL_RUNS], slice(None))

@@ -48,7 +48,7 @@ from seer.predict.features import feature_names, log2_flops, shape_features
 from seer.predict.predictors import (ALL_RUNS, ALWAYS, BASELINES, BY_FIRST_STAGE, BY_KERNEL_PLAN,
                                      KERNEL_PLAN_ALGORITHMS, NEVER, WITH_WORKSPACE, WITHOUT_WORKSPACE,
                                      AlgorithmPredictor, BoostedClassifier, BoostedRegressor, Constant, LogTarget, Part,
-                                     QuadraticRegressor, WorkspacePredictor, baseline_ms, mix_paths, path_mixture,
+                                     QuadraticRegressor, WorkspacePredictor, baseline_ms, mix_paths, path_ratios,
                                      path_weight, pick_inputs, regressor_inputs)
 from seer.predict.trees import from_hist_gradient_boosting
 
@@ -237,22 +237,12 @@ def _cross_val_predict(estimator, X_learn: np.ndarray, X_guess: np.ndarray, y: n
                        mixed_paths: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Out-of-fold predictions of ``estimator``: fitted on the other folds' rows of ``X_learn``,
     predicting each fold from its rows of ``X_guess`` (scikit-learn's ``cross_val_predict``
-    where the two hold the same values), as (reported, weighed) by :func:`_predict_ratio`."""
+    where the two hold the same values), as (reported, weighed) by :func:`seer.predict.predictors.path_ratios`."""
     reported, weighed = np.empty(len(y)), np.empty(len(y))
     for fit_rows, held_out in folds.split(X_learn):
         fitted = clone(estimator).fit(X_learn[fit_rows], y[fit_rows])
-        reported[held_out], weighed[held_out] = _predict_ratio(fitted, X_guess[held_out], mixed_paths)
+        reported[held_out], weighed[held_out] = path_ratios(fitted, X_guess[held_out], mixed_paths)
     return reported, weighed
-
-
-def _predict_ratio(regressor, X: np.ndarray, mixed_paths: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """A regressor's ratios per row, to report and to weigh in the pick: its prediction, or
-    where the last ``mixed_paths`` columns are a kernel path's probabilities, its prediction
-    per path mixed by them (:func:`seer.predict.predictors.path_mixture`)."""
-    if not mixed_paths:
-        predicted = regressor.predict(X)
-        return predicted, predicted
-    return path_mixture(regressor, X[:, :-mixed_paths], X[:, -mixed_paths:])
 
 
 def _kernel_path_classifier():
@@ -561,7 +551,7 @@ class AlgorithmSelector(BaseEstimator):
                 own_path[path] = (members, predictions[path][best][1])
             # The pick weight is tuned on out-of-fold times: each run's own path out of
             # fold, the other path (which never saw the run) as fitted.
-            ratios = {path: _predict_ratio(self.regressors_[algo][path], guess[runs], mixed[suffix])[1]
+            ratios = {path: path_ratios(self.regressors_[algo][path], guess[runs], mixed[suffix])[1]
                       for path in own_path}
             for path, (members, predicted) in own_path.items():
                 ratios[path][members[runs]] = predicted
