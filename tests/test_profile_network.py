@@ -378,6 +378,18 @@ def test_a_training_steps_layer_passes_make_step_layers_csv_and_its_sums(tmp_pat
     assert write_tables(tmp_path).step_layers is None
 
 
+def test_the_profiler_loads_each_pass_model_once(tmp_path):
+    """The forward's model, and each backward pass's for the training steps, from one cache."""
+    from seer.networks.profile_network import NetworkProfiler, ProfileOptions
+
+    profiler = NetworkProfiler.__new__(NetworkProfiler)  # no GPU here: the models alone
+    profiler.options, profiler._models = ProfileOptions(out_dir=tmp_path, gpu="h200"), {}
+    for pass_ in ("fwd", "bwd_data", "bwd_filter"):
+        model = profiler.seer_model("fma", pass_)
+        assert model.pass_ == pass_ and profiler.seer_model("fma", pass_) is model
+    assert profiler.seer_model("fma") is profiler.seer_model("fma", "fwd") and len(profiler._models) == 3
+
+
 def test_a_pass_call_asks_for_one_gradient_only_and_leaves_the_parameters_as_they_were():
     """profile-network's call of one backward pass of a plain module (on the CPU here): the input's
     gradient alone for dgrad, the weight's alone for wgrad, each PyTorch's own."""

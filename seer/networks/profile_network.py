@@ -243,33 +243,30 @@ class NetworkProfiler:
         dataset = options.dataset_dir
         self.evidence = (KernelEvidence.from_dataset(dataset)
                          if dataset is not None and DatasetDir(dataset).traced_kernels.exists() else None)
-        self._models: dict[str, object] = {}
+        self._models: dict[tuple[str, str], object] = {}  # (math, pass) -> the GPU's model
         self._choices: dict[str, object] = {}  # seer's picks for the current job's layers, per seer policy
         self._backward: dict[str, tuple] = {}  # and its backward passes' picks, per seer policy of a training job
         self._pick_counts: dict[str, dict] = {}  # per seer policy of a training job: layers each pass swapped
         self.measured = 0  # policies measured by run(), so far
 
-    def seer_model(self, math: str):
-        if math not in self._models:
+    def seer_model(self, math: str, pass_: str = "fwd"):
+        """The GPU's model of ``pass_`` under ``math``, loaded once per run."""
+        if (math, pass_) not in self._models:
             from seer.predict.persist import load_model
 
-            self._models[math] = load_model(self.options.gpu, math=math, models_dir=self.options.models_dir)
-        return self._models[math]
+            self._models[math, pass_] = load_model(self.options.gpu, math=math, models_dir=self.options.models_dir,
+                                                   pass_=pass_)
+        return self._models[math, pass_]
 
     def _backward_choices(self, job: Job, layers: pd.DataFrame, policy: str) -> tuple:
         """seer's backward-data and backward-filter choices for a training job's layers, as
         ``seer.torch.apply(..., training=True)`` makes them."""
         from seer.layers.shapes import ConvShape
-        from seer.predict.persist import load_model
         from seer.torch.convolution import PredictedPass
 
         choices = []
         for pass_ in ("bwd_data", "bwd_filter"):
-            key = f"{job.math}/{pass_}"
-            if key not in self._models:
-                self._models[key] = load_model(self.options.gpu, math=job.math, models_dir=self.options.models_dir,
-                                               pass_=pass_)
-            choice = PredictedPass(self._models[key], job.math, captured=SEER_POLICIES[policy].captured,
+            choice = PredictedPass(self.seer_model(job.math, pass_), job.math, captured=SEER_POLICIES[policy].captured,
                                    deterministic=self.torch.are_deterministic_algorithms_enabled())
             choice.prepare([ConvShape.from_mapping(r) for r in layers.to_dict("records")])
             choices.append(choice)
@@ -391,15 +388,10 @@ class NetworkProfiler:
         """Per pass: seer's predicted ms of each (layer index, algorithm) of ``layers``, and of
         PyTorch's own choice per layer."""
         from seer.predict.model import best_per_layer
-        from seer.predict.persist import load_model
 
         out = {}
         for pass_ in STEP_PASSES:
-            key = job.math if pass_ == "fwd" else f"{job.math}/{pass_}"
-            if key not in self._models:
-                self._models[key] = load_model(self.options.gpu, math=job.math, models_dir=self.options.models_dir,
-                                               pass_=pass_)
-            predictions = self._models[key].predict(layers, job.math)
+            predictions = self.seer_model(job.math, pass_).predict(layers, job.math)
             times = {(int(i), a): float(t) for i, a, t in predictions[["layer", "algo", "predicted_ms"]].itertuples(
                 index=False)}
             out[pass_] = (times, best_per_layer(predictions)["pytorch_ms"].reindex(range(len(layers))).to_numpy())
