@@ -46,7 +46,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from seer.algorithms import algorithm_names, get_algorithm
+from seer.algorithms import PASSES, algorithm_names, get_algorithm
 from seer.collect.records import spread, steadiest
 from seer.collect.store import RunStore, default_tag
 from seer.errors import InputError, one_line
@@ -81,8 +81,6 @@ KINDS = ("layer_times", "pass_times", "step_times", "step_layer_times")
 PASS_KEY = ("network", "input", "math", "policy")
 LAYER_KEY = (*PASS_KEY, "name")
 STEP_LAYER_KEY = (*LAYER_KEY, "pass")
-#: The passes of a training step's convolution, in the order they run.
-STEP_PASSES = ("fwd", "bwd_data", "bwd_filter")
 #: What a user sees, beside the burst-timed GPU time: plain wall time per pass of back-to-back
 #: eager passes, and per replay of the pass captured in a CUDA graph, with the spread of their
 #: windows (profiles before 0.8 lack them).
@@ -118,8 +116,8 @@ STEP_LAYERS_COLUMNS = (*LAYERS_COLUMNS[:_ALGO_AT], "pass", *LAYERS_COLUMNS[_ALGO
 #: the calls' burst-timed GPU time summed over the step's convolutions, and seer's prediction
 #: of the same (the chosen algorithm's time, or the model of PyTorch's own choice where the
 #: policy leaves the pass to it; none under cudnn.benchmark, which no model predicts).
-STEP_CONV_COLUMNS = (*(f"{p}_conv_ms" for p in STEP_PASSES), "conv_ms",
-                     *(f"{p}_predicted_conv_ms" for p in STEP_PASSES), "predicted_conv_ms")
+STEP_CONV_COLUMNS = (*(f"{p}_conv_ms" for p in PASSES), "conv_ms",
+                     *(f"{p}_predicted_conv_ms" for p in PASSES), "predicted_conv_ms")
 
 
 # -- what to run ------------------------------------------------------------------------
@@ -390,7 +388,7 @@ class NetworkProfiler:
         from seer.predict.model import best_per_layer
 
         out = {}
-        for pass_ in STEP_PASSES:
+        for pass_ in PASSES:
             predictions = self.seer_model(job.math, pass_).predict(layers, job.math)
             times = {(int(i), a): float(t) for i, a, t in predictions[["layer", "algo", "predicted_ms"]].itertuples(
                 index=False)}
@@ -428,7 +426,7 @@ class NetworkProfiler:
                     if module is None or x_in is None or not isinstance(module, self.conv_types):
                         continue  # a functional call of the model's own code
                     fields = tuple(int(row[f]) for f in LAYER_FIELDS)
-                    for pass_ in STEP_PASSES:
+                    for pass_ in PASSES:
                         call, ran = self._pass_call(module, x_in, pass_, swapped.get(name))
                         algo = ran if ran not in (None, PYTORCH) else None  # None: PyTorch's own
                         what = algo or ("benchmark" if policy == "benchmark" else "heuristic")
@@ -476,7 +474,7 @@ class NetworkProfiler:
             for p, flag in zip(parameters, wanted):
                 p.requires_grad_(flag)
         target = x if pass_ == "bwd_data" else module.weight
-        ran = None if seer_module is None else seer_module.backward_algorithms[STEP_PASSES.index(pass_) - 1]
+        ran = None if seer_module is None else seer_module.backward_algorithms[PASSES.index(pass_) - 1]
         return (lambda: torch.autograd.grad(y, target, grad_y, retain_graph=True)), ran
 
     def _model_and_layers(self, job: Job, policies: Sequence[str]):
@@ -930,7 +928,7 @@ def step_conv_sums(rows: Sequence[dict]) -> dict[str, float | None]:
     measured = frame["calls"] * frame["measured_ms"]
     predicted = frame["calls"] * pd.to_numeric(frame["predicted_ms"], errors="coerce")
     out: dict[str, float | None] = {}
-    for pass_ in STEP_PASSES:
+    for pass_ in PASSES:
         at = frame["pass"] == pass_
         out[f"{pass_}_conv_ms"] = float(measured[at].sum())
         out[f"{pass_}_predicted_conv_ms"] = float(predicted[at].sum()) if predicted[at].notna().all() else None
