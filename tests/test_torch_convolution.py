@@ -415,6 +415,42 @@ def test_an_eager_training_steps_picks_stay_only_where_the_step_with_them_measur
     assert forward.confirm_step(1.05, [None, *backward[1:]]) is False  # a pass without a choice is skipped
 
 
+def test_an_eager_training_step_slower_with_its_picks_keeps_those_that_pay_at_the_measured_host_cost(monkeypatch):
+    """A step timed slower with its picks than the weighing said (its host time undercounted)
+    keeps, once, the picks that still shorten it at the host cost the measurement implies: the
+    forward picks, cheap in host time per GPU ms, and the dgrad picks up to the new balance;
+    timed slower again, none."""
+    from seer.predict.persist import load_model
+    from seer.torch import convolution
+    from seer.torch.convolution import LayerGuess, PassTimes, PredictedPass, decide_step
+
+    monkeypatch.setattr(convolution, "cudnn_heuristic_choice", lambda layer, math: None)  # no GPU to ask
+    layers = [ConvShape.square(32, 64 * (i + 1), 28, 64, 3, 1, 1) for i in range(8)]
+
+    def decided():
+        forward = Predicted(load_model("h200", math="fma"), "fma")
+        backward = [PredictedPass(load_model("h200", math="fma", pass_="bwd_data"), "fma"), None]  # wgrad: PyTorch's
+        for layer in layers:  # each pass 0.5 ms faster on the GPU, surely
+            for chooser, pick in ((forward, "IMPLICIT_GEMM"), (backward[0], "BWD_DATA_ALGO_1")):
+                chooser.picks[layer], chooser.guesses[layer] = pick, LayerGuess(pick, 1.0, 1.0, 1.5, 1.5)
+        decide_step(forward, backward, layers, PassTimes(80.0, 100.0, 99.0))  # GPU-bound: every pick
+        return forward, backward
+
+    def taken(forward, backward):
+        return [sum(c.algorithm(layer) is not None for layer in layers) for c in (forward, backward[0])]
+
+    forward, backward = decided()
+    assert taken(forward, backward) == [8, 8]
+    assert not forward.confirm_step(1.05, backward, final=False)  # 105 ms: the host binds, not the GPU
+    fewer = taken(forward, backward)
+    assert fewer[0] == 8 and 0 < fewer[1] < 8, fewer  # a dgrad pick costs 2.7x a forward pick's host time
+    assert forward.confirm_step(0.97, backward, final=True) and taken(forward, backward) == fewer
+    forward, backward = decided()
+    forward.confirm_step(1.05, backward, final=False)
+    assert not forward.confirm_step(1.02, backward, final=True) and taken(forward, backward) == [0, 0]
+    assert not forward.picked() and set(forward.guarded) == set(layers)
+
+
 def test_the_picks_of_an_eager_pass_stay_only_where_the_swapped_pass_measures_faster(monkeypatch):
     from seer.networks.profile_network import weighed_fields
     from seer.predict.persist import load_model

@@ -248,8 +248,10 @@ class Predicted(Choice):
         self.weighed: PassTimes | None = None  # the eager pass (or step) the picks were weighed against
         self.confirmed: PassTimes | None = None  # the eager pass with the picks (confirm), where timed
         self.confirmed_ratio: float | None = None  # its wall time over PyTorch's, timed taking turns
-        # decide_pass's candidates: (layer, GPU ms gained, host ms added) per layer weighed
-        self._candidates: list[tuple[ConvShape, float, float]] = []
+        # decide_pass's candidates: (layer, GPU ms gained, host ms added) per layer weighed; decide_step's
+        # are keyed (id of the pass's choice, layer), and the keys it took are kept apart.
+        self._candidates: list[tuple[object, float, float]] = []
+        self._step_chosen: set = set()
 
     def prepare(self, layers: Iterable[ConvShape]) -> None:
         """Predict every layer not yet seen, in one call to the model."""
@@ -354,29 +356,39 @@ class Predicted(Choice):
                 self._decided[layer] = self._keep(layer, False)
         return False
 
-    def confirm_step(self, ratio: float, backward: Iterable["PredictedPass | None"] = ()) -> bool:
+    def confirm_step(self, ratio: float, backward: Iterable["PredictedPass | None"] = (), final: bool = True) -> bool:
         """Keep the picks of every pass that :func:`decide_step` took only where an eager training
         step with them takes at most :data:`CONFIRM_SHARE` of PyTorch's step (``ratio``, the two
-        timed taking turns: :func:`paired_ratio`); else every pass of every layer goes back to
-        PyTorch's path (the forward's recorded in ``guarded``). Returns whether the picks stay."""
+        timed taking turns: :func:`paired_ratio`). Else, unless ``final``, they are weighed again
+        at the host cost per pick that the measurement implies, as :meth:`confirm` does for a
+        forward pass (:meth:`_fewer_picks`), and only those that would still shorten the step
+        stay, to be timed again; otherwise every pass of every layer goes back to PyTorch's path
+        (the forward's recorded in ``guarded``). Returns whether the picks stay as they were."""
         self.confirmed_ratio = ratio
         if ratio <= CONFIRM_SHARE:
             return True
+        taken = [c for c in self._candidates if c[0] in self._step_chosen]
+        fewer = None if final or self.weighed is None else self._fewer_picks(ratio * self.weighed.wall_ms, taken)
+        self._step_chosen = fewer or set()
         for layer, pick in list(self._decided.items()):
-            if pick is not None:
+            if pick is not None and (id(self), layer) not in self._step_chosen:
                 self._decided[layer] = self._keep(layer, False)
         for pass_choice in backward:
             if pass_choice is not None:
-                pass_choice.picks = dict.fromkeys(pass_choice.picks)
+                pass_choice.picks = {layer: pick if (id(pass_choice), layer) in self._step_chosen else None
+                                     for layer, pick in pass_choice.picks.items()}
         return False
 
-    def _fewer_picks(self, wall_ms: float) -> set | None:
-        """The picks taken that still shorten the pass (:func:`pass_picks`) once each one's host
-        cost is scaled so that together they add what the measured pass (``wall_ms``, taken as
-        host-bound) shows beyond the host time they were weighed with; None where the pass is
-        not slower than its GPU time was counted to be (so the host is not why), where the
-        costs were not undercounted, or where no smaller set would shorten it."""
-        taken = [c for c in self._candidates if self._decided.get(c[0]) is not None]
+    def _fewer_picks(self, wall_ms: float, taken: Sequence[tuple] | None = None) -> set | None:
+        """The picks taken (``taken``: :func:`pass_picks`'s candidates; by default those of the
+        forward pass's layers still running their pick) that still shorten the pass or step
+        (:func:`pass_picks`) once each one's host cost is scaled so that together they add what
+        the measured one (``wall_ms``, taken as host-bound) shows beyond the host time they were
+        weighed with; None where it is not slower than its GPU time was counted to be (so the
+        host is not why), where the costs were not undercounted, or where no smaller set would
+        shorten it."""
+        if taken is None:
+            taken = [c for c in self._candidates if self._decided.get(c[0]) is not None]
         host_ms, gpu_ms = self.weighed.bounds()
         added = sum(cost for _, _, cost in taken)
         if not taken or added <= 0 or wall_ms <= gpu_ms - sum(gain for _, gain, _ in taken):
@@ -551,8 +563,8 @@ def decide_step(choice: Predicted, backward: Sequence["PredictedPass | None"], l
         for chooser, gain, extra in options:
             candidates.append(((id(chooser), layer), count * gain,
                                count * (extra + GUARD_STEP_MODULE_MS / len(options))))
-    choice.weighed = times
-    chosen = pass_picks(candidates, *times.bounds())
+    choice.weighed, choice._candidates = times, candidates
+    chosen = choice._step_chosen = pass_picks(candidates, *times.bounds())
     for layer in calls:
         if choice.picks.get(layer) is not None:
             choice._decided[layer] = choice._keep(layer, (id(choice), layer) in chosen)
@@ -1744,6 +1756,11 @@ def left_to_pytorch(choice: Choice, calls: pd.DataFrame, backward: Iterable[Choi
     return {name for name, picks in decided.items() if picks == {None}}
 
 
+def _any_backward(backward: Iterable["PredictedPass | None"]) -> bool:
+    """Whether any layer runs a backward pass's pick."""
+    return any(p is not None and any(a is not None for a in p.picks.values()) for p in backward)
+
+
 def swap_in_confirmed(model: nn.Module, choice: Predicted, calls: pd.DataFrame, example: torch.Tensor | None,
                       nvtx: bool = False, backward: tuple = (None, None),
                       per_module: Mapping[str, Choice] | None = None, training: bool = False) -> nn.Module:
@@ -1754,22 +1771,22 @@ def swap_in_confirmed(model: nn.Module, choice: Predicted, calls: pd.DataFrame, 
     with what it leaves: fewer picks, timed once more, or every layer of ``choice`` left to
     PyTorch (``per_module``'s own choices stay). With ``training`` (``example``: the input the
     eager training step was weighed on, :func:`decide_step`), training steps of a copy of the
-    model are timed instead, and :meth:`Predicted.confirm_step` keeps or drops the picks of every
-    pass at once."""
+    model are timed instead, and :meth:`Predicted.confirm_step` keeps the picks of every pass,
+    fewer of them (timed once more), or none."""
     def swap(target: nn.Module = model) -> None:
         swap_in(target, choice, nvtx, left_to_pytorch(choice, calls, backward, per_module), backward, per_module)
 
     if training:
-        takes_any = choice.picked() or any(p is not None and any(a is not None for a in p.picks.values())
-                                           for p in backward)
-        if example is not None and choice.weighed is not None and takes_any:
+        if example is not None and choice.weighed is not None and (choice.picked() or _any_backward(backward)):
             import copy
 
             twin = copy.deepcopy(model).train()  # the user's model keeps its state and gradients
-            ratio = paired_ratio(twin, example, lambda: swap(twin), choice.weighed.wall_ms,
-                                 call=training_step(twin, example))
+            for final in (False, True):  # as the forward's: fewer picks are timed once more
+                ratio = paired_ratio(twin, example, lambda: swap(twin), choice.weighed.wall_ms,
+                                     call=training_step(twin, example))
+                if choice.confirm_step(ratio, backward, final) or not (choice.picked() or _any_backward(backward)):
+                    break
             del twin
-            choice.confirm_step(ratio, backward)
         swap()
         return model
     swap()
@@ -1853,7 +1870,8 @@ def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_s
     calls may differ. Given ``input_shape`` on a GPU, a training step of a copy of the model is
     timed first and the three passes' picks are weighed for the whole step (:func:`decide_step`);
     then a copy's step with them is timed taking turns with PyTorch's, and unless it is faster,
-    every pass of every layer keeps PyTorch's path (:meth:`Predicted.confirm_step`).
+    fewer picks are weighed and timed once more, else every pass of every layer keeps PyTorch's
+    path (:meth:`Predicted.confirm_step`).
 
     ``calibration`` (a batch of real inputs) or ``sparsity`` (what :func:`module_sparsity`
     takes) gives each module's share of zero input values: a module above 0 then runs one of
