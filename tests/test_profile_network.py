@@ -290,6 +290,10 @@ def test_a_training_step_clears_the_gradients_runs_forward_and_backward():
     ("h200-training-steps-layers-20261129a", 4 * 2 * 4, 8, 0.918),
     ("h200-training-steps-layers-20261129", 4 * 2 * 4, 8, 0.918),
     ("h200-training-steps-confirmed-20261129", 10 * 4, 10, 0.884),
+    # with the guard's 50% level under fma; then with fewer picks timed again where all of them were slower
+    # (no seer-graph policy: None)
+    ("h200-training-steps-guard50-20261129", 3 * 4, 3, 0.879),
+    ("h200-training-steps-backoff-20261129", 2 * 3, None, None),
 ])
 def test_the_training_steps_timed_again_are_what_their_records_say(tmp_path, name, rows, cases, median_fma):
     """benchmarks/results/h200-training-steps-graph-*: whole training steps at batch 32; steps.csv is
@@ -300,9 +304,10 @@ def test_the_training_steps_timed_again_are_what_their_records_say(tmp_path, nam
     committed = pd.read_csv(folder / "steps.csv")
     assert tables.steps.read_text() == (folder / "steps.csv").read_text()
     assert len(committed) == rows and (committed["status"] == "ok").all()
-    guarded = WALL.summary(WALL.comparison(committed, "graph_ms", seer="seer-graph"))
-    assert guarded["cases"] == cases and guarded["slower_than_1pct"] == 0
-    assert round(guarded["median_ratio_largest_batch_fma"], 3) == median_fma
+    if cases is not None:
+        guarded = WALL.summary(WALL.comparison(committed, "graph_ms", seer="seer-graph"))
+        assert guarded["cases"] == cases and guarded["slower_than_1pct"] == 0
+        assert round(guarded["median_ratio_largest_batch_fma"], 3) == median_fma
     assert WALL.main([str(folder / "steps.csv"), "--out", str(tmp_path / "summary.md")]) == 0
     assert (tmp_path / "summary.md").read_text() == (folder / "summary.md").read_text()
     if "conv_ms" in committed:  # its layers' passes: the step's sums are theirs
