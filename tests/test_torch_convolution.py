@@ -563,6 +563,33 @@ def test_apply_for_training_gives_every_module_its_backward_choices_and_pytorch_
         apply(torch_nets.every_kind(), gpu="h100", training=True)
 
 
+def test_a_swapped_model_deep_copies_sharing_its_choices_and_building_its_own_runners():
+    """copy.deepcopy of a model after apply (an EMA copy, a twin to time): each copied module
+    shares its choices (they hold a lock, and what they decided holds for the copy) and starts
+    without the runners the original built, which hold its cuDNN plans and tensors."""
+    import copy
+    import threading
+
+    from seer.torch.convolution import seer_convolutions
+
+    model = torch_nets.every_kind()
+    apply(model, gpu="h200", math="fma", training=True)
+    for module in seer_convolutions(model).values():  # as a GPU call leaves them: a runner not to copy
+        module._fast_grad[("kind",)] = ("IMPLICIT_GEMM", threading.Lock(), None, (None, None), (None, None))
+    twin = copy.deepcopy(model)
+    originals, copies = seer_convolutions(model), seer_convolutions(twin)
+    assert set(copies) == set(originals)
+    for name, module in copies.items():
+        assert module.seer_choice is originals[name].seer_choice
+        assert all(c is o for c, o in zip(module.seer_backward, originals[name].seer_backward))
+        assert module._fast_grad == {} and len(originals[name]._fast_grad) == 1
+        assert module.weight is not originals[name].weight and torch.equal(module.weight, originals[name].weight)
+    x = torch.randn(2, 3, 24, 24)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert torch.equal(twin(x), model(x))
+
+
 def test_a_module_stays_pytorchs_only_where_every_pass_leaves_it_to_pytorch():
     import pandas as pd
 

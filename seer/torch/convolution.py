@@ -1410,13 +1410,34 @@ class _SeerConv:
         conv.backward_algorithms = (None, None)  # of the last call that asked for gradients
         conv.fallbacks = {}
         conv._last = [None]  # the last call's algorithm; a list, so a call sets it cheaply
-        conv._bias_view = (None, 0, None)  # (bias, its data pointer, its view as the output adds it)
-        conv.paths = {}  # input kind -> the runner's path (graph, legacy, cupy)
         conv._plans = {}  # input shape -> _Plan; a choice is fixed per layer
-        conv._fast = {}  # input kind -> (algorithm name, runner, whether the weight is repacked)
-        conv._fast_grad = {}  # input kind -> (algorithm name, runner, _Call, backward runners, their names)
-        conv._weight_copy = (None, 0, 0, None)  # (weight, its version, its data pointer, channels-last copy)
+        conv._set_runners_aside()
         return conv
+
+    def _set_runners_aside(self) -> None:
+        """Empty what the module builds at its first calls and keeps for the next: runners
+        (cuDNN plans, CuPy arguments) and views of its tensors."""
+        self._bias_view = (None, 0, None)  # (bias, its data pointer, its view as the output adds it)
+        self.paths = {}  # input kind -> the runner's path (graph, legacy, cupy)
+        self._fast = {}  # input kind -> (algorithm name, runner, whether the weight is repacked)
+        self._fast_grad = {}  # input kind -> (algorithm name, runner, _Call, backward runners, their names)
+        self._weight_copy = (None, 0, 0, None)  # (weight, its version, its data pointer, channels-last copy)
+
+    def __deepcopy__(self, memo):
+        """A copy (``copy.deepcopy`` of a model, as for an EMA or a twin to time) that shares the
+        module's choices, so what they decided holds for it, and builds its own runners at its
+        first calls: they hold cuDNN plans and views of this module's tensors."""
+        import copy
+
+        for choice in (self.seer_choice, *self.seer_backward):
+            if choice is not None:
+                memo[id(choice)] = choice
+        copied = type(self).__new__(type(self))
+        memo[id(self)] = copied
+        copied.__setstate__(copy.deepcopy({k: v for k, v in self.__dict__.items() if k not in _BUILT_ATTRIBUTES},
+                                          memo))
+        copied._set_runners_aside()
+        return copied
 
     def make_plain(self) -> nn.Module:
         """This module made the plain ``nn.Conv*`` again, in place (what :meth:`from_conv` set is
@@ -1714,9 +1735,11 @@ class SeerConv3d(_SeerConv, nn.Conv3d):
     """``nn.Conv3d`` that runs the algorithm its choice names."""
 
 
+#: What a seer module builds at its first calls (:meth:`_SeerConv._set_runners_aside`).
+_BUILT_ATTRIBUTES = ("_bias_view", "paths", "_fast", "_fast_grad", "_weight_copy")
 #: What :meth:`_SeerConv.from_conv` adds to a convolution module.
 _SEER_ATTRIBUTES = ("seer_choice", "seer_name", "seer_nvtx", "seer_backward", "backward_algorithms", "fallbacks",
-                    "_last", "_bias_view", "paths", "_plans", "_fast", "_fast_grad", "_weight_copy")
+                    "_last", "_plans", *_BUILT_ATTRIBUTES)
 
 #: Exact module types swapped, and what they become.
 SWAPS = {nn.Conv1d: SeerConv1d, nn.Conv2d: SeerConv2d, nn.Conv3d: SeerConv3d}
