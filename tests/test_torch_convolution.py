@@ -563,6 +563,30 @@ def test_apply_for_training_gives_every_module_its_backward_choices_and_pytorch_
         apply(torch_nets.every_kind(), gpu="h100", training=True)
 
 
+def test_each_backward_pass_runs_under_its_own_choices_math_mode(monkeypatch):
+    """A backward pass's plan is built for its own choice's math mode, not the forward's: a
+    forward left to PyTorch (a choice of default math) must not let a strict-FP32 wgrad run TF32
+    kernels."""
+    from seer.torch import convolution
+    from seer.torch.convolution import Choice, swap_in
+
+    class PyTorchForward(Choice):
+        def algorithm(self, layer):
+            return None
+
+    built = []
+    monkeypatch.setattr(convolution, "_backward_runner",
+                        lambda layer, algo, math, layout, device, dims: built.append((algo.name, math)) or object())
+    model = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, padding=1))
+    swap_in(model, PyTorchForward(), backward=(Fixed("BWD_DATA_ALGO_1", "fma", "bwd_data"),
+                                               Fixed("BWD_FILTER_ALGO_1", "default", "bwd_filter")))
+    module = model[0]
+    x = torch.randn(2, 8, 12, 12)
+    module._backward_runners(module._plan(x, "nchw"), "nchw", x.device, 2)
+    assert built == [("BWD_DATA_ALGO_1", "fma"), ("BWD_FILTER_ALGO_1", "default")]
+    assert module.backward_algorithms == ("BWD_DATA_ALGO_1", "BWD_FILTER_ALGO_1")
+
+
 def test_a_swapped_model_deep_copies_sharing_its_choices_and_building_its_own_runners():
     """copy.deepcopy of a model after apply (an EMA copy, a twin to time): each copied module
     shares its choices (they hold a lock, and what they decided holds for the copy) and starts

@@ -1656,11 +1656,11 @@ class _SeerConv:
         from seer.gpu.cudnn import CudnnError
 
         runners, ran = [], []
-        for algo in plan.backward:
+        for algo, choice in zip(plan.backward, self.seer_backward):
             runner = None
-            if algo is not None:
+            if algo is not None:  # under the pass's own choice's math mode, which may not be the forward's
                 try:
-                    runner = _backward_runner(plan.layer, algo, self.seer_choice.math, layout, device, dims)
+                    runner = _backward_runner(plan.layer, algo, choice.math, layout, device, dims)
                 except CudnnError as exc:
                     self._fall_back(f"{algo.name} cannot run this layer's {algo.pass_} ({exc})")
             runners.append(runner)
