@@ -505,6 +505,30 @@ def test_training_calls_after_the_first_take_the_fast_path_and_give_the_same_gra
         assert module.backward_algorithms == ("BWD_DATA_ALGO_1", "BWD_FILTER_ALGO_1")
 
 
+def test_a_copy_of_a_model_that_ran_its_picks_builds_its_own_runners_and_gives_the_same_gradients(cuda):
+    import copy
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(32, 16, 1)).to(cuda).train()
+    force(model, "IMPLICIT_PRECOMP_GEMM", math="fma", dgrad="BWD_DATA_ALGO_1", wgrad="BWD_FILTER_ALGO_1")
+    x = torch.randn(4, 16, 20, 20, device=cuda, requires_grad=True)
+    model(x).square().sum().backward()  # runners built: cuDNN plans, which a copy must not share or copy
+    expected = [p.grad.clone() for p in model.parameters()]
+    twin = copy.deepcopy(model)
+    twin.zero_grad()
+    twin(x.detach().requires_grad_()).square().sum().backward()
+    for g, e in zip([p.grad for p in twin.parameters()], expected):
+        assert _relative_error(g, e) < 1e-4
+    originals = seer_convolutions(model)
+    for name, module in seer_convolutions(twin).items():
+        assert module.backward_algorithms == ("BWD_DATA_ALGO_1", "BWD_FILTER_ALGO_1")
+        assert module._fast_grad.keys() == originals[name]._fast_grad.keys()  # the same kind of input
+        for kind, (_, runner, _, backward, _) in module._fast_grad.items():
+            _, original, _, original_backward, _ = originals[name]._fast_grad[kind]
+            assert runner is not original and all(r is not o for r, o in zip(backward, original_backward))
+
+
 def test_channels_last_1d_and_3d_layers_take_their_gradients_from_the_chosen_algorithms(cuda):
     for name, shape in (("video", (2, 3, 8, 32, 32)), ("every_kind", (2, 3, 32, 32))):
         model = _net(name, cuda).train()
