@@ -563,6 +563,33 @@ def test_apply_for_training_gives_every_module_its_backward_choices_and_pytorch_
         apply(torch_nets.every_kind(), gpu="h100", training=True)
 
 
+def test_a_swapped_model_saves_as_pytorchs_own_and_loads_without_seer():
+    """torch.save(model) after apply (a whole-model checkpoint): the convolutions are saved as
+    the plain modules they were, their attributes kept and seer's choices left out (they raised
+    on a choice's lock, and hold a whole seer model); the model in memory stays seer's."""
+    import io
+    import zipfile
+
+    from seer.torch.convolution import seer_convolutions
+
+    model = torch_nets.every_kind()
+    model.stem.note = "kept"
+    apply(model, gpu="h200", math="fma", training=True)
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    with zipfile.ZipFile(io.BytesIO(buffer.getvalue())) as archive:
+        pickled = archive.read(next(n for n in archive.namelist() if n.endswith("data.pkl")))
+    assert b"seer" not in pickled  # no class, function or attribute of seer's: loading needs no seer
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    assert type(loaded.stem) is torch.nn.Conv2d and loaded.stem.note == "kept" and not seer_convolutions(loaded)
+    assert torch.equal(loaded.stem.weight, model.stem.weight) and seer_convolutions(model)
+    x = torch.randn(2, 3, 24, 24)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert torch.equal(loaded(x), model(x))
+
+
 def test_each_backward_pass_runs_under_its_own_choices_math_mode(monkeypatch):
     """A backward pass's plan is built for its own choice's math mode, not the forward's: a
     forward left to PyTorch (a choice of default math) must not let a strict-FP32 wgrad run TF32

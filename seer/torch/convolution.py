@@ -1423,6 +1423,18 @@ class _SeerConv:
         self._fast_grad = {}  # input kind -> (algorithm name, runner, _Call, backward runners, their names)
         self._weight_copy = (None, 0, 0, None)  # (weight, its version, its data pointer, channels-last copy)
 
+    def __reduce_ex__(self, protocol):
+        """Pickled (``torch.save(model)``) as the plain ``nn.Conv*`` it was, with its parameters,
+        hooks and attributes: seer's choices are left out (they hold a whole seer model, and a
+        checkpoint should load without seer), so after loading, apply seer again."""
+        base = _BASES[type(self)]
+        return base.__new__, (base,), {k: v for k, v in self.__dict__.items() if k not in _SEER_ATTRIBUTES}
+
+    def __copy__(self):
+        copied = type(self).__new__(type(self))
+        copied.__dict__.update(self.__dict__)
+        return copied
+
     def __deepcopy__(self, memo):
         """A copy (``copy.deepcopy`` of a model, as for an EMA or a twin to time) that shares the
         module's choices, so what they decided holds for it, and builds its own runners at its
