@@ -563,6 +563,27 @@ def test_apply_for_training_gives_every_module_its_backward_choices_and_pytorch_
         apply(torch_nets.every_kind(), gpu="h100", training=True)
 
 
+def test_applying_again_runs_what_the_last_call_says():
+    """A second apply or force on a model already swapped takes effect (it was silently ignored:
+    only plain nn.Conv* were swapped), and a module the call keeps is made plain again."""
+    from seer.torch.convolution import seer_convolutions, swap_in
+
+    model = torch_nets.every_kind()
+    apply(model, gpu="h200", math="fma")
+    apply(model, gpu="h100", math="default")
+    assert {(c.seer_choice.model.gpu, c.seer_choice.math) for c in seer_convolutions(model).values()} == {
+        ("h100", "default")}
+    force(model, "IMPLICIT_GEMM", math="fma", dgrad="BWD_DATA_ALGO_1")
+    swapped = seer_convolutions(model)
+    assert {(c.seer_choice.describe(), c.seer_backward[0].name) for c in swapped.values()} == {
+        ("IMPLICIT_GEMM", "BWD_DATA_ALGO_1")}
+    kept = sorted(swapped)[0]
+    swap_in(model, Fixed("GEMM"), keep=[kept])
+    assert kept not in seer_convolutions(model) and type(model.get_submodule(kept)) in (
+        torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+    assert {c.seer_choice.describe() for c in seer_convolutions(model).values()} == {"GEMM"}
+
+
 def test_a_swapped_model_saves_as_pytorchs_own_and_loads_without_seer():
     """torch.save(model) after apply (a whole-model checkpoint): the convolutions are saved as
     the plain modules they were, their attributes kept and seer's choices left out (they raised

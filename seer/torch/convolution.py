@@ -1769,10 +1769,16 @@ def swap_in(model: nn.Module, choice: Choice, nvtx: bool = False, keep: Iterable
         raise InputError("give the model that holds the convolution, not the convolution itself", field="model")
     keep, per_module = set(keep), per_module or {}
     # Each module is changed in place, so its parent needs no new child; a module shared by
-    # two parents is met under each name, and the first name not kept changes it.
+    # two parents is met under each name, and the first name not kept changes it. A module
+    # swapped before (an earlier apply or force) takes this choice, or is kept plain, as a
+    # plain one would: the model then runs what this call says.
+    swapped = set()
     for name, module in list(model.named_modules(remove_duplicate=False)):
+        if isinstance(module, _SeerConv) and id(module) not in swapped:
+            module.make_plain()
         if type(module) in SWAPS and name not in keep:
             SWAPS[type(module)].from_conv(module, per_module.get(name, choice), name, nvtx, backward)
+            swapped.add(id(module))
     return model
 
 
