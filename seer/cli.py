@@ -1372,11 +1372,14 @@ def _add_network(sub) -> None:
                    help="where a PyTorch model's forward pass runs: meta (shapes only), cpu (zeros), or auto: "
                         "meta, and the CPU if that fails (default); an ONNX file has no forward pass, and "
                         "refuses meta and cpu")
-    _add_pass(p, with_all=True,
+    which = p.add_mutually_exclusive_group()
+    _add_pass(which, with_all=True,
               text="the convolution pass whose time to total: fwd (the forward, default), bwd_data (dgrad) or "
                    "bwd_filter (wgrad) of every convolution found, or all: the training step, each layer's three "
                    "passes (a training step runs no dgrad for a convolution whose input needs no gradient, such "
                    "as the first, which the totals still count)")
+    which.add_argument("--training", dest="pass_", action="store_const", const=ALL_PASSES,
+                       help=f"the training step: --pass {ALL_PASSES}, as profile-network --training times it")
     p.add_argument("--sparsity", metavar="S|FILE",
                    help="the share of zeros in each convolution's input, so that seer's sparse kernels are ranked "
                         "too (a GPU with their model: h200): one value in [0, 1) for every layer, or a CSV file "

@@ -165,6 +165,12 @@ def test_a_networks_training_step_totals_each_pass_and_the_step(tmp_path, capsys
     csv = tmp_path / "step.csv"
     assert run(capsys, "network", NET, "--input", "32x3x64x48", "--gpu", "h200", "--pass", "all", "-o", csv)[0] == 0
     assert len(pd.read_csv(csv)) == len(layers)
+    again = tmp_path / "training.csv"  # --training is --pass all
+    assert run(capsys, "network", NET, "--input", "32x3x64x48", "--gpu", "h200", "--training", "-o", again)[0] == 0
+    assert again.read_bytes() == csv.read_bytes()
+    with pytest.raises(SystemExit) as stop:  # argparse's own usage error
+        main(["network", NET, "--input", INPUT, "--pass", "bwd_data", "--training"])
+    assert stop.value.code == 2 and "not allowed with argument --pass" in capsys.readouterr().err
     code, _, err = run(capsys, "network", NET, "--input", INPUT, "--gpu", "h100", "--pass", "all")
     _refused(code, err, "no trained fwd, bwd_data, bwd_filter model for GPU 'h100'")
     code, _, err = run(capsys, "network", NET, "--input", INPUT, "--pass", "all", "--objective", "energy")
