@@ -582,6 +582,12 @@ def test_applying_again_runs_what_the_last_call_says():
     assert kept not in seer_convolutions(model) and type(model.get_submodule(kept)) in (
         torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
     assert {c.seer_choice.describe() for c in seer_convolutions(model).values()} == {"GEMM"}
+    # apply finds the layers (and, on a GPU, times the passes) of PyTorch's own model, not the one swapped before
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        apply(model, gpu="h200", math="fma", input_shape=(2, 3, 24, 24))
+    assert not [w for w in seen if "seer:" in str(w.message)], [str(w.message) for w in seen]
+    assert {c.seer_choice.math for c in seer_convolutions(model).values()} == {"fma"}
 
 
 def test_a_swapped_model_saves_as_pytorchs_own_and_loads_without_seer():

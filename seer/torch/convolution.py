@@ -1941,6 +1941,9 @@ def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_s
                                        guard=guard, deterministic=deterministic, captured=cuda_graphs)
                          for pass_ in ("bwd_data", "bwd_filter"))
     keep: set[str] = set()
+    # A model swapped before (an earlier apply or force) is first made PyTorch's own again: its
+    # layers and the passes the picks are weighed against are PyTorch's, as they would be the first time.
+    restore(model)
     if input_shape is not None:
         from seer.torch.layers import conv_calls
 
