@@ -1431,6 +1431,8 @@ class _SeerConv:
         return base.__new__, (base,), {k: v for k, v in self.__dict__.items() if k not in _SEER_ATTRIBUTES}
 
     def __copy__(self):
+        """A shallow copy that stays seer's (pickling's reduction, which ``copy.copy`` would use
+        otherwise, gives the plain module)."""
         copied = type(self).__new__(type(self))
         copied.__dict__.update(self.__dict__)
         return copied
