@@ -1316,6 +1316,18 @@ def _note_extrapolated(console, extrapolated: int) -> None:
                       f"{'its prediction' if extrapolated == 1 else 'their predictions'} with care.")
 
 
+def _note_channels_last(console, found) -> None:
+    """Where the forward pass handed convolutions channels-last inputs: the models' times are NC[D]HW's."""
+    if found.channels_last is None or not found.channels_last.any():
+        return
+    names = found.layers.loc[found.channels_last, "name"].drop_duplicates().tolist()
+    which = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    count = int(found.channels_last.sum())
+    console.print(f"{count} layer{'' if count == 1 else 's'} ({which}) got {'its' if count == 1 else 'their'} input "
+                  "packed channels-last, which PyTorch runs in NHWC, where the models predict NC[D]HW times: such "
+                  "runs can differ from them by several times (docs/networks.md).", soft_wrap=True)
+
+
 def _print_summary(console, gpu: str, math: str, summary, out) -> None:
     from rich import box
     from rich.table import Table
@@ -1521,6 +1533,7 @@ def _print_network_step(console, args, found, gpu: str, result) -> None:
                       f"{row['step_ms']:.3g}", f"{row['pytorch_step_ms']:.3g}")
     console.print(table, crop=False)
     _note_extrapolated(console, int(layers["extrapolated"].sum()))
+    _note_channels_last(console, found)
 
 
 def _print_network(console, args, shape, gpu: str, found, result) -> None:
@@ -1561,6 +1574,7 @@ def _print_network(console, args, shape, gpu: str, found, result) -> None:
         table.add_row(row["name"], layer, str(row["calls"]), *pick, *(_guard_cells(row) if guarded else ()))
     console.print(table, crop=False)
     _note_extrapolated(console, int(picks["extrapolated"].sum()))
+    _note_channels_last(console, found)
     if len(found.skipped):
         skipped = Table("module", "call", "calls", "not predicted because", box=box.SIMPLE_HEAD, pad_edge=False,
                         title="convolutions seer does not predict")

@@ -145,6 +145,20 @@ def test_a_backward_pass_of_a_network_totals_its_own_algorithms_and_pytorchs(pas
     _refused(code, err, f"no trained {pass_} model for GPU 'h100'")
 
 
+def test_a_layer_whose_input_comes_channels_last_is_named_for_its_layout(capsys):
+    """The models predict NC[D]HW times; a convolution that gets a channels-last input (after
+    ConvNeXt's permutes), which PyTorch runs in NHWC, is named in a note, not passed off as NCHW."""
+    found = conv_calls(build_model("torch_nets:permuted"), (2, 3, 16, 16))
+    assert dict(zip(found.layers["name"], found.channels_last)) == {"stem": False, "dw": True}
+    assert not conv_calls(build_model(NET), (2, 3, 24, 24)).channels_last.any()
+    for extra in ([], ["--training"]):
+        code, shown, _ = run(capsys, "network", "torch_nets:permuted", "--input", "8x3x56x56", "--gpu", "h200",
+                             *extra)
+        assert code == 0 and "1 layer (dw) got its input packed channels-last" in shown, shown
+    code, shown, _ = run(capsys, "network", NET, "--input", INPUT, "--gpu", "h200")
+    assert code == 0 and "channels-last" not in shown
+
+
 def test_a_networks_training_step_totals_each_pass_and_the_step(tmp_path, capsys):
     from seer.algorithms import PASSES
     from seer.predict.step import STEP_COLUMNS

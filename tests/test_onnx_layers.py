@@ -51,6 +51,7 @@ def _conv_file(tmp_path: Path, x: list, w: tuple[int, ...], op: str = "Conv", **
 def _one(tmp_path: Path, x: list, w: tuple[int, ...], **attributes) -> pd.Series:
     found = onnx_conv_calls(_conv_file(tmp_path, x, w, **attributes))
     assert len(found.layers) == 1 and found.skipped.empty and found.device == DEVICE
+    assert found.channels_last is None  # a graph has no strides: the layout is not known
     row = found.layers.iloc[0]
     assert (row["name"], row["call"], row["calls"]) == ("conv", "Conv", 1)
     return row

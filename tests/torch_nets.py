@@ -113,6 +113,25 @@ def video() -> nn.Module:
     return Video()
 
 
+class Permuted(nn.Module):
+    """A ConvNeXt-like block: the depthwise convolution after it gets its input channels-last
+    (permuted to NHWC for a Linear, and back)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 16, 3, padding=1)
+        self.mix = nn.Linear(16, 16)
+        self.dw = nn.Conv2d(16, 16, 7, padding=3, groups=16)
+
+    def forward(self, x):
+        y = self.mix(self.stem(x).permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        return self.dw(y * 1.0)
+
+
+def permuted() -> nn.Module:
+    return Permuted()
+
+
 class ReadsValues(nn.Module):
     """Reads a tensor's value in its forward pass, which the meta device cannot do."""
 

@@ -48,6 +48,11 @@ class ConvCalls:
         The row of ``layers`` of each call, in the order the calls ran.
     input_shape : tuple of int
         The shape of the model's (first) input.
+    channels_last : numpy.ndarray or None
+        Per row of ``layers``, whether a call got its input packed channels-last (the strides
+        of ``torch.channels_last`` or ``channels_last_3d``, as after ConvNeXt's permutes), which
+        PyTorch then runs in NHWC, where seer's models predict NC[D]HW times; None where not
+        known (an ONNX graph has no strides).
     """
 
     layers: pd.DataFrame
@@ -55,6 +60,7 @@ class ConvCalls:
     device: str
     order: np.ndarray
     input_shape: tuple[int, ...] = ()
+    channels_last: np.ndarray | None = None
 
     @property
     def total_calls(self) -> int:
@@ -99,14 +105,19 @@ class CallLog:
     index: dict[tuple, int] = field(default_factory=dict)  # its key -> its row
     order: list[int] = field(default_factory=list)  # the row of every call, in the order run
     skipped: dict[tuple, dict] = field(default_factory=dict)
+    # Rows with a call whose input came channels-last; None where strides are not known (ONNX).
+    channels_last: set[int] | None = field(default_factory=set)
 
-    def record(self, name: str, call: str, fields: dict[str, int]) -> None:
-        """One call of a layer seer models (``fields`` from :func:`conv_fields`)."""
+    def record(self, name: str, call: str, fields: dict[str, int], channels_last: bool = False) -> None:
+        """One call of a layer seer models (``fields`` from :func:`conv_fields`); ``channels_last``:
+        its input came packed channels-last."""
         key = (name, call, *(fields.get(f, 0) for f in LAYER_FIELDS))
         row = self.index.setdefault(key, len(self.rows))
         if row == len(self.rows):
             self.rows.append({"name": name, "call": call, **fields})
         self.order.append(row)
+        if channels_last and self.channels_last is not None:
+            self.channels_last.add(row)
 
     def skip(self, name: str, call: str, reason: str, key: tuple = ()) -> None:
         """One call seer does not model; calls of the same (name, call, key) are counted together."""
@@ -125,8 +136,10 @@ class CallLog:
             layers.insert(j, column, fields[column].to_numpy() if rows else np.array([], dtype=object))
         layers["calls"] = layers["calls"].astype(np.int64)
         skipped = pd.DataFrame(list(self.skipped.values()), columns=list(SKIPPED_COLUMNS))
+        channels_last = None if self.channels_last is None else np.isin(np.arange(len(rows)),
+                                                                         sorted(self.channels_last))
         return ConvCalls(layers, skipped, device, np.array(self.order, dtype=np.int64),
-                         tuple(int(v) for v in input_shape))
+                         tuple(int(v) for v in input_shape), channels_last)
 
 
 def parse_input_shape(text: str, any_rank: bool = False) -> tuple[int, ...]:

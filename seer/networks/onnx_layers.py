@@ -79,7 +79,7 @@ def onnx_conv_calls(path: str | Path, input_shape: Sequence[int] | None = None) 
         model = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
     except Exception as exc:  # noqa: BLE001 - onnx's C++ errors have no common Python type
         raise InputError(f"ONNX shape inference failed: {one_line(exc)}", path=path) from None
-    log = CallLog()
+    log = CallLog(channels_last=None)  # a graph has no strides
     shapes = _shapes(model.graph)
     for node in model.graph.node:
         reason = _not_modelled(node)

@@ -90,6 +90,13 @@ def layer_of_call(call: dict, dims: int) -> dict[str, int]:
                        kernel, stride, dilation, begin, end)
 
 
+def _channels_last(x: torch.Tensor, dims: int) -> bool:
+    """Whether ``x`` is packed channels-last (and not also NC[D]HW, as a tensor of one channel or pixel is)."""
+    memory_format = {2: torch.channels_last, 3: torch.channels_last_3d}.get(dims)
+    return (memory_format is not None and x.dim() == dims + 2 and not x.is_contiguous()
+            and x.is_contiguous(memory_format=memory_format))
+
+
 class _Recorder(TorchFunctionMode):
     """Records every functional convolution, named by the innermost module running."""
 
@@ -110,7 +117,8 @@ class _Recorder(TorchFunctionMode):
         kwargs = kwargs or {}
         name = self.stack[-1] if self.stack else ""
         if func in _CONVOLUTIONS:
-            self.log.record(name, func.__name__, layer_of_call(_bound(args, kwargs, _CONV_PARAMS), _CONVOLUTIONS[func]))
+            call, dims = _bound(args, kwargs, _CONV_PARAMS), _CONVOLUTIONS[func]
+            self.log.record(name, func.__name__, layer_of_call(call, dims), _channels_last(call["input"], dims))
         elif func in _TRANSPOSED:
             x = _bound(args, kwargs, _TRANSPOSED_PARAMS)["input"]
             self.log.skip(name, func.__name__, TRANSPOSED_REASON, key=tuple(x.shape))
