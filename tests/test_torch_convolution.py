@@ -641,6 +641,30 @@ def test_each_backward_pass_runs_under_its_own_choices_math_mode(monkeypatch):
     assert module.backward_algorithms == ("BWD_DATA_ALGO_1", "BWD_FILTER_ALGO_1")
 
 
+def test_a_channels_last_depthwise_layer_keeps_pytorchs_backward_passes_as_its_forward():
+    """The guard leaves a depthwise layer run channels-last to PyTorch in every pass, the
+    backward ones too: the models' times are NCHW's, which such a layer's do not follow."""
+    from seer.predict.persist import load_model
+    from seer.torch.convolution import PredictedPass, swap_in
+
+    def planned(guard: bool, layout: str):
+        model = torch.nn.Sequential(torch.nn.Conv2d(32, 32, 7, padding=3, groups=32))
+        backward = [PredictedPass(load_model("h200", math="fma", pass_=p), "fma", guard=guard)
+                    for p in ("bwd_data", "bwd_filter")]
+        swap_in(model, Fixed("IMPLICIT_GEMM", "fma"), backward=tuple(backward))
+        x = torch.randn(8, 32, 28, 28)
+        if layout == "nhwc":
+            x = x.contiguous(memory_format=torch.channels_last)
+        layer = ConvShape.square(8, 32, 28, 32, 7, padding=3, groups=32)
+        for choice, pick in zip(backward, ("BWD_DATA_ALGO_0", "BWD_FILTER_ALGO_0")):
+            choice.picks[layer] = pick  # as a prediction would have it
+        return tuple(None if a is None else a.name for a in model[0]._plan(x, layout).backward)
+
+    assert planned(True, "nchw") == ("BWD_DATA_ALGO_0", "BWD_FILTER_ALGO_0")
+    assert planned(True, "nhwc") == (None, None)
+    assert planned(False, "nhwc") == ("BWD_DATA_ALGO_0", "BWD_FILTER_ALGO_0")  # unguarded: the picks stand
+
+
 def test_a_swapped_model_deep_copies_sharing_its_choices_and_building_its_own_runners():
     """copy.deepcopy of a model after apply (an EMA copy, a twin to time): each copied module
     shares its choices (they hold a lock, and what they decided holds for the copy) and starts

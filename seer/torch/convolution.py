@@ -284,11 +284,7 @@ class Predicted(Choice):
         return self._decided[layer]
 
     def algorithm_in(self, layer: ConvShape, layout: str) -> str | None:
-        # The models' times are NC[D]HW's. Channels-last, PyTorch runs a depthwise layer in
-        # 0.30-0.90 of its NCHW time (median 0.67 over 70 layers of six networks), and 1.9-4.4x
-        # faster than seer's direct kernel there (H200, benchmarks/results/h200-direct-channels-last/):
-        # a gain predicted against its NCHW time is not there, so the guard leaves them to PyTorch.
-        if self.guard and layout == "nhwc" and layer.is_depthwise:
+        if self.guard and unmodelled_layout(layer, layout):
             return None
         return self.algorithm(layer)
 
@@ -401,6 +397,18 @@ class Predicted(Choice):
 
     def describe(self) -> str:
         return "seer"
+
+
+def unmodelled_layout(layer: ConvShape, layout: str) -> bool:
+    """Whether the models' times, which are NC[D]HW's, do not hold for ``layer`` run in
+    ``layout``, so that a guarded choice leaves every pass of it to PyTorch."""
+    # Channels-last, PyTorch runs a depthwise layer in 0.30-0.90 of its NCHW time (median 0.67
+    # over 70 layers of six networks), 1.9-4.4x faster than seer's direct kernel there (H200,
+    # benchmarks/results/h200-direct-channels-last/), and in ConvNeXt-T's training step its wgrad
+    # took 3.4x, its forward and dgrad 0.4-0.7x the NCHW prediction
+    # (benchmarks/results/h200-training-steps-confirmed-20261129/): a gain predicted against
+    # NCHW times is not there.
+    return layout == "nhwc" and layer.is_depthwise
 
 
 #: The sparse kernel seer.torch ranks unless told otherwise: the other two wait for the GPU in
@@ -531,6 +539,11 @@ class PredictedPass(Choice):
         if layer not in self.picks:
             self.prepare([layer])
         return self.picks[layer]
+
+    def algorithm_in(self, layer: ConvShape, layout: str) -> str | None:
+        if self.guard and unmodelled_layout(layer, layout):
+            return None
+        return self.algorithm(layer)
 
     def describe(self) -> str:
         return f"seer {self.pass_}"
@@ -1516,7 +1529,7 @@ class _SeerConv:
             else:
                 name = self.seer_choice.algorithm_in(layer, layout)
                 algo = None if name is None else get_algorithm(name)
-                backward = tuple(None if choice is None or (n := choice.algorithm(layer)) is None
+                backward = tuple(None if choice is None or (n := choice.algorithm_in(layer, layout)) is None
                                  else get_algorithm(n) for choice in self.seer_backward)
                 refused = _refusal(algo, layer, layout)
                 self._plans[key] = (_Plan(padding, layer, algo, backward=backward) if refused is None else
