@@ -570,6 +570,24 @@ def test_apply_for_training_runs_seers_backward_picks_and_the_gradients_are_pyto
     assert ran and all(get_algorithm(a).pass_ in ("bwd_data", "bwd_filter") for a in ran)
 
 
+def test_a_channels_last_depthwise_layer_trains_on_pytorchs_gradients_under_the_guard(cuda):
+    from seer.layers.shapes import ConvShape
+    from seer.torch.convolution import PredictedPass
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(32, 32, 7, padding=3, groups=32)).to(cuda).train()
+    model = model.to(memory_format=torch.channels_last)
+    apply(model, gpu="h200", math="fma", training=True)
+    module = seer_convolutions(model)["0"]
+    layer = ConvShape.square(8, 32, 28, 32, 7, padding=3, groups=32)
+    for choice in module.seer_backward:  # picks for the layer, whatever the models predict for it in NCHW
+        assert isinstance(choice, PredictedPass)
+        choice.picks[layer] = "BWD_DATA_ALGO_0" if choice.pass_ == "bwd_data" else "BWD_FILTER_ALGO_0"
+    x = torch.randn(8, 32, 28, 28, device=cuda).contiguous(memory_format=torch.channels_last).requires_grad_()
+    model(x).square().sum().backward()
+    assert module.last_algorithm == PYTORCH  # every pass PyTorch's own
+    assert module.backward_algorithms in ((None, None), (PYTORCH, PYTORCH))
+
+
 def test_apply_for_training_keeps_the_picks_only_where_a_step_with_them_measures_faster(cuda):
     model = _net("resnet50", cuda).train()
     apply(model, gpu="h200", math="fma", training=True, input_shape=(16, 3, 112, 112))
