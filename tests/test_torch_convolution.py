@@ -884,6 +884,8 @@ def test_sparsity_mistakes_are_input_errors(models_without_sparse):
         apply(_sparse_net(), "h200", "fma", sparsity={"4": 0.9}, cuda_graphs=True, algorithms="cudnn,sparse")
     with pytest.raises(InputError, match="h100 models have no model of seer's sparse kernels"):
         apply(_sparse_net(), "h100", "fma", sparsity={"4": 0.9}, models_dir=models_without_sparse)
+    with pytest.raises(InputError, match="sparsity names '40', which is not an nn.Conv1d/2d/3d of the model"):
+        apply(_sparse_net(), "h200", "fma", sparsity={"4": 0.9, "40": 0.9})  # a typo would leave it dense, unsaid
     with pytest.raises(InputError, match="map module names"):
         module_sparsity(0.9)
     import pandas as pd

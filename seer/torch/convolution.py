@@ -2008,6 +2008,17 @@ def _sparse_choices(model: nn.Module, choice: Predicted, gpu: str, sparsity, cal
     if sparsity is None:
         return {}
     levels = module_sparsity(sparsity)
+    # A name given by hand that is no convolution of the model (a typo, a renamed module) would
+    # leave that layer dense without a word. (Measured calls may name a module whose own code
+    # calls F.conv2d, which is never swapped.)
+    convolutions = {name for name, module in model.named_modules(remove_duplicate=False) if type(module) in SWAPS
+                    or isinstance(module, _SeerConv)}
+    unknown = sorted(set(levels) - convolutions) if isinstance(sparsity, Mapping) else []
+    if unknown:
+        shown = ", ".join(repr(name) for name in unknown[:3]) + (f" and {len(unknown) - 3} more" if len(unknown) > 3
+                                                                 else "")
+        raise InputError(f"sparsity names {shown}, which {'is' if len(unknown) == 1 else 'are'} not an nn.Conv1d/2d/3d "
+                         "of the model (its names are those of named_modules)", field="sparsity")
     if choice.model.sparse is None:
         raise InputError(f"the {gpu} models have no model of seer's sparse kernels (models/<gpu>/sparse.json): "
                          f"leave out sparsity and calibration, or use a GPU that has one", field="sparsity")
