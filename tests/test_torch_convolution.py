@@ -563,6 +563,24 @@ def test_apply_for_training_gives_every_module_its_backward_choices_and_pytorch_
         apply(torch_nets.every_kind(), gpu="h100", training=True)
 
 
+def test_apply_takes_the_input_shape_as_sizes_or_text_and_refuses_what_is_neither_and_lazy_convolutions():
+    from seer.torch.convolution import seer_convolutions
+
+    for shape in ((2, 3, 24, 24), torch.Size([2, 3, 24, 24]), "2x3x24x24"):
+        model = torch_nets.every_kind()
+        apply(model, gpu="h200", math="fma", input_shape=shape)
+        assert seer_convolutions(model)
+    for wrong in ("2x3xtwo", (2, 3, 24.5, 24), (2, 0, 24, 24), 5):
+        with pytest.raises(InputError, match="input"):
+            apply(torch_nets.every_kind(), gpu="h200", input_shape=wrong)
+    lazy = torch.nn.Sequential(torch.nn.LazyConv2d(8, 3), torch.nn.ReLU())
+    with pytest.raises(InputError, match=r"lazy convolutions \(0\) have no shape yet: run one forward pass first"):
+        apply(lazy, gpu="h200")
+    lazy(torch.randn(1, 3, 8, 8))  # now an nn.Conv2d
+    apply(lazy, gpu="h200")
+    assert list(seer_convolutions(lazy)) == ["0"]
+
+
 def test_applying_again_runs_what_the_last_call_says():
     """A second apply or force on a model already swapped takes effect (it was silently ignored:
     only plain nn.Conv* were swapped), and a module the call keeps is made plain again."""

@@ -32,6 +32,7 @@ subclass may override ``forward``) for one of these, sharing the parameters, so
 
 from __future__ import annotations
 
+import operator
 import threading
 import warnings
 from collections import Counter
@@ -1782,6 +1783,11 @@ def swap_in(model: nn.Module, choice: Choice, nvtx: bool = False, keep: Iterable
     ``per_module``: a module's own forward choice instead of ``choice``, by module name."""
     if type(model) in SWAPS:
         raise InputError("give the model that holds the convolution, not the convolution itself", field="model")
+    lazy = [name for name, module in model.named_modules()
+            if isinstance(module, (nn.LazyConv1d, nn.LazyConv2d, nn.LazyConv3d))]
+    if lazy:  # they become nn.Conv*d at their first call, and would stay PyTorch's without a word
+        raise InputError(f"the model's lazy convolutions ({', '.join(lazy[:3])}{', ...' if len(lazy) > 3 else ''}) "
+                         "have no shape yet: run one forward pass first", field="model")
     keep, per_module = set(keep), per_module or {}
     # Each module is changed in place, so its parent needs no new child; a module shared by
     # two parents is met under each name, and the first name not kept changes it. A module
@@ -1939,6 +1945,7 @@ def apply(model: nn.Module, gpu: str = "h100", math: str = "default", *, input_s
     the sparse model learnt from, the dense choice stays. With
     ``cuda_graphs``, only ``SEER_SPARSE_GATHER`` can be captured.
     """
+    input_shape = _input_shape(input_shape)
     if seer_model is None:
         from seer.predict.persist import load_model
 
@@ -2031,6 +2038,25 @@ def _sparse_choices(model: nn.Module, choice: Predicted, gpu: str, sparsity, cal
     crowding = module_crowding(sparsity)
     return {name: SparseInput(choice, level, kernels, crowding.get(name, float("nan")))
             for name, level in levels.items() if level > 0}
+
+
+def _input_shape(input_shape) -> tuple[int, ...] | None:
+    """``apply``'s ``input_shape`` as a tuple of sizes: a sequence of positive ints, or text as
+    the command line takes it (``"32x3x224x224"``); InputError otherwise."""
+    if input_shape is None:
+        return None
+    if isinstance(input_shape, str):
+        from seer.layers.calls import parse_input_shape
+
+        return parse_input_shape(input_shape, any_rank=True)
+    try:
+        shape = tuple(operator.index(size) for size in input_shape)
+    except TypeError:
+        shape = ()
+    if not shape or min(shape) < 1:
+        raise InputError(f"expected the input's sizes, positive integers such as (32, 3, 224, 224), got {input_shape!r}",
+                         field="input_shape")
+    return shape
 
 
 def _example(model: nn.Module, input_shape: Sequence[int], training: bool = False) -> torch.Tensor | None:
