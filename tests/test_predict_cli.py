@@ -34,6 +34,22 @@ def _refused(code: int, err: str, where: str) -> None:
     assert where in err, err
 
 
+def test_the_api_takes_a_layer_files_name_and_no_layers_at_all(small_models):
+    """model.predict(path) reads the layer file as seer predict does (it raised ValueError on the
+    name's characters); no layers give no rows (a numpy reshape error before)."""
+    from pathlib import Path
+
+    from seer.layers.files import read_layers
+
+    model = persist.load_model(models_dir=small_models)
+    expected = model.predict(read_layers(LAYERS), math="fma")
+    for given in (str(LAYERS), Path(LAYERS)):
+        assert model.predict(given, math="fma").equals(expected)
+    empty = model.predict([], math="fma")
+    assert empty.empty and list(empty.columns) == list(expected.columns)
+    assert model.pick([], math="fma").empty
+
+
 def test_csv_has_the_promised_columns_ranks_and_the_models_picks(small_models, tmp_path, capsys):
     out = tmp_path / "pred.csv"
     code, shown, _ = run(capsys, "predict", LAYERS, "--models-dir", small_models, "--math", "fma", "-o", out)

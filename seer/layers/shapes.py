@@ -484,7 +484,9 @@ def layer_columns(layers: pd.DataFrame | LayerTable | np.ndarray | Sequence[Conv
             rows = [s.as_dict() for s in layers]
             return {name: np.array([row[name] for row in rows], dtype=np.int64) for name in LAYER_COLUMNS}
         array = np.asarray(layers, dtype=np.int64)
-        if array.ndim != 2:
+        if not len(array):  # no layers: no rows, whatever the shape of nothing
+            array = array.reshape(0, len(SEER_FIELDS))
+        elif array.ndim != 2:
             array = array.reshape(len(layers), -1)
         if array.shape[1] != len(SEER_FIELDS):
             raise ValueError(f"an array of layers needs SEER's {len(SEER_FIELDS)} columns ({' '.join(SEER_FIELDS)}), "

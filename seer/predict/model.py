@@ -16,6 +16,7 @@ predict`` writes the tables, and :meth:`Model.predict` makes its frame from one.
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping
@@ -138,6 +139,10 @@ class Model:
             raise InputError(f"unknown objective {objective!r}; choose one of: {', '.join(OBJECTIVES)}",
                              field="objective")
         predictor = self.predictor(math)
+        if isinstance(layers, (str, os.PathLike)):  # a layer file's name: read as `seer predict` reads it
+            from seer.layers.files import read_layers
+
+            layers = read_layers(layers)
         try:
             frame = layer_columns(layers)
             check_layer_frame(frame)
