@@ -51,13 +51,13 @@ from seer.errors import InputError
 from seer.hardware.kernel_plans import SPLITS_ALWAYS, aligned_bytes
 from seer.layers.shapes import ConvShape, ShapeError
 from seer.schema import PYTORCH_CHOICE, STEP_OPTIMIZERS, get_math_mode
+from seer.torch.layers import CHANNELS_LAST as _CHANNELS_LAST
 from seer.torch.layers import layer_of_call
 
 #: What runs a layer where no algorithm is chosen, or the chosen one cannot run.
 PYTORCH = "pytorch"
 
 _FUNCTIONAL = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
-_CHANNELS_LAST = {2: torch.channels_last, 3: torch.channels_last_3d}
 _GRADIENTS = {1: (torch.nn.grad.conv1d_input, torch.nn.grad.conv1d_weight),
               2: (torch.nn.grad.conv2d_input, torch.nn.grad.conv2d_weight),
               3: (torch.nn.grad.conv3d_input, torch.nn.grad.conv3d_weight)}

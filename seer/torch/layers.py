@@ -90,9 +90,13 @@ def layer_of_call(call: dict, dims: int) -> dict[str, int]:
                        kernel, stride, dilation, begin, end)
 
 
+#: The channels-last memory format of a convolution's tensors, by its spatial axes (1D has none).
+CHANNELS_LAST = {2: torch.channels_last, 3: torch.channels_last_3d}
+
+
 def _channels_last(x: torch.Tensor, dims: int) -> bool:
     """Whether ``x`` is packed channels-last (and not also NC[D]HW, as a tensor of one channel or pixel is)."""
-    memory_format = {2: torch.channels_last, 3: torch.channels_last_3d}.get(dims)
+    memory_format = CHANNELS_LAST.get(dims)
     return (memory_format is not None and x.dim() == dims + 2 and not x.is_contiguous()
             and x.is_contiguous(memory_format=memory_format))
 
