@@ -160,3 +160,23 @@ def test_shards_that_the_time_limit_ended_are_named(tmp_path, capsys, monkeypatc
                  "--no-parse", "--stop-after", "1"])
     err = capsys.readouterr().err
     assert code == 0 and "shards 2/4, 4/4 stopped at the time limit" in err and "3/4" not in err, err
+
+
+def test_the_sm_clock_is_read_from_the_gpu_the_process_runs_on_not_nvmls_first(monkeypatch):
+    """Under --gpus a process pinned to the host's second GPU sees it as CUDA device 0, while NVML
+    numbers every GPU of the host: the clock recorded beside each timing is its own GPU's."""
+    import types
+
+    from seer.gpu.worker import _sm_clock_reader
+
+    clocks = {"first": 345, "second": 1980}  # the first GPU idles; this process's GPU runs
+    nvml = types.SimpleNamespace(
+        NVML_CLOCK_SM=0, nvmlInit=lambda: None,
+        nvmlDeviceGetHandleByIndex=lambda i: ["first", "second"][i],
+        nvmlDeviceGetHandleByPciBusId=lambda bus: {"0000:1A:00.0": "first", "0000:2B:00.0": "second"}[bus],
+        nvmlDeviceGetClockInfo=lambda handle, kind: clocks[handle])
+    cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(Device=lambda: types.SimpleNamespace(
+        pci_bus_id="0000:2B:00.0")))
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    assert _sm_clock_reader()() == 1980

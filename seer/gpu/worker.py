@@ -383,12 +383,18 @@ def _base_row(work: ShapeWork, math_mode: str, algo: str) -> dict:
 
 # -- timing -------------------------------------------------------------------------------
 def _sm_clock_reader() -> Callable[[], int | None]:
-    """A function returning the SM clock in MHz now (NVML), or None without NVML."""
+    """A function returning the SM clock in MHz now (NVML) of the GPU this process runs on, or
+    None without NVML."""
     try:
         import pynvml
 
+        from seer.gpu.energy import current_device_handle
+
         pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        try:
+            handle = current_device_handle(pynvml)  # NVML's index 0 is another GPU under --gpus
+        except Exception:  # NVML's first GPU then, as the probe falls back to it and says so
+            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
         return lambda: int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
     except Exception:  # NVML is optional; rows then carry no clock
         return lambda: None
