@@ -505,7 +505,7 @@ def test_training_calls_after_the_first_take_the_fast_path_and_give_the_same_gra
         assert module.backward_algorithms == ("BWD_DATA_ALGO_1", "BWD_FILTER_ALGO_1")
 
 
-def test_a_copy_of_a_model_that_ran_its_picks_builds_its_own_runners_and_gives_the_same_gradients(cuda):
+def test_a_copy_of_a_model_that_ran_its_picks_keeps_its_own_cache_and_tensors_and_gives_the_same_gradients(cuda):
     import copy
 
     torch.manual_seed(0)
@@ -513,7 +513,7 @@ def test_a_copy_of_a_model_that_ran_its_picks_builds_its_own_runners_and_gives_t
                                 torch.nn.Conv2d(32, 16, 1)).to(cuda).train()
     force(model, "IMPLICIT_PRECOMP_GEMM", math="fma", dgrad="BWD_DATA_ALGO_1", wgrad="BWD_FILTER_ALGO_1")
     x = torch.randn(4, 16, 20, 20, device=cuda, requires_grad=True)
-    model(x).square().sum().backward()  # runners built: cuDNN plans, which a copy must not share or copy
+    model(x).square().sum().backward()  # the fast paths' caches filled: runners and views of the module's tensors
     expected = [p.grad.clone() for p in model.parameters()]
     twin = copy.deepcopy(model)
     twin.zero_grad()
@@ -523,10 +523,23 @@ def test_a_copy_of_a_model_that_ran_its_picks_builds_its_own_runners_and_gives_t
     originals = seer_convolutions(model)
     for name, module in seer_convolutions(twin).items():
         assert module.backward_algorithms == ("BWD_DATA_ALGO_1", "BWD_FILTER_ALGO_1")
+        assert module._fast_grad is not originals[name]._fast_grad
         assert module._fast_grad.keys() == originals[name]._fast_grad.keys()  # the same kind of input
         for kind, (_, runner, _, backward, _) in module._fast_grad.items():
+            # Runners hold a layer's cuDNN plans, no tensor: one per layer and thread, as two equal
+            # layers of one model share them.
             _, original, _, original_backward, _ = originals[name]._fast_grad[kind]
-            assert runner is not original and all(r is not o for r, o in zip(backward, original_backward))
+            assert runner is original and all(r is o for r, o in zip(backward, original_backward))
+    # Each computes with its own weights: changing the twin's leaves the model's output as it was.
+    with torch.no_grad():
+        before = model(x)
+        for p in twin.parameters():
+            p.mul_(0.5)
+        twin_out, after = twin(x), model(x)
+        reference = torch.nn.functional.conv2d(torch.relu(torch.nn.functional.conv2d(
+            x, twin[0].weight, twin[0].bias, padding=1)), twin[2].weight, twin[2].bias)
+    assert torch.equal(before, after)
+    assert _relative_error(twin_out, reference) < 1e-4
 
 
 def test_channels_last_1d_and_3d_layers_take_their_gradients_from_the_chosen_algorithms(cuda):

@@ -1453,8 +1453,9 @@ class _SeerConv:
 
     def __deepcopy__(self, memo):
         """A copy (``copy.deepcopy`` of a model, as for an EMA or a twin to time) that shares the
-        module's choices, so what they decided holds for it, and builds its own runners at its
-        first calls: they hold cuDNN plans and views of this module's tensors."""
+        module's choices, so what they decided holds for it, and fills its own caches at its first
+        calls: they hold views of this module's tensors (the runners in them, a layer's cuDNN plans
+        and no tensor, are one per layer and thread, shared as by two equal layers of one model)."""
         import copy
 
         for choice in (self.seer_choice, *self.seer_backward):
