@@ -234,12 +234,13 @@ def layer_costs(torch, layers, algos, math: str, calls: int, reps: int, bias: bo
     (NCHW; a depthwise one is both), as ConvNeXt's blocks hand their convolutions."""
     from seer.gpu.cudnn import CudnnError
     from seer.torch.convolution import extra_host_ms
+    from seer.torch.layers import CHANNELS_LAST
 
     rows = []
     for number, shape in enumerate(dict.fromkeys(layers)):
         x = torch.randn(shape.input_dims, device="cuda")
         if channels_last:
-            x = x.contiguous(memory_format={4: torch.channels_last, 5: torch.channels_last_3d}[x.dim()])
+            x = x.contiguous(memory_format=CHANNELS_LAST[x.dim() - 2])
         conv = _conv_module(torch, shape, bias)
         module_us = host_us(torch, lambda: conv(x), calls, reps)
         label = str(shape)
