@@ -498,7 +498,8 @@ def _cmd_train(args) -> int:
     for math, info in model.card["maths"].items():
         chosen = ", ".join(f"{a}: {'/'.join(f'{p} {r}' if p != 'all' else r for p, r in paths_.items())}"
                            for a, paths_ in info["regressor"].items())
-        first_stage = info["first_stage"] + (f" ({info['census_shapes']} shapes)" if info.get("census_shapes") else "")
+        first_stage = (info["first_stage"] + (f" ({info['census_shapes']} shapes)" if info.get("census_shapes") else "")
+                       + (f": {info['first_stage_note']}" if info.get("first_stage_note") else ""))
         err_console.log(f"{math}: {info['shapes']} training shapes; first stage from {first_stage}; "
                         f"regressors chosen by CV: {chosen}")
     err_console.log(f"wrote {', '.join(p.name for p in paths)} and {persist.CARD_FILE} in {destination}")

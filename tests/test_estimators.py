@@ -89,6 +89,48 @@ def test_the_quadratic_power_law_beats_a_constant_too(table):
                                selector.regressors_["IMPLICIT_GEMM"]["all"].predict(inputs), rtol=1e-9)
 
 
+def test_a_census_without_a_kind_the_training_runs_hold_is_named(table, census):
+    """A census of square layers alone (the H200's) would teach the first stage nothing of the
+    grouped, depthwise, 1xN, dilated or 3D layers the runs hold: ``seer train`` learns it from
+    the runs then; a census of every kind (the H100's) is taken."""
+    from seer.layers.shapes import is_seer_layer
+    from seer.training.train import kinds_the_census_lacks
+
+    training = table[table["split"] == "train"]
+    assert kinds_the_census_lacks(census, training) == []
+    square = census[is_seer_layer(census)]
+    assert kinds_the_census_lacks(square, training) == ["grouped", "depthwise", "1xN", "non-square input", "dilated",
+                                                        "3D"]
+    flat = training[training["dims"] == 2]
+    assert "3D" not in kinds_the_census_lacks(square, flat)  # no 3D run: no 3D census needed
+    assert kinds_the_census_lacks(census.iloc[:0], training) == []  # no census: nothing to judge
+
+
+@pytest.mark.slow
+def test_seer_train_learns_the_first_stage_from_the_runs_where_the_census_lacks_their_kinds(table, census, tmp_path):
+    """``train``'s default: with a census of square layers only, the first stage learns from the
+    training runs and the card says why; told to take the census, it does."""
+    from seer.dataset.tables import write_parts
+    from seer.schema import DatasetDir
+    from seer.training.train import train
+
+    rng = np.random.default_rng(0)
+    keep = [rng.choice(np.sort(table.loc[table["split"] == split, "shape_id"].unique()), size=count, replace=False)
+            for split, count in (("train", 400), ("test1", 200))]
+    files = DatasetDir(tmp_path / "h100")
+    write_parts(table[table["shape_id"].isin(np.concatenate([*keep, table.loc[table["split"] == "test2",
+                                                                              "shape_id"].unique()]))],
+                files.measurements)
+    square = census[is_seer_layer(census)]
+    write_parts(square[square["shape_id"].isin(rng.choice(np.sort(square["shape_id"].unique()), 2000,
+                                                          replace=False))], files.census)
+    card = train(files.root, H100, maths=("fma",), selector=small_selector()).card["maths"]["fma"]
+    assert card["first_stage"] == "training runs (out of fold)" and card["census_shapes"] == 0
+    assert card["first_stage_note"].startswith("the census holds no grouped, depthwise")
+    told = train(files.root, H100, maths=("fma",), selector=small_selector(), use_census=True).card["maths"]["fma"]
+    assert told["first_stage"] == "census" and told["census_shapes"] == 2000 and "first_stage_note" not in told
+
+
 @pytest.mark.slow
 def test_the_first_stage_learns_cudnns_answers_from_the_census(table, census):
     """Support and GEMM's kernel path (im2col buffer or none) on timed layers it never saw."""

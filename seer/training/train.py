@@ -29,7 +29,7 @@ from seer.dataset.views import (POLICIES, algorithm_frames, algorithm_rows, reco
                                 values_by_algorithm)
 from seer.errors import InputError
 from seer.hardware.gpus import GPUSpec
-from seer.layers.shapes import LAYER_COLUMNS, is_seer_layer
+from seer.layers.shapes import LAYER_COLUMNS, is_seer_layer, layer_kind_flags
 from seer.predict.model import Model
 from seer.predict.persist import FORMAT_VERSION, sha256
 from seer.algorithms import PASSES
@@ -94,6 +94,26 @@ def training_inputs(table: pd.DataFrame, census: pd.DataFrame, math: str, split:
 DEFAULT_KERNEL_PATHS = {"fwd": 0, "bwd_data": 0, "bwd_filter": 3}
 
 
+#: Training shapes of a layer kind above which a census without that kind does not teach the first stage.
+MIN_UNCOVERED_SHAPES = 20
+
+
+def kinds_the_census_lacks(census: pd.DataFrame, training: pd.DataFrame) -> list[str]:
+    """The layer kinds (:data:`seer.layers.shapes.LAYER_KINDS`) of which the training runs hold at
+    least :data:`MIN_UNCOVERED_SHAPES` shapes and the census none: a first stage learnt from that
+    census guesses those kinds' support and workspace (the H200's census of square layers sent
+    depthwise IMPLICIT_PRECOMP_GEMM down its workspace path, 18-30x too slow:
+    benchmarks/results/h100-h200-pair-21998/)."""
+    if census.empty or training.empty:
+        return []
+
+    def counts(frame: pd.DataFrame) -> pd.Series:
+        return layer_kind_flags(frame.drop_duplicates("shape_id")).sum()
+
+    trained, asked = counts(training), counts(census)
+    return [kind for kind in trained.index if trained[kind] >= MIN_UNCOVERED_SHAPES and asked[kind] == 0]
+
+
 def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAMES,
           selector: AlgorithmSelector | None = None, progress: Progress | None = None, use_census: bool | None = None,
           trees: str = "compact", kernel_paths: int | None = None, pass_: str = "fwd") -> Model:
@@ -106,13 +126,15 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
     ``kernel_paths`` its ``max_kernel_paths``, both of the default selector; a given
     ``selector`` keeps its own. The first stage learns from the census's answers of
     ``pass_`` (``seer collect --census --algo backward`` asks the backward passes'), where
-    it has any. ``use_census`` None: the census for the forward, the training runs for a
+    it has any. ``use_census`` None: the census for the forward (unless it lacks a layer kind
+    the training runs hold: :func:`kinds_the_census_lacks`), the training runs for a
     backward pass (on the H200, backward models whose first stage learnt from the census
     admitted algorithms whose times they had never learnt, and picked some up to 1,000x slower
     than the fastest: docs/backward.md). ``kernel_paths`` None: the pass's
     :data:`DEFAULT_KERNEL_PATHS`. SEER's model is the forward's: a backward pass's model has no
     baseline.
     """
+    chosen_by_default = use_census is None
     if use_census is None:
         use_census = pass_ == "fwd"
     if pass_ not in PASSES:
@@ -130,6 +152,11 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
     # The census answers of this pass only: its algorithms are the time models' columns.
     census = (read_census(census_path, passes=(pass_,)) if use_census and census_path.exists()
               else pd.DataFrame())
+    uncovered = kinds_the_census_lacks(census, table[table["split"] == "train"]) if chosen_by_default else []
+    if uncovered:  # its first stage would guess those kinds' support and workspace: learn them from the runs
+        census = pd.DataFrame()
+    first_stage_note = (f"the census holds no {', '.join(uncovered)} layer, which the training runs hold"
+                        if uncovered else None)
     template = selector if selector is not None else AlgorithmSelector(candidates=CANDIDATE_SETS[trees](),
                                                                        max_kernel_paths=kernel_paths)
     predictors, baselines, per_math = {}, {}, {}
@@ -156,6 +183,7 @@ def train(dataset_dir: Path, spec: GPUSpec, maths: Sequence[str] = MATH_MODE_NAM
         per_math[math] = {"shapes": len(shapes), "algorithms": fitted.algorithms_,
                           "support": {a: s if isinstance(s, str) else "classifier" for a, s in fitted.supports_.items()},
                           "first_stage": ("census" if asked else "training runs (out of fold)"),
+                          **({"first_stage_note": first_stage_note} if first_stage_note else {}),
                           "census_shapes": len(asked[0]) if asked else 0,
                           "regressor": fitted.choice_, "cv_mape_percent": fitted.cv_mape_,
                           "kernel_paths": {a: [str(c) for c in k.classes_]
