@@ -68,12 +68,16 @@ class Choice:
     """Names the algorithm to run on a layer, or None for PyTorch's own convolution."""
 
     math: str = "default"
+    guard: bool = False  # a guarded choice leaves layers its models do not describe to PyTorch
 
     def algorithm(self, layer: ConvShape) -> str | None:
         raise NotImplementedError
 
     def algorithm_in(self, layer: ConvShape, layout: str) -> str | None:
-        """The algorithm for ``layer`` with tensors in ``layout``."""
+        """The algorithm for ``layer`` with tensors in ``layout``: none where a guarded choice's
+        models do not describe that layout (:func:`unmodelled_layout`)."""
+        if self.guard and unmodelled_layout(layer, layout):
+            return None
         return self.algorithm(layer)
 
     def describe(self) -> str:
@@ -283,11 +287,6 @@ class Predicted(Choice):
         if layer not in self._decided:
             self._decided[layer] = self._guarded(layer, pick)
         return self._decided[layer]
-
-    def algorithm_in(self, layer: ConvShape, layout: str) -> str | None:
-        if self.guard and unmodelled_layout(layer, layout):
-            return None
-        return self.algorithm(layer)
 
     def _keep(self, layer: ConvShape, wins: bool) -> str | None:
         """The decision on ``layer``: its pick where it ``wins``, else PyTorch's (recorded)."""
@@ -540,11 +539,6 @@ class PredictedPass(Choice):
         if layer not in self.picks:
             self.prepare([layer])
         return self.picks[layer]
-
-    def algorithm_in(self, layer: ConvShape, layout: str) -> str | None:
-        if self.guard and unmodelled_layout(layer, layout):
-            return None
-        return self.algorithm(layer)
 
     def describe(self) -> str:
         return f"seer {self.pass_}"
