@@ -49,6 +49,15 @@ def current_device_handle(pynvml):
     return pynvml.nvmlDeviceGetHandleByPciBusId(cp.cuda.Device().pci_bus_id)
 
 
+def own_or_first_handle(pynvml) -> tuple[object, str | None]:
+    """:func:`current_device_handle`, or NVML's first GPU where that cannot be found, with why
+    (None where it was)."""
+    try:
+        return current_device_handle(pynvml), None
+    except Exception as exc:  # noqa: BLE001 - NVML and CuPy raise their own types
+        return pynvml.nvmlDeviceGetHandleByIndex(0), f"{type(exc).__name__}: {exc}"
+
+
 class EnergyMeter:
     """Reads one GPU's energy counter around back-to-back calls (see the module's doc)."""
 

@@ -58,15 +58,13 @@ def probe() -> dict:
     try:
         import pynvml
 
-        from seer.gpu.energy import current_device_handle
+        from seer.gpu.energy import own_or_first_handle
 
         pynvml.nvmlInit()
         info["driver_version"] = _text(pynvml.nvmlSystemGetDriverVersion())
-        try:
-            h = current_device_handle(pynvml)  # this process's GPU, whatever CUDA_VISIBLE_DEVICES says
-        except Exception as exc:  # NVML's first GPU then, as before, and the record says so
-            h = pynvml.nvmlDeviceGetHandleByIndex(0)
-            info["nvml_device_by_index"] = f"{type(exc).__name__}: {exc}"
+        h, problem = own_or_first_handle(pynvml)  # this process's GPU, whatever CUDA_VISIBLE_DEVICES says
+        if problem:  # NVML's first GPU then, as before, and the record says so
+            info["nvml_device_by_index"] = problem
         info["nvml_device_name"] = _text(pynvml.nvmlDeviceGetName(h))
         info["max_sm_clock_mhz"] = int(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM))
         info["max_memory_clock_mhz"] = int(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_MEM))
@@ -388,13 +386,10 @@ def _sm_clock_reader() -> Callable[[], int | None]:
     try:
         import pynvml
 
-        from seer.gpu.energy import current_device_handle
+        from seer.gpu.energy import own_or_first_handle
 
         pynvml.nvmlInit()
-        try:
-            handle = current_device_handle(pynvml)  # NVML's index 0 is another GPU under --gpus
-        except Exception:  # NVML's first GPU then, as the probe falls back to it and says so
-            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        handle, _ = own_or_first_handle(pynvml)  # NVML's index 0 is another GPU under --gpus
         return lambda: int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
     except Exception:  # NVML is optional; rows then carry no clock
         return lambda: None
