@@ -22,7 +22,7 @@ from seer.algorithms import PASSES, algorithm_names, get_algorithm, select_algor
 from seer.collect import children, orchestrate, scratch
 from seer.collect.orchestrate import (CollectOptions, Collector, check_device, no_energy_keys, trace_mismatch_keys,
                                       unstable_keys, untraced_keys)
-from seer.collect.store import TORN_SUFFIX, RunStore, profile_records, read_jsonl
+from seer.collect.store import TORN_SUFFIX, RunStore, default_tag, profile_records, read_jsonl
 from seer.dataset.build import census_table, kernels_table, profile_status_table, read_census
 from seer.dataset.tables import read_parts, write_parts
 from seer.errors import EnvironmentProblem
@@ -837,7 +837,8 @@ _HOLD = """
 import sys, time
 from pathlib import Path
 from seer.collect.lock import CollectionLock
-with CollectionLock(Path(sys.argv[1]), (1, 1), {"started_at": "then", "command": "seer collect --grid quick"}):
+with CollectionLock(Path(sys.argv[1]), (1, 1), {"started_at": "then", "command": "seer collect --grid " + sys.argv[2]},
+                    sys.argv[2]):
     print("held", flush=True)
     time.sleep(60)
 """
@@ -845,7 +846,7 @@ with CollectionLock(Path(sys.argv[1]), (1, 1), {"started_at": "then", "command":
 
 def test_a_second_collection_of_a_shard_is_refused_until_the_first_dies(tmp_path, fake_worker):
     raw = tmp_path / "h100" / "raw"
-    first = subprocess.Popen([sys.executable, "-c", _HOLD, str(raw)], stdout=subprocess.PIPE, text=True)
+    first = subprocess.Popen([sys.executable, "-c", _HOLD, str(raw), "quick"], stdout=subprocess.PIPE, text=True)
     try:
         assert first.stdout.readline().strip() == "held"
         with pytest.raises(EnvironmentProblem, match=rf"another collection of this shard is running \(pid "
@@ -859,6 +860,22 @@ def test_a_second_collection_of_a_shard_is_refused_until_the_first_dies(tmp_path
         first.wait()
     # The whole grid, less what the other shard timed.
     assert Collector(_options(tmp_path)).run()["counts"]["timing_rows"] == 3 * 2 * 3 - 6
+
+
+def test_collections_of_other_grids_run_beside_each_other_into_one_folder(tmp_path, fake_worker):
+    # Shard 1/1 of another grid, and a census of this grid's shard, each hold a lock of their own.
+    raw = tmp_path / "h100" / "raw"
+    others = [subprocess.Popen([sys.executable, "-c", _HOLD, str(raw), job], stdout=subprocess.PIPE, text=True)
+              for job in ("random", "quick-census")]
+    try:
+        assert [other.stdout.readline().strip() for other in others] == ["held", "held"]
+        assert Collector(_options(tmp_path)).run()["counts"]["timing_rows"] == 3 * 2 * 3
+    finally:
+        for other in others:
+            other.kill()
+            other.wait()
+    # Its files are named by its grid, so another grid's writer of the same shard never shares them.
+    assert [p.name for p in raw.glob("timing-*")] == [f"timing-{default_tag(1, 1, 'quick')}.jsonl"]
 
 
 def test_a_data_folder_that_cannot_be_written_is_one_sentence_before_any_timing(tmp_path, fake_worker):

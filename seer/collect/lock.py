@@ -1,13 +1,15 @@
-"""One collection at a time per shard of a data folder, and a folder it can write.
+"""One collection at a time per shard of a job in a data folder, and a folder it can write.
 
 Two collections of the same shard into one folder would both time every item, and on
 one GPU skew each other's timings. :class:`CollectionLock` holds an exclusive ``flock`` on
-``raw/collect-<i>of<n>.lock`` for the whole run; the kernel drops it when the process dies
-(kill -9 included), so no stale lock outlives its holder. The file names who holds it, so
-the second run says who to wait for. Across hosts the lock holds where the file system
-honours ``flock`` (local disks; NFSv4 maps it to a byte-range lock); where it does not, the
-run goes on with a warning. Taking the lock also shows, before the first item is timed,
-that the folder can be written: a read-only file system or a full disk is one sentence.
+``raw/collect-<job>-<i>of<n>.lock`` for the whole run (the job: its grids, and whether it is a
+census; a collection of other grids writes files of its own and runs beside it). The kernel
+drops the lock when the process dies (kill -9 included), so no stale lock outlives its
+holder. The file names who holds it, so the second run says who to wait for. Across hosts
+the lock holds where the file system honours ``flock`` (local disks; NFSv4 maps it to a
+byte-range lock); where it does not, the run goes on with a warning. Taking the lock also
+shows, before the first item is timed, that the folder can be written: a read-only file
+system or a full disk is one sentence.
 """
 
 from __future__ import annotations
@@ -39,15 +41,16 @@ def _cannot_write(folder: Path, exc: OSError) -> EnvironmentProblem:
 
 
 class CollectionLock:
-    """Context manager: this process is the only collection of ``shard`` writing ``raw_dir``.
+    """Context manager: this process is the only collection of ``shard`` of ``job`` writing ``raw_dir``.
 
     ``holder`` (command, start time) is written into the lock file for whoever comes next.
     Raises :class:`EnvironmentProblem` in one sentence when another run holds the lock, or
     when the folder cannot be written."""
 
-    def __init__(self, raw_dir: Path, shard: tuple[int, int], holder: dict) -> None:
+    def __init__(self, raw_dir: Path, shard: tuple[int, int], holder: dict, job: str = "") -> None:
         self.raw_dir = Path(raw_dir)
-        self.path = self.raw_dir / f"collect-{shard[0]}of{shard[1]}.lock"
+        self.path = self.raw_dir / (f"collect-{job}-{shard[0]}of{shard[1]}.lock" if job
+                                    else f"collect-{shard[0]}of{shard[1]}.lock")
         self.holder = {"pid": os.getpid(), "host": socket.gethostname(), **holder}
         self._fd: int | None = None
 

@@ -35,7 +35,7 @@ from seer.collect.profiling import Profiler
 from seer.collect.protocol import ShapeWork, census_item, census_pass, finished_item, write_plan
 from seer.collect.records import MAX_SPREAD, trace_totals
 from seer.collect.scratch import scratch_folder
-from seer.collect.store import RunStore, default_tag, first_grids, keys_done, latest_records
+from seer.collect.store import RunStore, default_tag, first_grids, job_name, keys_done, latest_records
 from seer.errors import EnvironmentProblem
 from seer.hardware.gpus import GPUSpec, match_device
 from seer.layers.grids import GridShape
@@ -178,8 +178,10 @@ class Collector:
         self.options = options
         self.console = console or Console(stderr=True)
         self.spec = options.gpu
+        # Named by the grids, so that collections of other grids write their own files beside it.
+        self.job = job_name(s.grid for s in options.shapes)
         self.store = RunStore(options.dataset_dir,
-                              tag=default_tag(options.shard_index, options.shard_count))
+                              tag=default_tag(options.shard_index, options.shard_count, self.job))
         self.info: dict = {}
         self.counts = {"timing_rows": 0, "profiled_runs": 0, "kernels": 0, "profile_errors": 0,
                        "census_records": 0, "worker_restarts": 0}
@@ -216,7 +218,8 @@ class Collector:
         """
         o = self.options
         holder = {"started_at": now(), "command": "seer " + shlex.join(o.argv)}
-        with CollectionLock(self.store.raw_dir, (o.shard_index, o.shard_count), holder), \
+        job = f"{self.job}-census" if o.census else self.job
+        with CollectionLock(self.store.raw_dir, (o.shard_index, o.shard_count), holder, job), \
                 scratch_folder() as folder:
             self.scratch = folder
             try:

@@ -61,9 +61,22 @@ DAMAGED_COMPRESSED = (gzip.BadGzipFile, lzma.LZMAError, EOFError, zlib.error)
 log = logging.getLogger(__name__)
 
 
-def default_tag(shard_index: int = 1, shard_count: int = 1) -> str:
-    host = re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname()) or "host"
-    return f"{host}-{shard_index}of{shard_count}"
+def _file_safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.+-]", "_", text)
+
+
+def default_tag(shard_index: int = 1, shard_count: int = 1, job: str = "") -> str:
+    """``<host>-<i>of<n>``, or ``<host>-<job>-<i>of<n>``: the name of one writer's files in a
+    raw folder. Collections of different grids (``job``) into one folder at once each write
+    their own (:func:`job_name`)."""
+    host = _file_safe(socket.gethostname()) or "host"
+    return f"{host}-{_file_safe(job)}-{shard_index}of{shard_count}" if job else f"{host}-{shard_index}of{shard_count}"
+
+
+def job_name(grids: Iterable[str]) -> str:
+    """The grids a collection plans, as its files and its lock name them: ``general``,
+    ``networks+test-set-ii``."""
+    return "+".join(sorted({_file_safe(g) for g in grids}))
 
 
 def _open_text(path: Path):
