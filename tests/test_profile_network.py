@@ -15,8 +15,8 @@ from seer.cli import main
 from seer.errors import InputError
 from seer.networks.kernel_evidence import KernelEvidence
 from seer.networks.profile_network import (COMPILED_COLUMNS, KINDS, OVERALL_COLUMNS, PASS_KEY, WALL_COLUMNS,
-                                           mape_over_sizes, parse_policies, parse_sizes, plan_jobs, read_profile,
-                                           untraced_passes, write_tables)
+                                           call_layouts, mape_over_sizes, parse_policies, parse_sizes, pick_counts,
+                                           plan_jobs, read_profile, untraced_passes, write_tables)
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 DATASET = Path(__file__).resolve().parents[1] / "data" / "h100"
@@ -538,3 +538,25 @@ def test_the_wall_times_with_seers_own_kernels_among_the_picks_are_what_their_re
     assert round(cudnn_only["median_ratio_largest_batch_fma"], 3) == 0.996
     assert WALL.main([str(folder / "overall.csv"), "--out", str(tmp_path / "summary.md")]) == 0
     assert (tmp_path / "summary.md").read_text() == (folder / "summary.md").read_text()
+
+
+def test_picks_are_counted_in_the_layout_each_layer_gets_its_input_in():
+    """A guarded choice leaves a depthwise layer that gets its input channels-last to PyTorch
+    (seer.torch.convolution.unmodelled_layout), so profile-network counts it as no pick."""
+    from seer.torch.convolution import Choice
+    from seer.torch.layers import build_model, conv_calls
+
+    class Everywhere(Choice):
+        def __init__(self, guard: bool) -> None:
+            self.guard = guard
+
+        def algorithm(self, layer):
+            return "IMPLICIT_GEMM"
+
+    found = conv_calls(build_model("torch_nets:permuted"), (2, 3, 16, 16))
+    layouts = call_layouts(found)
+    assert dict(zip(found.layers["name"], layouts)) == {"stem": "nchw", "dw": "nhwc"}
+    guarded, unguarded = Everywhere(True), Everywhere(False)
+    assert pick_counts(guarded, (guarded, unguarded), found.layers, layouts) == {
+        "fwd_picks": 1, "bwd_data_picks": 1, "bwd_filter_picks": 2}
+    assert pick_counts(guarded, (), found.layers) == {"fwd_picks": 2}  # no layouts given: NCHW

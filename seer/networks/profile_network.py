@@ -245,6 +245,7 @@ class NetworkProfiler:
         self._choices: dict[str, object] = {}  # seer's picks for the current job's layers, per seer policy
         self._backward: dict[str, tuple] = {}  # and its backward passes' picks, per seer policy of a training job
         self._pick_counts: dict[str, dict] = {}  # per seer policy of a training job: layers each pass swapped
+        self._layouts: list[str] = []  # per row of the job's layers: the layout its calls' input came in
         self.measured = 0  # policies measured by run(), so far
 
     def seer_model(self, math: str, pass_: str = "fwd"):
@@ -486,7 +487,9 @@ class NetworkProfiler:
 
         try:
             model = build_model(job.network, device="cuda").train(job.step == "training")
-            return model, conv_calls(model, job.input_shape).layers.reset_index(drop=True)
+            calls = conv_calls(model, job.input_shape)
+            self._layouts = call_layouts(calls)
+            return model, calls.layers.reset_index(drop=True)
         except InputError as exc:
             kind = "step_times" if job.step == "training" else "pass_times"
             for policy in policies:
@@ -546,7 +549,8 @@ class NetworkProfiler:
             for module in seer_convolutions(model).values():
                 module.set_nvtx(True)
             if training:
-                self._pick_counts[policy] = {**pick_counts(choice, backward, layers), **weighed_fields(choice)}
+                self._pick_counts[policy] = {**pick_counts(choice, backward, layers, self._layouts),
+                                             **weighed_fields(choice)}
         elif policy not in PYTORCH_POLICIES:
             force(model, policy, job.math, nvtx=True)
         return self._flags(job, policy)
@@ -648,7 +652,7 @@ class NetworkProfiler:
                   "forward_std_ms": float(np.std(times, ddof=1)), "forward_reps": int(len(times))}
         if policy in self._choices:
             passes["guarded_layers"] = len(self._choices[policy].guarded)
-            passes.update(pick_counts(self._choices[policy], (), layers))
+            passes.update(pick_counts(self._choices[policy], (), layers, self._layouts))
             passes.update(weighed_fields(self._choices[policy]))
         frame = pd.DataFrame(rows)
         if len(frame):
@@ -738,16 +742,27 @@ def forward_pass(model, x) -> Callable[[], object]:
     return lambda: model(x)
 
 
-def pick_counts(choice, backward: Sequence, layers: pd.DataFrame) -> dict[str, int]:
+def pick_counts(choice, backward: Sequence, layers: pd.DataFrame,
+                layouts: Sequence[str] | None = None) -> dict[str, int]:
     """How many of ``layers`` (one row per call) each pass's choice gives an algorithm of
-    seer's rather than PyTorch's own."""
+    seer's rather than PyTorch's own, each layer in its input's layout (``layouts``, per row:
+    ``"nhwc"`` where it comes packed channels-last, which a guarded choice may leave to
+    PyTorch; NCHW where not given), as the swapped modules decide when they run."""
     from seer.layers.shapes import ConvShape
 
     shapes = [ConvShape.from_mapping(r) for r in layers.to_dict("records")]
-    counts = {"fwd_picks": sum(choice.algorithm(s) is not None for s in shapes)}
+    layouts = ["nchw"] * len(shapes) if layouts is None else list(layouts)
+    counts = {"fwd_picks": sum(choice.algorithm_in(s, t) is not None for s, t in zip(shapes, layouts))}
     for pass_choice, name in zip(backward, ("bwd_data_picks", "bwd_filter_picks")):
-        counts[name] = sum(pass_choice.algorithm(s) is not None for s in shapes)
+        counts[name] = sum(pass_choice.algorithm_in(s, t) is not None for s, t in zip(shapes, layouts))
     return counts
+
+
+def call_layouts(calls) -> list[str]:
+    """Per row of ``calls.layers`` (:class:`seer.layers.calls.ConvCalls`): ``"nhwc"`` where a
+    call got its input packed channels-last, else ``"nchw"``."""
+    packed = calls.channels_last if calls.channels_last is not None else np.zeros(len(calls.layers), dtype=bool)
+    return ["nhwc" if p else "nchw" for p in packed]
 
 
 def _why(exc: BaseException, limit: int = 200) -> str:
