@@ -22,7 +22,7 @@ from seer.algorithms import PASSES, algorithm_names, get_algorithm, select_algor
 from seer.collect import children, orchestrate, scratch
 from seer.collect.orchestrate import (CollectOptions, Collector, check_device, no_energy_keys, trace_mismatch_keys,
                                       unstable_keys, untraced_keys)
-from seer.collect.store import TORN_SUFFIX, RunStore, default_tag, profile_records, read_jsonl
+from seer.collect.store import MAX_JOB_NAME, TORN_SUFFIX, RunStore, default_tag, job_name, profile_records, read_jsonl
 from seer.dataset.build import census_table, kernels_table, profile_status_table, read_census
 from seer.dataset.tables import read_parts, write_parts
 from seer.errors import EnvironmentProblem
@@ -876,6 +876,9 @@ def test_collections_of_other_grids_run_beside_each_other_into_one_folder(tmp_pa
             other.wait()
     # Its files are named by its grid, so another grid's writer of the same shard never shares them.
     assert [p.name for p in raw.glob("timing-*")] == [f"timing-{default_tag(1, 1, 'quick')}.jsonl"]
+    many = [f"grid-{i}" for i in range(30)]
+    assert job_name(["random", "general", "random"]) == "general+random"
+    assert len(job_name(many)) == MAX_JOB_NAME and job_name(many) != job_name(many[:-1])
 
 
 def test_a_data_folder_that_cannot_be_written_is_one_sentence_before_any_timing(tmp_path, fake_worker):

@@ -19,6 +19,7 @@ Readers take plain, ``.gz`` and ``.xz`` files alike.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import logging
 import lzma
@@ -73,10 +74,17 @@ def default_tag(shard_index: int = 1, shard_count: int = 1, job: str = "") -> st
     return f"{host}-{_file_safe(job)}-{shard_index}of{shard_count}" if job else f"{host}-{shard_index}of{shard_count}"
 
 
+#: Longest job name spelt out in a file name; a longer one is cut and keeps a digest of the rest.
+MAX_JOB_NAME = 64
+
+
 def job_name(grids: Iterable[str]) -> str:
     """The grids a collection plans, as its files and its lock name them: ``general``,
-    ``networks+test-set-ii``."""
-    return "+".join(sorted({_file_safe(g) for g in grids}))
+    ``networks+test-set-ii``; a list too long for a file name, its start and a digest."""
+    name = "+".join(sorted({_file_safe(g) for g in grids}))
+    if len(name) <= MAX_JOB_NAME:
+        return name
+    return f"{name[:MAX_JOB_NAME - 9]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
 
 
 def _open_text(path: Path):
