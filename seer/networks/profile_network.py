@@ -752,10 +752,8 @@ def pick_counts(choice, backward: Sequence, layers: pd.DataFrame,
 
     shapes = [ConvShape.from_mapping(r) for r in layers.to_dict("records")]
     layouts = ["nchw"] * len(shapes) if layouts is None else list(layouts)
-    counts = {"fwd_picks": sum(choice.algorithm_in(s, t) is not None for s, t in zip(shapes, layouts))}
-    for pass_choice, name in zip(backward, ("bwd_data_picks", "bwd_filter_picks")):
-        counts[name] = sum(pass_choice.algorithm_in(s, t) is not None for s, t in zip(shapes, layouts))
-    return counts
+    return {name: sum(pass_choice.algorithm_in(s, t) is not None for s, t in zip(shapes, layouts))
+            for pass_choice, name in zip((choice, *backward), ("fwd_picks", "bwd_data_picks", "bwd_filter_picks"))}
 
 
 def call_layouts(calls) -> list[str]:
