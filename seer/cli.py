@@ -228,16 +228,17 @@ def _collect_on_gpus(args, gpu_name: str, shapes: int) -> int:
 
 
 def _shards_on_gpus(gpus_text: str, command, saved: Path, stop_after_s: float | None = None,
-                    shapes: int | None = None) -> int | None:
+                    shapes: int | None = None, per_gpu: int | None = None) -> int | None:
     """Run ``command``'s shards over the GPUs ``--gpus`` names, one process per GPU at a time
-    (:func:`seer.collect.gpus.collect_on_gpus`; for a collection of ``shapes`` shapes, fewer shards
-    where it is small); say what failed. Returns how many shards failed, or None after Ctrl-C
-    (having said where everything finished is saved)."""
+    (:func:`seer.collect.gpus.collect_on_gpus`; ``per_gpu`` shards per GPU, by default 4, fewer
+    for a collection of ``shapes`` shapes where it is small); say what failed. Returns how many
+    shards failed, or None after Ctrl-C (having said where everything finished is saved)."""
     from seer.collect.gpus import SHARDS_PER_GPU, collect_on_gpus, parse_gpus, shards_per_gpu
     from seer.collect.scratch import scratch_folder
 
     gpus = parse_gpus(gpus_text)
-    per_gpu = SHARDS_PER_GPU if shapes is None else shards_per_gpu(shapes, len(gpus))
+    if per_gpu is None:
+        per_gpu = SHARDS_PER_GPU if shapes is None else shards_per_gpu(shapes, len(gpus))
     err_console.log(f"running on {len(gpus)} GPUs ({', '.join(gpus)}), one process each, "
                     f"{len(gpus) * per_gpu} shards")
     try:
@@ -1619,8 +1620,13 @@ def _add_profile_network(sub) -> None:
     p.add_argument("--shard", default="1/1", help="i/n: only every n-th (model, input, math), from the i-th")
     p.add_argument("--gpus", metavar="all|0,1,...",
                    help="profile on several GPUs of this host at once: one process per GPU, each taking the next "
-                        "of 4 shards per GPU of the (model, input, math) list as it frees; all, or device numbers "
+                        "(model, input, math) of the list that no other has taken; all, or device numbers "
                         "(default: the current GPU only); the tables are built once, at the end")
+    p.add_argument("--claims", type=Path, metavar="DIR",
+                   help="share the (model, input, math) list with the other processes of this host given DIR: "
+                        "each runs the next one none has taken (what --gpus gives each GPU's process)")
+    p.add_argument("--worker", metavar="I/N",
+                   help="with --claims: this process is the I-th of N sharing the list (it names its files)")
     p.add_argument("--budget-ms", type=float, default=5.0, help="GPU time of one layer's timed bursts (default 5)")
     p.add_argument("--retrace", action="store_true",
                    help="measure again the passes recorded without a kernel tracer (their layers 'untraced')")
@@ -1657,6 +1663,7 @@ def _add_profile_network(sub) -> None:
 def _cmd_profile_network(args) -> int:
     import time
 
+    from seer.collect.claims import JobClaims
     from seer.collect.plan import parse_shard
     from seer.collect.store import default_tag
     from seer.hardware.gpus import get_gpu_spec
@@ -1698,14 +1705,27 @@ def _cmd_profile_network(args) -> int:
         err_console.log(f"when every task is done: `seer merge --into {args.out} ...` for shards written to separate "
                         f"folders, or the same command with --tables-only")
         return 0
+    if bool(args.claims) != bool(args.worker):
+        raise InputError("--claims and --worker go together: the folder the processes share, and which of them "
+                         "this one is", field="claims" if args.worker else "worker")
+    worker = parse_shard(args.worker, "--worker") if args.worker else None
     if args.gpus:
         from seer.collect.gpus import shard_command
+        from seer.collect.scratch import scratch_folder
 
-        if args.shard != "1/1" or args.tables_only:
-            raise InputError("--gpus cuts the work into shards itself and then builds the tables: leave out "
-                             + ("--shard" if args.shard != "1/1" else "--tables-only"), field="gpus")
-        failed = _shards_on_gpus(args.gpus, shard_command(args.argv, finish=("--no-tables",), stop_option=None),
-                                 args.out / "raw")
+        given = [o for o, v in (("--shard", args.shard != "1/1"), ("--tables-only", args.tables_only),
+                                ("--claims", args.claims)) if v]
+        if given:
+            raise InputError("--gpus shares the work out itself and then builds the tables: leave out "
+                             + given[0], field="gpus")
+        # One process per GPU, each taking the next job none has taken: a process's start (PyTorch,
+        # the models, the tracer) costs about half a minute, so shards of the list would pay it again
+        # and again, and fixed shards finish unevenly (a network's strict-FP32 job takes longer).
+        worker_command = shard_command(args.argv, finish=("--no-tables",), stop_option=None, shard_option="--worker")
+        with scratch_folder() as claims:
+            failed = _shards_on_gpus(args.gpus, lambda i, n, minutes: [*worker_command(i, n, minutes),
+                                                                       "--claims", str(claims)],
+                                     args.out / "raw", per_gpu=1)
         if failed is None:
             return EXIT_INTERRUPTED
         if failed:
@@ -1719,7 +1739,8 @@ def _cmd_profile_network(args) -> int:
                                  dataset_dir=args.data_dir / spec.name, budget_ms=args.budget_ms,
                                  retrace=args.retrace, layer_times=not args.passes_only, optimizer=args.optimizer,
                                  compiled=args.compiled, layout_optimization=not args.no_layout_optimization,
-                                 tag=default_tag(shard_index, shard_count),
+                                 tag=default_tag(shard_index, shard_count) if worker is None
+                                 else default_tag(*worker, job="worker"),
                                  argv=list(args.argv))
         started = time.perf_counter()
         profiler = NetworkProfiler(options, progress=err_console.log)
@@ -1727,7 +1748,7 @@ def _cmd_profile_network(args) -> int:
             err_console.log(f"kernels are not traced, so nothing is verified: {profiler.trace_problem}")
         err_console.log(f"{len(jobs)} (model, input, math) in this shard, policies {', '.join(policies)}")
         try:
-            profiler.run(jobs)
+            profiler.run(jobs, claims=None if worker is None else JobClaims(args.claims))
         except KeyboardInterrupt:
             err_console.print(f"Interrupted. Everything finished is saved in {args.out / 'raw'}; "
                               "run the same command to resume.")

@@ -1,5 +1,6 @@
 """Collection over every GPU of one host: one ``seer collect`` (or ``seer profile-network``)
-process per GPU at a time.
+process per GPU at a time. (``seer profile-network`` runs one process per GPU, which share
+its job list instead of cutting it: :mod:`seer.collect.claims`.)
 
 The grid is cut into ``shards_per_gpu`` times as many shards as there are GPUs
 (``--shard i/n``, as a SLURM job array cuts it; fewer for a small grid: :func:`shards_per_gpu`);
@@ -175,18 +176,20 @@ def _interrupt(processes: list, grace_s: float = 10.0) -> None:
 
 
 def shard_command(argv: Sequence[str], finish: Sequence[str] = ("--no-parse",),
-                  stop_option: str | None = "--stop-after") -> Callable[[int, int, float | None], list[str]]:
+                  stop_option: str | None = "--stop-after",
+                  shard_option: str = "--shard") -> Callable[[int, int, float | None], list[str]]:
     """The command of one shard: ``argv`` (the user's ``seer collect``, or another command that
     takes ``--shard``, without ``--gpus``, ``--shard``, ``stop_option`` and the ``finish``
-    flags) with the shard, the minutes left where the command takes ``stop_option``, and the
-    ``finish`` flags (``--no-parse``: the tables are built once, at the end)."""
-    options = {"--gpus": True, "--shard": True, **{flag: False for flag in finish}}
+    flags) with the shard as ``shard_option`` gives it, the minutes left where the command
+    takes ``stop_option``, and the ``finish`` flags (``--no-parse``: the tables are built
+    once, at the end)."""
+    options = {"--gpus": True, "--shard": True, shard_option: True, **{flag: False for flag in finish}}
     if stop_option:
         options[stop_option] = True
     kept = _without_options(list(argv), options)
 
     def command(shard: int, shards: int, minutes: float | None) -> list[str]:
-        return [sys.executable, "-m", "seer", *kept, "--shard", f"{shard}/{shards}", *finish,
+        return [sys.executable, "-m", "seer", *kept, shard_option, f"{shard}/{shards}", *finish,
                 *(() if minutes is None or not stop_option else (stop_option, f"{minutes:.3f}"))]
     return command
 

@@ -63,15 +63,16 @@ class CollectOptions:
 MEMORY_SHARE = 0.8
 
 
-def parse_shard(text: str) -> tuple[int, int]:
-    """Parse ``i/n`` (1-based) as given to ``--shard``."""
+def parse_shard(text: str, option: str = "--shard") -> tuple[int, int]:
+    """Parse ``i/n`` (1-based) as given to ``option`` (``--shard``, ``--worker``)."""
+    field = option.lstrip("-")
     try:
         index_text, count_text = text.split("/")
         index, count = int(index_text), int(count_text)
     except ValueError:
-        raise InputError(f"--shard must look like i/n (e.g. 2/8), got {text!r}", field="shard") from None
+        raise InputError(f"{option} must look like i/n (e.g. 2/8), got {text!r}", field=field) from None
     if count < 1 or not 1 <= index <= count:
-        raise InputError(f"--shard {text}: need 1 <= i <= n", field="shard")
+        raise InputError(f"{option} {text}: need 1 <= i <= n", field=field)
     return index, count
 
 

@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 
 from seer.algorithms import PASSES, algorithm_names, get_algorithm
+from seer.collect.claims import JobClaims
 from seer.collect.records import spread, steadiest
 from seer.collect.store import RunStore, default_tag
 from seer.errors import InputError, one_line
@@ -176,6 +177,11 @@ class Job:
     def input(self) -> str:
         return "x".join(str(v) for v in self.input_shape)
 
+    @property
+    def key(self) -> str:
+        """What names the job among processes sharing a list (:class:`JobClaims`)."""
+        return f"{self.network} {self.input} {self.math} {self.step}"
+
 
 def plan_jobs(networks: Sequence[str], input_shapes: Sequence[tuple[int, ...]], maths: Sequence[str],
               policies: Sequence[str], shard_index: int = 1, shard_count: int = 1, step: str = "forward") -> list[Job]:
@@ -287,18 +293,21 @@ class NetworkProfiler:
             done -= untraced_passes(self.options.out_dir)
         return done
 
-    def run(self, jobs: Sequence[Job]) -> int:
-        """Profile every job's policies not yet recorded; returns how many were measured."""
+    def run(self, jobs: Sequence[Job], claims: JobClaims | None = None) -> int:
+        """Profile every job's policies not yet recorded; returns how many were measured.
+        ``claims``: the list is shared with other processes, and this one runs only the jobs it takes."""
         done = {"forward": self.done(), "training": self.done_steps()}
         self.measured = 0
         for job in jobs:
             todo = [p for p in job.policies if (job.network, job.input, job.math, p) not in done[job.step]]
-            if not todo:
+            if not todo or (claims is not None and not claims.take(job.key)):
                 continue
             self.progress(f"{job.network} {job.input} {job.math}{' training step' if job.step == 'training' else ''}: "
                           f"{', '.join(todo)}")
             run = self._run_training_job if job.step == "training" else self._run_job
             self.measured += run(job, todo)
+            if claims is not None:
+                claims.finish(job.key)
         self.store.close()
         return self.measured
 
