@@ -1742,13 +1742,14 @@ def _cmd_profile_network(args) -> int:
                                  tag=default_tag(shard_index, shard_count) if worker is None
                                  else default_tag(*worker, job="worker"),
                                  argv=list(args.argv))
+        claims = None if worker is None else JobClaims(args.claims)  # before the GPU: a folder's problem first
         started = time.perf_counter()
         profiler = NetworkProfiler(options, progress=err_console.log)
         if profiler.tracer is None:
             err_console.log(f"kernels are not traced, so nothing is verified: {profiler.trace_problem}")
         err_console.log(f"{len(jobs)} (model, input, math) in this shard, policies {', '.join(policies)}")
         try:
-            profiler.run(jobs, claims=None if worker is None else JobClaims(args.claims))
+            profiler.run(jobs, claims=claims)
         except KeyboardInterrupt:
             err_console.print(f"Interrupted. Everything finished is saved in {args.out / 'raw'}; "
                               "run the same command to resume.")

@@ -116,3 +116,11 @@ def test_claims_mistakes_are_one_line(capsys, tmp_path, argv, words):
     assert main(["profile-network", "resnet18", "--input", "1x3x32x32", "--out", str(tmp_path / "o"), *argv]) == 2
     err = capsys.readouterr().err
     assert words in err and "Traceback" not in err
+
+
+def test_a_claims_folder_that_cannot_be_made_is_one_sentence(tmp_path):
+    from seer.errors import EnvironmentProblem
+
+    (tmp_path / "file").write_text("")
+    with pytest.raises(EnvironmentProblem, match="cannot make the job claims' folder"):
+        JobClaims(tmp_path / "file" / "claims")

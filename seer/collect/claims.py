@@ -15,6 +15,8 @@ import hashlib
 import os
 from pathlib import Path
 
+from seer.errors import EnvironmentProblem, os_reason
+
 try:
     import fcntl
 except ImportError:  # not POSIX: no lock to share a list by
@@ -29,9 +31,12 @@ class JobClaims:
 
     def __init__(self, folder: Path) -> None:
         if fcntl is None:
-            raise OSError("sharing a job list needs POSIX file locks (fcntl)")
+            raise EnvironmentProblem("sharing a job list needs POSIX file locks (fcntl)")
         self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise EnvironmentProblem(f"{self.folder}: cannot make the job claims' folder: {os_reason(exc)}") from None
         self._held: dict[str, int] = {}
 
     def _path(self, key: str) -> Path:
@@ -42,12 +47,19 @@ class JobClaims:
         has been taken fewer than :data:`ATTEMPTS` times."""
         if key in self._held:
             return True
-        fd = os.open(self._path(key), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self._path(key), os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise EnvironmentProblem(f"{self.folder}: cannot write the job claims there: {os_reason(exc)}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             return False
+        except OSError as exc:  # a file system without flock (some network ones)
+            os.close(fd)
+            raise EnvironmentProblem(f"{self.folder}: the file system cannot lock files ({os_reason(exc)}), so "
+                                     "processes cannot share a job list there; give --claims a local folder") from None
         lines = os.pread(fd, 1 << 16, 0).decode(errors="replace").splitlines()
         if "done" in lines or sum(line.startswith("taken") for line in lines) >= ATTEMPTS:
             os.close(fd)  # releases the lock
