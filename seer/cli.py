@@ -1747,7 +1747,9 @@ def _cmd_profile_network(args) -> int:
         profiler = NetworkProfiler(options, progress=err_console.log)
         if profiler.tracer is None:
             err_console.log(f"kernels are not traced, so nothing is verified: {profiler.trace_problem}")
-        err_console.log(f"{len(jobs)} (model, input, math) in this shard, policies {', '.join(policies)}")
+        err_console.log(f"{len(jobs)} (model, input, math) "
+                        + ("in this shard" if worker is None else f"in the list shared by {worker[1]} processes")
+                        + f", policies {', '.join(policies)}")
         try:
             profiler.run(jobs, claims=claims)
         except KeyboardInterrupt:
