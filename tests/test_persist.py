@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from conftest import DATASET
@@ -485,6 +485,7 @@ def test_any_change_to_a_model_file_loads_and_answers_soundly_or_is_one_sentence
 
     @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(change=_model_file_change(document, members))
+    @example(change=("bytes", "arrays/0.npy", 9, b"'"))  # a header length numpy refuses in three lines
     def check(change):
         directory = tmp_path_factory.mktemp("fuzz")  # the card, and the one file loaded
         shutil.copy(small_models / "h100" / persist.CARD_FILE, directory)
@@ -505,3 +506,15 @@ def test_any_change_to_a_model_file_loads_and_answers_soundly_or_is_one_sentence
         assert (ranks.min() == 1).all() and (ranks.max() == ranks.count()).all()
 
     check()
+
+
+def test_an_array_whose_header_numpy_refuses_is_one_line():
+    """numpy's own message for a header it will not read runs over three lines: a model file's
+    error is one sentence all the same (found by the change test above)."""
+    buffer = io.BytesIO()
+    np.save(buffer, np.arange(4000.0))  # more bytes than the header then claims
+    data = bytearray(buffer.getvalue())
+    data[9] = ord("'")  # the header's length, high byte: about 10,000 bytes claimed
+    with pytest.raises(persist.StateError) as caught:
+        persist._numpy_array(bytes(data), "arrays/0.npy")
+    assert "\n" not in str(caught.value) and "arrays/0.npy" in str(caught.value)

@@ -40,7 +40,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from seer.algorithms import PASSES
-from seer.errors import InputError
+from seer.errors import InputError, one_line
 from seer.layers.shapes import ConvShape
 from seer.predict.model import Model
 from seer.predict.sparse import SPARSE_FILE, load_sparse_model
@@ -286,7 +286,7 @@ def _numpy_array(data: bytes, name: str) -> np.ndarray:
             raise StateError(f"{name} claims {claimed:,} bytes of values and holds {len(data) - stream.tell():,}")
         return np.load(io.BytesIO(data), allow_pickle=False)
     except (ValueError, SyntaxError, tokenize.TokenError) as exc:  # pickled objects, a mangled header
-        raise StateError(f"{name} is not a plain array of numbers or booleans ({exc})") from None
+        raise StateError(f"{name} is not a plain array of numbers or booleans ({one_line(exc)})") from None
 
 
 def _inflate(path: Path, archive: zipfile.ZipFile, names: list[str]) -> dict[str, bytes]:
@@ -348,14 +348,14 @@ def read_model_file(path: Path, expected: type | None = None) -> Part:
     except json.JSONDecodeError as exc:
         raise InputError(f"not a seer model file (model.json is not valid JSON: {exc.msg})", path=path) from None
     except (StateError, TreeError) as exc:
-        message = str(exc)
+        message = one_line(exc)
         raise InputError(message if message.startswith("is not a seer") else f"not a valid seer model file: {message}",
                          path=path) from None
     except (RuntimeError, NotImplementedError) as exc:  # zipfile: an encrypted member, an unknown compression
         raise InputError(f"not a valid seer model file ({' '.join(str(exc).split())})", path=path) from None
     except (ValueError, TypeError, KeyError, IndexError, OSError, RecursionError, ArithmeticError) as exc:
         # Anything else a hand-made file can provoke while its parts check themselves.
-        raise InputError(f"not a valid seer model file ({type(exc).__name__}: {exc})", path=path) from None
+        raise InputError(f"not a valid seer model file ({type(exc).__name__}: {one_line(exc)})", path=path) from None
     if expected is not None and type(part) is not expected:
         raise InputError(f"holds a {type(part).__name__}, where a {expected.__name__} was expected", path=path)
     return part
