@@ -260,3 +260,17 @@ def test_committed_h200_tables_are_what_its_raw_records_give(tmp_path):
     assert (tmp_path / "provenance.json").read_text() == (h200 / "provenance.json").read_text()
     runs = read_measurements(tmp_path / "measurements", ["algo", "pass"])
     assert set(runs["pass"]) == {"fwd", "bwd_data", "bwd_filter"}
+
+
+def test_a_census_shape_timed_in_one_pass_keeps_its_answers_of_the_others():
+    """The census holds cuDNN's answers for shapes that never ran: a shape later timed forward
+    gives its forward answers in its runs, and keeps the census rows of its backward passes."""
+    from seer.dataset.build import untimed_census
+
+    census = pd.DataFrame({"shape_id": ["a", "a", "a", "b", "c"],
+                           "algo": ["IMPLICIT_GEMM", "BWD_DATA_ALGO_0", "BWD_FILTER_ALGO_1", "IMPLICIT_GEMM",
+                                    "BWD_DATA_ALGO_1"]})
+    table = pd.DataFrame({"shape_id": ["a", "a", "c"], "algo": ["GEMM", "PYTORCH", "BWD_DATA_ALGO_0"]})
+    kept = untimed_census(census, table)
+    assert list(zip(kept["shape_id"], kept["algo"])) == [("a", "BWD_DATA_ALGO_0"), ("a", "BWD_FILTER_ALGO_1"),
+                                                          ("b", "IMPLICIT_GEMM")]

@@ -474,6 +474,19 @@ _CENSUS_OPTIONAL_INTS = ("workspace_bytes", "heuristic_rank", "heuristic_math_ty
 _CENSUS_TEXT_COLUMNS = frozenset({"math", "shape_id", "grid", "algo", "status"})
 
 
+def untimed_census(census: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
+    """The census rows of (shape, pass) pairs that ``table`` holds no run of. The first stage
+    learns cuDNN's answers from shapes that never ran; a census shape that a grid drawn later
+    also timed (grids are redrawn when their bounds change) gives its answers in its runs, but
+    only for the pass it was timed in: its census rows of the other passes stay."""
+    if census.empty or table.empty:
+        return census.reset_index(drop=True)
+    timed = pd.MultiIndex.from_frame(pd.DataFrame({"shape_id": table["shape_id"].to_numpy(),
+                                                   "pass": pass_of(table["algo"]).to_numpy()}).drop_duplicates())
+    keys = pd.MultiIndex.from_arrays([census["shape_id"].to_numpy(), pass_of(census["algo"]).to_numpy()])
+    return census[~keys.isin(timed)].reset_index(drop=True)
+
+
 def census_table(store: RunStore) -> pd.DataFrame:
     """One row per (shape, math, algorithm) of the census records, latest record per key
     (shape, math, pass).
@@ -664,10 +677,7 @@ def _build_dataset(dataset_dir: Path, spec: GPUSpec, seed: int, pack: bool) -> D
         times = test_set_ii_times(forward)
         if not times.empty:
             times.to_csv(files.test_set_ii_times, index=False, float_format="%.6g")
-    census = census_table(store)
-    # The first stage learns cuDNN's answers from shapes that never ran; a census shape that a
-    # grid drawn later also timed (grids are redrawn when their bounds change) is left out.
-    census = census[~census["shape_id"].isin(table["shape_id"].unique())].reset_index(drop=True)  # unique: not once per run
+    census = untimed_census(census_table(store), table)
     census_path = files.census
     if not census.empty:
         out.census = census_path
