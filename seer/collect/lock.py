@@ -22,6 +22,7 @@ import shutil
 import socket
 from pathlib import Path
 
+from seer.collect.store import shard_name
 from seer.errors import EnvironmentProblem, os_reason
 
 try:
@@ -49,8 +50,7 @@ class CollectionLock:
 
     def __init__(self, raw_dir: Path, shard: tuple[int, int], holder: dict, job: str = "") -> None:
         self.raw_dir = Path(raw_dir)
-        self.path = self.raw_dir / (f"collect-{job}-{shard[0]}of{shard[1]}.lock" if job
-                                    else f"collect-{shard[0]}of{shard[1]}.lock")
+        self.path = self.raw_dir / f"collect-{shard_name(*shard, job)}.lock"
         self.holder = {"pid": os.getpid(), "host": socket.gethostname(), **holder}
         self._fd: int | None = None
 

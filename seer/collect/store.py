@@ -66,12 +66,17 @@ def _file_safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.+-]", "_", text)
 
 
+def shard_name(shard_index: int = 1, shard_count: int = 1, job: str = "") -> str:
+    """``<i>of<n>``, or ``<job>-<i>of<n>``: one shard of one job, as its files and its lock name it."""
+    return f"{_file_safe(job)}-{shard_index}of{shard_count}" if job else f"{shard_index}of{shard_count}"
+
+
 def default_tag(shard_index: int = 1, shard_count: int = 1, job: str = "") -> str:
-    """``<host>-<i>of<n>``, or ``<host>-<job>-<i>of<n>``: the name of one writer's files in a
-    raw folder. Collections of different grids (``job``) into one folder at once each write
-    their own (:func:`job_name`)."""
+    """``<host>-<shard>`` (:func:`shard_name`): the name of one writer's files in a raw folder.
+    Collections of different grids (``job``) into one folder at once each write their own
+    (:func:`job_name`)."""
     host = _file_safe(socket.gethostname()) or "host"
-    return f"{host}-{_file_safe(job)}-{shard_index}of{shard_count}" if job else f"{host}-{shard_index}of{shard_count}"
+    return f"{host}-{shard_name(shard_index, shard_count, job)}"
 
 
 #: Longest job name spelt out in a file name; a longer one is cut and keeps a digest of the rest.
