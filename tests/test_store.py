@@ -190,3 +190,28 @@ def test_done_keys_can_require_a_value(tmp_path):
     assert store.done_keys("timing", KEY, require={"timing_protocol": 2}) == {("s1", "fma", "FFT")}
     assert store.done_keys("timing", KEY, require={"timing_protocol": 3}) == set()
     assert store.done_keys("timing", KEY, require={"no_such_column": 1}) == set()
+
+
+@pytest.mark.parametrize("tail", TORN_TAILS, ids=TORN_IDS)
+def test_reading_some_shapes_gives_their_records_as_reading_all_does(tmp_path, tail):
+    # A shard of a collection decodes only its own shapes' records (its start on a large dataset).
+    path = tmp_path / "raw" / "timing-x.jsonl"
+    path.parent.mkdir()
+    rows = [_row("s1", "GEMM", "error"), _row("s3", "FFT"), _row("s1", "GEMM"), {**_row("s3", "GEMM"), "grid": "g"},
+            {"math": "fma", "algo": "FFT", "status": "ok", "shape_id": "s1"}]  # its shape last: decoded to be read
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows[:3]) + "".join(_line(r) for r in rows[3:]) + tail)
+    store = RunStore(tmp_path)
+    for ids in ({"s1"}, {"s2", "s3"}, {"s1", "s2", "s3"}, set()):
+        everything = store.read("timing")
+        assert store.read("timing", shape_ids=ids).equals(
+            everything[everything["shape_id"].isin(ids)].dropna(axis=1, how="all").reset_index(drop=True))
+    assert [r["algo"] for r in read_jsonl(path, {"s1"})] == ["GEMM", "GEMM", "FFT"]
+
+
+def test_a_corrupt_record_of_the_shapes_read_is_still_reported(tmp_path):
+    path = tmp_path / "raw" / "timing-x.jsonl"
+    path.parent.mkdir()
+    path.write_text('{"shape_id": "s1", "ma\n' + _line(_row("s2", "GEMM")) + _line(_row("s1", "GEMM")))
+    assert [r["shape_id"] for r in read_jsonl(path, {"s2"})] == ["s2"]  # another shard's damage is its own
+    with pytest.raises(InputError, match="corrupt record"):
+        read_jsonl(path, {"s1"})

@@ -28,7 +28,7 @@ import re
 import socket
 import zlib
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Collection, Iterable, Mapping, Sequence
 
 import pandas as pd
 
@@ -99,11 +99,17 @@ def _open_text(path: Path):
     return opener(path, "rt", newline="", errors="replace")
 
 
-def read_jsonl(path: Path) -> list[dict]:
+#: A record's shape, read without decoding the record.
+_SHAPE_ID = re.compile(r'"shape_id":\s*"([^"]*)"')
+
+
+def read_jsonl(path: Path, shape_ids: Collection[str] | None = None) -> list[dict]:
     """Records of one JSON-lines file (plain, gzip or xz); a torn last line is skipped.
 
     The last line is torn when no newline ends it, or when it does not parse; anything
     else that does not parse is reported with file and line. The file is not changed.
+    With ``shape_ids``, only the records of those shapes are decoded and returned (a
+    line whose shape is another is not looked at further).
     """
     try:
         with _open_text(path) as handle:
@@ -111,15 +117,19 @@ def read_jsonl(path: Path) -> list[dict]:
     except DAMAGED_COMPRESSED as exc:  # a packed file cut short or not what its suffix says
         raise InputError(f"damaged compressed file ({exc})", path=path) from None
     with collector_paused():
-        return _decoded(lines, path)
+        return _decoded(lines, path, shape_ids)
 
 
-def _decoded(lines: list[str], path: Path) -> list[dict]:
+def _decoded(lines: list[str], path: Path, shape_ids: Collection[str] | None = None) -> list[dict]:
     """The records of ``lines`` (a file's complete lines), by :func:`read_jsonl`'s rule."""
     records = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
+        if shape_ids is not None:
+            found = _SHAPE_ID.search(line)
+            if found is not None and found.group(1) not in shape_ids:
+                continue
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError as exc:
@@ -279,12 +289,13 @@ class RunStore:
         # Packed first, then loose files oldest first, so that later records come later.
         return self.packs(kind) + sorted(loose, key=lambda p: (p.stat().st_mtime, p.name))
 
-    def records(self, kind: str) -> list[dict]:
-        """Every record of a kind, oldest first (by ``collected_at`` where all have one), with
-        the kind's :data:`FIELD_DEFAULTS` where a record lacks them."""
+    def records(self, kind: str, shape_ids: Collection[str] | None = None) -> list[dict]:
+        """Every record of a kind (with ``shape_ids``, of those shapes), oldest first (by
+        ``collected_at`` where all have one), with the kind's :data:`FIELD_DEFAULTS` where a
+        record lacks them."""
         out: list[dict] = []
         for path in self.files(kind):
-            out.extend(read_jsonl(path))
+            out.extend(read_jsonl(path, shape_ids))
         defaults = FIELD_DEFAULTS.get(kind)
         if defaults:
             out = [r if defaults.keys() <= r.keys() else {**r, **{k: v for k, v in defaults.items() if k not in r}}
@@ -293,10 +304,12 @@ class RunStore:
             out.sort(key=lambda r: r["collected_at"] or "")  # stable: ties keep file order
         return out
 
-    def read(self, kind: str, key: Sequence[str] | None = None) -> pd.DataFrame:
-        """All records of a kind as a frame; with ``key``, the last record of each key."""
+    def read(self, kind: str, key: Sequence[str] | None = None,
+             shape_ids: Collection[str] | None = None) -> pd.DataFrame:
+        """All records of a kind as a frame (with ``shape_ids``, of those shapes); with
+        ``key``, the last record of each key."""
         with collector_paused():  # the records, then their frame: see collector_paused
-            frame = pd.DataFrame.from_records(self.records(kind))
+            frame = pd.DataFrame.from_records(self.records(kind, shape_ids))
         return frame if key is None else latest_records(frame, key)
 
     def sessions(self) -> list[dict]:
