@@ -13,7 +13,7 @@ from seer.algorithms import (ALGORITHM_GROUPS, REGISTRY, SPARSE_ALGORITHMS, algo
                              select_algorithms)
 from seer.cli import main
 from seer.collect.orchestrate import CollectOptions, Collector
-from seer.collect.plan import build_plan, without
+from seer.collect.plan import build_plan, shard, shard_shape_ids, without
 from seer.collect.protocol import ShapeWork
 from seer.collect.store import RunStore
 from seer.dataset.build import build_dataset, read_measurements, read_sparse_measurements, split_of
@@ -140,6 +140,20 @@ def _options(folder, **kw):
                 sparsity_patterns=("relu", "uniform"))
     base.update(kw)
     return CollectOptions(**base)
+
+
+def test_a_shard_reads_the_records_of_its_own_shapes_sparse_and_dense(tmp_path):
+    # What a shard's collection decodes of the store to find what is done: nothing of another shard.
+    for index in (1, 2):
+        options = _options(tmp_path, shard_index=index, shard_count=2)
+        mine = shard(_shapes(), index, 2)
+        ids = shard_shape_ids(options)
+        dense = {gs.shape.shape_id for gs in mine}
+        assert dense
+        assert dense <= ids and len(ids) == len(dense) * 3  # each layer, and at 0.9 under two patterns
+        assert ids == {sparse_shape_id(s, level, p) for s in dense for level in (0.0, 0.9) for p in ("relu", "uniform")}
+        others = {gs.shape.shape_id for gs in shard(_shapes(), 3 - index, 2)}
+        assert not ids & others
 
 
 def _without_dates(frame):

@@ -30,7 +30,7 @@ from seer.collect import ncu as ncu_mod
 from seer.collect import children
 from seer.collect.children import Deadline, run_child
 from seer.collect.lock import CollectionLock
-from seer.collect.plan import CollectOptions, build_plan, fits_in_memory, shard, without
+from seer.collect.plan import CollectOptions, build_plan, fits_in_memory, shard, shard_shape_ids, without
 from seer.collect.profiling import Profiler
 from seer.collect.protocol import ShapeWork, census_item, census_pass, finished_item, write_plan
 from seer.collect.records import MAX_SPREAD, trace_totals
@@ -284,11 +284,8 @@ class Collector:
     def time_all(self) -> None:
         o = self.options
         shapes = self.my_shapes()
-        # Only this shard's records are decoded (read once, oldest first): on a dataset of a
-        # million runs, decoding them all was most of a shard's start, paid by every shard.
-        every = build_plan(shapes, o.maths, o.algos, set(), o.sparsity, o.sparsity_patterns)
-        mine = {w.shape_id for w in every} | {w.dense_shape_id for w in every}
-        history = self.store.read("timing", shape_ids=mine)
+        # Oldest first; read once, the shard's shapes only.
+        history = self.store.read("timing", shape_ids=shard_shape_ids(o))
         latest = latest_records(history, RUN_KEY)
         # Every key recorded under this timing protocol is done, except those whose status
         # the user asked to retry; rows of an older protocol, or of an earlier revision of

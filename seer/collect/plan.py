@@ -116,6 +116,16 @@ def build_plan(shapes: Iterable[GridShape], maths: Sequence[str], algos: Sequenc
     return plan
 
 
+def shard_shape_ids(options: CollectOptions) -> set[str]:
+    """Every ``shape_id`` the plan of ``options``' shard can hold, sparse shapes and their dense
+    layers': the records a collection of the shard reads (on a dataset of a million runs,
+    decoding every record was most of each shard's start)."""
+    o = options
+    every = build_plan(shard(o.shapes, o.shard_index, o.shard_count), o.maths, o.algos, set(),
+                       o.sparsity, o.sparsity_patterns)
+    return {w.shape_id for w in every} | {w.dense_shape_id for w in every}
+
+
 def without(plan: Sequence[ShapeWork], keys: set[tuple]) -> list[ShapeWork]:
     """The plan less the items whose run key is in ``keys``; shapes left with none drop out."""
     out = []

@@ -21,7 +21,8 @@ from seer.algorithms import current_revision
 from seer.collect import ncu as ncu_mod
 from seer.collect import children
 from seer.collect.children import ChildOutcome, Deadline, run_child, tail
-from seer.collect.plan import CollectOptions, build_plan, select_evenly, shard, take_items, without
+from seer.collect.plan import (CollectOptions, build_plan, select_evenly, shard, shard_shape_ids, take_items,
+                               without)
 from seer.collect.protocol import ShapeWork, event_key, write_plan
 from seer.collect.records import trace_totals
 from seer.collect.store import RunStore, profile_records, recorded_columns
@@ -69,7 +70,7 @@ def profile_items(options: CollectOptions, store: RunStore,
     """Successful timed runs of the shard's shapes chosen for profiling that some group
     still lacks. ``timing``: the store's latest timing records, read here unless given."""
     o = options
-    timing = store.read("timing", RUN_KEY) if timing is None else timing
+    timing = store.read("timing", RUN_KEY, shape_ids=shard_shape_ids(o)) if timing is None else timing
     if timing.empty:
         return []
     shapes = shard(o.shapes, o.shard_index, o.shard_count)
@@ -149,7 +150,7 @@ class Profiler:
     def run(self, ncu_path: str) -> None:
         """Profile every run that some metric group still lacks, until done or out of time."""
         o = self.options
-        timing = self.store.read("timing", RUN_KEY)  # read once, it is the largest kind
+        timing = self.store.read("timing", RUN_KEY, shape_ids=shard_shape_ids(o))  # read once: the largest kind
         plan = profile_items(o, self.store, timing)
         covered = self.covered()
         total = sum(needs((w.shape_id, m, a), g, covered) for w in plan for m, a in w.items for g in self.groups)
