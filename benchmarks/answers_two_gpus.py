@@ -35,11 +35,18 @@ ALGORITHMS = ("IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "FFT", "FFT_TILI
 COLUMNS = [*LAYER_COLUMNS, "shape_id", "split", "math", "algo", "status", "time_ms", "workspace_bytes"]
 
 
-def inputs(predictor, frames, algo: str, columns, gpu_flag: int) -> tuple[np.ndarray, np.ndarray]:
-    """Regressor inputs and time ratios of the runs of ``algo`` in ``frames`` (layers, times, workspaces)."""
-    shapes, times, workspaces = frames
+def design(predictor, frames, columns, gpu_flag: int) -> tuple[np.ndarray, np.ndarray]:
+    """The shape features and the regressors' inputs of every layer of ``frames`` (layers, times,
+    workspaces), the same for every algorithm."""
+    shapes, _, workspaces = frames
     _, F, answers, transforms = design_inputs(predictor, shapes, workspaces.reindex(columns=columns))
-    X = np.hstack([answers, transforms, np.full((len(F), 1), gpu_flag)])
+    return F, np.hstack([answers, transforms, np.full((len(F), 1), gpu_flag)])
+
+
+def inputs(predictor, frames, designed, algo: str) -> tuple[np.ndarray, np.ndarray]:
+    """Regressor inputs and time ratios of the runs of ``algo`` in ``frames``, of ``designed`` (:func:`design`)."""
+    _, times, workspaces = frames
+    F, X = designed
     ms = times[algo].to_numpy(dtype=float) if algo in times else np.full(len(F), np.nan)
     ran = np.isfinite(ms) & (ms > 0) & np.isfinite(workspaces.reindex(columns=[algo])[algo].to_numpy(dtype=float))
     return X[ran], ms[ran] / predictor.baseline_ms(F, algo)[ran]
@@ -64,10 +71,12 @@ def main(argv: list[str] | None = None) -> int:
             train[g] = (given.shapes, given.times, given.workspaces)
         test = tuple(f.reset_index(drop=True) for f in held_out(tables[args.gpu], math, "test2"))
         columns = train[args.gpu][2].columns
+        designed = {"first": design(predictor, train[args.gpu], columns, 0),
+                    "added": design(predictor, train[args.other], columns, 1), "test": design(predictor, test, columns, 0)}
         for algo in ALGORITHMS:
-            X1, y1 = inputs(predictor, train[args.gpu], algo, columns, 0)
-            X2, y2 = inputs(predictor, train[args.other], algo, columns, 1)
-            Xt, yt = inputs(predictor, test, algo, columns, 0)
+            X1, y1 = inputs(predictor, train[args.gpu], designed["first"], algo)
+            X2, y2 = inputs(predictor, train[args.other], designed["added"], algo)
+            Xt, yt = inputs(predictor, test, designed["test"], algo)
             if len(yt) < 20:
                 continue
             one = clone(trees).fit(X1, y1).predict(Xt)

@@ -90,10 +90,11 @@ def main(argv: list[str] | None = None) -> int:
             "carried as it is": errors(model, math, held_out[args.target], layers),
             "carried, the target's roofline floor": errors(model, math, held_out[args.target], layers,
                                                            get_gpu_spec(args.target))}
+    text = markdown(results)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "carry-roofline.json").write_text(json.dumps(results, indent=2) + "\n")
-    (args.out / "carry-roofline.md").write_text(markdown(results))
-    print(markdown(results))
+    (args.out / "carry-roofline.md").write_text(text)
+    print(text)
     return 0
 
 
