@@ -124,12 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     columns = ["shape_id", "split", "math", "algo", "status", "time_ms", *LAYER_COLUMNS]
-    tables = {g: read_measurements(DatasetDir(args.data_dir / g).measurements, columns, passes=("fwd",))
+    profile_columns = ["profile_status", "ncu_time_ms", "dram_read_bytes", "dram_write_bytes"]  # the source's
+    tables = {g: read_measurements(DatasetDir(args.data_dir / g).measurements,
+                                   [*columns, *profile_columns] if g == args.source else columns, passes=("fwd",))
               for g in (args.source, args.target)}
     layers = pd.concat(tables.values()).drop_duplicates("shape_id").set_index("shape_id")
-    profiled = read_measurements(DatasetDir(args.data_dir / args.source).measurements,
-                                 [*columns, "profile_status", "ncu_time_ms", "dram_read_bytes", "dram_write_bytes"],
-                                 passes=("fwd",))
     source_spec, target_spec = get_gpu_spec(args.source), get_gpu_spec(args.target)
     bandwidth = target_spec.memory_bandwidth_gbs / source_spec.memory_bandwidth_gbs
     algos = algorithm_names("cudnn")
@@ -143,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             "carried, the target's roofline floor": errors(model, math, held_out[args.target], layers, target_spec),
             "carried, the source's DRAM share (ncu) at the target's bandwidth": errors(
                 model, math, held_out[args.target], layers,
-                dram=(dram_shares(profiled, layers, model.predictors[math].feature_spec, math), bandwidth))}
+                dram=(dram_shares(tables[args.source], layers, model.predictors[math].feature_spec, math), bandwidth))}
     text = markdown(results)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "carry-roofline.json").write_text(json.dumps(results, indent=2) + "\n")

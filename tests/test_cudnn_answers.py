@@ -61,8 +61,8 @@ def test_a_backward_model_takes_the_workspace_answer_as_the_kernel_path():
                              columns=[*LAYER_COLUMNS, "shape_id", "split", "math", "algo", "status", "time_ms",
                                       "workspace_bytes"])
     # Test-set-II's inception-v3 layers: the grids hold other 7x1 layers, some too small for the paths to differ.
-    runs = runs[(runs["split"] == "test2") & (runs["math"] == "fma") & (runs["kernel_h"] == 7) & (runs["kernel_w"] == 1) & (runs["in_h"] == 17)
-                & (runs["batch"] == 8) & runs["algo"].str.startswith("BWD_FILTER_")]
+    runs = runs[(runs["split"] == "test2") & (runs["math"] == "fma") & (runs["kernel_h"] == 7) & (runs["kernel_w"] == 1)
+                & (runs["in_h"] == 17) & (runs["batch"] == 8) & runs["algo"].str.startswith("BWD_FILTER_")]
     answers = runs.pivot_table(index="shape_id", columns="algo", values="workspace_bytes").where(
         lambda w: w.notna())  # NaN: not supported
     layers = runs.drop_duplicates("shape_id").set_index("shape_id").loc[answers.index, list(LAYER_COLUMNS)]
