@@ -226,7 +226,7 @@ BACKWARD_ALGORITHMS: tuple[Algorithm, ...] = (
     _backward("bwd_data", "ALGO_0", 0, False, "gemm", "sums the filter's contributions with atomic adds",
               Launches(2, 2, grouped=2), GraphEngines((25,), (25,), depthwise=(0,))),
     _backward("bwd_data", "ALGO_1", 1, True, "implicit_gemm", "implicit GEMM over the output gradient",
-              Launches(1, 2, grouped=2, grouped_default=0),
+              Launches(1, 2, grouped=3, grouped_default=0),
               GraphEngines((74, 2, 0), (76, 71, 63, 58, 0), depthwise=(0,))),
     _backward("bwd_data", "FFT", 2, True, "fft", "FFT of whole images", Launches(4, 4, grouped=6, depthwise=7),
               GraphEngines((4,), (4,))),
