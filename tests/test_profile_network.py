@@ -560,3 +560,26 @@ def test_picks_are_counted_in_the_layout_each_layer_gets_its_input_in():
     assert pick_counts(guarded, (guarded, unguarded), found.layers, layouts) == {
         "fwd_picks": 1, "bwd_data_picks": 1, "bwd_filter_picks": 2}
     assert pick_counts(guarded, (), found.layers) == {"fwd_picks": 2}  # no layouts given: NCHW
+
+
+def test_a_measured_step_rescored_keeps_its_measured_and_recorded_times():
+    """benchmarks/step_rescore.py on an H200 run's records: each pass's measured total and the
+    prediction recorded at run time are the step's own (steps.csv); the same models from another
+    folder predict the same."""
+    from seer.networks.profile_network import read_step_layers, read_steps
+
+    rescore = benchmark_module("step_rescore")
+    out = RESULTS / "h200-training-steps-layers-20261129"
+    layers = read_step_layers(out)
+    layers = layers[(layers["network"] == "r3d_18") & (layers["policy"] == "heuristic")]
+    table = rescore.rescore(layers, "h200", {"shipped": {}, "again": {"bwd_filter": RESULTS.parents[1] / "models"}})
+    steps = read_steps(out).set_index(["network", "math", "policy"])
+    assert len(table) == 4 and set(table["math"]) == {"fma", "default"}
+    for row in table.itertuples():
+        step = steps.loc[(row.network, row.math, row.policy)]
+        for pass_ in ("fwd", "bwd_data", "bwd_filter"):
+            assert getattr(row, f"{pass_}_measured_ms") == pytest.approx(step[f"{pass_}_conv_ms"], abs=1e-3)
+            assert getattr(row, f"{pass_}_at_run_ms") == pytest.approx(step[f"{pass_}_predicted_conv_ms"], abs=1e-3)
+    by = table.set_index(["math", "models"])
+    assert by.loc[("fma", "shipped")].equals(by.loc[("fma", "again")])
+    assert by.loc[("fma", "shipped"), "bwd_filter_predicted_ms"] > 0
