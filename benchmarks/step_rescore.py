@@ -28,51 +28,53 @@ sys.path.insert(0, str(REPO))
 
 from seer.algorithms import PASSES  # noqa: E402
 from seer.layers.shapes import LAYER_COLUMNS  # noqa: E402
-from seer.networks.profile_network import read_step_layers  # noqa: E402
+from seer.networks.profile_network import read_step_layers, step_conv_sums  # noqa: E402
 from seer.predict.persist import load_model  # noqa: E402
 
-#: The algorithm a step-layer record names when PyTorch's own choice ran.
+#: The algorithm a step-layer record names when PyTorch's own choice ran
+#: (``seer.torch.convolution.PYTORCH``, whose module needs torch to import).
 PYTORCH_RAN = "pytorch"
 
 
-def predicted_per_call(rows: pd.DataFrame, gpu: str, pass_: str, math: str, models_dir: Path | None) -> np.ndarray:
-    """Per row (one pass of one layer), the predicted time of one call of what ran."""
-    model = load_model(gpu, pass_=pass_, models_dir=models_dir)
+def predicted_per_call(rows: pd.DataFrame, model, math: str) -> np.ndarray:
+    """Per row (one pass of one layer), ``model``'s predicted time of one call of what ran."""
     layers = rows[[c for c in LAYER_COLUMNS if c in rows.columns]].reset_index(drop=True)
     table = model.predict(layers, math)
-    pytorch = table.drop_duplicates("layer").set_index("layer")["pytorch_ms"]
-    per_algo = table.set_index(["layer", "algo"])["predicted_ms"]
-    out = np.full(len(rows), np.nan)
-    for i, algo in enumerate(rows["algo"]):
-        if algo == PYTORCH_RAN:
-            out[i] = pytorch.get(i, np.nan)
-        else:
-            out[i] = per_algo.get((i, algo), np.nan)
-    return out
+    pytorch = table.drop_duplicates("layer").set_index("layer")["pytorch_ms"].reindex(range(len(rows))).to_numpy()
+    ran = pd.MultiIndex.from_arrays([np.arange(len(rows)), rows["algo"].to_numpy()])
+    chosen = table.set_index(["layer", "algo"])["predicted_ms"].reindex(ran).to_numpy()
+    return np.where(rows["algo"].to_numpy() == PYTORCH_RAN, pytorch, chosen)
 
 
 def rescore(layers: pd.DataFrame, gpu: str, model_sets: dict[str, dict[str, Path]]) -> pd.DataFrame:
-    """One row per (step, model set): each pass's measured and predicted totals, and the step's error."""
+    """One row per (step, model set): each pass's measured total and the prediction recorded at run
+    time (:func:`seer.networks.profile_network.step_conv_sums`), the prediction now, and the step's error."""
+    models: dict[tuple[str, Path | None], object] = {}  # each (pass, folder) loaded once
+
+    def model_of(pass_: str, folder: Path | None):
+        if (pass_, folder) not in models:
+            models[pass_, folder] = load_model(gpu, pass_=pass_, models_dir=folder)
+        return models[pass_, folder]
+
     rows = []
     keys = ["network", "input", "math", "policy"]
     for key, step in layers.groupby(keys, sort=False):
+        sums = step_conv_sums(step.to_dict("records"))
         for label, dirs in model_sets.items():
             row = dict(zip(keys, key), models=label)
-            measured_total = predicted_total = 0.0
+            predicted_total = 0.0
             for pass_ in PASSES:
                 part = step[step["pass"] == pass_].reset_index(drop=True)
                 if part.empty:
                     continue
-                calls = part["calls"].to_numpy(dtype=float)
-                measured = float((part["measured_ms"].to_numpy(dtype=float) * calls).sum())
-                now = predicted_per_call(part, gpu, pass_, key[2], dirs.get(pass_))
-                predicted = float((now * calls).sum())
-                row[f"{pass_}_measured_ms"] = round(measured, 3)
-                row[f"{pass_}_at_run_ms"] = round(float((part["predicted_ms"].to_numpy(dtype=float) * calls).sum()), 3)
+                now = predicted_per_call(part, model_of(pass_, dirs.get(pass_)), key[2])
+                predicted = float((now * part["calls"].to_numpy(dtype=float)).sum())
+                row[f"{pass_}_measured_ms"] = round(sums[f"{pass_}_conv_ms"], 3)
+                at_run = sums[f"{pass_}_predicted_conv_ms"]
+                row[f"{pass_}_at_run_ms"] = None if at_run is None else round(at_run, 3)
                 row[f"{pass_}_predicted_ms"] = round(predicted, 3)
-                measured_total += measured
                 predicted_total += predicted
-            row["step_error_pct"] = round(100 * (predicted_total / measured_total - 1), 1)
+            row["step_error_pct"] = round(100 * (predicted_total / sums["conv_ms"] - 1), 1)
             rows.append(row)
     return pd.DataFrame(rows)
 
